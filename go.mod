@@ -1,0 +1,3 @@
+module github.com/tabuladb/tabula
+
+go 1.26

@@ -1,0 +1,106 @@
+package cell
+
+import "bytes"
+
+// MutationKind says what a Mutation does.
+type MutationKind uint8
+
+// The mutation kinds of the Bigtable API.
+const (
+	// SetCell writes one cell version.
+	SetCell MutationKind = iota + 1
+	// DeleteFromColumn deletes the versions of one column whose timestamps
+	// lie in [StartTimestamp, EndTimestamp).
+	DeleteFromColumn
+	// DeleteFromFamily deletes every cell of one family in the row.
+	DeleteFromFamily
+	// DeleteFromRow deletes every cell of the row.
+	DeleteFromRow
+)
+
+// String names the kind as the Cloud Bigtable API does.
+func (k MutationKind) String() string {
+	switch k {
+	case SetCell:
+		return "set_cell"
+	case DeleteFromColumn:
+		return "delete_from_column"
+	case DeleteFromFamily:
+		return "delete_from_family"
+	case DeleteFromRow:
+		return "delete_from_row"
+	}
+	return "unknown"
+}
+
+// Mutation is one change to a row. Which fields matter depends on Kind.
+type Mutation struct {
+	Kind      MutationKind
+	Family    string // all kinds but DeleteFromRow
+	Qualifier []byte // SetCell, DeleteFromColumn
+	// Timestamp of a SetCell, in microseconds; ServerTimestamp asks the
+	// server to assign it.
+	Timestamp int64
+	Value     []byte // SetCell
+	// StartTimestamp and EndTimestamp bound a DeleteFromColumn to
+	// [StartTimestamp, EndTimestamp). EndTimestamp 0 means no upper bound,
+	// as in the Cloud Bigtable API.
+	StartTimestamp int64
+	EndTimestamp   int64
+}
+
+// RowMutation is an atomic set of mutations to one row, applied in order.
+type RowMutation struct {
+	Row       []byte
+	Mutations []Mutation
+}
+
+// Set returns a SetCell mutation.
+func Set(family string, qualifier []byte, timestamp int64, value []byte) Mutation {
+	return Mutation{Kind: SetCell, Family: family, Qualifier: qualifier, Timestamp: timestamp, Value: value}
+}
+
+// DeleteColumn returns a DeleteFromColumn mutation over [start, end); end 0
+// means no upper bound.
+func DeleteColumn(family string, qualifier []byte, start, end int64) Mutation {
+	return Mutation{Kind: DeleteFromColumn, Family: family, Qualifier: qualifier, StartTimestamp: start, EndTimestamp: end}
+}
+
+// DeleteFamily returns a DeleteFromFamily mutation.
+func DeleteFamily(family string) Mutation {
+	return Mutation{Kind: DeleteFromFamily, Family: family}
+}
+
+// DeleteRow returns a DeleteFromRow mutation.
+func DeleteRow() Mutation { return Mutation{Kind: DeleteFromRow} }
+
+// AssignTimestamps replaces every ServerTimestamp in rm with now, in place.
+func (rm *RowMutation) AssignTimestamps(now int64) {
+	for i := range rm.Mutations {
+		m := &rm.Mutations[i]
+		if m.Kind == SetCell && m.Timestamp == ServerTimestamp {
+			m.Timestamp = now
+		}
+	}
+}
+
+// Size is the approximate number of bytes rm occupies, used for memory
+// accounting and batching.
+func (rm *RowMutation) Size() int {
+	n := len(rm.Row)
+	for _, m := range rm.Mutations {
+		n += 32 + len(m.Family) + len(m.Qualifier) + len(m.Value)
+	}
+	return n
+}
+
+// Clone returns a deep copy of rm.
+func (rm RowMutation) Clone() RowMutation {
+	out := RowMutation{Row: bytes.Clone(rm.Row), Mutations: make([]Mutation, len(rm.Mutations))}
+	for i, m := range rm.Mutations {
+		m.Qualifier = bytes.Clone(m.Qualifier)
+		m.Value = bytes.Clone(m.Value)
+		out.Mutations[i] = m
+	}
+	return out
+}
