@@ -10,8 +10,11 @@ package blob
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
+	"strconv"
+	"strings"
 )
 
 // ErrNotExist is returned (wrapped) for an object that does not exist. It is
@@ -65,3 +68,59 @@ type Object interface {
 
 // IsNotExist reports whether err says an object does not exist.
 func IsNotExist(err error) bool { return errors.Is(err, ErrNotExist) }
+
+// OpError records a failed operation on a named object. Its Err is matched
+// by errors.Is and errors.As (for example against ErrNotExist).
+type OpError struct {
+	Op   string // "put", "create", "open", "get", "list", "delete", "read", "write", "close"
+	Name string // object name (or prefix for "list")
+	Err  error
+}
+
+func (e *OpError) Error() string {
+	return "blob: " + e.Op + " " + strconv.Quote(e.Name) + ": " + e.Err.Error()
+}
+
+// Unwrap returns the underlying error.
+func (e *OpError) Unwrap() error { return e.Err }
+
+// ErrInvalidName is returned (wrapped, with the reason) for a name that no
+// Store accepts; see ValidateName.
+var ErrInvalidName = errors.New("invalid object name")
+
+// ValidateName reports whether name is a valid object name, the same rules
+// for every Store so that code tested on one works on all: non-empty, at
+// most 1024 bytes, slash-separated segments that are neither empty (no
+// leading, trailing or doubled slash) nor "." or "..", and no NUL or
+// backslash. Errors wrap ErrInvalidName.
+//
+// Names are keys, not directories, but a local directory cannot hold both
+// "a" and "a/b": portable callers never use one object's name as a
+// directory prefix of another's.
+func ValidateName(name string) error {
+	reason := ""
+	switch {
+	case name == "":
+		reason = "empty"
+	case len(name) > 1024:
+		reason = "longer than 1024 bytes"
+	case strings.ContainsAny(name, "\x00\\"):
+		reason = "contains NUL or backslash"
+	default:
+		for seg := range strings.SplitSeq(name, "/") {
+			switch seg {
+			case "":
+				reason = "empty path segment (leading, trailing or doubled '/')"
+			case ".", "..":
+				reason = "path segment " + strconv.Quote(seg)
+			}
+			if reason != "" {
+				break
+			}
+		}
+	}
+	if reason != "" {
+		return fmt.Errorf("blob: %w %q: %s", ErrInvalidName, name, reason)
+	}
+	return nil
+}
