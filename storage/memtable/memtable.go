@@ -1,28 +1,245 @@
 // Package memtable is the tablet's in-memory sorted buffer of recent writes:
 // a skiplist of internal entries that one writer appends to while any number
 // of readers iterate it without locks.
+//
+// Concurrency. A node is fully built — key, value and its forward pointers —
+// before it is linked into the list, and it is linked with atomic pointer
+// stores, bottom level first. A reader that loads a pointer to the node
+// therefore sees all of its contents (the store happens before the load), and
+// at every moment each level of the list is a sorted linked list that either
+// contains the node or does not. Nodes are never removed or changed after they
+// are linked, so readers need no lock and never block the writer.
 package memtable
 
-import "github.com/tabuladb/tabula/storage/cell"
+import (
+	"bytes"
+	"math/bits"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/tabuladb/tabula/storage/cell"
+)
+
+const (
+	// maxHeight bounds the tower height. With a branching factor of 4,
+	// 16 levels keep searches logarithmic up to 4^16 (~4 billion) entries,
+	// far beyond what one memtable holds before a minor compaction.
+	maxHeight = 16
+	// chunkSize is the size of one arena chunk that key and value copies
+	// are carved from; one allocation per chunk instead of one per entry.
+	chunkSize = 64 << 10
+	// bigEntry is the size from which an entry gets its own allocation, so
+	// that a large value does not waste the rest of a chunk.
+	bigEntry = chunkSize / 4
+)
+
+// nodeOverhead is the fixed memory cost of a node apart from its tower.
+var nodeOverhead = int64(unsafe.Sizeof(node{}))
+
+// towerSlot is the memory cost of one level of a node's tower.
+var towerSlot = int64(unsafe.Sizeof(atomic.Pointer[node]{}))
+
+// node is one entry. key, value and the length of next never change after
+// the node is linked; next[i] is written by the writer only.
+type node struct {
+	key   []byte
+	value []byte
+	next  []atomic.Pointer[node]
+}
 
 // Memtable is a sorted buffer of internal entries. Add must be called by one
 // goroutine at a time (the tablet serialises writers); iterators and the
 // accessors may run concurrently with Add and never block it.
-type Memtable struct{}
+//
+// The zero Memtable is not usable; call New.
+type Memtable struct {
+	head   *node
+	height atomic.Int32 // levels in use, 1..maxHeight
+	size   atomic.Int64
+	length atomic.Int64
+
+	// Writer-only state: touched by Add alone, which is never concurrent
+	// with itself.
+	chunk []byte // free tail of the current arena chunk
+	rng   uint64 // xorshift state for tower heights
+	prev  [maxHeight]*node
+}
 
 // New returns an empty memtable.
-func New() *Memtable { panic("unimplemented") }
+func New() *Memtable {
+	m := &Memtable{
+		head: &node{next: make([]atomic.Pointer[node], maxHeight)},
+		rng:  0x9E3779B97F4A7C15,
+	}
+	m.height.Store(1)
+	return m
+}
 
 // Add inserts an entry; key is an encoded internal key (unique: it carries a
 // sequence number). Add copies key and value.
-func (m *Memtable) Add(key, value []byte) { panic("unimplemented") }
+//
+// Adding a key that is already present is a caller bug; the new entry is then
+// placed before the older equal one and both remain visible.
+func (m *Memtable) Add(key, value []byte) {
+	h := m.randomHeight()
+	listHeight := int(m.height.Load())
 
-// Size is the approximate memory the memtable holds, in bytes.
-func (m *Memtable) Size() int64 { panic("unimplemented") }
+	// Find the predecessor at every level. Only this goroutine changes
+	// the list, so what we read stays true until we link the node.
+	x := m.head
+	for level := listHeight - 1; level >= 0; level-- {
+		for {
+			next := x.next[level].Load()
+			if next == nil || bytes.Compare(next.key, key) >= 0 {
+				break
+			}
+			x = next
+		}
+		m.prev[level] = x
+	}
+	for level := listHeight; level < h; level++ {
+		m.prev[level] = m.head
+	}
 
-// Len is the number of entries.
-func (m *Memtable) Len() int { panic("unimplemented") }
+	n := &node{next: make([]atomic.Pointer[node], h)}
+	n.key, n.value = m.copyEntry(key, value)
+	for level := 0; level < h; level++ {
+		n.next[level].Store(m.prev[level].next[level].Load())
+	}
+	// Publish bottom-up: once the node is reachable at level 0 it is in
+	// the list; higher levels are only shortcuts to it.
+	for level := 0; level < h; level++ {
+		m.prev[level].next[level].Store(n)
+	}
+	if h > listHeight {
+		m.height.Store(int32(h))
+	}
+	m.length.Add(1)
+	m.size.Add(int64(len(key)+len(value)) + nodeOverhead + int64(h)*towerSlot)
+}
+
+// copyEntry copies key and value into the arena. The returned slices have
+// their capacity clipped so that a caller appending to a Key or Value cannot
+// overwrite a neighbouring entry.
+func (m *Memtable) copyEntry(key, value []byte) (k, v []byte) {
+	n := len(key) + len(value)
+	var buf []byte
+	switch {
+	case n >= bigEntry:
+		buf = make([]byte, n)
+	case n <= len(m.chunk):
+		buf = m.chunk[:n:n]
+		m.chunk = m.chunk[n:]
+	default:
+		// The rest of the old chunk is abandoned: entries already
+		// carved from it keep it alive, and it is small (< bigEntry).
+		m.chunk = make([]byte, chunkSize)
+		buf = m.chunk[:n:n]
+		m.chunk = m.chunk[n:]
+	}
+	copy(buf, key)
+	copy(buf[len(key):], value)
+	return buf[:len(key):len(key)], buf[len(key):]
+}
+
+// randomHeight draws a tower height with P(height > h) = 4^-h.
+func (m *Memtable) randomHeight() int {
+	// xorshift64: cheap, and the writer is single-threaded so it needs no
+	// locking; heights only have to be well spread, not unpredictable.
+	x := m.rng
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	m.rng = x
+	// Each pair of low bits that are both zero (probability 1/4) adds a
+	// level.
+	h := 1 + bits.TrailingZeros64(x|1<<63)/2
+	return min(h, maxHeight)
+}
+
+// Size is the approximate memory the memtable holds, in bytes: keys, values
+// and node overhead. It is safe to call concurrently with Add.
+func (m *Memtable) Size() int64 { return m.size.Load() }
+
+// Len is the number of entries. It is safe to call concurrently with Add.
+func (m *Memtable) Len() int { return int(m.length.Load()) }
 
 // NewIterator returns an iterator over the entries. An iterator sees every
 // entry added before it was positioned and may see later ones.
-func (m *Memtable) NewIterator() cell.Iterator { panic("unimplemented") }
+//
+// Key and Value of the returned iterator stay valid for the life of the
+// memtable (they point into its arena) but must not be modified.
+func (m *Memtable) NewIterator() cell.Iterator { return &Iterator{m: m} }
+
+// Iterator walks a memtable; it implements cell.Iterator. Before the first
+// positioning call, and after a positioning call returns false, it is at no
+// entry: Next then returns false.
+type Iterator struct {
+	m *Memtable
+	n *node // current entry; nil when not positioned
+}
+
+var _ cell.Iterator = (*Iterator)(nil)
+
+// First moves to the first entry.
+func (it *Iterator) First() bool {
+	it.n = it.m.head.next[0].Load()
+	return it.n != nil
+}
+
+// SeekGE moves to the first entry whose key is >= key.
+func (it *Iterator) SeekGE(key []byte) bool {
+	it.n = it.m.findLT(key).next[0].Load()
+	return it.n != nil
+}
+
+// SeekLT moves to the last entry whose key is < key.
+func (it *Iterator) SeekLT(key []byte) bool {
+	x := it.m.findLT(key)
+	if x == it.m.head {
+		it.n = nil
+		return false
+	}
+	it.n = x
+	return true
+}
+
+// findLT returns the last node whose key is < key, or the head when there is
+// none, by descending the levels.
+func (m *Memtable) findLT(key []byte) *node {
+	x := m.head
+	for level := int(m.height.Load()) - 1; level >= 0; level-- {
+		for {
+			next := x.next[level].Load()
+			if next == nil || bytes.Compare(next.key, key) >= 0 {
+				break
+			}
+			x = next
+		}
+	}
+	return x
+}
+
+// Next moves to the following entry.
+func (it *Iterator) Next() bool {
+	if it.n == nil {
+		return false
+	}
+	it.n = it.n.next[0].Load()
+	return it.n != nil
+}
+
+// Key is the current entry's encoded internal key.
+func (it *Iterator) Key() []byte { return it.n.key }
+
+// Value is the current entry's value.
+func (it *Iterator) Value() []byte { return it.n.value }
+
+// Error is always nil: a memtable cannot fail.
+func (it *Iterator) Error() error { return nil }
+
+// Close releases the iterator; it holds nothing, so it always returns nil.
+func (it *Iterator) Close() error {
+	it.n = nil
+	return nil
+}
