@@ -72,7 +72,7 @@ func IsNotExist(err error) bool { return errors.Is(err, ErrNotExist) }
 // OpError records a failed operation on a named object. Its Err is matched
 // by errors.Is and errors.As (for example against ErrNotExist).
 type OpError struct {
-	Op   string // "put", "create", "open", "get", "list", "delete", "read", "write", "close"
+	Op   string // "put", "create", "open", "get", "list", "delete", "read", "write", "close", "abort"
 	Name string // object name (or prefix for "list")
 	Err  error
 }
