@@ -124,3 +124,15 @@ func ValidateName(name string) error {
 	}
 	return nil
 }
+
+// prefixMatchesNothing reports whether no valid name can start with prefix,
+// so List can answer without asking a backend that may reject such a
+// prefix outright (S3 does, for "a//").
+func prefixMatchesNothing(prefix string) bool {
+	if strings.ContainsAny(prefix, "\x00\\") {
+		return true
+	}
+	// Every complete segment of the prefix is a segment of the name.
+	i := strings.LastIndexByte(prefix, '/')
+	return i >= 0 && ValidateName(prefix[:i]) != nil
+}

@@ -198,13 +198,15 @@ func (l *localStore) List(ctx context.Context, prefix string) ([]Attrs, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	// Walk only the deepest directory the prefix names. If that part of
-	// the prefix is not a valid name, no valid name can start with it.
+	if prefixMatchesNothing(prefix) {
+		return nil, nil
+	}
+	// Walk only the deepest directory the prefix names.
 	start := l.root
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 		dir, err := l.path(prefix[:i])
 		if err != nil {
-			return nil, nil
+			return nil, nil // a reserved temporary name: no objects there
 		}
 		start = dir
 	}

@@ -176,6 +176,9 @@ func (s *s3Store) Get(ctx context.Context, name string) ([]byte, error) {
 }
 
 func (s *s3Store) List(ctx context.Context, prefix string) ([]Attrs, error) {
+	if prefixMatchesNothing(prefix) {
+		return nil, ctx.Err()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // stops the listing goroutine if we return early
 	var out []Attrs

@@ -381,8 +381,10 @@ func testList(t *testing.T, s blob.Store) {
 	mustList(t, s, "b/1/")
 	mustList(t, s, "zzz")
 	mustList(t, s, "c/")
+	// Prefixes no valid name has: nothing, and no error.
 	mustList(t, s, "a//")
 	mustList(t, s, "../")
+	mustList(t, s, "a\\")
 	attrs := mustList(t, s, "a/b/", "a/b/3", "a/b/c/4")
 	for _, a := range attrs {
 		i := slices.Index(all, a.Name)

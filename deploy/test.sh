@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Tabula's test command — the one the README gives and .ci/run calls:
+#
+#   bash deploy/test.sh [go test flags] [packages]
+#
+# It
+#   1. installs MinIO through deploy/install.sh (built once into .cache/bin);
+#   2. starts it on 127.0.0.1 on free random ports, with a temporary data
+#      directory and random root credentials, and exports for the tests
+#        TABULA_TEST_S3_ENDPOINT    host:port (plain HTTP)
+#        TABULA_TEST_S3_ACCESS_KEY
+#        TABULA_TEST_S3_SECRET_KEY
+#   3. checks formatting (gofmt -l, generated files excepted) and go vet;
+#   4. runs go test -tags integration -count=1 with the arguments given
+#      (default packages: ./...; give package paths like ./storage/blob/... to
+#      test only those, and they are also what go vet checks);
+#   5. stops MinIO and removes the temporary directories, whatever happened,
+#      and exits with the status of the first failing step.
+#
+# Integration tests are the files tagged //go:build integration; they use the
+# servers started here and fail (never skip) without them.
+#
+# Long runs stay out of this command. Fuzz targets run explicitly, e.g.
+#   go test -run '^$' -fuzz FuzzReader -fuzztime 1m ./storage/sstable
+# and tests with a long mode (soak, many-kill crash runs) read TABULA_LONG=1:
+#   TABULA_LONG=1 bash deploy/test.sh -run Soak ./storage/...
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+BIN=$REPO/.cache/bin
+MINIO_START_TIMEOUT=${MINIO_START_TIMEOUT:-60s}
+
+log() { echo "test.sh: $*" >&2; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/tabula-test.XXXXXX")
+MINIO_PID=
+
+# stop_pid PID: TERM, then KILL if it lingers.
+stop_pid() {
+	local pid=$1
+	kill -TERM "$pid" 2>/dev/null || return 0
+	for _ in $(seq 50); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if [[ -n $MINIO_PID ]]; then
+		stop_pid "$MINIO_PID"
+	fi
+	# (Stop Consul here too once start_consul below exists.)
+	rm -rf "$TMP"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Arguments: go test flags and packages. Without a package, test ./...
+args=("$@")
+pkgs=()
+for a in "${args[@]}"; do
+	case $a in
+	./* | github.com/* | all) pkgs+=("$a") ;;
+	esac
+done
+if ((${#pkgs[@]} == 0)); then
+	pkgs=(./...)
+	args+=(./...)
+fi
+
+bash deploy/install.sh minio
+
+# A helper binary for free ports and health checks (no curl or python needed).
+go build -o "$TMP/testenv" ./deploy/testenv
+
+random_hex() { od -An -tx1 -N"$1" /dev/urandom | tr -d ' \n'; }
+
+# start_minio: start MinIO and wait until it is live. A port can be taken by
+# another process between choosing and binding it, so try a few times.
+start_minio() {
+	local attempt port console start
+	export MINIO_ROOT_USER=tabula-$(random_hex 6)
+	export MINIO_ROOT_PASSWORD=$(random_hex 20)
+	start=$(date +%s.%N)
+	for attempt in 1 2 3; do
+		mapfile -t ports < <("$TMP/testenv" free-ports 2)
+		port=${ports[0]} console=${ports[1]}
+		rm -rf "$TMP/minio-data" && mkdir -p "$TMP/minio-data"
+		# MINIO_CI_CD relaxes checks meant for production drives; the
+		# console, update checks and anonymous telemetry are off.
+		MINIO_CI_CD=1 MINIO_BROWSER=off MINIO_UPDATE=off \
+			"$BIN/minio" server --quiet \
+			--address "127.0.0.1:$port" --console-address "127.0.0.1:$console" \
+			"$TMP/minio-data" >"$TMP/minio.log" 2>&1 &
+		MINIO_PID=$!
+		if "$TMP/testenv" wait-http "http://127.0.0.1:$port/minio/health/live" "$MINIO_START_TIMEOUT" 2>"$TMP/wait.err" &&
+			kill -0 "$MINIO_PID" 2>/dev/null; then
+			export TABULA_TEST_S3_ENDPOINT=127.0.0.1:$port
+			export TABULA_TEST_S3_ACCESS_KEY=$MINIO_ROOT_USER
+			export TABULA_TEST_S3_SECRET_KEY=$MINIO_ROOT_PASSWORD
+			log "MinIO up on $TABULA_TEST_S3_ENDPOINT after $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')s (attempt $attempt)"
+			return 0
+		fi
+		log "MinIO did not become healthy on 127.0.0.1:$port (attempt $attempt): $(cat "$TMP/wait.err")"
+		tail -n 20 "$TMP/minio.log" >&2 || true
+		stop_pid "$MINIO_PID"
+		MINIO_PID=
+	done
+	log "giving up: MinIO would not start; its log is above"
+	return 1
+}
+
+# Consul goes here once the cluster packages need it:
+#   bash deploy/install.sh consul, then start_consul (consul agent -dev on free
+#   ports with -data-dir under $TMP), export TABULA_TEST_CONSUL_ADDR, and stop
+#   it in cleanup.
+
+start_minio
+
+# gofmt checks the directories of the packages tested (the whole tree for
+# ./... or import paths).
+gofmt_roots=()
+for p in "${pkgs[@]}"; do
+	case $p in
+	./...) gofmt_roots=(.) && break ;;
+	./*/...) gofmt_roots+=("${p%/...}") ;;
+	./*) gofmt_roots+=("$p") ;; # with its subdirectories: a superset is harmless
+	*) gofmt_roots=(.) && break ;;
+	esac
+done
+log "gofmt ${gofmt_roots[*]}"
+unformatted=()
+while IFS= read -r f; do
+	# Generated code is formatted by its generator, not by us.
+	if ! grep -qE '^// Code generated .* DO NOT EDIT\.$' "$f"; then
+		unformatted+=("$f")
+	fi
+done < <(find "${gofmt_roots[@]}" \( -path ./.cache -o -path ./.git -o -name testdata \) -prune -o -name '*.go' -type f -print0 |
+	xargs -0 -r gofmt -l)
+if ((${#unformatted[@]} > 0)); then
+	log "files not gofmt-clean (run gofmt -w):"
+	printf '  %s\n' "${unformatted[@]}" >&2
+	exit 1
+fi
+
+log "go vet ${pkgs[*]}"
+go vet -tags integration "${pkgs[@]}"
+
+log "go test -tags integration -count=1 ${args[*]}"
+go test -tags integration -count=1 "${args[@]}"
