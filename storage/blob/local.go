@@ -342,6 +342,11 @@ func (w *localWriter) commit(op string) error {
 		os.Remove(tmp)
 		return &OpError{Op: op, Name: w.name, Err: err}
 	}
+	// CreateTemp makes the file private (0600); objects get the mode an
+	// ordinary file would.
+	if err := w.f.Chmod(0o644); err != nil {
+		return fail(err)
+	}
 	if err := w.f.Sync(); err != nil {
 		return fail(err)
 	}

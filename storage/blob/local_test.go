@@ -46,9 +46,13 @@ func TestLocalLayoutAndReopen(t *testing.T) {
 	if err := s.Put(t.Context(), "tables/t1/000001.sst", []byte("sst")); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(dir, "tables", "t1", "000001.sst"))
+	path := filepath.Join(dir, "tables", "t1", "000001.sst")
+	data, err := os.ReadFile(path)
 	if err != nil || string(data) != "sst" {
 		t.Fatalf("object file = %q, %v", data, err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("object file mode = %v, %v; want 0644 like an ordinary file", fi.Mode(), err)
 	}
 	// A new store on the same directory sees what the first one wrote.
 	s2, err := blob.NewLocal(dir)
