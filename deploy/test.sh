@@ -90,8 +90,8 @@ start_minio() {
 	export MINIO_ROOT_PASSWORD=$(random_hex 20)
 	start=$(date +%s.%N)
 	for attempt in 1 2 3; do
-		mapfile -t ports < <("$TMP/testenv" free-ports 2)
-		port=${ports[0]} console=${ports[1]}
+		ports=$("$TMP/testenv" free-ports 2) || return 1
+		read -r port console <<<"$(echo $ports)"
 		rm -rf "$TMP/minio-data" && mkdir -p "$TMP/minio-data"
 		# MINIO_CI_CD relaxes checks meant for production drives; the
 		# console, update checks and anonymous telemetry are off.
