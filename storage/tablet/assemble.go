@@ -1,0 +1,290 @@
+package tablet
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/tabuladb/tabula/storage/cell"
+)
+
+// entry is one internal entry: an encoded cell.Key and its value.
+type entry struct {
+	key, value []byte
+}
+
+func (e entry) clone() entry {
+	return entry{key: bytes.Clone(e.key), value: bytes.Clone(e.value)}
+}
+
+func entrySize(es []entry) int64 {
+	n := int64(0)
+	for _, e := range es {
+		n += int64(len(e.key)+len(e.value)) + 48
+	}
+	return n
+}
+
+// sortEntries orders entries of one or several sources by internal key.
+func sortEntries(es []entry) {
+	slices.SortStableFunc(es, func(a, b entry) int { return bytes.Compare(a.key, b.key) })
+}
+
+// Column names one column of a row.
+type Column struct {
+	Family    string
+	Qualifier []byte
+}
+
+// ReadOptions filter what a read returns. The zero value returns every live
+// version of every column.
+type ReadOptions struct {
+	// Families and Columns restrict the read: when either is non-nil, a
+	// cell is returned only if its family is in Families or its column is
+	// in Columns. Unknown families match nothing.
+	Families []string
+	Columns  []Column
+	// StartTimestamp and EndTimestamp keep versions with timestamps in
+	// [StartTimestamp, EndTimestamp); EndTimestamp 0 means no upper bound.
+	StartTimestamp, EndTimestamp int64
+	// MaxVersions > 0 returns at most that many versions of each column,
+	// the newest within the time range.
+	MaxVersions int
+}
+
+func (ro ReadOptions) allColumns() bool { return ro.Families == nil && ro.Columns == nil }
+
+// wantsFamily reports whether any cell of family may be returned.
+func (ro ReadOptions) wantsFamily(family string) bool {
+	if ro.allColumns() || slices.Contains(ro.Families, family) {
+		return true
+	}
+	for _, c := range ro.Columns {
+		if c.Family == family {
+			return true
+		}
+	}
+	return false
+}
+
+func (ro ReadOptions) wantsColumn(family string, qualifier []byte) bool {
+	if ro.allColumns() || slices.Contains(ro.Families, family) {
+		return true
+	}
+	for _, c := range ro.Columns {
+		if c.Family == family && bytes.Equal(c.Qualifier, qualifier) {
+			return true
+		}
+	}
+	return false
+}
+
+func (ro ReadOptions) inTimeRange(ts int64) bool {
+	end := ro.EndTimestamp
+	if end == 0 {
+		end = math.MaxInt64
+	}
+	return ts >= ro.StartTimestamp && ts < end
+}
+
+// resolveParams say how resolveRow treats a row's entries.
+type resolveParams struct {
+	// snap: entries with a greater sequence number are invisible.
+	snap uint64
+	// families that exist; entries of other families are dropped.
+	families map[string]Family
+	// drops: family → sequence number at which it was dropped from the
+	// schema; it shadows the family's older entries like a family marker
+	// in every row.
+	drops map[string]uint64
+	// now, in microseconds, for MaxAge policies.
+	now int64
+	// noGC skips the GC policies (merging compactions use no GC).
+	noGC bool
+}
+
+// cellVersion is one live version of a column: its decoded key, its value and
+// the entry it came from.
+type cellVersion struct {
+	key   cell.Key
+	value []byte
+	raw   entry
+}
+
+// resolveRow computes the live versions of one row from its entries, given
+// in internal key order (duplicates of an entry, such as a row marker
+// written to several locality groups, are allowed). The rules:
+//
+//   - entries with seq > snap are ignored;
+//   - a row marker with seq S shadows every entry of the row with seq < S; a
+//     family marker (or the family's drop) those of its family; a column
+//     marker those of its column whose timestamps lie in its range;
+//   - of the versions with the same timestamp only the one with the highest
+//     seq counts (if it is shadowed, so are the others);
+//   - families not in p.families are dropped;
+//   - then the family's GC policy collects versions (unless p.noGC).
+//
+// The result is in cell order: family, qualifier, timestamp descending.
+func resolveRow(entries []entry, p resolveParams) ([]cellVersion, error) {
+	var out []cellVersion
+	var rowDel uint64
+	i := 0
+	// Row markers come first.
+	for ; i < len(entries); i++ {
+		k, err := cell.DecodeKey(entries[i].key)
+		if err != nil {
+			return nil, err
+		}
+		if k.Kind != cell.KindRowDelete {
+			break
+		}
+		if k.Seq <= p.snap && k.Seq > rowDel {
+			rowDel = k.Seq
+		}
+	}
+	var (
+		curFam    string
+		famOK     bool
+		fam       Family
+		famDel    uint64
+		haveFam   bool
+		curQual   []byte
+		haveCol   bool
+		markers   []colMarker
+		colVers   []cellVersion
+		lastTS    int64
+		haveTS    bool
+		decodeErr error
+	)
+	flushColumn := func() {
+		for idx, v := range colVers {
+			if !p.noGC && fam.GC.Collects(idx, v.key.Timestamp, p.now) {
+				break
+			}
+			out = append(out, v)
+		}
+		colVers = colVers[:0]
+		markers = markers[:0]
+		haveTS = false
+	}
+	for ; i < len(entries); i++ {
+		e := entries[i]
+		k, err := cell.DecodeKey(e.key)
+		if err != nil {
+			decodeErr = err
+			break
+		}
+		if k.Kind == cell.KindRowDelete {
+			// Sorted input puts row markers first; a row marker here
+			// means the entries are not one sorted row.
+			return nil, fmt.Errorf("tablet: row marker after family entries in row %q", k.Row)
+		}
+		if !haveFam || k.Family != curFam {
+			if haveCol {
+				flushColumn()
+				haveCol = false
+			}
+			haveFam = true
+			curFam = k.Family
+			fam, famOK = p.families[k.Family]
+			famDel = max(rowDel, p.drops[k.Family])
+		}
+		if !famOK {
+			continue
+		}
+		if k.Kind == cell.KindFamilyDelete {
+			if k.Seq <= p.snap && k.Seq > famDel {
+				famDel = k.Seq
+			}
+			continue
+		}
+		if !haveCol || !bytes.Equal(k.Qualifier, curQual) {
+			if haveCol {
+				flushColumn()
+			}
+			haveCol = true
+			curQual = k.Qualifier
+		}
+		if k.Seq > p.snap {
+			continue
+		}
+		if k.Kind == cell.KindColumnDelete {
+			start, end, err := cell.DecodeTimeRange(e.value)
+			if err != nil {
+				return nil, err
+			}
+			markers = append(markers, colMarker{seq: k.Seq, start: start, end: end})
+			continue
+		}
+		if haveTS && k.Timestamp == lastTS {
+			continue // an older write of the same version
+		}
+		haveTS, lastTS = true, k.Timestamp
+		if k.Seq < famDel || shadowedByColumn(markers, k.Seq, k.Timestamp) {
+			continue
+		}
+		colVers = append(colVers, cellVersion{key: k, value: e.value, raw: e})
+	}
+	if decodeErr != nil {
+		return nil, decodeErr
+	}
+	if haveCol {
+		flushColumn()
+	}
+	return out, nil
+}
+
+type colMarker struct {
+	seq        uint64
+	start, end int64
+}
+
+func shadowedByColumn(ms []colMarker, seq uint64, ts int64) bool {
+	for _, m := range ms {
+		if m.seq > seq && ts >= m.start && ts < m.end {
+			return true
+		}
+	}
+	return false
+}
+
+// filterVersions applies the ReadOptions to live versions (already in cell
+// order) and returns the row's cells; values are copied.
+func filterVersions(vs []cellVersion, ro ReadOptions) []cell.Cell {
+	var cells []cell.Cell
+	count := 0
+	for i, v := range vs {
+		if i == 0 || v.key.Family != vs[i-1].key.Family || !bytes.Equal(v.key.Qualifier, vs[i-1].key.Qualifier) {
+			count = 0
+		}
+		if !ro.wantsColumn(v.key.Family, v.key.Qualifier) || !ro.inTimeRange(v.key.Timestamp) {
+			continue
+		}
+		if ro.MaxVersions > 0 && count >= ro.MaxVersions {
+			continue
+		}
+		count++
+		cells = append(cells, cell.Cell{
+			Family:    v.key.Family,
+			Qualifier: bytes.Clone(v.key.Qualifier),
+			Timestamp: v.key.Timestamp,
+			Value:     bytes.Clone(v.value),
+		})
+	}
+	return cells
+}
+
+// assembleRow turns one row's sorted entries into the row a read returns;
+// ok is false when no cell remains.
+func assembleRow(row []byte, entries []entry, p resolveParams, ro ReadOptions) (cell.Row, bool, error) {
+	vs, err := resolveRow(entries, p)
+	if err != nil {
+		return cell.Row{}, false, err
+	}
+	cells := filterVersions(vs, ro)
+	if len(cells) == 0 {
+		return cell.Row{}, false, nil
+	}
+	return cell.Row{Key: bytes.Clone(row), Cells: cells}, true, nil
+}

@@ -1,0 +1,432 @@
+package tablet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/memtable"
+	"github.com/tabuladb/tabula/storage/sstable"
+)
+
+// Flush runs a minor compaction: the memtable is frozen, written as one
+// SSTable per locality group, the new state (files, redo point) is saved,
+// and the files replace the frozen memtable. Writes go on into a fresh
+// memtable meanwhile.
+func (t *Tablet) Flush(ctx context.Context) error {
+	t.maintMu.Lock()
+	defer t.maintMu.Unlock()
+	if err := t.checkOpen(); err != nil {
+		return err
+	}
+	_, err := t.flushLocked(ctx)
+	return err
+}
+
+func (t *Tablet) checkOpen() error {
+	if t.closed.Load() {
+		return t.notServing(nil, "closed")
+	}
+	if fe := t.failed.Load(); fe != nil {
+		return fe
+	}
+	return nil
+}
+
+// flushLocked flushes the frozen memtable, freezing the active one first
+// if nothing is frozen. It returns the cut: every entry with a sequence
+// number at or below it is in SSTables afterwards. Called under maintMu.
+func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
+	t.writeMu.Lock()
+	if t.frozen == nil {
+		if t.mem.Len() == 0 {
+			cut := t.lastSeq
+			t.writeMu.Unlock()
+			return cut, nil
+		}
+		fz := &frozenMem{mem: t.mem, seq: t.lastSeq, commit: t.lastCommit}
+		if t.opts.Log != nil {
+			fz.redo = t.opts.Log.Tail()
+		}
+		t.frozen = fz
+		t.mem = memtable.New()
+		t.lastCommit = nil
+		t.mu.Lock()
+		if t.cur != nil {
+			t.install(newVersion(t.mem, fz.mem, t.cur.groups, t.cur.schema, t.cur.drops))
+		}
+		t.mu.Unlock()
+	}
+	fz := t.frozen
+	t.writeMu.Unlock()
+
+	// Flush only durable entries: wait for the last record of the frozen
+	// memtable (all earlier ones are durable with it), then publish, so
+	// that no file ever holds an entry a reader may not see.
+	if fz.commit != nil {
+		if err := fz.commit.Wait(ctx); err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return 0, err
+			}
+			return 0, t.fail(err)
+		}
+	}
+	if fe := t.failed.Load(); fe != nil {
+		return 0, fe
+	}
+	t.publish(fz.seq)
+
+	v, _, err := t.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer v.unref()
+	groups := slices.Sorted(maps.Keys(v.schema.groups()))
+	for g := range v.groups {
+		if !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
+	written := make(map[string]*tableFile)
+	abort := func() {
+		for _, f := range written {
+			f.unref()
+		}
+	}
+	for _, g := range groups {
+		f, err := t.writeGroupFile(ctx, v.schema, g, func(emit func(k, val []byte) error) error {
+			it := fz.mem.NewIterator()
+			for ok := it.First(); ok; ok = it.Next() {
+				key := it.Key()
+				if cell.KindOf(key) != cell.KindRowDelete {
+					k, err := cell.DecodeKey(key)
+					if err != nil {
+						return err
+					}
+					// A family no longer in the schema: its cells are
+					// shadowed by its drop.
+					if fg, ok := v.schema.groupOf(k.Family); !ok || fg != g {
+						continue
+					}
+				}
+				if err := emit(key, it.Value()); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			abort()
+			return 0, fmt.Errorf("tablet %s: minor compaction: %w", t.id, err)
+		}
+		if f != nil {
+			written[g] = f
+		}
+	}
+
+	st := t.state.clone()
+	for g, f := range written {
+		st.Groups[g] = append([]FileMeta{f.meta}, st.Groups[g]...)
+	}
+	st.RedoPoint = fz.redo
+	st.FlushedSeq = fz.seq
+	st.LastSeq = max(st.LastSeq, fz.seq)
+	if err := t.opts.StateStore.Save(ctx, st); err != nil {
+		abort()
+		return 0, fmt.Errorf("tablet %s: minor compaction: saving state: %w", t.id, err)
+	}
+	t.state = st
+
+	t.writeMu.Lock()
+	t.mu.Lock()
+	t.frozen = nil
+	if t.cur != nil {
+		ng := maps.Clone(t.cur.groups)
+		for g, f := range written {
+			files := []*tableFile{f}
+			if old := ng[g]; old != nil {
+				files = append(files, old.files...)
+			}
+			ng[g] = &groupFiles{files: files, gen: t.newGen()}
+		}
+		t.install(newVersion(t.mem, nil, ng, t.cur.schema, t.cur.drops))
+	}
+	t.mu.Unlock()
+	t.writeMu.Unlock()
+	abort() // the versions hold their own references
+	t.flushes.Add(1)
+	return fz.seq, nil
+}
+
+// writeGroupFile writes the entries src emits as a new SSTable of group g
+// and opens it. It returns nil (and writes nothing) when src emits nothing.
+// Consecutive duplicate keys are written once.
+func (t *Tablet) writeGroupFile(ctx context.Context, schema Schema, g string, src func(emit func(k, v []byte) error) error) (*tableFile, error) {
+	lg := schema.group(g)
+	name := newFileName(t.opts.Dir, time.Now())
+	bw, err := t.opts.Store.Create(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	sw := sstable.NewWriter(bw, sstable.WriterOptions{BlockSize: lg.BlockSize, Compression: lg.Compression, LocalityGroup: g})
+	var last []byte
+	n := 0
+	err = src(func(k, v []byte) error {
+		if last != nil && bytes.Equal(k, last) {
+			return nil
+		}
+		last = append(last[:0], k...)
+		n++
+		return sw.Add(k, v)
+	})
+	if err != nil || n == 0 {
+		_ = bw.Abort()
+		return nil, err
+	}
+	props, err := sw.Finish()
+	if err != nil {
+		_ = bw.Abort()
+		return nil, err
+	}
+	if err := bw.Close(); err != nil {
+		return nil, err
+	}
+	meta := FileMeta{Name: name, Size: props.FileSize, SmallestKey: props.SmallestKey, LargestKey: props.LargestKey, MaxSeq: props.MaxSeq, Entries: props.NumEntries}
+	return openTableFile(ctx, t.opts.Store, meta, sstable.ReaderOptions{Cache: t.opts.Cache, InMemory: lg.InMemory})
+}
+
+// Compact runs a compaction now. A merging compaction (major false) merges
+// the SSTables of every group that has several into one, keeping delete
+// markers and every version. A major compaction first flushes the memtable,
+// then rewrites all SSTables of every group into one, dropping delete
+// markers, everything they shadow, older writes of the same version, what
+// the GC policies collect at this time, and cells of families no longer in
+// the schema.
+func (t *Tablet) Compact(ctx context.Context, major bool) error {
+	t.maintMu.Lock()
+	defer t.maintMu.Unlock()
+	if err := t.checkOpen(); err != nil {
+		return err
+	}
+	if !major {
+		for _, g := range t.groupNames() {
+			if n := t.groupLen(g); n > 1 {
+				if err := t.mergeLocked(ctx, g, n); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	cut, err := t.flushLocked(ctx)
+	if err != nil {
+		return err
+	}
+	for _, g := range t.groupNames() {
+		if err := t.majorLocked(ctx, g); err != nil {
+			return err
+		}
+	}
+	// Every entry below cut was in the compacted files: drops at or
+	// below it have nothing left to shadow.
+	t.mu.RLock()
+	drops := maps.Clone(t.cur.drops)
+	t.mu.RUnlock()
+	changed := false
+	for f, seq := range drops {
+		if seq <= cut {
+			delete(drops, f)
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	st := t.state.clone()
+	st.Drops = maps.Clone(drops)
+	if err := t.opts.StateStore.Save(ctx, st); err != nil {
+		return err
+	}
+	t.state = st
+	t.writeMu.Lock()
+	t.mu.Lock()
+	cur := t.cur
+	// A drop made after the cut (by SetSchema meanwhile) stays.
+	for f, seq := range cur.drops {
+		if seq > cut {
+			drops[f] = seq
+		}
+	}
+	t.install(newVersion(cur.mem, cur.frozen, cur.groups, cur.schema, drops))
+	t.mu.Unlock()
+	t.writeMu.Unlock()
+	return nil
+}
+
+func (t *Tablet) groupNames() []string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.cur == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(t.cur.groups))
+}
+
+func (t *Tablet) groupLen(g string) int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.cur == nil || t.cur.groups[g] == nil {
+		return 0
+	}
+	return len(t.cur.groups[g].files)
+}
+
+// pickMergeCount chooses how many of a group's newest SSTables a merging
+// compaction merges: enough to bring the group to MaxSSTables/2, and then
+// more while the next older file is no bigger than the merged ones together
+// (size-tiered), so that big old files are rewritten rarely.
+func (t *Tablet) pickMergeCount(g string) int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	files := t.cur.groups[g].files
+	k := max(2, len(files)-t.opts.MaxSSTables/2+1)
+	k = min(k, len(files))
+	var sum int64
+	for _, f := range files[:k] {
+		sum += f.meta.Size
+	}
+	for k < len(files) && files[k].meta.Size <= sum {
+		sum += files[k].meta.Size
+		k++
+	}
+	return k
+}
+
+// mergeLocked merges the k newest SSTables of group g into one, clipped to
+// the tablet's range, keeping every entry. Called under maintMu.
+func (t *Tablet) mergeLocked(ctx context.Context, g string, k int) error {
+	return t.rewriteLocked(ctx, g, k, false)
+}
+
+// majorLocked rewrites all of group g's SSTables into one (or none), as
+// Compact(major) describes. Called under maintMu.
+func (t *Tablet) majorLocked(ctx context.Context, g string) error {
+	return t.rewriteLocked(ctx, g, math.MaxInt, true)
+}
+
+func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, major bool) error {
+	v, _, err := t.acquire()
+	if err != nil {
+		return err
+	}
+	defer v.unref()
+	gf := v.groups[g]
+	if gf == nil {
+		return nil
+	}
+	k = min(k, len(gf.files))
+	if k == 0 || (!major && k < 2) {
+		return nil
+	}
+	inputs := gf.files[:k]
+	srcs := make([]cell.Iterator, len(inputs))
+	for i, f := range inputs {
+		srcs[i] = f.r.NewIterator()
+	}
+	it := newMergingIter(t.lower, t.upper, srcs...)
+	var out *tableFile
+	if !major {
+		out, err = t.writeGroupFile(ctx, v.schema, g, func(emit func(k, v []byte) error) error {
+			for ok := it.First(); ok; ok = it.Next() {
+				if err := emit(it.Key(), it.Value()); err != nil {
+					return err
+				}
+			}
+			return it.Error()
+		})
+	} else {
+		p := resolveParams{snap: math.MaxUint64, families: v.schema.Families, drops: v.drops, now: t.opts.Clock()}
+		out, err = t.writeGroupFile(ctx, v.schema, g, func(emit func(k, v []byte) error) error {
+			var es []entry
+			ok := it.First()
+			for ok {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				es, ok = readRowEntries(it, es[:0])
+				vs, err := resolveRow(es, p)
+				if err != nil {
+					return err
+				}
+				for _, cv := range vs {
+					if err := emit(cv.raw.key, cv.raw.value); err != nil {
+						return err
+					}
+				}
+			}
+			return it.Error()
+		})
+	}
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		if out != nil {
+			out.unref()
+		}
+		return fmt.Errorf("tablet %s: compaction of group %s: %w", t.id, g, err)
+	}
+
+	st := t.state.clone()
+	var metas []FileMeta
+	if out != nil {
+		metas = append(metas, out.meta)
+	}
+	metas = append(metas, st.Groups[g][k:]...)
+	if len(metas) == 0 {
+		delete(st.Groups, g)
+	} else {
+		st.Groups[g] = metas
+	}
+	if err := t.opts.StateStore.Save(ctx, st); err != nil {
+		if out != nil {
+			out.unref()
+		}
+		return fmt.Errorf("tablet %s: compaction: saving state: %w", t.id, err)
+	}
+	t.state = st
+
+	t.mu.Lock()
+	cur := t.cur
+	if cur != nil {
+		ng := maps.Clone(cur.groups)
+		var files []*tableFile
+		if out != nil {
+			files = append(files, out)
+		}
+		files = append(files, cur.groups[g].files[k:]...)
+		if len(files) == 0 {
+			delete(ng, g)
+		} else {
+			ng[g] = &groupFiles{files: files, gen: t.newGen()}
+		}
+		t.install(newVersion(cur.mem, cur.frozen, ng, cur.schema, cur.drops))
+	}
+	t.mu.Unlock()
+	if out != nil {
+		out.unref()
+	}
+	if major {
+		t.majors.Add(1)
+	} else {
+		t.merges.Add(1)
+	}
+	return nil
+}
+

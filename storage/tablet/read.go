@@ -1,0 +1,233 @@
+package tablet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/memtable"
+)
+
+// ReadRow reads one row. ok is false when the row has no cell left after
+// deletes, garbage collection and ro.
+func (t *Tablet) ReadRow(ctx context.Context, row []byte, ro ReadOptions) (cell.Row, bool, error) {
+	if !t.Contains(row) {
+		return cell.Row{}, false, t.notServing(row, "row outside the tablet's range")
+	}
+	v, snap, err := t.acquire()
+	if err != nil {
+		return cell.Row{}, false, err
+	}
+	defer v.unref()
+	return t.readRow(ctx, v, snap, row, ro)
+}
+
+// groupsFor returns the names of the version's locality groups that may
+// hold cells ro asks for, sorted.
+func groupsFor(v *version, ro ReadOptions) []string {
+	var out []string
+	for name := range v.groups {
+		want := false
+		for fname, f := range v.schema.Families {
+			if f.group() == name && ro.wantsFamily(fname) {
+				want = true
+				break
+			}
+		}
+		if want {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// memRowEntries appends the entries of row in m; memtable keys and values
+// stay valid for the memtable's life, so they are not copied.
+func memRowEntries(dst []entry, m *memtable.Memtable, prefix []byte) []entry {
+	it := m.NewIterator()
+	for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+		dst = append(dst, entry{key: it.Key(), value: it.Value()})
+	}
+	return dst
+}
+
+// groupRowEntries returns the entries of row in a group's SSTables (sorted),
+// through the scan cache when there is one. Bloom filters skip files that
+// cannot hold the row.
+func (t *Tablet) groupRowEntries(ctx context.Context, g *groupFiles, row, prefix []byte) ([]entry, error) {
+	sc := t.opts.ScanCache
+	if sc != nil {
+		if es, ok := sc.get(g.gen, row); ok {
+			return es, nil
+		}
+	}
+	var es []entry
+	for _, f := range g.files {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if !f.r.MayContainRow(row) {
+			continue
+		}
+		it := f.r.NewIterator()
+		for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+			es = append(es, entry{key: it.Key(), value: it.Value()}.clone())
+		}
+		err := errors.Join(it.Error(), it.Close())
+		if err != nil {
+			return nil, err
+		}
+	}
+	sortEntries(es)
+	if sc != nil {
+		sc.set(g.gen, row, es)
+	}
+	return es, nil
+}
+
+// readRow reads row from version v at snapshot snap.
+func (t *Tablet) readRow(ctx context.Context, v *version, snap uint64, row []byte, ro ReadOptions) (cell.Row, bool, error) {
+	prefix := cell.RowPrefix(row)
+	var es []entry
+	es = memRowEntries(es, v.mem, prefix)
+	if v.frozen != nil {
+		es = memRowEntries(es, v.frozen, prefix)
+	}
+	for _, name := range groupsFor(v, ro) {
+		ges, err := t.groupRowEntries(ctx, v.groups[name], row, prefix)
+		if err != nil {
+			return cell.Row{}, false, err
+		}
+		es = append(es, ges...)
+	}
+	sortEntries(es)
+	return assembleRow(row, es, t.params(v, snap), ro)
+}
+
+func (t *Tablet) params(v *version, snap uint64) resolveParams {
+	return resolveParams{snap: snap, families: v.schema.Families, drops: v.drops, now: t.opts.Clock()}
+}
+
+// ScanOptions say which rows a Scan returns.
+type ScanOptions struct {
+	// Start and End bound the scan to rows in [Start, End), clipped to the
+	// tablet's range; nil means unbounded.
+	Start, End []byte
+	// Reverse returns rows in descending key order.
+	Reverse bool
+	// Limit > 0 stops after that many rows.
+	Limit int
+	ReadOptions
+}
+
+// Scan calls fn for every row in range that has cells left after deletes,
+// garbage collection and so.ReadOptions, in key order (descending with
+// Reverse), all at one snapshot. It stops at the first error fn returns and
+// returns it. fn may call the tablet's other methods.
+func (t *Tablet) Scan(ctx context.Context, so ScanOptions, fn func(cell.Row) error) error {
+	lower, upper := t.lower, t.upper
+	if len(so.Start) > 0 && bytes.Compare(so.Start, t.start) > 0 {
+		lower = cell.RowPrefix(so.Start)
+	}
+	if so.End != nil && (t.end == nil || bytes.Compare(so.End, t.end) < 0) {
+		upper = cell.RowPrefix(so.End)
+	}
+	if lower != nil && upper != nil && bytes.Compare(lower, upper) >= 0 {
+		return nil
+	}
+	v, snap, err := t.acquire()
+	if err != nil {
+		return err
+	}
+	defer v.unref()
+	it := t.newIter(v, groupsFor(v, so.ReadOptions), lower, upper)
+	p := t.params(v, snap)
+	n := 0
+	emit := func(es []entry) (bool, error) {
+		k, err := cell.DecodeKey(es[0].key)
+		if err != nil {
+			return false, err
+		}
+		r, ok, err := assembleRow(k.Row, es, p, so.ReadOptions)
+		if err != nil || !ok {
+			return false, err
+		}
+		if err := fn(r); err != nil {
+			return false, err
+		}
+		n++
+		return so.Limit > 0 && n >= so.Limit, nil
+	}
+	var es []entry
+	if !so.Reverse {
+		ok := it.First()
+		for ok {
+			if err := ctx.Err(); err != nil {
+				return errors.Join(err, it.Close())
+			}
+			es, ok = readRowEntries(it, es[:0])
+			done, err := emit(es)
+			if err != nil || done {
+				return errors.Join(err, it.Close())
+			}
+		}
+		return it.Close()
+	}
+	pos := upper
+	if pos == nil {
+		pos = t.maxKey
+	}
+	for it.SeekLT(pos) {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(err, it.Close())
+		}
+		n := cell.RowPrefixLen(it.Key())
+		if n < 0 {
+			return errors.Join(cell.ErrMalformedKey, it.Close())
+		}
+		pos = bytes.Clone(it.Key()[:n])
+		if !it.SeekGE(pos) {
+			break
+		}
+		es, _ = readRowEntries(it, es[:0])
+		done, err := emit(es)
+		if err != nil || done {
+			return errors.Join(err, it.Close())
+		}
+	}
+	return it.Close()
+}
+
+// readRowEntries copies the entries of the row the iterator is at and
+// leaves it at the next row; ok is false when the iterator ended.
+func readRowEntries(it cell.Iterator, dst []entry) ([]entry, bool) {
+	n := cell.RowPrefixLen(it.Key())
+	prefix := bytes.Clone(it.Key()[:max(n, 0)])
+	for {
+		dst = append(dst, entry{key: it.Key(), value: it.Value()}.clone())
+		if !it.Next() {
+			return dst, false
+		}
+		if !bytes.HasPrefix(it.Key(), prefix) {
+			return dst, true
+		}
+	}
+}
+
+// newIter merges the memtables and the SSTables of the given groups,
+// clipped to [lower, upper).
+func (t *Tablet) newIter(v *version, groups []string, lower, upper []byte) *mergingIter {
+	srcs := []cell.Iterator{v.mem.NewIterator()}
+	if v.frozen != nil {
+		srcs = append(srcs, v.frozen.NewIterator())
+	}
+	for _, name := range groups {
+		for _, f := range v.groups[name].files {
+			srcs = append(srcs, f.r.NewIterator())
+		}
+	}
+	return newMergingIter(lower, upper, srcs...)
+}

@@ -1,0 +1,292 @@
+package tablet
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/memtable"
+)
+
+// KeySample is one point of SampleKeys.
+type KeySample struct {
+	Row []byte
+	// Offset is about how many bytes the tablet stores in rows up to and
+	// including Row.
+	Offset int64
+}
+
+// memSampleBytes is the spacing of samples taken from memtables.
+const memSampleBytes = 64 << 10
+
+// SampleKeys returns row keys of the tablet at roughly even byte offsets,
+// ascending: the last key of every SSTable data block in range (from the
+// indexes loaded in memory) and a key every 64 KiB of the memtables. It
+// serves SampleRowKeys and the choice of split keys.
+func (t *Tablet) SampleKeys() ([]KeySample, error) {
+	v, _, err := t.acquire()
+	if err != nil {
+		return nil, err
+	}
+	defer v.unref()
+	return t.sampleKeys(v), nil
+}
+
+func (t *Tablet) sampleKeys(v *version) []KeySample {
+	var raw []KeySample // Offset holds the sample's own weight here
+	for _, g := range v.groups {
+		for _, f := range g.files {
+			for _, ie := range f.r.Index() {
+				k, err := cell.DecodeKey(ie.LastKey)
+				if err != nil || !t.Contains(k.Row) {
+					continue
+				}
+				raw = append(raw, KeySample{Row: bytes.Clone(k.Row), Offset: ie.Length})
+			}
+		}
+	}
+	for _, m := range []*memtable.Memtable{v.mem, v.frozen} {
+		if m == nil {
+			continue
+		}
+		var acc int64
+		it := m.NewIterator()
+		var lastRow []byte
+		for ok := it.First(); ok; ok = it.Next() {
+			acc += int64(len(it.Key()) + len(it.Value()))
+			if acc >= memSampleBytes {
+				if k, err := cell.DecodeKey(it.Key()); err == nil {
+					raw = append(raw, KeySample{Row: bytes.Clone(k.Row), Offset: acc})
+					acc = 0
+					lastRow = nil
+				}
+			} else if acc > 0 && lastRow == nil {
+				lastRow = it.Key()
+			}
+		}
+		if acc > 0 && lastRow != nil {
+			if k, err := cell.DecodeKey(lastRow); err == nil {
+				raw = append(raw, KeySample{Row: bytes.Clone(k.Row), Offset: acc})
+			}
+		}
+	}
+	slices.SortStableFunc(raw, func(a, b KeySample) int { return bytes.Compare(a.Row, b.Row) })
+	var out []KeySample
+	var total int64
+	for _, s := range raw {
+		total += s.Offset
+		if n := len(out); n > 0 && bytes.Equal(out[n-1].Row, s.Row) {
+			out[n-1].Offset = total
+			continue
+		}
+		out = append(out, KeySample{Row: s.Row, Offset: total})
+	}
+	return out
+}
+
+// SplitResult describes a committed split: the parent's state now says it
+// was split, the children's states are saved, and the caller opens them
+// (with Options.Start/End nil or equal to their ranges).
+type SplitResult struct {
+	Key         []byte // the left child holds rows < Key, the right rows >= Key
+	Left, Right State
+}
+
+// Split splits the tablet at a middle row key chosen from SampleKeys, as
+// SplitAt does.
+func (t *Tablet) Split(ctx context.Context) (SplitResult, error) {
+	return t.SplitAt(ctx, nil)
+}
+
+// SplitAt splits the tablet into two children at key (nil: a middle key
+// chosen by size). It flushes the memtable, stops accepting writes
+// (ErrNotServing), flushes what arrived meanwhile, saves the children's
+// states — which reference the parent's SSTables, so no data is copied —
+// then marks the parent's state as split, and closes the parent. A crash
+// before that last save leaves the parent intact (and orphan child states
+// the master ignores); after it, both children are complete. If the split
+// fails before committing, the parent goes on serving.
+func (t *Tablet) SplitAt(ctx context.Context, key []byte) (SplitResult, error) {
+	t.maintMu.Lock()
+	defer t.maintMu.Unlock()
+	if err := t.checkOpen(); err != nil {
+		return SplitResult{}, err
+	}
+	if key != nil && (!t.Contains(key) || bytes.Equal(key, t.start)) {
+		return SplitResult{}, fmt.Errorf("tablet %s: split key %q not strictly inside the range [%q, %q)", t.id, key, t.start, t.end)
+	}
+	if _, err := t.flushLocked(ctx); err != nil {
+		return SplitResult{}, err
+	}
+	t.writeMu.Lock()
+	if t.stopErr != nil {
+		err := t.stopErr
+		t.writeMu.Unlock()
+		return SplitResult{}, err
+	}
+	t.stopErr = t.notServing(nil, "splitting")
+	t.writeMu.Unlock()
+	res, err := t.splitLocked(ctx, key)
+	t.writeMu.Lock()
+	if err != nil {
+		if t.failed.Load() == nil {
+			t.stopErr = nil
+		}
+	} else {
+		t.stopErr = t.notServing(nil, fmt.Sprintf("split into %s and %s", res.Left.ID, res.Right.ID))
+	}
+	t.writeMu.Unlock()
+	if err != nil {
+		return SplitResult{}, err
+	}
+	t.closed.Store(true)
+	close(t.stop)
+	t.maintMu.Unlock()
+	<-t.bgDone // the background loop may wait for maintMu
+	t.maintMu.Lock()
+	t.release()
+	return res, nil
+}
+
+func (t *Tablet) splitLocked(ctx context.Context, key []byte) (SplitResult, error) {
+	if _, err := t.flushLocked(ctx); err != nil {
+		return SplitResult{}, err
+	}
+	v, _, err := t.acquire()
+	if err != nil {
+		return SplitResult{}, err
+	}
+	defer v.unref()
+	if key == nil {
+		key, err = t.chooseSplitKey(ctx, v)
+		if err != nil {
+			return SplitResult{}, err
+		}
+	}
+	var tail = t.state.RedoPoint
+	if t.opts.Log != nil {
+		tail = t.opts.Log.Tail()
+	}
+	t.writeMu.Lock()
+	lastSeq := t.lastSeq
+	t.writeMu.Unlock()
+	child := func(start, end []byte) State {
+		st := t.state.clone()
+		st.ID = t.opts.NewID()
+		st.Start, st.End = bytes.Clone(start), bytes.Clone(end)
+		st.RedoPoint = tail
+		st.LastSeq = max(st.LastSeq, lastSeq)
+		st.Parent = t.id
+		st.SplitInto, st.SplitKey = nil, nil
+		// Only the files whose keys reach into the child's range.
+		lo := cell.RowPrefix(start)
+		var hi []byte
+		if len(end) > 0 {
+			hi = cell.RowPrefix(end)
+		}
+		for g, fs := range st.Groups {
+			var keep []FileMeta
+			for _, f := range fs {
+				if bytes.Compare(f.LargestKey, lo) < 0 || (hi != nil && bytes.Compare(f.SmallestKey, hi) >= 0) {
+					continue
+				}
+				keep = append(keep, f)
+			}
+			if len(keep) == 0 {
+				delete(st.Groups, g)
+			} else {
+				st.Groups[g] = keep
+			}
+		}
+		return st
+	}
+	res := SplitResult{Key: bytes.Clone(key), Left: child(t.start, key), Right: child(key, t.end)}
+	if res.Left.ID == res.Right.ID || res.Left.ID == t.id || res.Right.ID == t.id {
+		return SplitResult{}, fmt.Errorf("tablet %s: NewID returned a duplicate ID", t.id)
+	}
+	if err := t.opts.StateStore.Save(ctx, res.Left); err != nil {
+		return SplitResult{}, err
+	}
+	if err := t.opts.StateStore.Save(ctx, res.Right); err != nil {
+		return SplitResult{}, err
+	}
+	st := t.state.clone()
+	st.SplitInto = []string{res.Left.ID, res.Right.ID}
+	st.SplitKey = bytes.Clone(key)
+	if err := t.opts.StateStore.Save(ctx, st); err != nil {
+		return SplitResult{}, err
+	}
+	t.state = st
+	return res, nil
+}
+
+// chooseSplitKey picks the sample at half of the tablet's bytes that
+// leaves rows on both sides; with too few samples (a small tablet) it
+// takes the middle of the rows.
+func (t *Tablet) chooseSplitKey(ctx context.Context, v *version) ([]byte, error) {
+	it := t.newIter(v, slices.Collect(func(yield func(string) bool) {
+		for g := range v.groups {
+			if !yield(g) {
+				return
+			}
+		}
+	}), t.lower, t.upper)
+	defer it.Close()
+	if !it.First() {
+		if err := it.Error(); err != nil {
+			return nil, err
+		}
+		return nil, ErrCannotSplit
+	}
+	first, err := cell.DecodeKey(it.Key())
+	if err != nil {
+		return nil, err
+	}
+	firstRow := bytes.Clone(first.Row)
+	samples := t.sampleKeys(v)
+	if n := len(samples); n > 0 {
+		half := samples[n-1].Offset / 2
+		best := -1
+		for i, s := range samples {
+			if bytes.Compare(s.Row, firstRow) <= 0 {
+				continue
+			}
+			if best < 0 || abs(s.Offset-half) < abs(samples[best].Offset-half) {
+				best = i
+			}
+		}
+		if best >= 0 && len(samples) >= 4 {
+			return samples[best].Row, nil
+		}
+	}
+	// Few samples: list the rows (the tablet is small).
+	var rows [][]byte
+	for ok := true; ok; {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		n := cell.RowPrefixLen(it.Key())
+		k, err := cell.DecodeKey(it.Key())
+		if n < 0 || err != nil {
+			return nil, cell.ErrMalformedKey
+		}
+		rows = append(rows, bytes.Clone(k.Row))
+		ok = it.SeekGE(cell.RowPrefix(append(bytes.Clone(k.Row), 0)))
+	}
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	if len(rows) < 2 {
+		return nil, ErrCannotSplit
+	}
+	return rows[len(rows)/2], nil
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

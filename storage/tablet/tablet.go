@@ -1,0 +1,809 @@
+package tablet
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/memtable"
+	"github.com/tabuladb/tabula/storage/sstable"
+)
+
+// Options configure Open. Zero values take the documented defaults.
+type Options struct {
+	// ID names the tablet: its state, its commit-log records.
+	ID string
+	// Start and End bound the tablet's rows to [Start, End); nil End is
+	// the end of the table. For a tablet that has a saved state they may
+	// be left nil (the state's range is used); if given they must match.
+	Start, End []byte
+
+	Schema Schema
+	// Store holds the SSTables; Dir is the object-name prefix of the files
+	// this tablet writes.
+	Store blob.Store
+	Dir   string
+
+	// Log is the server's commit log writes are appended to. Nil means no
+	// log: writes are durable only once flushed (tests, bulk loads).
+	Log *commitlog.Log
+	// LogOptions describe the log to replay at Open: the log of the server
+	// that last served the tablet (which may be Log's own directory). The
+	// zero value replays nothing.
+	LogOptions commitlog.Options
+
+	// Cache is the block cache shared by the server's SSTables; nil means
+	// none.
+	Cache *sstable.Cache
+	// ScanCache is the row cache shared by the server's tablets; nil
+	// means none.
+	ScanCache *ScanCache
+	// StateStore persists the tablet's State. Required.
+	StateStore StateStore
+
+	// Limits validate writes; zero means cell.DefaultLimits().
+	Limits cell.Limits
+	// MemtableBytes triggers a minor compaction; default 64 MiB.
+	MemtableBytes int64
+	// MaxSSTables per locality group triggers a merging compaction;
+	// default 8.
+	MaxSSTables int
+
+	// Clock returns the current time in microseconds (server timestamps,
+	// MaxAge policies); default the system clock.
+	Clock func() int64
+	// NewID returns fresh tablet IDs for split children; default a unique
+	// time-and-random string.
+	NewID func() string
+	// Logger receives background errors and events; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.Limits == (cell.Limits{}) {
+		o.Limits = cell.DefaultLimits()
+	}
+	if o.MemtableBytes <= 0 {
+		o.MemtableBytes = 64 << 20
+	}
+	if o.MaxSSTables <= 0 {
+		o.MaxSSTables = 8
+	}
+	if o.Clock == nil {
+		o.Clock = func() int64 { return time.Now().UnixMicro() }
+	}
+	if o.NewID == nil {
+		o.NewID = newTabletID
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+func newTabletID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("t%013x%s", time.Now().UnixMicro(), hex.EncodeToString(b[:]))
+}
+
+// groupFiles is one immutable list of a locality group's SSTables, newest
+// first. gen names it in the scan cache.
+type groupFiles struct {
+	files []*tableFile
+	gen   uint64
+}
+
+// version is what a read needs, fixed when the read starts: the memtables,
+// the SSTables of every group, the schema. Readers hold a reference, so
+// the files they read stay open while compactions replace them.
+type version struct {
+	refs   atomic.Int64
+	mem    *memtable.Memtable
+	frozen *memtable.Memtable // being flushed; nil if none
+	groups map[string]*groupFiles
+	schema Schema
+	drops  map[string]uint64
+}
+
+func newVersion(mem, frozen *memtable.Memtable, groups map[string]*groupFiles, schema Schema, drops map[string]uint64) *version {
+	v := &version{mem: mem, frozen: frozen, groups: groups, schema: schema, drops: drops}
+	for _, g := range groups {
+		for _, f := range g.files {
+			f.ref()
+		}
+	}
+	v.refs.Store(1)
+	return v
+}
+
+func (v *version) ref() { v.refs.Add(1) }
+
+func (v *version) unref() {
+	if v.refs.Add(-1) == 0 {
+		for _, g := range v.groups {
+			for _, f := range g.files {
+				f.unref()
+			}
+		}
+	}
+}
+
+// Tablet is one open tablet. All methods are safe for concurrent use.
+type Tablet struct {
+	opts   Options
+	id     string
+	start  []byte
+	end    []byte // nil: no upper bound
+	lower  []byte // RowPrefix(start), nil when start is empty
+	upper  []byte // RowPrefix(end), nil when unbounded
+	maxKey []byte // sorts after every internal key (reverse scans)
+
+	// writeMu serialises writers: sequence numbers, log order, memtable
+	// inserts, freezes and schema changes.
+	writeMu    sync.Mutex
+	lastSeq    uint64
+	lastCommit *commitlog.Commit
+	stopErr    error // writes refused with it (closed, split, failed)
+	mem        *memtable.Memtable
+	frozen     *frozenMem
+
+	visible atomic.Uint64 // the published snapshot
+	failed  atomic.Pointer[failedError]
+
+	// mu guards cur, the current version (changed under writeMu too when
+	// the memtable or schema changes).
+	mu  sync.RWMutex
+	cur *version
+
+	// maintMu: one flush, compaction or split at a time. state is the last
+	// saved State; it changes only under maintMu.
+	maintMu sync.Mutex
+	state   State
+
+	kick     chan struct{}
+	stop     chan struct{}
+	bgDone   chan struct{}
+	closed   atomic.Bool
+	localGen atomic.Uint64
+
+	flushes, merges, majors atomic.Uint64
+}
+
+// frozenMem is the memtable being flushed and where its log ends.
+type frozenMem struct {
+	mem    *memtable.Memtable
+	seq    uint64             // highest sequence number it may hold
+	commit *commitlog.Commit  // the last record appended before the freeze
+	redo   commitlog.Position // log tail at the freeze
+}
+
+// Open opens a tablet: loads its state (none yet: a new, empty tablet),
+// opens its SSTables, replays the commit log from the redo point and, if
+// anything was replayed, flushes it so that the tablet no longer depends on
+// the old log. It returns a *SplitError for a tablet that was split.
+func Open(ctx context.Context, opts Options) (*Tablet, error) {
+	opts.setDefaults()
+	if err := ValidateID(opts.ID); err != nil {
+		return nil, err
+	}
+	if opts.Store == nil || opts.StateStore == nil {
+		return nil, errors.New("tablet: Options.Store and Options.StateStore are required")
+	}
+	if err := opts.Schema.Validate(); err != nil {
+		return nil, err
+	}
+	schema := opts.Schema.clone()
+	st, err := opts.StateStore.Load(ctx, opts.ID)
+	switch {
+	case errors.Is(err, ErrStateNotFound):
+		st = State{ID: opts.ID, Start: bytes.Clone(opts.Start), End: bytes.Clone(opts.End)}
+	case err != nil:
+		return nil, err
+	case len(st.SplitInto) > 0:
+		return nil, &SplitError{Tablet: opts.ID, Children: slices.Clone(st.SplitInto)}
+	default:
+		if (opts.Start != nil && !bytes.Equal(opts.Start, st.Start)) || (opts.End != nil && !bytes.Equal(opts.End, st.End)) {
+			return nil, fmt.Errorf("tablet %s: Options range [%q, %q) differs from the saved range [%q, %q)", opts.ID, opts.Start, opts.End, st.Start, st.End)
+		}
+	}
+	if st.Groups == nil {
+		st.Groups = make(map[string][]FileMeta)
+	}
+	if len(st.End) > 0 && bytes.Compare(st.Start, st.End) >= 0 {
+		return nil, fmt.Errorf("tablet %s: empty row range [%q, %q)", opts.ID, st.Start, st.End)
+	}
+
+	t := &Tablet{
+		opts:   opts,
+		id:     opts.ID,
+		start:  bytes.Clone(st.Start),
+		kick:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		bgDone: make(chan struct{}),
+		mem:    memtable.New(),
+	}
+	if len(st.End) > 0 {
+		t.end = bytes.Clone(st.End)
+		t.upper = cell.RowPrefix(t.end)
+	}
+	if len(t.start) > 0 {
+		t.lower = cell.RowPrefix(t.start)
+	}
+	t.maxKey = bytes.Repeat([]byte{0xFF}, max(opts.Limits.MaxRowKeyBytes, 64<<10)+2)
+
+	groups := make(map[string]*groupFiles)
+	release := func() {
+		for _, g := range groups {
+			for _, f := range g.files {
+				f.unref()
+			}
+		}
+	}
+	lastSeq := max(st.LastSeq, st.FlushedSeq)
+	for name, metas := range st.Groups {
+		lg := schema.group(name)
+		g := &groupFiles{gen: t.newGen()}
+		for _, m := range metas {
+			f, err := openTableFile(ctx, opts.Store, m, sstable.ReaderOptions{Cache: opts.Cache, InMemory: lg.InMemory})
+			if err != nil {
+				release()
+				return nil, fmt.Errorf("tablet %s: opening %s: %w", opts.ID, m.Name, err)
+			}
+			g.files = append(g.files, f)
+			lastSeq = max(lastSeq, f.r.Properties().MaxSeq)
+		}
+		groups[name] = g
+	}
+
+	// Replay the log into the memtable.
+	replayed := 0
+	if opts.LogOptions.Dir != "" || opts.LogOptions.Store != nil {
+		res, err := commitlog.Replay(ctx, opts.LogOptions, st.RedoPoint, func(_ commitlog.Position, rec commitlog.Record) error {
+			if rec.Tablet != opts.ID {
+				return nil
+			}
+			last := rec.FirstSeq + uint64(len(rec.Mutation.Mutations)) - 1
+			if last <= st.FlushedSeq {
+				return nil
+			}
+			t.insert(rec.Mutation, rec.FirstSeq)
+			lastSeq = max(lastSeq, last)
+			replayed++
+			return nil
+		})
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("tablet %s: replaying the commit log: %w", opts.ID, err)
+		}
+		if res.TornTail {
+			opts.Logger.Warn("commit log ended in a torn record", "tablet", opts.ID, "at", res.TornAt)
+		}
+	}
+
+	// Families of the saved state missing from the schema were dropped
+	// while the tablet was closed.
+	drops := maps.Clone(st.Drops)
+	if drops == nil {
+		drops = make(map[string]uint64)
+	}
+	for _, f := range st.Families {
+		if _, ok := schema.Families[f]; !ok {
+			lastSeq++
+			drops[f] = lastSeq
+		}
+	}
+	st.Drops = drops
+	st.Families = slices.Sorted(maps.Keys(schema.Families))
+	st.LastSeq = lastSeq
+	t.lastSeq = lastSeq
+	t.visible.Store(lastSeq)
+	t.state = st
+	t.cur = newVersion(t.mem, nil, groups, schema, maps.Clone(drops))
+	release() // the version holds its own references now
+
+	if replayed > 0 {
+		opts.Logger.Info("replayed commit log", "tablet", opts.ID, "records", replayed)
+		if _, err := t.flushLocked(ctx); err != nil {
+			t.release()
+			return nil, err
+		}
+	}
+	// Save: records the redo point in the new log, the families, drops.
+	st = t.state.clone()
+	if opts.Log != nil && t.mem.Len() == 0 {
+		st.RedoPoint = opts.Log.Tail()
+	}
+	if err := opts.StateStore.Save(ctx, st); err != nil {
+		t.release()
+		return nil, fmt.Errorf("tablet %s: saving state: %w", opts.ID, err)
+	}
+	t.state = st
+	go t.background()
+	return t, nil
+}
+
+func (t *Tablet) newGen() uint64 {
+	if t.opts.ScanCache != nil {
+		return t.opts.ScanCache.newGeneration()
+	}
+	return t.localGen.Add(1)
+}
+
+// ID returns the tablet's ID.
+func (t *Tablet) ID() string { return t.id }
+
+// Range returns the tablet's row range [start, end); nil end is unbounded.
+func (t *Tablet) Range() (start, end []byte) { return bytes.Clone(t.start), bytes.Clone(t.end) }
+
+// Contains reports whether the tablet's range holds row.
+func (t *Tablet) Contains(row []byte) bool {
+	return bytes.Compare(row, t.start) >= 0 && (t.end == nil || bytes.Compare(row, t.end) < 0)
+}
+
+func (t *Tablet) notServing(row []byte, reason string) error {
+	return &NotServingError{Tablet: t.id, Row: bytes.Clone(row), Reason: reason}
+}
+
+// State returns a copy of the tablet's last saved state.
+func (t *Tablet) State() State {
+	t.maintMu.Lock()
+	defer t.maintMu.Unlock()
+	return t.state.clone()
+}
+
+// insert adds the entries of rm (sequence numbers from first on) to the
+// active memtable. Called under writeMu (or before the tablet is shared).
+func (t *Tablet) insert(rm cell.RowMutation, first uint64) {
+	var buf []byte
+	for i, m := range rm.Mutations {
+		k := cell.Key{Row: rm.Row, Seq: first + uint64(i)}
+		var value []byte
+		switch m.Kind {
+		case cell.SetCell:
+			k.Kind, k.Family, k.Qualifier, k.Timestamp = cell.KindSet, m.Family, m.Qualifier, m.Timestamp
+			value = m.Value
+		case cell.DeleteFromColumn:
+			k.Kind, k.Family, k.Qualifier = cell.KindColumnDelete, m.Family, m.Qualifier
+			value = cell.EncodeTimeRange(m.StartTimestamp, m.EndTimestamp)
+		case cell.DeleteFromFamily:
+			k.Kind, k.Family = cell.KindFamilyDelete, m.Family
+		case cell.DeleteFromRow:
+			k.Kind = cell.KindRowDelete
+		default:
+			continue
+		}
+		buf = cell.AppendKey(buf[:0], k)
+		t.mem.Add(buf, value)
+	}
+}
+
+// checkFamilies returns a *FamilyNotFoundError for the first mutation
+// naming a family outside the schema. Called under writeMu.
+func (t *Tablet) checkFamilies(rm cell.RowMutation, schema Schema) error {
+	for i, m := range rm.Mutations {
+		if m.Kind == cell.DeleteFromRow {
+			continue
+		}
+		if _, ok := schema.Families[m.Family]; !ok {
+			return &FamilyNotFoundError{Family: m.Family, Field: fmt.Sprintf("mutations[%d].%s.family_name", i, m.Kind)}
+		}
+	}
+	return nil
+}
+
+// Apply applies a row mutation atomically: readers see all of it or none
+// of it. When Apply returns nil the mutation is durable in the commit log
+// (when there is one). Invalid mutations (cell.ErrInvalidArgument,
+// ErrFamilyNotFound) and rows outside the tablet (ErrNotServing) change
+// nothing. SetCell mutations with cell.ServerTimestamp get the tablet
+// clock's time.
+func (t *Tablet) Apply(ctx context.Context, rm cell.RowMutation) error {
+	if err := t.opts.Limits.ValidateRowMutation(rm); err != nil {
+		return err
+	}
+	if !t.Contains(rm.Row) {
+		return t.notServing(rm.Row, "row outside the tablet's range")
+	}
+	t.writeMu.Lock()
+	last, commit, err := t.applyLocked(rm)
+	t.writeMu.Unlock()
+	if err != nil {
+		return err
+	}
+	return t.finishWrite(ctx, last, commit)
+}
+
+// applyLocked assigns sequence numbers to a validated row mutation, logs it
+// and inserts it. Called under writeMu.
+func (t *Tablet) applyLocked(rm cell.RowMutation) (uint64, *commitlog.Commit, error) {
+	if t.stopErr != nil {
+		return 0, nil, t.stopErr
+	}
+	if err := t.checkFamilies(rm, t.curSchema()); err != nil {
+		return 0, nil, err
+	}
+	rm.Mutations = slices.Clone(rm.Mutations)
+	rm.AssignTimestamps(t.opts.Clock())
+	first := t.lastSeq + 1
+	last := t.lastSeq + uint64(len(rm.Mutations))
+	var commit *commitlog.Commit
+	if t.opts.Log != nil {
+		commit = t.opts.Log.Append(commitlog.Record{Tablet: t.id, FirstSeq: first, Mutation: rm})
+	}
+	t.insert(rm, first)
+	t.lastSeq = last
+	t.lastCommit = commit
+	if t.mem.Size() >= t.opts.MemtableBytes {
+		t.kickBackground()
+	}
+	return last, commit, nil
+}
+
+// curSchema returns the current schema; called under writeMu (which every
+// schema change holds) or mu.
+func (t *Tablet) curSchema() Schema {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.cur == nil {
+		return Schema{}
+	}
+	return t.cur.schema
+}
+
+// finishWrite waits for the write's commit and publishes it.
+func (t *Tablet) finishWrite(ctx context.Context, last uint64, commit *commitlog.Commit) error {
+	if commit != nil {
+		if err := commit.Wait(ctx); err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				// Not acknowledged; the record may still become
+				// durable and visible, which clients must allow
+				// for a write that timed out.
+				return err
+			}
+			return t.fail(err)
+		}
+	}
+	if fe := t.failed.Load(); fe != nil {
+		return fe
+	}
+	t.publish(last)
+	return nil
+}
+
+// publish makes every sequence number up to seq visible to new reads. It
+// is called once they are all durable: the log is sequential, so when one
+// commit is durable so are all earlier ones.
+func (t *Tablet) publish(seq uint64) {
+	for {
+		cur := t.visible.Load()
+		if cur >= seq || t.visible.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// fail puts the tablet in the failed state after a commit-log error.
+func (t *Tablet) fail(cause error) error {
+	fe := &failedError{tablet: t.id, cause: cause}
+	if t.failed.CompareAndSwap(nil, fe) {
+		t.opts.Logger.Error("tablet failed: commit log error", "tablet", t.id, "err", cause)
+		t.writeMu.Lock()
+		if t.stopErr == nil {
+			t.stopErr = fe
+		}
+		t.writeMu.Unlock()
+	}
+	return t.failed.Load()
+}
+
+// ReadModifyWrite reads row and applies the mutations fn returns, atomically
+// with respect to every other write of the tablet: no write is ordered
+// between the read and the mutations. It returns the row as it is after the
+// mutations (as cur when fn returns none). fn runs with the tablet's writes
+// blocked, so it must be quick; an error from fn aborts and is returned.
+func (t *Tablet) ReadModifyWrite(ctx context.Context, row []byte, fn func(cur cell.Row) ([]cell.Mutation, error)) (cell.Row, error) {
+	if err := t.opts.Limits.ValidateRowKey("row_key", row); err != nil {
+		return cell.Row{}, err
+	}
+	if !t.Contains(row) {
+		return cell.Row{}, t.notServing(row, "row outside the tablet's range")
+	}
+	t.writeMu.Lock()
+	if t.stopErr != nil {
+		err := t.stopErr
+		t.writeMu.Unlock()
+		return cell.Row{}, err
+	}
+	// Reading at lastSeq includes writes not yet durable: they are ahead
+	// of ours in the log, so ours is acknowledged only after them.
+	cur, err := t.readLatestLocked(ctx, row)
+	if err != nil {
+		t.writeMu.Unlock()
+		return cell.Row{}, err
+	}
+	muts, err := fn(cur)
+	if err != nil || len(muts) == 0 {
+		t.writeMu.Unlock()
+		return cur, err
+	}
+	rm := cell.RowMutation{Row: row, Mutations: muts}
+	if err := t.opts.Limits.ValidateRowMutation(rm); err != nil {
+		t.writeMu.Unlock()
+		return cell.Row{}, err
+	}
+	last, commit, err := t.applyLocked(rm)
+	if err != nil {
+		t.writeMu.Unlock()
+		return cell.Row{}, err
+	}
+	after, err := t.readLatestLocked(ctx, row)
+	t.writeMu.Unlock()
+	if err != nil {
+		return cell.Row{}, err
+	}
+	if err := t.finishWrite(ctx, last, commit); err != nil {
+		return cell.Row{}, err
+	}
+	return after, nil
+}
+
+// readLatestLocked reads row at the latest assigned sequence number; called
+// under writeMu.
+func (t *Tablet) readLatestLocked(ctx context.Context, row []byte) (cell.Row, error) {
+	t.mu.RLock()
+	v := t.cur
+	if v == nil {
+		t.mu.RUnlock()
+		return cell.Row{}, t.notServing(nil, "closed")
+	}
+	v.ref()
+	t.mu.RUnlock()
+	defer v.unref()
+	r, ok, err := t.readRow(ctx, v, t.lastSeq, row, ReadOptions{})
+	if !ok {
+		r = cell.Row{Key: bytes.Clone(row)}
+	}
+	return r, err
+}
+
+// SetSchema changes the tablet's schema: families added, GC policies
+// changed, families dropped (their cells disappear at once and are removed
+// by the next major compaction; a family re-created later starts empty).
+// A family may not move to another locality group.
+func (t *Tablet) SetSchema(ctx context.Context, s Schema) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	s = s.clone()
+	t.maintMu.Lock()
+	defer t.maintMu.Unlock()
+	t.writeMu.Lock()
+	t.mu.Lock()
+	if t.cur == nil {
+		t.mu.Unlock()
+		t.writeMu.Unlock()
+		return t.notServing(nil, "closed")
+	}
+	old := t.cur
+	for name, f := range s.Families {
+		if of, ok := old.schema.Families[name]; ok && of.group() != f.group() {
+			t.mu.Unlock()
+			t.writeMu.Unlock()
+			return fmt.Errorf("tablet %s: family %q cannot move from locality group %q to %q", t.id, name, of.group(), f.group())
+		}
+	}
+	drops := maps.Clone(old.drops)
+	for name := range old.schema.Families {
+		if _, ok := s.Families[name]; !ok {
+			t.lastSeq++
+			drops[name] = t.lastSeq
+		}
+	}
+	t.cur = newVersion(old.mem, old.frozen, old.groups, s, drops)
+	lastSeq := t.lastSeq
+	t.mu.Unlock()
+	t.writeMu.Unlock()
+	old.unref()
+
+	st := t.state.clone()
+	st.Families = slices.Sorted(maps.Keys(s.Families))
+	st.Drops = maps.Clone(drops)
+	st.LastSeq = max(st.LastSeq, lastSeq)
+	if err := t.opts.StateStore.Save(ctx, st); err != nil {
+		return err
+	}
+	t.state = st
+	return nil
+}
+
+// acquire returns the current version, referenced, and the snapshot to
+// read it at. Both are taken under mu: every file in the version was
+// installed after its entries were published, and every published entry is
+// in the version's memtables or files.
+func (t *Tablet) acquire() (*version, uint64, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.cur == nil {
+		return nil, 0, t.notServing(nil, "closed")
+	}
+	t.cur.ref()
+	return t.cur, t.visible.Load(), nil
+}
+
+// install makes v the current version; called under mu (and writeMu when
+// the memtables change).
+func (t *Tablet) install(v *version) {
+	old := t.cur
+	t.cur = v
+	if old != nil {
+		old.unref()
+	}
+}
+
+func (t *Tablet) kickBackground() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// background runs minor and merging compactions when writes ask for them.
+func (t *Tablet) background() {
+	defer close(t.bgDone)
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-t.kick:
+		}
+		if err := t.maintain(context.Background()); err != nil {
+			t.opts.Logger.Error("background compaction failed", "tablet", t.id, "err", err)
+			select {
+			case <-t.stop:
+				return
+			case <-time.After(time.Second):
+				t.kickBackground()
+			}
+		}
+	}
+}
+
+// maintain flushes a full memtable and merges groups over MaxSSTables.
+func (t *Tablet) maintain(ctx context.Context) error {
+	t.maintMu.Lock()
+	defer t.maintMu.Unlock()
+	if t.closed.Load() || t.failed.Load() != nil {
+		return nil
+	}
+	t.writeMu.Lock()
+	full := t.mem.Size() >= t.opts.MemtableBytes || t.frozen != nil
+	t.writeMu.Unlock()
+	if full {
+		if _, err := t.flushLocked(ctx); err != nil {
+			return err
+		}
+	}
+	for _, g := range t.groupNames() {
+		n := t.groupLen(g)
+		if n > t.opts.MaxSSTables {
+			if err := t.mergeLocked(ctx, g, t.pickMergeCount(g)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Close stops the tablet: it waits for background work, flushes the
+// memtable (so that reopening needs no log), and releases its files once
+// the reads under way end. Writes and reads after Close return
+// ErrNotServing.
+func (t *Tablet) Close() error {
+	if !t.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(t.stop)
+	<-t.bgDone
+	t.maintMu.Lock()
+	defer t.maintMu.Unlock()
+	t.writeMu.Lock()
+	if t.stopErr == nil {
+		t.stopErr = t.notServing(nil, "closed")
+	}
+	t.writeMu.Unlock()
+	var err error
+	if t.failed.Load() == nil && len(t.state.SplitInto) == 0 {
+		_, err = t.flushLocked(context.Background())
+	}
+	t.release()
+	return err
+}
+
+// release drops the tablet's reference to its current version.
+func (t *Tablet) release() {
+	t.mu.Lock()
+	v := t.cur
+	t.cur = nil
+	t.mu.Unlock()
+	if v != nil {
+		v.unref()
+	}
+}
+
+// abandon stops the tablet as a crash would: no flush, no state saved.
+// Tests use it to simulate kill -9.
+func (t *Tablet) abandon() {
+	if !t.closed.CompareAndSwap(false, true) {
+		return
+	}
+	close(t.stop)
+	<-t.bgDone
+	t.maintMu.Lock()
+	defer t.maintMu.Unlock()
+	t.writeMu.Lock()
+	t.stopErr = t.notServing(nil, "crashed")
+	t.writeMu.Unlock()
+	t.release()
+}
+
+// GroupStats describe one locality group's SSTables.
+type GroupStats struct {
+	SSTables int
+	Bytes    int64
+}
+
+// Stats are a tablet's gauges and counters.
+type Stats struct {
+	MemtableBytes int64 // active memtable
+	FrozenBytes   int64 // memtable being flushed
+	Groups        map[string]GroupStats
+	LastSeq       uint64 // highest sequence number assigned
+	VisibleSeq    uint64 // highest published
+	Flushes       uint64 // minor compactions
+	Merges        uint64 // merging compactions
+	Majors        uint64 // major compactions
+	ScanCache     ScanCacheStats
+	BlockCache    sstable.CacheStats
+}
+
+// Stats returns the tablet's current figures.
+func (t *Tablet) Stats() Stats {
+	s := Stats{Groups: make(map[string]GroupStats), VisibleSeq: t.visible.Load(),
+		Flushes: t.flushes.Load(), Merges: t.merges.Load(), Majors: t.majors.Load()}
+	t.writeMu.Lock()
+	s.LastSeq = t.lastSeq
+	t.writeMu.Unlock()
+	if v, _, err := t.acquire(); err == nil {
+		s.MemtableBytes = v.mem.Size()
+		if v.frozen != nil {
+			s.FrozenBytes = v.frozen.Size()
+		}
+		for name, g := range v.groups {
+			gs := GroupStats{SSTables: len(g.files)}
+			for _, f := range g.files {
+				gs.Bytes += f.meta.Size
+			}
+			s.Groups[name] = gs
+		}
+		v.unref()
+	}
+	if t.opts.ScanCache != nil {
+		s.ScanCache = t.opts.ScanCache.Stats()
+	}
+	if t.opts.Cache != nil {
+		s.BlockCache = t.opts.Cache.Stats()
+	}
+	return s
+}
