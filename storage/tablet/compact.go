@@ -429,4 +429,3 @@ func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, major bool)
 	}
 	return nil
 }
-

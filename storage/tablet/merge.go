@@ -45,7 +45,7 @@ func (h *iterHeap) Less(i, j int) bool {
 	return h.items[i] < h.items[j]
 }
 func (h *iterHeap) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
-func (h *iterHeap) Push(x any)   { h.items = append(h.items, x.(int)) }
+func (h *iterHeap) Push(x any)    { h.items = append(h.items, x.(int)) }
 func (h *iterHeap) Pop() any {
 	x := h.items[len(h.items)-1]
 	h.items = h.items[:len(h.items)-1]
