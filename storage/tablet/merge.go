@@ -120,7 +120,8 @@ func (m *mergingIter) SeekLT(key []byte) bool {
 			m.noteErr(s)
 			continue
 		}
-		if m.cur < 0 || bytes.Compare(s.Key(), m.srcs[m.cur].Key()) > 0 {
+		// Of equal keys, the last in forward order: the highest source.
+		if m.cur < 0 || bytes.Compare(s.Key(), m.srcs[m.cur].Key()) >= 0 {
 			m.cur = i
 		}
 	}
@@ -140,9 +141,9 @@ func (m *mergingIter) Next() bool {
 		return false
 	}
 	if m.reverse {
-		// Re-seek every source past the current key. Keys equal to it
-		// in other sources (duplicates) come after it in source order,
-		// so only sources after cur may keep them.
+		// Re-seek every source past the current key. Duplicates of it
+		// in sources after cur would follow it; SeekLT chose the last
+		// source holding it, so there are none.
 		cur := m.cur
 		key := bytes.Clone(m.srcs[cur].Key())
 		ok := make([]bool, len(m.srcs))
