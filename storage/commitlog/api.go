@@ -9,10 +9,41 @@
 // final record (a crash in the middle of a flush) is dropped and reported,
 // while a corrupt record before the end is an error. Segments are deleted by
 // Truncate once no tablet's redo point needs them.
+//
+// # Format
+//
+// A log is a sequence of numbered segments. Each record is framed as
+//
+//	length  uint32, little-endian: payload bytes
+//	crc     uint32, little-endian: masked CRC-32C (Castagnoli) of the payload
+//	payload type byte, then the fields (see encoding.go)
+//
+// In a local directory a segment is the file <dir>/<segment:020d>.log, and
+// it starts with a segment header frame that carries the format version,
+// the segment number and whether the segment was started by Open (so the
+// segment before it may end in a torn record) or by rolling over (so the
+// segment before it is complete). In an object store each flush is one
+// object <prefix>/<segment:020d>/<offset:020d>.log holding whole frames;
+// offset is the logical byte offset of its first frame in the segment, so
+// object names sort in log order and a missing object shows as a gap.
+//
+// A Position is (segment, byte offset of the record's frame within the
+// segment), in both modes.
+//
+// # Torn tails
+//
+// A crash while a local flush is being written can leave the end of the
+// segment with a partial record. Replay drops such a record when nothing
+// valid follows it in its segment and the segment is the last one or was
+// the last one written before a restart (the next segment was started by
+// Open); anything else that fails its checksum or does not decode is
+// corruption (ErrCorrupt). Objects are written atomically, so in an object
+// store every bad frame is corruption.
 package commitlog
 
 import (
-	"context"
+	"errors"
+	"fmt"
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
@@ -48,6 +79,8 @@ func (p Position) Compare(q Position) int {
 	return 0
 }
 
+func (p Position) String() string { return fmt.Sprintf("%d:%d", p.Segment, p.Offset) }
+
 // Options configure a log. Exactly one of Dir and Store is set.
 type Options struct {
 	// Dir is a local directory: segments are files appended to and
@@ -59,46 +92,77 @@ type Options struct {
 	Prefix string
 	// SegmentBytes starts a new segment past this size; default 64 MiB.
 	SegmentBytes int64
-	// MaxBatchBytes bounds one group-commit flush; default 4 MiB.
+	// MaxBatchBytes bounds one group-commit flush; default 4 MiB. A record
+	// larger than this is flushed alone.
 	MaxBatchBytes int
 }
 
-// Log is an open commit log, safe for concurrent use.
-type Log struct{}
+// Defaults of Options.
+const (
+	DefaultSegmentBytes  = 64 << 20
+	DefaultMaxBatchBytes = 4 << 20
+	// MaxRecordBytes bounds the encoded size of one record. Larger
+	// records are refused (ErrRecordTooLarge); the reader treats a frame
+	// claiming more as damaged, so a corrupt length never makes it
+	// allocate more.
+	MaxRecordBytes = 1 << 30
+)
 
-// Open opens the log for appending. Appends go to a new segment after every
-// existing one, so earlier records are never overwritten.
-func Open(ctx context.Context, opts Options) (*Log, error) { panic("unimplemented") }
-
-// Commit is the handle of one appended record.
-type Commit struct {
-	// Pos is where the record was appended.
-	Pos Position
+func (o Options) withDefaults() (Options, error) {
+	if (o.Dir == "") == (o.Store == nil) {
+		return o, errors.New("commitlog: exactly one of Options.Dir and Options.Store must be set")
+	}
+	if o.SegmentBytes <= 0 {
+		o.SegmentBytes = DefaultSegmentBytes
+	}
+	if o.MaxBatchBytes <= 0 {
+		o.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	return o, nil
 }
 
-// Wait blocks until the record is durable or its flush failed.
-func (c *Commit) Wait(ctx context.Context) error { panic("unimplemented") }
+// Errors.
+var (
+	// ErrCorrupt is matched (errors.Is) by every *CorruptionError.
+	ErrCorrupt = errors.New("commitlog: corrupt")
+	// ErrClosed is returned by Wait for a record appended after Close.
+	ErrClosed = errors.New("commitlog: log closed")
+	// ErrFailed is returned (wrapped together with the original error) by
+	// Wait for every record appended after a flush failed: the log then
+	// has a hole and must not acknowledge anything after it. The server
+	// must open a new log.
+	ErrFailed = errors.New("commitlog: log failed")
+	// ErrRecordTooLarge is returned by Wait for a record whose encoding
+	// exceeds MaxRecordBytes; it does not fail the log.
+	ErrRecordTooLarge = errors.New("commitlog: record too large")
+)
 
-// Append enqueues rec for the next group-commit flush and returns at once;
-// Wait on the returned Commit acknowledges it. Records appended earlier are
-// flushed no later than records appended after them.
-func (l *Log) Append(rec Record) *Commit { panic("unimplemented") }
-
-// Write appends rec and waits until it is durable.
-func (l *Log) Write(ctx context.Context, rec Record) (Position, error) {
-	c := l.Append(rec)
-	return c.Pos, c.Wait(ctx)
+// CorruptionError reports log bytes that are neither valid records nor a
+// torn tail. Name is the segment file or object.
+type CorruptionError struct {
+	Name   string
+	Pos    Position
+	Reason string
 }
 
-// Tail returns the position the next appended record will get.
-func (l *Log) Tail() Position { panic("unimplemented") }
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("commitlog: corrupt log %s at segment %d offset %d: %s", e.Name, e.Pos.Segment, e.Pos.Offset, e.Reason)
+}
 
-// Truncate deletes every segment that lies wholly before pos (the smallest
-// redo point of the tablets using the log).
-func (l *Log) Truncate(ctx context.Context, pos Position) error { panic("unimplemented") }
+// Is makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptionError) Is(target error) bool { return target == ErrCorrupt }
 
-// Close flushes what is pending and closes the log.
-func (l *Log) Close() error { panic("unimplemented") }
+// Stats count what a log has done since Open.
+type Stats struct {
+	// Appends is the number of records accepted by Append.
+	Appends int64
+	// Flushes is the number of durable flushes (fsyncs or object PUTs)
+	// that completed; FlushedRecords and FlushedBytes are what they
+	// carried. FlushedRecords/Flushes is the mean group-commit size.
+	Flushes        int64
+	FlushedRecords int64
+	FlushedBytes   int64
+}
 
 // ReplayResult summarises a replay.
 type ReplayResult struct {
@@ -107,11 +171,9 @@ type ReplayResult struct {
 	// dropped; TornAt is where it began.
 	TornTail bool
 	TornAt   Position
-}
-
-// Replay calls fn for every record at or after from, in log order, reading
-// the log described by opts (which may belong to a dead server). It stops at
-// the first error fn returns.
-func Replay(ctx context.Context, opts Options, from Position, fn func(Position, Record) error) (ReplayResult, error) {
-	panic("unimplemented")
+	// Torn lists every dropped torn tail in log order; TornAt is the last.
+	// There is more than one when the server crashed more than once
+	// within the replayed part of the log: each crash leaves one at the
+	// end of the segment it was writing.
+	Torn []Position
 }

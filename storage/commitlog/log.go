@@ -1,0 +1,304 @@
+package commitlog
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Log is an open commit log, safe for concurrent use.
+//
+// Appenders encode their record in their own goroutine, then, under the
+// mutex, take its Position and copy its frame into the open batch at the end
+// of the queue. A single flusher goroutine pops one batch at a time and
+// makes it durable with one write and one fsync (or one PUT); while it does,
+// new appends collect in the next batch. That is the group commit: the
+// longer a flush takes, the more records the next one carries.
+type Log struct {
+	opts    Options
+	backend backend
+
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when a batch is queued or the log closes
+	seg     uint64     // segment of the next record
+	off     int64      // offset of the next record in seg
+	queue   []*batch   // batches not yet taken by the flusher, in log order
+	free    [][]byte   // batch buffers to reuse
+	closing bool
+	failed  error  // first flush error; sticky
+	liveSeg uint64 // lowest segment still being written: Truncate keeps it
+	stats   Stats
+
+	flusherDone chan struct{}
+	closeErr    error
+	closeOnce   sync.Once
+
+	// beforeFlush, when set (by tests, before the first Append), runs in
+	// the flusher before each flush: it lets tests hold a flush to make
+	// group commit deterministic.
+	beforeFlush func()
+}
+
+// batch is the unit of one flush: consecutive frames of one segment.
+type batch struct {
+	seg     uint64
+	off     int64 // offset of the first frame in seg
+	buf     []byte
+	records int
+	done    chan struct{} // closed when the flush finished
+	err     error         // set before done is closed
+}
+
+// backend makes batches durable: a local directory or an object store.
+type backend interface {
+	// firstOffset is where the first record of a new segment goes.
+	firstOffset(seg uint64) int64
+	// rollover prepares seg for writing (after the previous segment,
+	// whose flushes all succeeded).
+	rollover(seg uint64) error
+	// flush makes b durable.
+	flush(b *batch) error
+	// truncate deletes every segment numbered below before.
+	truncate(ctx context.Context, before uint64) error
+	// close releases what the backend holds once the flusher stopped.
+	close() error
+}
+
+// Open opens the log for appending. Appends go to a new segment after every
+// existing one, so earlier records are never overwritten.
+func Open(ctx context.Context, opts Options) (*Log, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var be backend
+	var seg uint64
+	if opts.Dir != "" {
+		be, seg, err = openLocal(opts.Dir)
+	} else {
+		be, seg, err = openObject(ctx, opts.Store, opts.Prefix)
+	}
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{
+		opts:        opts,
+		backend:     be,
+		seg:         seg,
+		off:         be.firstOffset(seg),
+		liveSeg:     seg,
+		flusherDone: make(chan struct{}),
+	}
+	l.cond = sync.NewCond(&l.mu)
+	go l.flusher()
+	return l, nil
+}
+
+// Commit is the handle of one appended record.
+type Commit struct {
+	// Pos is where the record was appended. It is meaningful only when
+	// Wait returns nil.
+	Pos Position
+	b   *batch
+}
+
+// Wait blocks until the record is durable or its flush failed. It returns
+// nil only once the flush holding the record (and every earlier one) is
+// durable. If ctx ends first it returns ctx's error; the record may still
+// become durable later.
+func (c *Commit) Wait(ctx context.Context) error {
+	select {
+	case <-c.b.done:
+		return c.b.err
+	default:
+	}
+	select {
+	case <-c.b.done:
+		return c.b.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// failedCommit is a Commit whose Wait returns err at once.
+func failedCommit(err error) *Commit {
+	b := &batch{done: make(chan struct{}), err: err}
+	close(b.done)
+	return &Commit{b: b}
+}
+
+// Append enqueues rec for the next group-commit flush and returns at once;
+// Wait on the returned Commit acknowledges it. Records appended earlier are
+// flushed no later than records appended after them, and get smaller
+// Positions. rec is encoded before Append returns, so the caller may reuse
+// its buffers.
+//
+// A record appended after Close, after a failed flush (ErrFailed) or too
+// large to log (ErrRecordTooLarge) gets a Commit whose Wait returns that
+// error.
+func (l *Log) Append(rec Record) *Commit {
+	bp := framePool.Get().(*[]byte)
+	frame := appendRecordFrame((*bp)[:0], &rec)
+	defer func() {
+		*bp = frame
+		if cap(frame) <= maxPooledFrame {
+			framePool.Put(bp)
+		}
+	}()
+	if len(frame)-frameHeaderLen > MaxRecordBytes {
+		return failedCommit(fmt.Errorf("%w: %d bytes encoded, limit %d", ErrRecordTooLarge, len(frame)-frameHeaderLen, MaxRecordBytes))
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closing {
+		return failedCommit(ErrClosed)
+	}
+	if l.failed != nil {
+		return failedCommit(fmt.Errorf("%w: an earlier flush failed: %w", ErrFailed, l.failed))
+	}
+	pos := Position{Segment: l.seg, Offset: l.off}
+	var b *batch
+	if n := len(l.queue); n > 0 {
+		b = l.queue[n-1]
+		if b.seg != l.seg || len(b.buf)+len(frame) > l.opts.MaxBatchBytes {
+			b = nil
+		}
+	}
+	if b == nil {
+		b = &batch{seg: l.seg, off: l.off, done: make(chan struct{})}
+		if n := len(l.free); n > 0 {
+			b.buf, l.free = l.free[n-1], l.free[:n-1]
+		}
+		l.queue = append(l.queue, b)
+		l.cond.Signal()
+	}
+	b.buf = append(b.buf, frame...)
+	b.records++
+	l.off += int64(len(frame))
+	if l.off >= l.opts.SegmentBytes {
+		l.seg++
+		l.off = l.backend.firstOffset(l.seg)
+	}
+	l.stats.Appends++
+	return &Commit{Pos: pos, b: b}
+}
+
+// framePool holds encoding buffers for Append, so that encoding outside the
+// lock does not allocate per record.
+var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledFrame keeps one huge record from pinning its buffer in the pool.
+const maxPooledFrame = 1 << 20
+
+// Write appends rec and waits until it is durable.
+func (l *Log) Write(ctx context.Context, rec Record) (Position, error) {
+	c := l.Append(rec)
+	return c.Pos, c.Wait(ctx)
+}
+
+// Tail returns the position the next appended record will get.
+func (l *Log) Tail() Position {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Position{Segment: l.seg, Offset: l.off}
+}
+
+// Stats returns the log's counters.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stats
+}
+
+// Truncate deletes every segment that lies wholly before pos (the smallest
+// redo point of the tablets using the log): the segments numbered below
+// pos.Segment, except the segment being written and any after it. It may
+// run concurrently with appends. A crash during Truncate leaves some of
+// those segments, or in an object store a prefix of one of them; a later
+// Truncate deletes them.
+func (l *Log) Truncate(ctx context.Context, pos Position) error {
+	l.mu.Lock()
+	before := min(pos.Segment, l.liveSeg)
+	l.mu.Unlock()
+	return l.backend.truncate(ctx, before)
+}
+
+// Close flushes what is pending, stops the flusher and closes the log.
+// Appends after Close fail with ErrClosed. Close returns the error of the
+// first failed flush, if any, or of releasing the segment; calling it again
+// returns the same.
+func (l *Log) Close() error {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		l.closing = true
+		l.cond.Signal()
+		l.mu.Unlock()
+		<-l.flusherDone
+		err := l.backend.close()
+		l.mu.Lock()
+		if l.failed != nil {
+			err = l.failed
+		}
+		l.mu.Unlock()
+		l.closeErr = err
+	})
+	return l.closeErr
+}
+
+// flusher makes the queued batches durable, one at a time and in order.
+func (l *Log) flusher() {
+	defer close(l.flusherDone)
+	curSeg := l.liveSeg
+	for {
+		l.mu.Lock()
+		for len(l.queue) == 0 && !l.closing {
+			l.cond.Wait()
+		}
+		if len(l.queue) == 0 {
+			l.mu.Unlock()
+			return
+		}
+		b := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		l.liveSeg = b.seg
+		failed := l.failed
+		l.mu.Unlock()
+
+		var err error
+		switch {
+		case failed != nil:
+			err = fmt.Errorf("%w: an earlier flush failed: %w", ErrFailed, failed)
+		case b.seg != curSeg:
+			err = l.backend.rollover(b.seg)
+			curSeg = b.seg
+		}
+		if err == nil {
+			if l.beforeFlush != nil {
+				l.beforeFlush()
+			}
+			err = l.backend.flush(b)
+		}
+
+		l.mu.Lock()
+		if err != nil && l.failed == nil {
+			l.failed = err
+		}
+		if err == nil {
+			l.stats.Flushes++
+			l.stats.FlushedRecords += int64(b.records)
+			l.stats.FlushedBytes += int64(len(b.buf))
+		}
+		if cap(b.buf) <= 2*l.opts.MaxBatchBytes && len(l.free) < 4 {
+			l.free = append(l.free, b.buf[:0])
+		}
+		b.buf = nil
+		l.mu.Unlock()
+		b.err = err
+		close(b.done)
+	}
+}
+
+// segmentName is the file name (local) or object path element of a segment.
+func segmentName(seg uint64) string { return fmt.Sprintf("%020d", seg) }
