@@ -410,7 +410,7 @@ func (t *Tablet) checkFamilies(rm cell.RowMutation, schema Schema) error {
 // nothing. SetCell mutations with cell.ServerTimestamp get the tablet
 // clock's time.
 func (t *Tablet) Apply(ctx context.Context, rm cell.RowMutation) error {
-	if err := t.opts.Limits.ValidateRowMutation(rm); err != nil {
+	if err := t.validate(rm); err != nil {
 		return err
 	}
 	if !t.Contains(rm.Row) {
@@ -423,6 +423,17 @@ func (t *Tablet) Apply(ctx context.Context, rm cell.RowMutation) error {
 		return err
 	}
 	return t.finishWrite(ctx, last, commit)
+}
+
+// validate checks rm against the limits and the commit log's record size.
+func (t *Tablet) validate(rm cell.RowMutation) error {
+	if err := t.opts.Limits.ValidateRowMutation(rm); err != nil {
+		return err
+	}
+	if rm.Size()+len(t.id)+64 > commitlog.MaxRecordBytes {
+		return &cell.InvalidArgumentError{Field: "mutations", Reason: fmt.Sprintf("row mutation of about %d bytes exceeds the commit log's record limit of %d", rm.Size(), commitlog.MaxRecordBytes)}
+	}
+	return nil
 }
 
 // applyLocked assigns sequence numbers to a validated row mutation, logs it
@@ -539,7 +550,7 @@ func (t *Tablet) ReadModifyWrite(ctx context.Context, row []byte, fn func(cur ce
 		return cur, err
 	}
 	rm := cell.RowMutation{Row: row, Mutations: muts}
-	if err := t.opts.Limits.ValidateRowMutation(rm); err != nil {
+	if err := t.validate(rm); err != nil {
 		t.writeMu.Unlock()
 		return cell.Row{}, err
 	}
