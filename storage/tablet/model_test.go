@@ -158,6 +158,9 @@ type harness struct {
 	tablets []*Tablet // ordered by range
 	m       *model
 	counts  map[string]int
+	// memOnly: no operation that writes SSTables (flushes, compactions,
+	// splits, reopens); the memtable must hold everything.
+	memOnly bool
 }
 
 func (h *harness) fatalf(format string, args ...any) {
@@ -170,9 +173,16 @@ func (h *harness) options(id string) Options {
 		ID: id, Schema: h.schema, Store: h.store, Dir: "sst",
 		Log: h.log, LogOptions: commitlog.Options{Dir: h.logDir},
 		Cache: h.cache, ScanCache: h.scache, StateStore: h.states,
-		MemtableBytes: 8 << 10, MaxSSTables: 4,
+		MemtableBytes: h.memtableBytes(), MaxSSTables: 4,
 		Clock: func() int64 { return h.clock.Load() },
 	}
+}
+
+func (h *harness) memtableBytes() int64 {
+	if h.memOnly {
+		return 1 << 40
+	}
+	return 8 << 10
 }
 
 func (h *harness) open(id string) *Tablet {
@@ -322,7 +332,11 @@ func (h *harness) count(what string) { h.counts[what]++ }
 func (h *harness) step() {
 	ctx := h.ctx
 	h.clock.Add(int64(h.r.IntN(60)))
-	switch x := h.r.IntN(1000); {
+	x := h.r.IntN(1000)
+	if h.memOnly && x >= 800 && x < 895 {
+		x = 700
+	}
+	switch {
 	case x < 520:
 		h.count("apply")
 		rm := h.mutation()
@@ -577,6 +591,10 @@ func (h *harness) setSchema() {
 
 func (h *harness) close() {
 	for _, tb := range h.tablets {
+		if h.memOnly {
+			tb.abandon()
+			continue
+		}
 		if err := tb.Close(); err != nil {
 			h.t.Errorf("close: %v", err)
 		}
@@ -587,9 +605,9 @@ func (h *harness) close() {
 	h.scache.Close()
 }
 
-func runModel(t *testing.T, seed uint64, ops int) map[string]int {
+func runModel(t *testing.T, seed uint64, ops int, memOnly bool) map[string]int {
 	ctx := context.Background()
-	h := &harness{t: t, seed: seed, r: rand.New(rand.NewPCG(seed, 0x7AB1E)), ctx: ctx, m: newModel(), counts: map[string]int{}}
+	h := &harness{t: t, seed: seed, r: rand.New(rand.NewPCG(seed, 0x7AB1E)), ctx: ctx, m: newModel(), counts: map[string]int{}, memOnly: memOnly}
 	h.clock.Store(1_000_000)
 	h.store = blob.NewMemory()
 	h.states = NewBlobStateStore(h.store, "state")
@@ -599,7 +617,9 @@ func runModel(t *testing.T, seed uint64, ops int) map[string]int {
 		t.Fatal(err)
 	}
 	h.log = log
-	h.cache = sstable.NewCache(256 << 10)
+	if !memOnly {
+		h.cache = sstable.NewCache(256 << 10)
+	}
 	h.scache, err = NewScanCache(256 << 10)
 	if err != nil {
 		t.Fatal(err)
@@ -647,10 +667,17 @@ func TestModel(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			counts := runModel(t, seed, ops)
+			counts := runModel(t, seed, ops, false)
 			t.Logf("seed %d: %d operations: %v", seed, ops, counts)
 		})
 	}
+}
+
+// TestModelMemtable runs the model with everything in the memtable: the
+// read path, deletes, GC and read-modify-write without SSTables.
+func TestModelMemtable(t *testing.T) {
+	counts := runModel(t, 99, 5000, true)
+	t.Logf("%v", counts)
 }
 
 // requireSSTable skips while storage/sstable is still a contract.
