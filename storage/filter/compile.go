@@ -195,10 +195,16 @@ func (c *compiler) chain(fs []*bigtablepb.RowFilter, path string, depth int, inC
 			}
 			labelAt = i
 		}
-		if _, ok := n.(passNode); ok {
+		switch n := n.(type) {
+		case passNode:
 			continue
+		case chainNode:
+			// A chain in a chain is the same as its filters spliced
+			// in; flat chains let PushDown see all leading filters.
+			subs = append(subs, n.subs...)
+		default:
+			subs = append(subs, n)
 		}
-		subs = append(subs, n)
 	}
 	switch len(subs) {
 	case 0:
