@@ -149,7 +149,7 @@ type harness struct {
 	ctx     context.Context
 	store   blob.Store
 	states  StateStore
-	logDir  string
+	logOpts commitlog.Options
 	log     *commitlog.Log
 	cache   *sstable.Cache
 	scache  *ScanCache
@@ -171,7 +171,7 @@ func (h *harness) fatalf(format string, args ...any) {
 func (h *harness) options(id string) Options {
 	return Options{
 		ID: id, Schema: h.schema, Store: h.store, Dir: "sst",
-		Log: h.log, LogOptions: commitlog.Options{Dir: h.logDir},
+		Log: h.log, LogOptions: h.logOpts,
 		Cache: h.cache, ScanCache: h.scache, StateStore: h.states,
 		MemtableBytes: h.memtableBytes(), MaxSSTables: 4,
 		Clock: func() int64 { return h.clock.Load() },
@@ -555,7 +555,7 @@ func (h *harness) crash() {
 	}
 	if h.log != nil {
 		_ = h.log.Close()
-		log, err := commitlog.Open(h.ctx, commitlog.Options{Dir: h.logDir})
+		log, err := commitlog.Open(h.ctx, h.logOpts)
 		if err != nil {
 			h.fatalf("reopen log: %v", err)
 		}
@@ -606,13 +606,27 @@ func (h *harness) close() {
 }
 
 func runModel(t *testing.T, seed uint64, ops int, memOnly bool) map[string]int {
+	// The log in object mode on the memory store: no fsync per write.
+	return runModelOn(t, seed, ops, memOnly, blob.NewMemory(), true)
+}
+
+// runModelWith runs the model with everything — SSTables, states and the
+// commit log (object mode) — in store.
+func runModelWith(t *testing.T, seed uint64, ops int, store blob.Store) map[string]int {
+	return runModelOn(t, seed, ops, false, store, true)
+}
+
+func runModelOn(t *testing.T, seed uint64, ops int, memOnly bool, store blob.Store, logInStore bool) map[string]int {
 	ctx := context.Background()
 	h := &harness{t: t, seed: seed, r: rand.New(rand.NewPCG(seed, 0x7AB1E)), ctx: ctx, m: newModel(), counts: map[string]int{}, memOnly: memOnly}
 	h.clock.Store(1_000_000)
-	h.store = blob.NewMemory()
+	h.store = store
 	h.states = NewBlobStateStore(h.store, "state")
-	h.logDir = t.TempDir()
-	log, err := commitlog.Open(ctx, commitlog.Options{Dir: h.logDir})
+	h.logOpts = commitlog.Options{Dir: t.TempDir()}
+	if logInStore {
+		h.logOpts = commitlog.Options{Store: store, Prefix: "log"}
+	}
+	log, err := commitlog.Open(ctx, h.logOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
