@@ -132,7 +132,7 @@ func (t *Tablet) Scan(ctx context.Context, so ScanOptions, fn func(cell.Row) err
 	if len(so.Start) > 0 && bytes.Compare(so.Start, t.start) > 0 {
 		lower = cell.RowPrefix(so.Start)
 	}
-	if so.End != nil && (t.end == nil || bytes.Compare(so.End, t.end) < 0) {
+	if len(so.End) > 0 && (t.end == nil || bytes.Compare(so.End, t.end) < 0) {
 		upper = cell.RowPrefix(so.End)
 	}
 	if lower != nil && upper != nil && bytes.Compare(lower, upper) >= 0 {

@@ -320,9 +320,12 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 			return nil, err
 		}
 	}
-	// Save: records the redo point in the new log, the families, drops.
+	// Save: the families, the drops, and — when the old log was replayed,
+	// so that everything in it is now flushed — a redo point in the new
+	// log. Without LogOptions the redo point stays where it was.
 	st = t.state.clone()
-	if opts.Log != nil && t.mem.Len() == 0 {
+	replayable := opts.LogOptions.Dir != "" || opts.LogOptions.Store != nil
+	if opts.Log != nil && replayable && t.mem.Len() == 0 {
 		st.RedoPoint = opts.Log.Tail()
 	}
 	if err := opts.StateStore.Save(ctx, st); err != nil {
