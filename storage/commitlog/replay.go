@@ -219,38 +219,90 @@ func (r *replayer) objects(store blob.Store, prefix string) error {
 	if err != nil {
 		return err
 	}
+	// Plan from the listing: the objects to read, and the first gap (a
+	// segment's objects must tile it from offset 0), reported once the
+	// records before it are replayed.
+	var plan []logObject
+	var gap error
 	var seg uint64
 	var want int64 // offset the next object of seg must start at
-	for i, o := range objs {
+	for _, o := range objs {
 		if o.seg < r.from.Segment {
 			continue
 		}
-		if i == 0 || o.seg != seg {
+		if o.seg != seg {
 			seg, want = o.seg, 0
 		}
 		if o.off != want {
-			return corrupt(o.name, Position{o.seg, want}, "log objects missing between offsets %d and %d", want, o.off)
+			gap = corrupt(o.name, Position{o.seg, want}, "log objects missing between offsets %d and %d", want, o.off)
+			break
 		}
-		if o.seg == r.from.Segment && o.off+o.size <= r.from.Offset {
-			want = o.off + o.size
+		want = o.off + o.size
+		if o.seg == r.from.Segment && want <= r.from.Offset {
 			continue
 		}
-		if err := r.ctx.Err(); err != nil {
-			return err
-		}
-		data, err := store.Get(r.ctx, o.name)
+		plan = append(plan, o)
+	}
+
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	next := prefetch(ctx, store, plan)
+	for _, o := range plan {
+		data, err := next()
 		if err != nil {
 			return fmt.Errorf("commitlog: reading %s: %w", o.name, err)
 		}
-		if len(data) == 0 {
+		switch {
+		case len(data) == 0:
 			return corrupt(o.name, Position{o.seg, o.off}, "empty log object")
+		case int64(len(data)) != o.size:
+			return corrupt(o.name, Position{o.seg, o.off}, "object is %d bytes, listed as %d", len(data), o.size)
 		}
 		if err := r.object(o, data); err != nil {
 			return err
 		}
-		want = o.off + int64(len(data))
 	}
-	return nil
+	return gap
+}
+
+// replayPrefetch is how many log objects replay fetches ahead. Each flush
+// is one small object, so reading them one GET at a time would make
+// recovery from an object store latency-bound.
+const replayPrefetch = 8
+
+// prefetch starts fetching objs, at most replayPrefetch ahead of the
+// consumer, and returns a function that yields their contents in order.
+// Cancelling ctx stops it.
+func prefetch(ctx context.Context, store blob.Store, objs []logObject) func() ([]byte, error) {
+	type fetched struct {
+		data []byte
+		err  error
+	}
+	results := make([]chan fetched, len(objs))
+	for i := range results {
+		results[i] = make(chan fetched, 1) // fetchers never block
+	}
+	slots := make(chan struct{}, replayPrefetch)
+	go func() {
+		for i, o := range objs {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			go func() {
+				data, err := store.Get(ctx, o.name)
+				results[i] <- fetched{data, err}
+			}()
+		}
+	}()
+	i := 0
+	return func() ([]byte, error) {
+		f := <-results[i]
+		<-slots
+		i++
+		return f.data, f.err
+	}
 }
 
 // object replays the frames of one log object. Objects are written whole,

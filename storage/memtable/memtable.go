@@ -169,32 +169,31 @@ func (m *Memtable) Len() int { return int(m.length.Load()) }
 //
 // Key and Value of the returned iterator stay valid for the life of the
 // memtable (they point into its arena) but must not be modified.
-func (m *Memtable) NewIterator() cell.Iterator { return &Iterator{m: m} }
+func (m *Memtable) NewIterator() cell.Iterator { return &iterator{m: m} }
 
-// Iterator walks a memtable; it implements cell.Iterator. Before the first
-// positioning call, and after a positioning call returns false, it is at no
-// entry: Next then returns false.
-type Iterator struct {
+// iterator walks a memtable. Before the first positioning call, and after a
+// positioning call returns false, it is at no entry: Next then returns false.
+type iterator struct {
 	m *Memtable
 	n *node // current entry; nil when not positioned
 }
 
-var _ cell.Iterator = (*Iterator)(nil)
+var _ cell.Iterator = (*iterator)(nil)
 
 // First moves to the first entry.
-func (it *Iterator) First() bool {
+func (it *iterator) First() bool {
 	it.n = it.m.head.next[0].Load()
 	return it.n != nil
 }
 
 // SeekGE moves to the first entry whose key is >= key.
-func (it *Iterator) SeekGE(key []byte) bool {
+func (it *iterator) SeekGE(key []byte) bool {
 	it.n = it.m.findLT(key).next[0].Load()
 	return it.n != nil
 }
 
 // SeekLT moves to the last entry whose key is < key.
-func (it *Iterator) SeekLT(key []byte) bool {
+func (it *iterator) SeekLT(key []byte) bool {
 	x := it.m.findLT(key)
 	if x == it.m.head {
 		it.n = nil
@@ -221,7 +220,7 @@ func (m *Memtable) findLT(key []byte) *node {
 }
 
 // Next moves to the following entry.
-func (it *Iterator) Next() bool {
+func (it *iterator) Next() bool {
 	if it.n == nil {
 		return false
 	}
@@ -230,16 +229,16 @@ func (it *Iterator) Next() bool {
 }
 
 // Key is the current entry's encoded internal key.
-func (it *Iterator) Key() []byte { return it.n.key }
+func (it *iterator) Key() []byte { return it.n.key }
 
 // Value is the current entry's value.
-func (it *Iterator) Value() []byte { return it.n.value }
+func (it *iterator) Value() []byte { return it.n.value }
 
 // Error is always nil: a memtable cannot fail.
-func (it *Iterator) Error() error { return nil }
+func (it *iterator) Error() error { return nil }
 
 // Close releases the iterator; it holds nothing, so it always returns nil.
-func (it *Iterator) Close() error {
+func (it *iterator) Close() error {
 	it.n = nil
 	return nil
 }
