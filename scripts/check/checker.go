@@ -454,9 +454,9 @@ func (c *checker) when(s *syntax.WhenStmt) {
 	}
 	c.cond(s.Cond, "when")
 	w.Ranges = make([][]syntax.Expr, len(w.Vars))
-	c.ranges(s.Cond, w)
+	bad := c.ranges(s.Cond, w)
 	for i, v := range w.Vars {
-		if len(w.Ranges[i]) == 0 && v.Type.Kind != value.Invalid {
+		if len(w.Ranges[i]) == 0 && v.Type.Kind != value.Invalid && !bad[i] {
 			c.errorf(v.Pos, "cannot tell the range of %s: use it as an index of an array or map in the when condition", v.Name)
 		}
 	}
@@ -481,7 +481,9 @@ func (c *checker) when(s *syntax.WhenStmt) {
 // ranges finds, in the condition x, the containers indexed directly by a
 // quantified variable. A container may mention only variables declared
 // before that one, which are bound by the time its range is needed.
-func (c *checker) ranges(x syntax.Expr, w *When) {
+// It returns which variables had a container rejected, already reported.
+func (c *checker) ranges(x syntax.Expr, w *When) []bool {
+	rejected := make([]bool, len(w.Vars))
 	walk(x, func(e syntax.Expr) {
 		ix, ok := e.(*syntax.IndexExpr)
 		if !ok {
@@ -516,10 +518,12 @@ func (c *checker) ranges(x syntax.Expr, w *When) {
 		})
 		if bad {
 			c.errorf(ix.X.Pos(), "the range of %s cannot depend on %s or later quantified variables", w.Vars[k].Name, w.Vars[k].Name)
+			rejected[k] = true
 			return
 		}
 		w.Ranges[k] = append(w.Ranges[k], ix.X)
 	})
+	return rejected
 }
 
 // walk calls f on x and on every expression inside it.

@@ -310,6 +310,21 @@ func (p *parser) whenStmt() Stmt {
 	}
 	if len(s.Vars) == 0 {
 		p.errorHere("expected quantified variable (name: some|each|all type;) in when")
+		// Skip the malformed header, so that only the body is parsed next.
+		for depth := 0; p.tok() != EOF; p.next() {
+			if p.tok() == LPAREN {
+				depth++
+			} else if p.tok() == RPAREN {
+				if depth == 0 {
+					p.next()
+					break
+				}
+				depth--
+			}
+		}
+		s.Cond = &BadExpr{s.When}
+		s.Body = p.stmt()
+		return s
 	}
 	s.Cond = p.expr()
 	p.expect(RPAREN, "after when condition")
@@ -483,6 +498,7 @@ func (p *parser) unary() Expr {
 		p.next()
 		if !p.enter() {
 			p.leave()
+			p.sync()
 			return &BadExpr{pos}
 		}
 		defer p.leave()

@@ -245,9 +245,11 @@ func unsafeString(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
-// tick counts one step at pos. It is inlined into every statement, so the
-// common path is one increment and one comparison.
+// tick counts one step at pos and records pos for errors raised without a
+// position of their own (limits, Go runtime panics). It is inlined into every
+// statement, so the common path is two stores, an increment and a compare.
 func (m *Machine) tick(pos syntax.Pos) {
+	m.pos = pos
 	m.steps++
 	if m.steps >= m.nextCheck {
 		m.checkLimits(pos)
