@@ -1,0 +1,175 @@
+package sstable
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+// settle waits until the cache has applied every admission, which
+// ristretto does asynchronously.
+func (c *Cache) settle() {
+	if c.rc != nil {
+		c.rc.Wait()
+	}
+}
+
+func TestCacheHitsAndMisses(t *testing.T) {
+	entries := randomEntries(rand.New(rand.NewPCG(21, 22)), 2000, 10)
+	data, _ := buildFile(t, entries, WriterOptions{BlockSize: 2048, Compression: SnappyCompression})
+	cache := NewCache(16 << 20)
+	defer cache.Close()
+	r := openBytes(t, data, ReaderOptions{Cache: cache})
+	nBlocks := uint64(len(r.Index()))
+
+	for pass := uint64(1); pass <= 2; pass++ {
+		got, err := readAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameEntries(t, got, entries)
+		cache.settle()
+		if s := cache.Stats(); s.Misses != nBlocks || s.Hits != (pass-1)*nBlocks {
+			t.Fatalf("pass %d over %d blocks: %+v", pass, nBlocks, s)
+		}
+	}
+	if s := cache.Stats(); s.Bytes <= 0 || s.Bytes > 16<<20 {
+		t.Fatalf("bytes held: %d", s.Bytes)
+	}
+	r.Close()
+	cache.settle()
+	if s := cache.Stats(); s.Bytes != 0 {
+		t.Fatalf("closed reader left %d bytes cached", s.Bytes)
+	}
+}
+
+func TestCacheIsBounded(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 24))
+	entries := randomEntries(rng, 3000, 10)
+	const blockSize = 4096
+	data, _ := buildFile(t, entries, WriterOptions{BlockSize: blockSize, Compression: NoCompression})
+	const capacity = 64 << 10
+	cache := NewCache(capacity)
+	defer cache.Close()
+	r := openBytes(t, data, ReaderOptions{Cache: cache})
+	defer r.Close()
+	if size := len(r.Index()) * blockSize; size < 4*capacity {
+		t.Fatalf("file of %d block bytes does not overflow the cache", size)
+	}
+	// The largest entry a block can hold is the largest block.
+	maxBlock := int64(blockSize + blockOverhead)
+	it := r.NewIterator()
+	defer it.Close()
+	for round := 0; round < 20; round++ {
+		for i := 0; i < 50; i++ {
+			want := entries[rng.IntN(len(entries))]
+			if !it.SeekGE(want.key) || !bytes.Equal(it.Value(), want.value) {
+				t.Fatalf("SeekGE(%q): %v", want.key, it.Error())
+			}
+		}
+		cache.settle()
+		if b := cache.Stats().Bytes; b > capacity+maxBlock || b <= 0 {
+			t.Fatalf("cache holds %d bytes, capacity %d", b, capacity)
+		}
+	}
+}
+
+func TestCacheSeparatesFiles(t *testing.T) {
+	// Two different files opened under one name must not see each other's
+	// blocks, even at equal offsets.
+	rng := rand.New(rand.NewPCG(25, 26))
+	a := randomEntries(rng, 500, 10)
+	b := randomEntries(rng, 500, 10)
+	opts := WriterOptions{BlockSize: 1024, Compression: NoCompression}
+	dataA, _ := buildFile(t, a, opts)
+	dataB, _ := buildFile(t, b, opts)
+	cache := NewCache(8 << 20)
+	defer cache.Close()
+	ra := openBytes(t, dataA, ReaderOptions{Cache: cache})
+	rb := openBytes(t, dataB, ReaderOptions{Cache: cache})
+	for range 2 {
+		for _, tc := range []struct {
+			r    *Reader
+			want []entry
+		}{{ra, a}, {rb, b}} {
+			got, err := readAll(tc.r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameEntries(t, got, tc.want)
+			cache.settle()
+		}
+	}
+	if cache.Stats().Hits == 0 {
+		t.Fatal("second reads did not hit the cache")
+	}
+}
+
+func TestCacheZeroCapacity(t *testing.T) {
+	entries := randomEntries(rand.New(rand.NewPCG(27, 28)), 100, 10)
+	data, _ := buildFile(t, entries, WriterOptions{BlockSize: 1024})
+	cache := NewCache(0)
+	defer cache.Close()
+	r := openBytes(t, data, ReaderOptions{Cache: cache})
+	for range 2 {
+		got, err := readAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameEntries(t, got, entries)
+	}
+	if s := cache.Stats(); s.Hits != 0 || s.Misses != 2*uint64(len(r.Index())) || s.Bytes != 0 {
+		t.Fatalf("zero-capacity cache: %+v", s)
+	}
+}
+
+// TestConcurrentReaders is meant for -race: readers of two files share a
+// cache too small for them, so blocks are admitted and evicted while other
+// goroutines read them.
+func TestConcurrentReaders(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 30))
+	files := make([][]entry, 2)
+	readers := make([]*Reader, 2)
+	cache := NewCache(32 << 10)
+	defer cache.Close()
+	for i := range files {
+		files[i] = randomEntries(rng, 1500, 10)
+		data, _ := buildFile(t, files[i], WriterOptions{BlockSize: 1024, Compression: Compression(i + 1)})
+		readers[i] = openBytes(t, data, ReaderOptions{Cache: cache})
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 31))
+			f := g % 2
+			entries := files[f]
+			it := readers[f].NewIterator()
+			defer it.Close()
+			for range 400 {
+				i := rng.IntN(len(entries))
+				if !it.SeekGE(entries[i].key) || !bytes.Equal(it.Value(), entries[i].value) {
+					errs <- "SeekGE returned wrong data"
+					return
+				}
+				if i+1 < len(entries) && (!it.Next() || !bytes.Equal(it.Key(), entries[i+1].key)) {
+					errs <- "Next returned wrong data"
+					return
+				}
+				if i > 0 && (!it.SeekLT(entries[i].key) || !bytes.Equal(it.Key(), entries[i-1].key)) {
+					errs <- "SeekLT returned wrong data"
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+	if s := cache.Stats(); s.Hits == 0 || s.Misses == 0 {
+		t.Fatalf("stats after concurrent reads: %+v", s)
+	}
+}

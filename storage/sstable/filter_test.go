@@ -1,0 +1,154 @@
+package sstable
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tabuladb/tabula/storage/cell"
+)
+
+func TestBloomFilters(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	entries := randomEntries(rng, 4000, 10)
+	data, _ := buildFile(t, entries, WriterOptions{})
+	r := openBytes(t, data, ReaderOptions{})
+	defer r.Close()
+
+	type column struct {
+		row  string
+		fam  string
+		qual string
+	}
+	rows := map[string]bool{}
+	columns := map[column]bool{}
+	var rowMarkers, famMarkers int
+	for _, e := range entries {
+		k, err := cell.DecodeKey(e.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows[string(k.Row)] = true
+		if !r.MayContainRow(k.Row) {
+			t.Fatalf("MayContainRow(%q) = false for a row in the file", k.Row)
+		}
+		switch k.Kind {
+		case cell.KindSet, cell.KindColumnDelete:
+			columns[column{string(k.Row), k.Family, string(k.Qualifier)}] = true
+			if !r.MayContainColumn(k.Row, k.Family, k.Qualifier) {
+				t.Fatalf("MayContainColumn(%q, %q, %q) = false for a column in the file", k.Row, k.Family, k.Qualifier)
+			}
+		case cell.KindFamilyDelete:
+			famMarkers++
+			// The marker shadows every column of its family, present or not.
+			q := randomBytes(rng, 8)
+			if !r.MayContainColumn(k.Row, k.Family, q) {
+				t.Fatalf("MayContainColumn(%q, %q, %q) = false under a family marker", k.Row, k.Family, q)
+			}
+		case cell.KindRowDelete:
+			rowMarkers++
+			q := randomBytes(rng, 8)
+			if !r.MayContainColumn(k.Row, "zz-absent", q) {
+				t.Fatalf("MayContainColumn(%q, zz-absent, %q) = false under a row marker", k.Row, q)
+			}
+		}
+	}
+	if rowMarkers == 0 || famMarkers == 0 {
+		t.Fatalf("test data lacks markers: %d row, %d family", rowMarkers, famMarkers)
+	}
+
+	// Absent rows and columns: most must be rejected (10 bits per key give
+	// about 1% false positives; allow ten times that).
+	const probes = 2000
+	var rowFP, colFP, colProbes int
+	for i := 0; i < probes; i++ {
+		row := append([]byte("absent-"), randomBytes(rng, 10)...)
+		if rows[string(row)] {
+			continue
+		}
+		if r.MayContainRow(row) {
+			rowFP++
+		}
+	}
+	for i := 0; i < probes; i++ {
+		// Absent columns of rows that exist but have no row marker.
+		e := entries[rng.IntN(len(entries))]
+		k, _ := cell.DecodeKey(e.key)
+		c := column{string(k.Row), "absent", string(randomBytes(rng, 8))}
+		if columns[c] || hasRowMarker(entries, k.Row) {
+			continue
+		}
+		colProbes++
+		if r.MayContainColumn([]byte(c.row), c.fam, []byte(c.qual)) {
+			colFP++
+		}
+	}
+	if rowFP > probes/10 || colProbes < probes/2 || colFP > colProbes/10 {
+		t.Fatalf("false positives: rows %d/%d, columns %d/%d", rowFP, probes, colFP, colProbes)
+	}
+}
+
+func hasRowMarker(entries []entry, row []byte) bool {
+	marker := cell.RowPrefix(row)
+	for _, e := range entries {
+		if cell.KindOf(e.key) == cell.KindRowDelete && bytes.HasPrefix(e.key, marker) && cell.RowPrefixLen(e.key) == len(marker) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestNoBloomFilters(t *testing.T) {
+	entries := randomEntries(rand.New(rand.NewPCG(13, 14)), 100, 10)
+	data, _ := buildFile(t, entries, WriterOptions{BloomBitsPerKey: -1})
+	r := openBytes(t, data, ReaderOptions{})
+	defer r.Close()
+	if r.rowFilter != nil || r.colFilter != nil {
+		t.Fatal("filters written with BloomBitsPerKey < 0")
+	}
+	if !r.MayContainRow([]byte("nope")) || !r.MayContainColumn([]byte("nope"), "f", []byte("q")) {
+		t.Fatal("a file without filters must answer maybe")
+	}
+}
+
+func TestFamilyPrefixOfColumnPrefix(t *testing.T) {
+	// MayContainColumn slices the family and row prefixes out of the
+	// column prefix; they must equal cell's own encodings.
+	for _, tc := range []struct {
+		row, fam, qual string
+	}{
+		{"", "", ""}, {"r", "f", "q"}, {"a\x00b", "f\x00", "\x00\x00"}, {"\xff\x00", "fam", ""},
+	} {
+		col := cell.ColumnPrefix([]byte(tc.row), tc.fam, []byte(tc.qual))
+		rowLen := cell.RowPrefixLen(col)
+		famLen := rowLen + 1 + escapedLen(tc.fam)
+		if !bytes.Equal(col[:rowLen], cell.RowPrefix([]byte(tc.row))) ||
+			!bytes.Equal(col[:famLen], cell.FamilyPrefix([]byte(tc.row), tc.fam)) {
+			t.Fatalf("%q: prefixes of %q do not match cell's", tc, col)
+		}
+	}
+}
+
+func TestDecodeFilterRejectsBadSizes(t *testing.T) {
+	f := filterBuilder{}
+	f.add([]byte("k"))
+	good := f.build(10)
+	if _, err := decodeFilter(good); err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(b []byte){
+		"huge m":    func(b []byte) { b[0] = 0x7f },
+		"zero k":    func(b []byte) { copy(b[8:16], make([]byte, 8)) },
+		"huge k":    func(b []byte) { b[8] = 1 },
+		"bits != m": func(b []byte) { b[23]++ },
+	} {
+		b := bytes.Clone(good)
+		mutate(b)
+		if _, err := decodeFilter(b); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := decodeFilter(good[:len(good)-8]); err == nil {
+		t.Error("short filter accepted")
+	}
+}

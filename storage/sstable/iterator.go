@@ -1,0 +1,197 @@
+package sstable
+
+import "bytes"
+
+// iterator implements cell.Iterator over one Reader: a binary search of the
+// in-memory index picks the data block, and a blockIter walks it.
+//
+// The current block is held by pointer, so eviction from the cache never
+// invalidates Key and Value; they alias the block (values) or the
+// iterator's reused key buffer (keys) until the next positioning call.
+type iterator struct {
+	r        *Reader
+	bi       blockIter
+	blockIdx int // index of the block in bi; -1 when none is loaded
+	valid    bool
+	err      error
+	closed   bool
+}
+
+// fail records err (the first one sticks) and leaves the iterator
+// unpositioned.
+func (it *iterator) fail(err error) bool {
+	if it.err == nil {
+		it.err = err
+	}
+	it.valid = false
+	return false
+}
+
+// load makes block i current.
+func (it *iterator) load(i int) bool {
+	if it.blockIdx == i {
+		return true
+	}
+	b, err := it.r.dataBlock(i)
+	if err != nil {
+		it.blockIdx = -1
+		return it.fail(err)
+	}
+	it.bi.init(b)
+	it.blockIdx = i
+	return true
+}
+
+// settle turns the result of a block move into the iterator's state.
+func (it *iterator) settle(ok bool, err error) bool {
+	if err != nil {
+		return it.fail(corruptAt(it.r.name, it.r.index[it.blockIdx].Offset, err))
+	}
+	if ok && len(it.bi.key) < minKeyLen {
+		// A key this short would make callers that slice the internal
+		// key suffix panic; only a crafted file can hold one.
+		return it.fail(it.r.corrupt(it.r.index[it.blockIdx].Offset, "key of %d bytes is not an internal key", len(it.bi.key)))
+	}
+	it.valid = ok
+	return ok
+}
+
+// usable reports whether a positioning call may proceed.
+func (it *iterator) usable() bool {
+	it.valid = false
+	if it.closed {
+		return it.fail(ErrClosed)
+	}
+	return it.err == nil
+}
+
+// First moves to the first entry.
+func (it *iterator) First() bool {
+	if !it.usable() || len(it.r.index) == 0 {
+		return false
+	}
+	return it.firstFrom(0)
+}
+
+// firstFrom moves to the first entry of block i or, should that block be
+// empty, of a later one.
+func (it *iterator) firstFrom(i int) bool {
+	for ; i < len(it.r.index); i++ {
+		if !it.load(i) {
+			return false
+		}
+		ok, err := it.bi.first()
+		if ok || err != nil {
+			return it.settle(ok, err)
+		}
+	}
+	return false
+}
+
+// searchIndex returns the first block whose last key is >= key, or
+// len(index) when there is none.
+func (it *iterator) searchIndex(key []byte) int {
+	idx := it.r.index
+	lo, hi := 0, len(idx)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if bytes.Compare(idx[mid].LastKey, key) < 0 {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// SeekGE moves to the first entry whose key is >= key.
+func (it *iterator) SeekGE(key []byte) bool {
+	if !it.usable() {
+		return false
+	}
+	i := it.searchIndex(key)
+	if i == len(it.r.index) || !it.load(i) {
+		return false
+	}
+	ok, err := it.bi.seekGE(key)
+	if ok || err != nil {
+		return it.settle(ok, err)
+	}
+	// The block's last key is >= key, so only a block that disagrees with
+	// the index ends here; carry on with the next block rather than guess.
+	return it.firstFrom(i + 1)
+}
+
+// SeekLT moves to the last entry whose key is < key.
+func (it *iterator) SeekLT(key []byte) bool {
+	if !it.usable() {
+		return false
+	}
+	i := it.searchIndex(key)
+	if i < len(it.r.index) {
+		if !it.load(i) {
+			return false
+		}
+		ok, err := it.bi.seekLT(key)
+		if ok || err != nil {
+			return it.settle(ok, err)
+		}
+	}
+	// Every entry of block i is >= key; the answer, if any, is the last
+	// entry of an earlier block, whose keys are all < key.
+	for i--; i >= 0; i-- {
+		if !it.load(i) {
+			return false
+		}
+		ok, err := it.bi.last()
+		if ok || err != nil {
+			return it.settle(ok, err)
+		}
+	}
+	return false
+}
+
+// Next moves to the following entry.
+func (it *iterator) Next() bool {
+	if !it.valid {
+		// Next after exhaustion or before positioning stays put: there is
+		// no entry to follow.
+		return false
+	}
+	if !it.usable() {
+		return false
+	}
+	ok, err := it.bi.step()
+	if ok || err != nil {
+		return it.settle(ok, err)
+	}
+	return it.firstFrom(it.blockIdx + 1)
+}
+
+// Key is the current entry's encoded internal key.
+func (it *iterator) Key() []byte {
+	if !it.valid {
+		return nil
+	}
+	return it.bi.key
+}
+
+// Value is the current entry's value.
+func (it *iterator) Value() []byte {
+	if !it.valid {
+		return nil
+	}
+	return it.bi.val
+}
+
+// Error is the error that stopped the iteration, if any.
+func (it *iterator) Error() error { return it.err }
+
+// Close releases the iterator's block and reports the first error met.
+func (it *iterator) Close() error {
+	it.closed = true
+	it.valid = false
+	it.bi = blockIter{}
+	it.blockIdx = -1
+	return it.err
+}

@@ -1,0 +1,366 @@
+package sstable
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/tabuladb/tabula/storage/cell"
+)
+
+// ReaderAt is what a Reader reads from: a blob.Object satisfies it. ReadAt
+// must be safe for concurrent use, as io.ReaderAt requires.
+type ReaderAt interface {
+	io.ReaderAt
+	Size() int64
+}
+
+// ReaderOptions configure Open.
+type ReaderOptions struct {
+	// Cache is shared by all open files; nil means no caching.
+	Cache *Cache
+	// InMemory loads the whole file into memory at open (locality groups
+	// marked in-memory); reads then touch no storage.
+	InMemory bool
+
+	// blockLimit overrides maxBlockSize, the largest decoded block a
+	// reader accepts. A file can claim any size up to the limit, and a
+	// reader allocates what it claims before decoding; the fuzz test lowers
+	// the limit so that exploring such claims stays cheap.
+	blockLimit int
+}
+
+// IndexEntry is one data block's entry in the index.
+type IndexEntry struct {
+	LastKey []byte // the last internal key in the block
+	Offset  int64  // where the block starts in the file
+	// Length is the bytes the block occupies, trailer included: the data
+	// blocks tile the start of the file, so Offset+Length is the next
+	// block's Offset and Offset is the data that precedes the block.
+	Length int64
+}
+
+// ErrClosed is returned by iterators of a closed Reader.
+var ErrClosed = errors.New("sstable: reader closed")
+
+// Reader reads one SSTable. It is safe for concurrent use.
+type Reader struct {
+	name   string
+	src    ReaderAt
+	mem    []byte // the whole file when opened InMemory
+	cache  *Cache
+	fileID uint64
+	index  []IndexEntry
+	props  Properties
+
+	rowFilter, colFilter *filter
+	// memBlocks holds the uncompressed data blocks of an InMemory file,
+	// decoded at open; compressed ones go through the cache.
+	memBlocks  []*block
+	blockLimit int
+	closed     atomic.Bool
+}
+
+// Open reads the footer, index, filter and properties blocks of the file
+// named name (the name is used in errors and as the cache key). A file that
+// is not a valid SSTable gives a *CorruptionError; a failed read of r is
+// returned wrapped.
+func Open(r ReaderAt, name string, opts ReaderOptions) (*Reader, error) {
+	rd := &Reader{name: name, src: r, cache: opts.Cache, blockLimit: maxBlockSize}
+	if opts.blockLimit > 0 {
+		rd.blockLimit = opts.blockLimit
+	}
+	size := r.Size()
+	if size < footerLen {
+		return nil, rd.corrupt(0, "file of %d bytes is shorter than the footer", size)
+	}
+	if opts.InMemory {
+		mem, err := rd.readAt(0, size)
+		if err != nil {
+			return nil, err
+		}
+		rd.mem = mem
+	}
+	fb, err := rd.readAt(size-footerLen, footerLen)
+	if err != nil {
+		return nil, err
+	}
+	f, err := decodeFooter(fb, size)
+	if err != nil {
+		return nil, corruptAt(name, size-footerLen, err)
+	}
+
+	raw, err := rd.readBlock(f.properties)
+	if err != nil {
+		return nil, err
+	}
+	if rd.props, err = decodeProperties(raw); err != nil {
+		return nil, corruptAt(name, int64(f.properties.offset), err)
+	}
+	rd.props.FileSize = size
+
+	if raw, err = rd.readBlock(f.index); err != nil {
+		return nil, err
+	}
+	if err := rd.decodeIndex(raw, f.filter.offset); err != nil {
+		return nil, corruptAt(name, int64(f.index.offset), err)
+	}
+	if err := rd.checkProperties(); err != nil {
+		return nil, corruptAt(name, int64(f.properties.offset), err)
+	}
+
+	if raw, err = rd.readBlock(f.filter); err != nil {
+		return nil, err
+	}
+	if rd.rowFilter, rd.colFilter, err = decodeFilterBlock(raw); err != nil {
+		return nil, corruptAt(name, int64(f.filter.offset), err)
+	}
+
+	if rd.mem != nil {
+		if err := rd.loadMemBlocks(); err != nil {
+			return nil, err
+		}
+	}
+	if rd.cache != nil {
+		rd.fileID = rd.cache.newFileID()
+	}
+	return rd, nil
+}
+
+func (r *Reader) corrupt(off int64, format string, args ...any) error {
+	return &CorruptionError{File: r.name, Offset: off, Reason: fmt.Sprintf(format, args...)}
+}
+
+// readAt returns n bytes at off. A file that ends early is corrupt (the
+// footer promised those bytes); any other failure is an I/O error.
+func (r *Reader) readAt(off, n int64) ([]byte, error) {
+	if r.mem != nil {
+		return r.mem[off : off+n : off+n], nil
+	}
+	buf := make([]byte, n)
+	got, err := r.src.ReadAt(buf, off)
+	if got == len(buf) {
+		return buf, nil
+	}
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, r.corrupt(off, "truncated: read %d of %d bytes", got, n)
+	}
+	return nil, fmt.Errorf("sstable %s: read %d bytes at offset %d: %w", r.name, n, off, err)
+}
+
+// readBlock reads the block of h and returns its raw (decompressed) bytes,
+// having checked its checksum. Errors name the file and h's offset.
+func (r *Reader) readBlock(h handle) ([]byte, error) {
+	b, err := r.readAt(int64(h.offset), int64(h.length))
+	if err != nil {
+		return nil, err
+	}
+	stored, c, err := checkTrailer(b)
+	if err != nil {
+		return nil, corruptAt(r.name, int64(h.offset), err)
+	}
+	raw, err := decompress(stored, c, r.blockLimit)
+	if err != nil {
+		return nil, corruptAt(r.name, int64(h.offset), err)
+	}
+	return raw, nil
+}
+
+// decodeIndex decodes the index block and checks that its entries are in
+// key order and tile the data region [0, dataEnd).
+func (r *Reader) decodeIndex(raw []byte, dataEnd uint64) error {
+	b, err := parseBlock(raw)
+	if err != nil {
+		return err
+	}
+	var it blockIter
+	it.init(b)
+	var arena []byte // one allocation for every LastKey
+	type pos struct{ start, end int }
+	var keys []pos
+	var next uint64
+	ok, err := it.first()
+	for ; ok && err == nil; ok, err = it.step() {
+		// Index entries are all restart points (full keys): this keeps the
+		// decoded keys no larger than the block, whatever the file claims.
+		if it.off != it.b.restart(min(len(r.index), it.b.numRestarts-1)) {
+			return corruptf("index entry %d is not a restart point", len(r.index))
+		}
+		off, n := binary.Uvarint(it.val)
+		length, m := binary.Uvarint(it.val[max(n, 0):])
+		if n <= 0 || m <= 0 || n+m != len(it.val) {
+			return corruptf("index entry %d: bad block handle", len(r.index))
+		}
+		if off != next || length < trailerLen || length > dataEnd-off {
+			return corruptf("index entry %d: block (offset %d, length %d) does not follow at %d within %d", len(r.index), off, length, next, dataEnd)
+		}
+		if len(keys) > 0 && bytes.Compare(arena[keys[len(keys)-1].start:], it.key) >= 0 {
+			return corruptf("index entry %d: keys out of order", len(r.index))
+		}
+		next = off + length
+		keys = append(keys, pos{len(arena), len(arena) + len(it.key)})
+		arena = append(arena, it.key...)
+		r.index = append(r.index, IndexEntry{Offset: int64(off), Length: int64(length)})
+	}
+	if err != nil {
+		return err
+	}
+	if next != dataEnd {
+		return corruptf("index covers %d of %d data bytes", next, dataEnd)
+	}
+	for i, k := range keys {
+		r.index[i].LastKey = arena[k.start:k.end:k.end]
+	}
+	return nil
+}
+
+// checkProperties cross-checks the properties against the index.
+func (r *Reader) checkProperties() error {
+	p := &r.props
+	if p.NumDataBlocks != uint64(len(r.index)) {
+		return corruptf("properties: %d data blocks, index has %d", p.NumDataBlocks, len(r.index))
+	}
+	if (p.NumEntries == 0) != (len(r.index) == 0) || p.NumEntries < p.NumDataBlocks || p.NumDeletions > p.NumEntries {
+		return corruptf("properties: %d entries (%d deletions) in %d blocks", p.NumEntries, p.NumDeletions, len(r.index))
+	}
+	if len(r.index) > 0 && !bytes.Equal(p.LargestKey, r.index[len(r.index)-1].LastKey) {
+		return corruptf("properties: largest key differs from the index's last key")
+	}
+	return nil
+}
+
+// loadMemBlocks checks every data block of an InMemory file once, so that
+// later reads need no checksum, and decodes the uncompressed ones, which
+// then cost neither a copy nor cache space.
+func (r *Reader) loadMemBlocks() error {
+	r.memBlocks = make([]*block, len(r.index))
+	for i, e := range r.index {
+		b := r.mem[e.Offset : e.Offset+e.Length]
+		stored, c, err := checkTrailer(b)
+		if err != nil {
+			return corruptAt(r.name, e.Offset, err)
+		}
+		if c != NoCompression {
+			continue
+		}
+		if r.memBlocks[i], err = parseBlock(stored); err != nil {
+			return corruptAt(r.name, e.Offset, err)
+		}
+	}
+	return nil
+}
+
+// dataBlock returns data block i, from memory, the cache or storage.
+func (r *Reader) dataBlock(i int) (*block, error) {
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+	if r.memBlocks != nil && r.memBlocks[i] != nil {
+		return r.memBlocks[i], nil
+	}
+	e := r.index[i]
+	if r.cache != nil {
+		if b := r.cache.get(r.fileID, uint64(e.Offset)); b != nil {
+			return b, nil
+		}
+	}
+	h := handle{offset: uint64(e.Offset), length: uint64(e.Length)}
+	var raw []byte
+	var err error
+	if r.mem != nil {
+		// Checked at open: decompress straight from memory.
+		stored := r.mem[e.Offset : e.Offset+e.Length-trailerLen]
+		if raw, err = decompress(stored, Compression(r.mem[e.Offset+e.Length-trailerLen]), r.blockLimit); err != nil {
+			err = corruptAt(r.name, e.Offset, err)
+		}
+	} else {
+		raw, err = r.readBlock(h)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b, err := parseBlock(raw)
+	if err != nil {
+		return nil, corruptAt(r.name, e.Offset, err)
+	}
+	if r.cache != nil {
+		r.cache.set(r.fileID, uint64(e.Offset), b)
+	}
+	return b, nil
+}
+
+// Name is the name the file was opened under.
+func (r *Reader) Name() string { return r.name }
+
+// Properties returns the file's properties block, with FileSize the size
+// of the file opened. Its key slices must not be modified.
+func (r *Reader) Properties() Properties { return r.props }
+
+// Index returns the data blocks' index entries in order. The slice is the
+// caller's; the LastKey bytes are shared and must not be modified.
+func (r *Reader) Index() []IndexEntry { return append([]IndexEntry(nil), r.index...) }
+
+// MayContainRow reports whether the file may hold entries of row; false
+// is certain.
+func (r *Reader) MayContainRow(row []byte) bool {
+	if r.props.NumEntries == 0 {
+		return false
+	}
+	return r.rowFilter.mayContain(cell.RowPrefix(row))
+}
+
+// MayContainColumn reports whether the file may hold entries that matter to
+// one column of a row: its cells and column markers, or a family or row
+// marker that shadows it. False is certain.
+func (r *Reader) MayContainColumn(row []byte, family string, qualifier []byte) bool {
+	if r.props.NumEntries == 0 {
+		return false
+	}
+	if r.colFilter == nil {
+		return true
+	}
+	// The family and row prefixes are prefixes of the column prefix: one
+	// encoding serves all three probes.
+	col := cell.ColumnPrefix(row, family, qualifier)
+	rowLen := cell.RowPrefixLen(col)
+	famLen := rowLen + 1 + escapedLen(family)
+	return r.colFilter.mayContain(col) ||
+		r.colFilter.mayContain(col[:famLen]) ||
+		r.colFilter.mayContain(col[:rowLen])
+}
+
+// escapedLen is the length of s escaped and terminated as in an internal
+// key: every zero byte doubles, and two terminator bytes follow.
+func escapedLen(s string) int {
+	n := len(s) + 2
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// NewIterator returns an iterator over the file's entries. It is used by
+// one goroutine at a time and must be closed before the Reader.
+func (r *Reader) NewIterator() cell.Iterator {
+	return &iterator{r: r, blockIdx: -1}
+}
+
+// Close releases the file and drops its blocks from the cache. Iterators
+// must be closed first; positioning one afterwards fails with ErrClosed.
+// Close does not close the ReaderAt.
+func (r *Reader) Close() error {
+	if r.closed.Swap(true) {
+		return nil
+	}
+	if r.cache != nil {
+		for _, e := range r.index {
+			r.cache.drop(r.fileID, uint64(e.Offset))
+		}
+	}
+	return nil
+}
