@@ -115,9 +115,12 @@ func (g Generator) Page(i int) Page {
 		url = fmt.Sprintf("%s/%s/%d", site, section, i)
 	}
 	lang := pickLanguage(r)
+	versions := 1 + r.IntN(3)
+	if i == 0 {
+		lang, versions = "en", 3 // Figure 1's row: three crawls of CNN's home page
+	}
 	p := Page{URL: url, Key: RowKey(url), Language: lang}
 	rm := cell.RowMutation{Row: p.Key}
-	versions := 1 + r.IntN(3)
 	for v := 0; v < versions; v++ {
 		ts := BaseCrawlTime + int64(v)*3*86400_000000 + int64(r.IntN(86400))*1_000000
 		rm.Mutations = append(rm.Mutations, cell.Set(FamilyContents, nil, ts, html(r, url, v)))
