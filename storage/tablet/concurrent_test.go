@@ -39,7 +39,6 @@ func checkWhole(r cell.Row) error {
 // compactions at once (run it with -race): every read sees each row
 // mutation whole or not at all, and every acknowledged write is readable.
 func TestConcurrentWritesAreAtomic(t *testing.T) {
-	requireSSTable(t)
 	ctx := context.Background()
 	store := blob.NewMemory()
 	logDir := t.TempDir()

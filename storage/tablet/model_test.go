@@ -662,7 +662,6 @@ func runModelOn(t *testing.T, seed uint64, ops int, memOnly bool, store blob.Sto
 // model and compares every read. TABULA_LONG=1 runs more seeds and longer
 // sequences; TABULA_MODEL_SEED=n replays one seed.
 func TestModel(t *testing.T) {
-	requireSSTable(t)
 	seeds := []uint64{1, 2}
 	ops := 10_000
 	if os.Getenv("TABULA_LONG") != "" {
@@ -692,15 +691,4 @@ func TestModel(t *testing.T) {
 func TestModelMemtable(t *testing.T) {
 	counts := runModel(t, 99, 5000, true)
 	t.Logf("%v", counts)
-}
-
-// requireSSTable skips while storage/sstable is still a contract.
-// TODO: remove once sstable lands.
-func requireSSTable(t *testing.T) {
-	defer func() {
-		if recover() != nil {
-			t.Skip("storage/sstable is not implemented yet")
-		}
-	}()
-	sstable.NewCache(1)
 }
