@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	"github.com/tabuladb/tabula/storage/cell"
@@ -141,28 +142,61 @@ func (r *Reader) readAt(off, n int64) ([]byte, error) {
 		return r.mem[off : off+n : off+n], nil
 	}
 	buf := make([]byte, n)
+	if err := r.readInto(buf, off); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+func (r *Reader) readInto(buf []byte, off int64) error {
 	got, err := r.src.ReadAt(buf, off)
 	if got == len(buf) {
-		return buf, nil
+		return nil
 	}
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return nil, r.corrupt(off, "truncated: read %d of %d bytes", got, n)
+		return r.corrupt(off, "truncated: read %d of %d bytes", got, len(buf))
 	}
-	return nil, fmt.Errorf("sstable %s: read %d bytes at offset %d: %w", r.name, n, off, err)
+	return fmt.Errorf("sstable %s: read %d bytes at offset %d: %w", r.name, len(buf), off, err)
 }
+
+// readBufs recycles the buffers compressed blocks are read into: unlike an
+// uncompressed block, which is used in place, they are garbage as soon as
+// they are decompressed.
+var readBufs sync.Pool // of *[]byte
 
 // readBlock reads the block of h and returns its raw (decompressed) bytes,
 // having checked its checksum. Errors name the file and h's offset.
 func (r *Reader) readBlock(h handle) ([]byte, error) {
-	b, err := r.readAt(int64(h.offset), int64(h.length))
-	if err != nil {
-		return nil, err
+	var b []byte
+	var bufp *[]byte
+	if r.mem != nil {
+		b = r.mem[h.offset : h.offset+h.length : h.offset+h.length]
+	} else {
+		bufp, _ = readBufs.Get().(*[]byte)
+		if bufp == nil || uint64(cap(*bufp)) < h.length {
+			nb := make([]byte, h.length)
+			bufp = &nb
+		}
+		b = (*bufp)[:h.length]
+		if err := r.readInto(b, int64(h.offset)); err != nil {
+			readBufs.Put(bufp)
+			return nil, err
+		}
 	}
 	stored, c, err := checkTrailer(b)
 	if err != nil {
+		if bufp != nil {
+			readBufs.Put(bufp)
+		}
 		return nil, corruptAt(r.name, int64(h.offset), err)
 	}
+	if c == NoCompression {
+		return stored, nil // the block keeps the buffer
+	}
 	raw, err := decompress(stored, c, r.blockLimit)
+	if bufp != nil {
+		readBufs.Put(bufp)
+	}
 	if err != nil {
 		return nil, corruptAt(r.name, int64(h.offset), err)
 	}
