@@ -134,7 +134,7 @@ func (b *block) entry(off int) (shared int, unshared, val []byte, next int, err 
 		return 0, nil, nil, 0, corruptf("entry at block offset %d: bad value length", off)
 	}
 	p += n
-	if u > uint64(end-p) || v > uint64(end-p)-u || s > maxBlockSize {
+	if u > uint64(end-p) || v > uint64(end-p)-u || s > maxDecodedBlockSize {
 		return 0, nil, nil, 0, corruptf("entry at block offset %d overruns its block", off)
 	}
 	k := p + int(u)

@@ -35,10 +35,11 @@ func (c Compression) String() string {
 const (
 	// trailerLen is the compression byte and the CRC-32C after every block.
 	trailerLen = 5
-	// maxBlockSize bounds a decoded block, so that a hostile length field
-	// cannot make a reader allocate without limit. It is far above the
-	// largest entry the Writer accepts (maxEntrySize) plus a full block.
-	maxBlockSize = 1 << 30
+	// maxDecodedBlockSize bounds a decoded block, so that a hostile length
+	// field cannot make a reader allocate without limit. It is above the
+	// largest block a Writer makes: MaxBlockSize, or one entry of up to
+	// MaxEntrySize.
+	maxDecodedBlockSize = 1 << 30
 	// maxSnappyRatio bounds decoded/stored size of a snappy block: the
 	// densest snappy element, a 3-byte copy of 64 bytes, expands 21.3 times,
 	// so a larger claim cannot come from a snappy encoder.
@@ -77,7 +78,7 @@ var (
 	zstdDecoder = sync.OnceValue(func() *zstd.Decoder {
 		d, err := zstd.NewReader(nil,
 			zstd.WithDecoderConcurrency(0),
-			zstd.WithDecoderMaxMemory(maxBlockSize),
+			zstd.WithDecoderMaxMemory(maxDecodedBlockSize),
 			// Decode at most cap(dst) bytes: the length prefix we wrote is
 			// the size of dst, so a frame that lies about its size fails.
 			zstd.WithDecodeAllCapLimit(true))

@@ -27,7 +27,7 @@ type ReaderOptions struct {
 	// marked in-memory); reads then touch no storage.
 	InMemory bool
 
-	// blockLimit overrides maxBlockSize, the largest decoded block a
+	// blockLimit overrides maxDecodedBlockSize, the largest decoded block a
 	// reader accepts. A file can claim any size up to the limit, and a
 	// reader allocates what it claims before decoding; the fuzz test lowers
 	// the limit so that exploring such claims stays cheap.
@@ -70,7 +70,7 @@ type Reader struct {
 // is not a valid SSTable gives a *CorruptionError; a failed read of r is
 // returned wrapped.
 func Open(r ReaderAt, name string, opts ReaderOptions) (*Reader, error) {
-	rd := &Reader{name: name, src: r, cache: opts.Cache, blockLimit: maxBlockSize}
+	rd := &Reader{name: name, src: r, cache: opts.Cache, blockLimit: maxDecodedBlockSize}
 	if opts.blockLimit > 0 {
 		rd.blockLimit = opts.blockLimit
 	}
