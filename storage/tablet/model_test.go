@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -174,7 +175,8 @@ func (h *harness) options(id string) Options {
 		Log: h.log, LogOptions: h.logOpts,
 		Cache: h.cache, ScanCache: h.scache, StateStore: h.states,
 		MemtableBytes: h.memtableBytes(), MaxSSTables: 4,
-		Clock: func() int64 { return h.clock.Load() },
+		Clock:  func() int64 { return h.clock.Load() },
+		Logger: slog.New(slog.DiscardHandler),
 	}
 }
 
