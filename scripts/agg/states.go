@@ -405,7 +405,7 @@ func (s *topState) decode(src []byte) ([]byte, error) {
 		if w, rest, err = readFloat(rest); err != nil {
 			return nil, err
 		}
-		if !(w > 0) || math.IsInf(w, 0) {
+		if math.IsNaN(w) || math.IsInf(w, 0) {
 			return nil, errors.New("bad count")
 		}
 		s.bump(string(value.Append(nil, s.spec.Elem.Type, v)), v, w, false)

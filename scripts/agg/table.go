@@ -5,13 +5,17 @@
 // Every table keeps a partial state that can be merged with the state of the
 // same table from another run (Merge), encoded to bytes and decoded again
 // (MarshalBinary, UnmarshalBinary) so that partials computed by tablet
-// servers travel to the caller, and finalized into entries (Entries). Merging
-// is exact for collection, sum, mean, maximum, minimum and sample (the result
-// equals a single run over all the rows, up to the order of collection
-// entries and float rounding); top is exact until a table sees more distinct
-// values than its summary holds (then it is a Misra-Gries summary, whose
-// counts are low by at most N/(k+1)); unique (HyperLogLog) and quantile
-// (DDSketch, 1% relative error) are estimates.
+// servers travel to the caller, and finalized into entries (Entries).
+//
+// Merging is exact for collection, sum, mean, maximum and minimum: the
+// result equals a single run over all the rows, up to the order of
+// collection entries and float rounding. top is exact until a table sees
+// more distinct values than its summary holds; then it is a Misra-Gries
+// summary, whose counts are low by at most W/(k+1). unique (HyperLogLog++,
+// 0.8% standard error) and quantile (DDSketch, 1% relative error) are
+// estimates, and merging their sketches loses nothing more. sample merges
+// into a uniform sample of the union, but not the one a single run draws:
+// priorities depend on each value's position in its run's stream.
 package agg
 
 import (
