@@ -81,6 +81,9 @@ func (e *LimitError) Is(target error) bool { return target == ErrLimit }
 type RuntimeError struct {
 	Pos syntax.Pos
 	Msg string
+	// Panic is set when the error is a Go panic caught inside the
+	// implementation: a bug in Tabula, not in the script.
+	Panic bool
 }
 
 func (e *RuntimeError) Error() string { return fmt.Sprintf("%v: runtime error: %s", e.Pos, e.Msg) }
@@ -203,9 +206,9 @@ func (m *Machine) asError(r any) error {
 	case *LimitError:
 		return e
 	case runtime.Error:
-		return &RuntimeError{Pos: m.pos, Msg: e.Error()}
+		return &RuntimeError{Pos: m.pos, Msg: e.Error(), Panic: true}
 	}
-	return &RuntimeError{Pos: m.pos, Msg: fmt.Sprint(r)}
+	return &RuntimeError{Pos: m.pos, Msg: fmt.Sprint(r), Panic: true}
 }
 
 // setInput makes row the value of input. Strings alias the row's bytes:
