@@ -184,6 +184,9 @@ func TestRuntimeErrors(t *testing.T) {
 		{`p: string = "("; x: bool = match(p, "a");`, "1:33: runtime error: bad regular expression: error parsing regexp: missing closing ): `(`"},
 		{"x: int = 1; y: int = x << -1;", "1:24: runtime error: negative shift count -1"},
 		{`x: time = parsetime("x", "2006");`, `1:20: runtime error: parsetime: parsing time "x" as "2006": cannot parse "x" as "2006"`},
+		{`x: string = format("%99999999d", 1);`, "1:19: runtime error: format: width or precision over 10000"},
+		{`x: string = format("%.99999999f", 1.0);`, "1:19: runtime error: format: width or precision over 10000"},
+		{`x: string = format("%*d", 5, 1);`, "1:19: runtime error: format: * widths are not supported"},
 		{"x: int = input.cells[10].timestamp;", "1:21: runtime error: index 10 out of range [0:4]"},
 	}
 	for _, c := range cases {

@@ -109,6 +109,8 @@ func TestExpressions(t *testing.T) {
 		{"int", "len({1, 2, 3})", "3"},
 		{"int", `len({"a": 1})`, "1"},
 		{"string", `format("%s=%d %.1f %v", "x", 3, 1.25, true)`, `"x=3 1.2 true"`},
+		{"string", `format("%5d|%-4s|%%|%05.2f", 42, "ab", 3.14159)`, `"   42|ab  |%|03.14"`},
+		{"string", `format("%x %q", B"ab", "q")`, `"6162 \"q\""`},
 		{"bool", `match("^h.*o$", "hello")`, "true"},
 		{"bool", `match("^x", "hello")`, "false"},
 		{"array of string", `matchstrs("(\\w+)@(\\w+)", "me@host")`, `{"me@host", "me", "host"}`},

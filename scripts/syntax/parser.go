@@ -27,8 +27,18 @@ const maxDepth = 500
 // by position.
 func Parse(src string) (*File, []*Error) {
 	p := &parser{}
-	p.items = lex(src, p.errorAt)
-	f := p.file()
+	f := &File{}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(bailout); !ok {
+					panic(r)
+				}
+			}
+		}()
+		p.items = lex(src, p.errorAt)
+		f = p.file()
+	}()
 	sort.SliceStable(p.errs, func(i, j int) bool {
 		a, b := p.errs[i].Pos, p.errs[j].Pos
 		return a.Line < b.Line || a.Line == b.Line && a.Col < b.Col
@@ -111,15 +121,10 @@ func (p *parser) sync() {
 	}
 }
 
-func (p *parser) file() (f *File) {
-	f = &File{}
-	defer func() {
-		if r := recover(); r != nil {
-			if _, ok := r.(bailout); !ok {
-				panic(r)
-			}
-		}
-	}()
+// file parses the statements of a whole script. Past maxErrors, errorAt
+// unwinds it with a bailout, which Parse recovers; f keeps what was parsed.
+func (p *parser) file() *File {
+	f := &File{}
 	for p.tok() != EOF {
 		start := p.i
 		if p.tok() == RBRACE {

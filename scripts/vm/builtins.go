@@ -89,6 +89,9 @@ func (c *compiler) builtin(e *syntax.CallExpr, name string) eval {
 	case "format":
 		return func(m *Machine) value.Value {
 			f := a0(m).S
+			if err := checkFormat(f); err != "" {
+				m.fail(pos, "format: %s", err)
+			}
 			vals := make([]any, len(args)-1)
 			for i := range vals {
 				vals[i] = goValue(types[i+1], args[i+1](m))
@@ -134,14 +137,21 @@ func (c *compiler) builtin(e *syntax.CallExpr, name string) eval {
 		return func(m *Machine) value.Value {
 			a := a0(m).Array().Elems
 			sep := args[1](m).S
+			// Charge before building: the elements may all share one big
+			// string.
+			n := int64(len(sep)) * int64(len(a))
+			for _, v := range a {
+				n += int64(len(v.S))
+			}
+			m.alloc(n)
 			var b strings.Builder
+			b.Grow(int(n))
 			for i, v := range a {
 				if i > 0 {
 					b.WriteString(sep)
 				}
 				b.WriteString(v.S)
 			}
-			m.alloc(int64(b.Len()))
 			return str(b.String())
 		}
 	case "strfind", "strrfind":
@@ -303,6 +313,43 @@ func (m *Machine) defined(x eval) (ok bool) {
 	}()
 	x(m)
 	return true
+}
+
+// maxFormatWidth bounds widths and precisions in format verbs, which
+// would otherwise let a tiny format allocate gigabytes before the memory
+// limit could see it.
+const maxFormatWidth = 10000
+
+// checkFormat returns why the format string f is refused, or "".
+func checkFormat(f string) string {
+	for i := 0; i < len(f); i++ {
+		if f[i] != '%' {
+			continue
+		}
+		for i++; i < len(f) && strings.IndexByte("+-# 0", f[i]) >= 0; i++ {
+		}
+		for part := 0; part < 2 && i < len(f); part++ {
+			if f[i] == '*' {
+				return "* widths are not supported"
+			}
+			n := 0
+			for ; i < len(f) && f[i] >= '0' && f[i] <= '9'; i++ {
+				n = n*10 + int(f[i]-'0')
+				if n > maxFormatWidth {
+					return fmt.Sprintf("width or precision over %d", maxFormatWidth)
+				}
+			}
+			if part == 0 && i < len(f) && f[i] == '.' {
+				i++
+				continue
+			}
+			break
+		}
+		if i < len(f) && f[i] == '[' {
+			return "explicit argument indexes are not supported"
+		}
+	}
+	return ""
 }
 
 // goValue converts a value to what fmt formats naturally.
