@@ -169,7 +169,10 @@ func TestConcurrentReaders(t *testing.T) {
 	for e := range errs {
 		t.Fatal(e)
 	}
-	if s := cache.Stats(); s.Hits == 0 || s.Misses == 0 {
+	// Admission is asynchronous and TinyLFU may turn blocks away, so hits
+	// are not certain in a cache this small; its bound is.
+	cache.settle()
+	if s := cache.Stats(); s.Misses == 0 || s.Bytes > 32<<10+1024+blockOverhead {
 		t.Fatalf("stats after concurrent reads: %+v", s)
 	}
 }
