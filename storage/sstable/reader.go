@@ -94,7 +94,19 @@ func Open(r ReaderAt, name string, opts ReaderOptions) (*Reader, error) {
 		return nil, corruptAt(name, size-footerLen, err)
 	}
 
-	raw, err := rd.readBlock(f.properties)
+	// The meta blocks follow each other up to the footer: one read fetches
+	// them all, which matters on an object store where a read is a request.
+	metaStart := int64(f.filter.offset)
+	meta, err := rd.readAt(metaStart, size-footerLen-metaStart)
+	if err != nil {
+		return nil, err
+	}
+	metaBlock := func(h handle) ([]byte, error) {
+		start := int64(h.offset) - metaStart
+		return rd.blockFrom(meta[start:start+int64(h.length)], int64(h.offset))
+	}
+
+	raw, err := metaBlock(f.properties)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +115,7 @@ func Open(r ReaderAt, name string, opts ReaderOptions) (*Reader, error) {
 	}
 	rd.props.FileSize = size
 
-	if raw, err = rd.readBlock(f.index); err != nil {
+	if raw, err = metaBlock(f.index); err != nil {
 		return nil, err
 	}
 	if err := rd.decodeIndex(raw, f.filter.offset); err != nil {
@@ -113,7 +125,7 @@ func Open(r ReaderAt, name string, opts ReaderOptions) (*Reader, error) {
 		return nil, corruptAt(name, int64(f.properties.offset), err)
 	}
 
-	if raw, err = rd.readBlock(f.filter); err != nil {
+	if raw, err = metaBlock(f.filter); err != nil {
 		return nil, err
 	}
 	if rd.rowFilter, rd.colFilter, err = decodeFilterBlock(raw); err != nil {
@@ -164,43 +176,40 @@ func (r *Reader) readInto(buf []byte, off int64) error {
 // they are decompressed.
 var readBufs sync.Pool // of *[]byte
 
-// readBlock reads the block of h and returns its raw (decompressed) bytes,
-// having checked its checksum. Errors name the file and h's offset.
-func (r *Reader) readBlock(h handle) ([]byte, error) {
-	var b []byte
-	var bufp *[]byte
-	if r.mem != nil {
-		b = r.mem[h.offset : h.offset+h.length : h.offset+h.length]
-	} else {
-		bufp, _ = readBufs.Get().(*[]byte)
-		if bufp == nil || uint64(cap(*bufp)) < h.length {
-			nb := make([]byte, h.length)
-			bufp = &nb
-		}
-		b = (*bufp)[:h.length]
-		if err := r.readInto(b, int64(h.offset)); err != nil {
-			readBufs.Put(bufp)
-			return nil, err
-		}
-	}
+// blockFrom checks the trailer of the block whose stored bytes and trailer
+// are b, found at offset off, and returns its raw (decompressed) bytes,
+// which are b's own for an uncompressed block.
+func (r *Reader) blockFrom(b []byte, off int64) ([]byte, error) {
 	stored, c, err := checkTrailer(b)
 	if err != nil {
-		if bufp != nil {
-			readBufs.Put(bufp)
-		}
-		return nil, corruptAt(r.name, int64(h.offset), err)
-	}
-	if c == NoCompression {
-		return stored, nil // the block keeps the buffer
+		return nil, corruptAt(r.name, off, err)
 	}
 	raw, err := decompress(stored, c, r.blockLimit)
-	if bufp != nil {
-		readBufs.Put(bufp)
-	}
 	if err != nil {
-		return nil, corruptAt(r.name, int64(h.offset), err)
+		return nil, corruptAt(r.name, off, err)
 	}
 	return raw, nil
+}
+
+// readDataBlock reads the data block of h from storage and returns its raw
+// bytes, having checked its checksum. Errors name the file and h's offset.
+func (r *Reader) readDataBlock(h handle) ([]byte, error) {
+	bufp, _ := readBufs.Get().(*[]byte)
+	if bufp == nil || uint64(cap(*bufp)) < h.length {
+		nb := make([]byte, h.length)
+		bufp = &nb
+	}
+	b := (*bufp)[:h.length]
+	if err := r.readInto(b, int64(h.offset)); err != nil {
+		readBufs.Put(bufp)
+		return nil, err
+	}
+	raw, err := r.blockFrom(b, int64(h.offset))
+	if err != nil || len(raw) == 0 || &raw[0] != &b[0] {
+		// Decompressed into a buffer of its own (or failed): b is free.
+		readBufs.Put(bufp)
+	}
+	return raw, err
 }
 
 // decodeIndex decodes the index block and checks that its entries are in
@@ -301,7 +310,6 @@ func (r *Reader) dataBlock(i int) (*block, error) {
 			return b, nil
 		}
 	}
-	h := handle{offset: uint64(e.Offset), length: uint64(e.Length)}
 	var raw []byte
 	var err error
 	if r.mem != nil {
@@ -311,7 +319,7 @@ func (r *Reader) dataBlock(i int) (*block, error) {
 			err = corruptAt(r.name, e.Offset, err)
 		}
 	} else {
-		raw, err = r.readBlock(h)
+		raw, err = r.readDataBlock(handle{offset: uint64(e.Offset), length: uint64(e.Length)})
 	}
 	if err != nil {
 		return nil, err

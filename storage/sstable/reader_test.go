@@ -340,3 +340,37 @@ func TestShortReadIsCorruption(t *testing.T) {
 		t.Fatalf("InMemory Open with a short read: %v, want a CorruptionError", err)
 	}
 }
+
+// countingReaderAt counts reads, each a request on an object store.
+type countingReaderAt struct {
+	*bytes.Reader
+	reads int
+}
+
+func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	c.reads++
+	return c.Reader.ReadAt(p, off)
+}
+
+func TestOpenReadsTwice(t *testing.T) {
+	data, _ := buildFile(t, randomEntries(rand.New(rand.NewPCG(31, 32)), 500, 10), WriterOptions{BlockSize: 1024})
+	src := &countingReaderAt{Reader: bytes.NewReader(data)}
+	r, err := Open(src, "x.sst", ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src.reads != 2 {
+		t.Fatalf("Open made %d reads, want 2 (footer, then the meta blocks)", src.reads)
+	}
+	it := r.NewIterator()
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		n++
+	}
+	if err := it.Close(); err != nil || n != 500 {
+		t.Fatalf("read %d entries: %v", n, err)
+	}
+	if want := 2 + len(r.Index()); src.reads != want {
+		t.Fatalf("a scan made %d reads in all, want %d (one per block)", src.reads, want)
+	}
+}
