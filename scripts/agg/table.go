@@ -127,6 +127,9 @@ type Table struct {
 	order  []string // group keys in creation order, for deterministic encoding
 	mem    int64
 	keyBuf []byte
+	// byString indexes the groups of a table with one string or bytes
+	// index by the raw string, which spares encoding the key per emit.
+	byString map[string]*group
 }
 
 // New returns an empty table for spec. It panics if spec is malformed (an
@@ -134,7 +137,17 @@ type Table struct {
 func New(spec *Spec) *Table {
 	t := &Table{spec: spec, sig: spec.Signature(), groups: map[string]*group{}}
 	t.newState() // validate the spec
+	t.indexByString()
 	return t
+}
+
+func (t *Table) indexByString() {
+	if len(t.spec.Index) == 1 && (t.spec.Index[0].Type.Kind == value.String || t.spec.Index[0].Type.Kind == value.Bytes) {
+		t.byString = map[string]*group{}
+		for _, g := range t.groups {
+			t.byString[g.key[0].S] = g
+		}
+	}
 }
 
 // Spec returns the table's spec.
@@ -172,12 +185,28 @@ func (t *Table) newState() state {
 // group returns the group for key, creating it (with a copy of key) if
 // needed.
 func (t *Table) group(key []value.Value) *group {
+	if t.byString != nil {
+		if g, ok := t.byString[key[0].S]; ok {
+			return g
+		}
+		g := t.newGroup(key)
+		t.byString[g.key[0].S] = g
+		return g
+	}
 	t.keyBuf = t.keyBuf[:0]
 	for i, f := range t.spec.Index {
 		t.keyBuf = value.Append(t.keyBuf, f.Type, key[i])
 	}
 	if g, ok := t.groups[string(t.keyBuf)]; ok {
 		return g
+	}
+	return t.newGroup(key)
+}
+
+// newGroup adds a group for key, whose encoding is in t.keyBuf.
+func (t *Table) newGroup(key []value.Value) *group {
+	if t.byString != nil {
+		t.keyBuf = value.Append(t.keyBuf[:0], t.spec.Index[0].Type, key[0])
 	}
 	g := &group{key: make([]value.Value, len(key)), state: t.newState()}
 	for i, f := range t.spec.Index {
@@ -218,6 +247,9 @@ func (t *Table) Merge(o *Table) error {
 		ng.state.merge(og.state)
 		t.groups[k] = ng
 		t.order = append(t.order, k)
+		if t.byString != nil {
+			t.byString[ng.key[0].S] = ng
+		}
 	}
 	t.mem += o.mem
 	return nil
@@ -314,5 +346,6 @@ func (t *Table) UnmarshalBinary(data []byte) (err error) {
 	}
 	fresh.mem += int64(len(data))
 	*t = *fresh
+	t.indexByString()
 	return nil
 }

@@ -19,7 +19,7 @@ func unparen(x syntax.Expr) syntax.Expr {
 func (c *compiler) assign(s *syntax.AssignStmt) exec {
 	rhs := c.expr(s.RHS)
 	if s.Op != syntax.ASSIGN {
-		return c.update(s.LHS, s.OpPos, compoundOp(s.Op), rhs, c.typeOf(s.RHS))
+		return c.update(s.LHS, s.OpPos, compoundOp(s.Op), rhs, s.RHS, c.typeOf(s.RHS))
 	}
 	pos := s.OpPos
 	switch x := unparen(s.LHS).(type) {
@@ -97,14 +97,36 @@ func compoundOp(t syntax.Token) syntax.Token {
 // update compiles x op= rhs (and x++, x--), evaluating the target's
 // container and index once. A missing map key reads as the zero value, so
 // that counts[w]++ works on a fresh key.
-func (c *compiler) update(lhs syntax.Expr, pos syntax.Pos, op syntax.Token, rhs eval, rt *value.Type) exec {
+// rhsx is the right-hand side's expression, nil for ++ and --.
+func (c *compiler) update(lhs syntax.Expr, pos syntax.Pos, op syntax.Token, rhs eval, rhsx syntax.Expr, rt *value.Type) exec {
 	lt := c.typeOf(lhs)
 	f := c.binop(op, lt, rt, pos)
 	switch x := unparen(lhs).(type) {
 	case *syntax.Ident:
 		o := c.prog.Uses[x]
-		if o.Global && o.Kind == check.VarObj && lt.Kind == value.Int && rt.Kind == value.Int && op == syntax.ADD {
+		if o.Global && o.Kind == check.VarObj && lt.Kind == value.Int && rt.Kind == value.Int && (op == syntax.ADD || op == syntax.SUB) {
 			slot := o.Slot
+			if lit, ok := unparen(rhsx).(*syntax.BasicLit); ok || rhsx == nil {
+				d := int64(1)
+				if ok {
+					d = c.prog.Consts[lit].N
+				}
+				if op == syntax.SUB {
+					d = -d
+				}
+				return func(m *Machine) ctl {
+					m.tick(pos)
+					m.globals[slot].N += d
+					return ctlNext
+				}
+			}
+			if op == syntax.SUB {
+				return func(m *Machine) ctl {
+					m.tick(pos)
+					m.globals[slot].N -= rhs(m).N
+					return ctlNext
+				}
+			}
 			return func(m *Machine) ctl {
 				m.tick(pos)
 				m.globals[slot].N += rhs(m).N

@@ -83,6 +83,9 @@ func (c *compiler) builtin(e *syntax.CallExpr, name string) eval {
 		case value.Bytes:
 			return func(m *Machine) value.Value { return value.MakeInt(int64(len(a0(m).S))) }
 		case value.Array:
+			if c.isInputCells(e.Args[0]) {
+				return func(m *Machine) value.Value { return value.MakeInt(int64(len(m.cells))) }
+			}
 			return func(m *Machine) value.Value { return value.MakeInt(int64(len(a0(m).Array().Elems))) }
 		}
 		return func(m *Machine) value.Value { return value.MakeInt(int64(a0(m).Map().Len())) }

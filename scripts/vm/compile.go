@@ -172,7 +172,7 @@ func (c *compiler) stmt(s syntax.Stmt) exec {
 		if t.Kind == value.Float {
 			one = value.MakeFloat(1)
 		}
-		return c.update(s.X, s.OpPos, op, func(*Machine) value.Value { return one }, t)
+		return c.update(s.X, s.OpPos, op, func(*Machine) value.Value { return one }, nil, t)
 	case *syntax.Block:
 		return c.block(s.Stmts)
 	case *syntax.IfStmt:

@@ -64,6 +64,30 @@ func (c *compiler) cond(x syntax.Expr) func(*Machine) bool {
 	return func(m *Machine) bool { return v(m).N != 0 }
 }
 
+// intOperand compiles an int or time expression to a closure returning an
+// int64, reading variables, constants and len(input.cells) directly.
+func (c *compiler) intOperand(x syntax.Expr) func(*Machine) int64 {
+	switch e := unparen(x).(type) {
+	case *syntax.BasicLit:
+		n := c.prog.Consts[e].N
+		return func(*Machine) int64 { return n }
+	case *syntax.Ident:
+		if o := c.prog.Uses[e]; o.Kind == check.VarObj {
+			s := o.Slot
+			if o.Global {
+				return func(m *Machine) int64 { return m.globals[s].N }
+			}
+			return func(m *Machine) int64 { return m.stack[m.fp+s].N }
+		}
+	case *syntax.CallExpr:
+		if id, ok := e.Fun.(*syntax.Ident); ok && id.Name == "len" && c.prog.Uses[id].Kind == check.BuiltinObj && c.isInputCells(e.Args[0]) {
+			return func(m *Machine) int64 { return int64(len(m.cells)) }
+		}
+	}
+	f := c.expr(x)
+	return func(m *Machine) int64 { return f(m).N }
+}
+
 // compare returns a specialized closure for comparisons of ints, times and
 // strings, or nil.
 func (c *compiler) compare(e *syntax.BinaryExpr) func(*Machine) bool {
@@ -71,24 +95,25 @@ func (c *compiler) compare(e *syntax.BinaryExpr) func(*Machine) bool {
 	if t == nil || e.Op.Precedence() != 3 {
 		return nil
 	}
-	a, b := c.expr(e.X), c.expr(e.Y)
 	switch t.Kind {
 	case value.Int, value.Time:
+		a, b := c.intOperand(e.X), c.intOperand(e.Y)
 		switch e.Op {
 		case syntax.EQL:
-			return func(m *Machine) bool { return a(m).N == b(m).N }
+			return func(m *Machine) bool { return a(m) == b(m) }
 		case syntax.NEQ:
-			return func(m *Machine) bool { return a(m).N != b(m).N }
+			return func(m *Machine) bool { return a(m) != b(m) }
 		case syntax.LSS:
-			return func(m *Machine) bool { return a(m).N < b(m).N }
+			return func(m *Machine) bool { return a(m) < b(m) }
 		case syntax.LEQ:
-			return func(m *Machine) bool { return a(m).N <= b(m).N }
+			return func(m *Machine) bool { return a(m) <= b(m) }
 		case syntax.GTR:
-			return func(m *Machine) bool { return a(m).N > b(m).N }
+			return func(m *Machine) bool { return a(m) > b(m) }
 		case syntax.GEQ:
-			return func(m *Machine) bool { return a(m).N >= b(m).N }
+			return func(m *Machine) bool { return a(m) >= b(m) }
 		}
 	case value.String, value.Bytes:
+		a, b := c.expr(e.X), c.expr(e.Y)
 		if lit, ok := unparen(e.Y).(*syntax.BasicLit); ok {
 			k := c.prog.Consts[lit].S
 			switch e.Op {
@@ -314,12 +339,47 @@ func (c *compiler) composite(e *syntax.CompositeLit) eval {
 	}
 }
 
+// isInput reports whether x is the predeclared input.
+func (c *compiler) isInput(x syntax.Expr) bool {
+	id, ok := unparen(x).(*syntax.Ident)
+	return ok && c.prog.Uses[id] != nil && c.prog.Uses[id].Type == check.InputType
+}
+
+// isInputCells reports whether x is input.cells, which is always the
+// machine's cell buffer: no part of input can be assigned.
+func (c *compiler) isInputCells(x syntax.Expr) bool {
+	sel, ok := unparen(x).(*syntax.SelectorExpr)
+	return ok && c.isInput(sel.X) && sel.Sel.Name == "cells"
+}
+
 func (c *compiler) selector(e *syntax.SelectorExpr) eval {
-	x := c.expr(e.X)
 	f := c.typeOf(e.X).FieldIndex(e.Sel.Name)
-	if id, ok := unparen(e.X).(*syntax.Ident); ok && c.prog.Uses[id].Type == check.InputType {
+	if c.isInput(e.X) {
 		return func(m *Machine) value.Value { return m.input.Fields[f] }
 	}
+	// input.cells[i].field reads the cell buffer directly.
+	if ix, ok := unparen(e.X).(*syntax.IndexExpr); ok && c.isInputCells(ix.X) {
+		i := c.expr(ix.Index)
+		pos := ix.Lbrack
+		return func(m *Machine) value.Value {
+			n := i(m).N
+			if uint64(n) >= uint64(len(m.cells)) {
+				m.fail(pos, "index %d out of range [0:%d]", n, len(m.cells))
+			}
+			return m.cellVals[4*n+int64(f)]
+		}
+	}
+	// v.field for a variable v reads its slot directly.
+	if id, ok := unparen(e.X).(*syntax.Ident); ok {
+		if o := c.prog.Uses[id]; o.Kind == check.VarObj {
+			s := o.Slot
+			if o.Global {
+				return func(m *Machine) value.Value { return m.globals[s].R.(*value.TupleVal).Fields[f] }
+			}
+			return func(m *Machine) value.Value { return m.stack[m.fp+s].R.(*value.TupleVal).Fields[f] }
+		}
+	}
+	x := c.expr(e.X)
 	return func(m *Machine) value.Value { return x(m).Tuple().Fields[f] }
 }
 
@@ -329,6 +389,15 @@ func (c *compiler) index(e *syntax.IndexExpr) eval {
 	t := c.typeOf(e.X)
 	switch t.Kind {
 	case value.Array:
+		if c.isInputCells(e.X) {
+			return func(m *Machine) value.Value {
+				i := ix(m).N
+				if uint64(i) >= uint64(len(m.cells)) {
+					m.fail(pos, "index %d out of range [0:%d]", i, len(m.cells))
+				}
+				return m.cells[i]
+			}
+		}
 		return func(m *Machine) value.Value {
 			a := x(m).Array().Elems
 			i := ix(m).N

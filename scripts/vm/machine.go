@@ -93,6 +93,10 @@ func (e *RuntimeError) Error() string { return fmt.Sprintf("%v: runtime error: %
 // nothing measurable.
 const timeCheckEvery = 4096
 
+// timeCheckRows is how many rows pass between two looks at the clock when
+// rows are short.
+const timeCheckRows = 32
+
 // Machine is one run of a Program.
 type Machine struct {
 	prog    *Program
@@ -111,6 +115,7 @@ type Machine struct {
 	deadline  time.Time
 	start     int64 // run start, what now() returns
 	pos       syntax.Pos
+	rows      int64 // rows processed
 
 	tables  []*agg.Table
 	keep    bool
@@ -191,7 +196,10 @@ func (m *Machine) resetRow() {
 	m.fp, m.sp, m.depth = 0, 0, 0
 	m.stack = m.stack[:0]
 	m.nextCheck = min(m.limits.Steps, timeCheckEvery)
-	if time.Now().After(m.deadline) {
+	// Reading the clock costs as much as a short row: look every few rows
+	// (long rows look every timeCheckEvery steps, in checkLimits).
+	m.rows++
+	if m.rows%timeCheckRows == 0 && time.Now().After(m.deadline) {
 		m.limit("time", m.limits.Time.String())
 	}
 }

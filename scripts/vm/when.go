@@ -1,6 +1,8 @@
 package vm
 
 import (
+	"slices"
+
 	"github.com/tabuladb/tabula/scripts/syntax"
 	"github.com/tabuladb/tabula/scripts/value"
 )
@@ -78,6 +80,9 @@ func (c *compiler) when(s *syntax.WhenStmt) exec {
 		}
 		return false
 	}
+	if len(vars) == 1 && !slices.Contains(vars[0].isMap, true) {
+		return c.when1(w.Quant, pos, vars[0].set, vars[0].conts, cond, body)
+	}
 	switch w.Quant {
 	case syntax.SOME:
 		return func(m *Machine) ctl {
@@ -111,5 +116,62 @@ func (c *compiler) when(s *syntax.WhenStmt) exec {
 			return true
 		})
 		return result
+	}
+}
+
+// when1 is when with one variable ranging over array indexes, the common
+// case, as a plain loop.
+func (c *compiler) when1(quant syntax.Token, pos syntax.Pos, set func(*Machine, value.Value), conts []eval, cond func(*Machine) bool, body exec) exec {
+	length := func(m *Machine) int64 {
+		n := int64(-1)
+		for _, cont := range conts {
+			if l := int64(len(cont(m).Array().Elems)); n < 0 || l < n {
+				n = l
+			}
+		}
+		return n
+	}
+	switch quant {
+	case syntax.SOME:
+		return func(m *Machine) ctl {
+			m.tick(pos)
+			n := length(m)
+			for i := int64(0); i < n; i++ {
+				m.tick(pos)
+				set(m, value.Value{N: i})
+				if cond(m) {
+					return run(body, m)
+				}
+			}
+			return ctlNext
+		}
+	case syntax.ALL:
+		return func(m *Machine) ctl {
+			m.tick(pos)
+			n := length(m)
+			for i := int64(0); i < n; i++ {
+				m.tick(pos)
+				set(m, value.Value{N: i})
+				if !cond(m) {
+					return ctlNext
+				}
+			}
+			return run(body, m)
+		}
+	}
+	return func(m *Machine) ctl {
+		m.tick(pos)
+		n := length(m)
+		for i := int64(0); i < n; i++ {
+			m.tick(pos)
+			set(m, value.Value{N: i})
+			if cond(m) {
+				switch r := run(body, m); r {
+				case ctlBreak, ctlContinue, ctlReturn:
+					return r
+				}
+			}
+		}
+		return ctlNext
 	}
 }
