@@ -112,3 +112,13 @@ type Table struct {
 func (t Table) Schema() tablet.Schema {
 	return tablet.Schema{Families: t.Families, LocalityGroups: t.LocalityGroups}
 }
+
+// Dir returns the object-name prefix under which the table's tablets keep
+// their SSTables: tables/<instance>/<table>. Every tablet of the table,
+// split children included, writes there, so that deleting the table can
+// collect its files by listing Dir()+"/" (the trailing slash keeps table
+// "a" from matching the files of table "ab").
+func (t Table) Dir() string { return TableDirPrefix + t.ID.Instance + "/" + t.ID.Table }
+
+// TableDirPrefix begins every table's Dir.
+const TableDirPrefix = "tables/"

@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/tabuladb/tabula/storage/blob"
@@ -63,5 +64,16 @@ func TestBlobCatalog(t *testing.T) {
 	}
 	if err := c.Delete(ctx, a.ID); !errors.Is(err, ErrTableNotFound) {
 		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func TestTableDir(t *testing.T) {
+	a := Table{ID: TableID{Instance: "i", Table: "a"}}
+	ab := Table{ID: TableID{Instance: "i", Table: "ab"}}
+	if a.Dir() != "tables/i/a" {
+		t.Fatalf("Dir %q", a.Dir())
+	}
+	if strings.HasPrefix(ab.Dir()+"/", a.Dir()+"/") {
+		t.Fatalf("%q is under %q", ab.Dir(), a.Dir())
 	}
 }
