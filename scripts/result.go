@@ -155,7 +155,8 @@ func (r *Result) MarshalJSON() ([]byte, error) {
 
 // WriteText writes the result one line per value, as Sawzall printed its
 // tables: name[index]… = value. Tables whose value is an array print one
-// line per element; maximum, minimum and top print "value weight w".
+// line per element (quantile prints its n-tiles on one); maximum, minimum
+// and top print "value weight w".
 func (r *Result) WriteText(w io.Writer) error {
 	var b strings.Builder
 	for _, t := range r.Tables {
@@ -166,8 +167,8 @@ func (r *Result) WriteText(w io.Writer) error {
 				fmt.Fprintf(&prefix, "[%s]", value.Format(e.keyTs[k].Type, kv))
 			}
 			prefix.WriteString(" = ")
-			switch e.valueT.Kind {
-			case value.Array:
+			switch {
+			case e.valueT.Kind == value.Array && t.Kind != agg.Quantile:
 				et := e.valueT.Elem
 				for _, x := range e.raw.Value.Array().Elems {
 					b.WriteString(prefix.String())
