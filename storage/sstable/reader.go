@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/tabuladb/tabula/storage/cell"
 )
@@ -63,6 +66,11 @@ type Reader struct {
 	memBlocks  []*block
 	blockLimit int
 	closed     atomic.Bool
+	// loads shares one read of a block among the readers that miss it at
+	// the same time: without it, concurrent point reads of neighbouring
+	// rows (a sequential read workload) each fetch and decode the same
+	// block, as the cache admits blocks asynchronously.
+	loads singleflight.Group
 }
 
 // Open reads the footer, index, filter and properties blocks of the file
@@ -310,6 +318,16 @@ func (r *Reader) dataBlock(i int) (*block, error) {
 			return b, nil
 		}
 	}
+	v, err, _ := r.loads.Do(strconv.Itoa(i), func() (any, error) { return r.loadDataBlock(e) })
+	if err != nil {
+		return nil, err
+	}
+	return v.(*block), nil
+}
+
+// loadDataBlock reads, checks, decompresses and parses one data block and
+// offers it to the cache.
+func (r *Reader) loadDataBlock(e IndexEntry) (*block, error) {
 	var raw []byte
 	var err error
 	if r.mem != nil {
