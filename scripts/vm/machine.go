@@ -127,6 +127,7 @@ type Machine struct {
 	// Buffers reused from row to row for input.cells: nothing a script
 	// can keep outlives the row (tables copy what they keep).
 	input    value.TupleVal
+	cellsArr value.ArrayVal
 	cells    []value.Value
 	cellTups []value.TupleVal
 	cellVals []value.Value
@@ -224,7 +225,8 @@ func (m *Machine) asError(r any) error {
 func (m *Machine) setInput(row cell.Row) {
 	m.input.Fields[check.InputKey] = value.Value{S: unsafeString(row.Key)}
 	if !m.prog.usesCells {
-		m.input.Fields[check.InputCells] = value.Value{R: &value.ArrayVal{}}
+		m.cellsArr.Elems = nil
+		m.input.Fields[check.InputCells] = value.Value{R: &m.cellsArr}
 		m.globals[check.InputSlot] = value.Value{R: &m.input}
 		return
 	}
@@ -245,7 +247,8 @@ func (m *Machine) setInput(row cell.Row) {
 		m.cellTups[i].Fields = f
 		m.cells[i] = value.Value{R: &m.cellTups[i]}
 	}
-	m.input.Fields[check.InputCells] = value.Value{R: &value.ArrayVal{Elems: m.cells}}
+	m.cellsArr.Elems = m.cells
+	m.input.Fields[check.InputCells] = value.Value{R: &m.cellsArr}
 	m.globals[check.InputSlot] = value.Value{R: &m.input}
 }
 
