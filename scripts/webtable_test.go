@@ -1,7 +1,9 @@
 package scripts
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -316,5 +318,36 @@ func TestRowBytesNotRetained(t *testing.T) {
 	got := r.Result().String()
 	if got != "keys = B\"row1\"\nvals[\"v1\"] = 1\n" {
 		t.Fatalf("got %q", got)
+	}
+}
+
+// TestPartialCorrupt checks that damaged partials are refused with
+// ErrCorruptPartial, whatever the damage.
+func TestPartialCorrupt(t *testing.T) {
+	p := webtableProgram(t)
+	r := p.NewRun(Limits{})
+	for _, row := range webtableRows(50, 4) {
+		if _, err := r.Process(row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good, err := r.Partial().MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(good); i += 1 + i/50 {
+		if err := p.NewPartial().UnmarshalBinary(good[:i]); !errors.Is(err, ErrCorruptPartial) {
+			t.Fatalf("truncated at %d: %v", i, err)
+		}
+	}
+	flipped := bytes.Clone(good)
+	flipped[len(flipped)/2] ^= 0xff
+	if err := p.NewPartial().UnmarshalBinary(flipped); err == nil {
+		// A flipped byte inside a count may still decode; then the
+		// result must at least be usable.
+		_ = p.NewPartial().Result()
+	}
+	if err := p.NewPartial().UnmarshalBinary(append(bytes.Clone(good), 1)); !errors.Is(err, ErrCorruptPartial) {
+		t.Fatalf("trailing byte: %v", err)
 	}
 }
