@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -182,6 +184,113 @@ func BenchmarkPaper(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+		}
+		reportOps(b)
+	})
+}
+
+// BenchmarkPaperReference runs the same workloads on a plain Go reference
+// in the same process, for ratios in BENCHMARKS.md: a map under a RWMutex
+// with a sorted key slice for scans, and writes made durable the naive way,
+// one write and one fsync of an append-only file per operation under the
+// lock (no group commit).
+func BenchmarkPaperReference(b *testing.B) {
+	type ref struct {
+		mu   sync.RWMutex
+		rows map[string][]byte
+		keys []string
+		f    *os.File
+	}
+	open := func(b *testing.B) *ref {
+		f, err := os.Create(filepath.Join(b.TempDir(), "log"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { f.Close() })
+		return &ref{rows: map[string][]byte{}, f: f}
+	}
+	write := func(b *testing.B, key func(r *rand.Rand, i int) []byte) {
+		s := open(b)
+		var n atomic.Int64
+		var seed atomic.Uint64
+		b.SetBytes(paperValueBytes)
+		b.SetParallelism(16)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			r := rand.New(rand.NewPCG(seed.Add(1), 0))
+			v := paperValue(r)
+			for pb.Next() {
+				k := key(r, int(n.Add(1)))
+				s.mu.Lock()
+				_, err := s.f.Write(append(k, v...))
+				if err == nil {
+					err = s.f.Sync()
+				}
+				s.rows[string(k)] = v
+				s.mu.Unlock()
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		reportOps(b)
+	}
+	b.Run("sequential-write", func(b *testing.B) {
+		write(b, func(_ *rand.Rand, i int) []byte { return paperKey(i) })
+	})
+	b.Run("random-write", func(b *testing.B) {
+		write(b, func(r *rand.Rand, _ int) []byte { return paperKey(r.IntN(1 << 30)) })
+	})
+	s := open(b)
+	r := rand.New(rand.NewPCG(1, 1))
+	for i := 0; i < paperReadRows; i++ {
+		k := string(paperKey(i))
+		s.rows[k] = paperValue(r)
+		s.keys = append(s.keys, k)
+	}
+	read := func(b *testing.B, key func(r *rand.Rand, i int) []byte) {
+		var seed atomic.Uint64
+		var n atomic.Int64
+		b.SetBytes(paperValueBytes)
+		b.SetParallelism(16)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			r := rand.New(rand.NewPCG(seed.Add(1), 2))
+			for pb.Next() {
+				s.mu.RLock()
+				v := s.rows[string(key(r, int(n.Add(1))))]
+				s.mu.RUnlock()
+				if len(v) != paperValueBytes {
+					b.Error("missing row")
+					return
+				}
+			}
+		})
+		reportOps(b)
+	}
+	b.Run("sequential-read", func(b *testing.B) {
+		read(b, func(_ *rand.Rand, i int) []byte { return paperKey(i % paperReadRows) })
+	})
+	b.Run("random-read", func(b *testing.B) {
+		read(b, func(r *rand.Rand, _ int) []byte { return paperKey(r.IntN(paperReadRows)) })
+	})
+	b.Run("scan", func(b *testing.B) {
+		b.SetBytes(paperValueBytes)
+		b.ResetTimer()
+		total := 0
+		for rows := 0; rows < b.N; {
+			s.mu.RLock()
+			for _, k := range s.keys {
+				total += len(s.rows[k])
+				if rows++; rows == b.N {
+					break
+				}
+			}
+			s.mu.RUnlock()
+		}
+		if total == 0 {
+			b.Fatal("scanned nothing")
 		}
 		reportOps(b)
 	})
