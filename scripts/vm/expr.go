@@ -359,10 +359,10 @@ func (c *compiler) selector(e *syntax.SelectorExpr) eval {
 	}
 	// input.cells[i].field reads the cell buffer directly.
 	if ix, ok := unparen(e.X).(*syntax.IndexExpr); ok && c.isInputCells(ix.X) {
-		i := c.expr(ix.Index)
+		i := c.intOperand(ix.Index)
 		pos := ix.Lbrack
 		return func(m *Machine) value.Value {
-			n := i(m).N
+			n := i(m)
 			if uint64(n) >= uint64(len(m.cells)) {
 				m.fail(pos, "index %d out of range [0:%d]", n, len(m.cells))
 			}
@@ -390,17 +390,19 @@ func (c *compiler) index(e *syntax.IndexExpr) eval {
 	switch t.Kind {
 	case value.Array:
 		if c.isInputCells(e.X) {
+			ix := c.intOperand(e.Index)
 			return func(m *Machine) value.Value {
-				i := ix(m).N
+				i := ix(m)
 				if uint64(i) >= uint64(len(m.cells)) {
 					m.fail(pos, "index %d out of range [0:%d]", i, len(m.cells))
 				}
 				return m.cells[i]
 			}
 		}
+		ixn := c.intOperand(e.Index)
 		return func(m *Machine) value.Value {
 			a := x(m).Array().Elems
-			i := ix(m).N
+			i := ixn(m)
 			if uint64(i) >= uint64(len(a)) {
 				m.fail(pos, "index %d out of range [0:%d]", i, len(a))
 			}
