@@ -65,6 +65,7 @@ func (c *compiler) builtin(e *syntax.CallExpr, name string) eval {
 	unaryStr := func(f func(string) string) eval {
 		return func(m *Machine) value.Value {
 			s := a0(m).S
+			m.work(len(s))
 			m.alloc(int64(len(s)))
 			return str(f(s))
 		}
@@ -79,7 +80,11 @@ func (c *compiler) builtin(e *syntax.CallExpr, name string) eval {
 	case "len":
 		switch types[0].Kind {
 		case value.String:
-			return func(m *Machine) value.Value { return value.MakeInt(int64(utf8.RuneCountInString(a0(m).S))) }
+			return func(m *Machine) value.Value {
+				s := a0(m).S
+				m.work(len(s))
+				return value.MakeInt(int64(utf8.RuneCountInString(s)))
+			}
 		case value.Bytes:
 			return func(m *Machine) value.Value { return value.MakeInt(int64(len(a0(m).S))) }
 		case value.Array:
@@ -117,17 +122,22 @@ func (c *compiler) builtin(e *syntax.CallExpr, name string) eval {
 		if name == "match" {
 			return func(m *Machine) value.Value {
 				p := pattern(m)
-				return value.MakeBool(p.MatchString(args[1](m).S))
+				s := args[1](m).S
+				m.work(len(s))
+				return value.MakeBool(p.MatchString(s))
 			}
 		}
 		return func(m *Machine) value.Value {
 			p := pattern(m)
-			sub := p.FindStringSubmatch(args[1](m).S)
+			s := args[1](m).S
+			m.work(len(s))
+			sub := p.FindStringSubmatch(s)
 			return strArray(m, sub)
 		}
 	case "split":
 		return func(m *Machine) value.Value {
 			s, sep := a0(m).S, args[1](m).S
+			m.work(len(s))
 			if s == "" {
 				return strArray(m, nil)
 			}
@@ -147,6 +157,7 @@ func (c *compiler) builtin(e *syntax.CallExpr, name string) eval {
 				n += int64(len(v.S))
 			}
 			m.alloc(n)
+			m.work(int(n) + len(a))
 			var b strings.Builder
 			b.Grow(int(n))
 			for i, v := range a {
@@ -161,6 +172,7 @@ func (c *compiler) builtin(e *syntax.CallExpr, name string) eval {
 		last := name == "strrfind"
 		return func(m *Machine) value.Value {
 			needle, s := a0(m).S, args[1](m).S
+			m.work(len(s))
 			i := strings.Index(s, needle)
 			if last {
 				i = strings.LastIndex(s, needle)
@@ -173,6 +185,7 @@ func (c *compiler) builtin(e *syntax.CallExpr, name string) eval {
 	case "strreplace":
 		return func(m *Machine) value.Value {
 			s, old, nw := a0(m).S, args[1](m).S, args[2](m).S
+			m.work(len(s))
 			n := strings.Count(s, old)
 			m.alloc(int64(len(s) + n*(len(nw)-len(old)) + len(nw)))
 			return str(strings.ReplaceAll(s, old, nw))
@@ -282,7 +295,7 @@ func (c *compiler) builtin(e *syntax.CallExpr, name string) eval {
 			a := a0(m).Array().Elems
 			m.alloc(int64(len(a))*40 + 24)
 			out := slices.Clone(a)
-			m.steps += int64(len(a)) // sorting is work; count it
+			m.work(64 * len(a)) // sorting is work; count it
 			slices.SortStableFunc(out, func(x, y value.Value) int { return value.Compare(t, x, y) })
 			return value.Value{R: &value.ArrayVal{Elems: out}}
 		}

@@ -433,6 +433,7 @@ func (c *compiler) index(e *syntax.IndexExpr) eval {
 	return func(m *Machine) value.Value {
 		s := x(m).S
 		i := ix(m).N
+		m.work(int(min(i, int64(len(s)))))
 		r, ok := runeAt(s, i)
 		if !ok {
 			m.fail(pos, "index %d out of range [0:%d]", i, utf8.RuneCountInString(s))
@@ -515,6 +516,7 @@ func (c *compiler) slice(e *syntax.SliceExpr) eval {
 	}
 	return func(m *Machine) value.Value {
 		s := x(m).S
+		m.work(len(s))
 		if isASCII(s) {
 			l, h := bounds(m, int64(len(s)))
 			return value.Value{S: s[l:h]}

@@ -270,6 +270,16 @@ func (m *Machine) tick(pos syntax.Pos) {
 	}
 }
 
+// work counts the steps of an intrinsic that walks n bytes or elements, so
+// that a loop over long strings meets the step and time limits as soon as a
+// loop over many statements would.
+func (m *Machine) work(n int) {
+	m.steps += int64(n >> 6)
+	if m.steps >= m.nextCheck {
+		m.checkLimits(m.pos)
+	}
+}
+
 func (m *Machine) checkLimits(pos syntax.Pos) {
 	m.pos = pos
 	if m.steps >= m.limits.Steps {
