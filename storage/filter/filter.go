@@ -14,7 +14,22 @@
 // client libraries; where the documentation is silent, the behaviour of the
 // official emulator (cloud.google.com/go/bigtable/bttest) is followed, except
 // where that emulator is known to disagree with the service. Each such
-// decision is stated at the code that makes it.
+// decision is stated at the code that makes it. In short:
+//
+//   - Regex filters are RE2, full match, over bytes: '.' is one UTF-8
+//     character other than '\n', \C is any byte (see bytesRegexp).
+//   - Chains and interleaves need at least two filters; a condition without
+//     predicate takes its true branch; a missing true or false branch
+//     outputs nothing; an empty RowFilter message is an error.
+//   - A sink sends its input to the read's output and nothing to its parent;
+//     it is refused inside a condition.
+//   - Interleave keeps duplicates; row and column limits and the row offset
+//     count each copy.
+//   - An empty range bound is no bound; a reversed range is an error.
+//   - Labels must match [a-z0-9-]{1,15}; a chain may have only one
+//     sub-filter that can label (cells carry at most one label).
+//   - Limits: cells_per_row_limit and cells_per_column_limit > 0,
+//     cells_per_row_offset >= 0, row_sample_filter in (0, 1).
 package filter
 
 import (
@@ -124,11 +139,13 @@ func Compile(f *bigtablepb.RowFilter, lim Limits, opts ...Option) (*Filter, erro
 func (f *Filter) Proto() *bigtablepb.RowFilter { return f.pb }
 
 // Apply runs the filter over row and returns the output cells, ordered as
-// row.Cells are, with labels attached. Duplicates are possible: an interleave
+// row.Cells are, with labels attached. row.Cells must be in row order
+// (family ↑, qualifier ↑, timestamp ↓), as storage produces them; the per
+// column filters and the interleave merge rely on it. Duplicates are possible: an interleave
 // whose branches both output a cell outputs it twice, as Cloud Bigtable does;
 // copies of the same cell keep the order of the branches that produced them.
-// The output shares the byte slices of row; neither may be modified while the
-// other is in use. Apply returns nil when no cell passes, and an empty row
+// The output shares the byte slices of row, and cells share their Labels
+// slices; none of them may be modified while the other is in use. Apply returns nil when no cell passes, and an empty row
 // always yields nil, so a caller may drop rows that storage left empty.
 func (f *Filter) Apply(row cell.Row) []LabeledCell {
 	if len(row.Cells) == 0 {

@@ -2,6 +2,7 @@ package filter
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -369,5 +370,35 @@ func TestCompileAcceptsEdgeCases(t *testing.T) {
 	}
 	if got := format(f.Apply(fixture)); !slices.Equal(got, []string{"a:x@30=v30[a]"}) {
 		t.Errorf("got %q", got)
+	}
+}
+
+func BenchmarkApply(b *testing.B) {
+	var cells []cell.Cell
+	for q := range 20 {
+		for ts := range 5 {
+			cells = append(cells, c("f", fmt.Sprintf("q%02d", q), int64(100-ts), "some value of a cell"))
+		}
+	}
+	row := cell.Row{Key: []byte("com.example/page"), Cells: cells}
+	for _, bc := range []struct {
+		name string
+		f    *bigtablepb.RowFilter
+	}{
+		{"latest version", chain(familyRegex("f"), colLimit(1))},
+		{"qualifier and value regex", chain(qualRegex("q1.*"), valueRegex(".*value.*"))},
+		{"interleave with labels", interleave(chain(colLimit(1), label("new")), chain(rowOffset(50), strip()))},
+	} {
+		f, err := Compile(bc.f, Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if len(f.Apply(row)) == 0 {
+					b.Fatal("no output")
+				}
+			}
+		})
 	}
 }

@@ -73,6 +73,10 @@ func TestBytesRegexp(t *testing.T) {
 		if got := re.MatchString(tt.input); got != tt.want {
 			t.Errorf("%q MatchString %q = %v, want %v", tt.pattern, tt.input, got, tt.want)
 		}
+		// The byte-level program must agree with the ASCII fast path.
+		if got := re.re.MatchReader(&latin1Reader{b: []byte(tt.input)}); got != tt.want {
+			t.Errorf("%q byte-level program on %q = %v, want %v", tt.pattern, tt.input, got, tt.want)
+		}
 	}
 }
 
