@@ -1,0 +1,195 @@
+package tabletserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tablet"
+)
+
+// toStatus maps an error of the storage layers to the gRPC status Cloud
+// Bigtable would return. Errors that carry a status (filter errors, errors
+// made here) keep it.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var code codes.Code
+	switch {
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, cell.ErrInvalidArgument), errors.Is(err, meta.ErrBadName):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrTableNotFound), errors.Is(err, tablet.ErrFamilyNotFound):
+		code = codes.NotFound
+	case errors.Is(err, tablet.ErrNotServing):
+		// The internal retries are exhausted: the client's location
+		// cache (or the master) must catch up.
+		code = codes.FailedPrecondition
+	case errors.Is(err, tablet.ErrFailed), errors.Is(err, commitlog.ErrFailed), errors.Is(err, commitlog.ErrClosed):
+		code = codes.Unavailable
+	case errors.Is(err, commitlog.ErrRecordTooLarge):
+		code = codes.InvalidArgument
+	default:
+		code = codes.Internal
+	}
+	return status.Error(code, err.Error())
+}
+
+// invalidf returns an INVALID_ARGUMENT status naming a request field.
+func invalidf(field, format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+// prefixField puts a request path in front of the field an error names,
+// for errors about one entry of a batch: "entries[3].mutations[0]...".
+func prefixField(prefix string, err error) error {
+	var ie *cell.InvalidArgumentError
+	if errors.As(err, &ie) {
+		return &cell.InvalidArgumentError{Field: prefix + "." + ie.Field, Reason: ie.Reason}
+	}
+	var fe *tablet.FamilyNotFoundError
+	if errors.As(err, &fe) && fe.Field != "" {
+		return &tablet.FamilyNotFoundError{Family: fe.Family, Field: prefix + "." + fe.Field}
+	}
+	return err
+}
+
+// convertMutations converts the wire mutations of one row to the engine's,
+// checking what only the server knows: the table's timestamp granularity.
+// Limits and families are checked by the tablet. field names the list in
+// the request ("mutations", "true_mutations").
+func convertMutations(field string, t meta.Table, in []*bigtablepb.Mutation) ([]cell.Mutation, error) {
+	out := make([]cell.Mutation, 0, len(in))
+	millis := t.Granularity == meta.GranularityMillis
+	for i, m := range in {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		switch m := m.GetMutation().(type) {
+		case *bigtablepb.Mutation_SetCell_:
+			sc := m.SetCell
+			ts := sc.GetTimestampMicros()
+			if millis && ts != cell.ServerTimestamp && ts%1000 != 0 {
+				return nil, &cell.InvalidArgumentError{Field: f + ".set_cell.timestamp_micros",
+					Reason: fmt.Sprintf("timestamp %d is not a multiple of 1000: the table's granularity is MILLIS", ts)}
+			}
+			out = append(out, cell.Set(sc.GetFamilyName(), nonNil(sc.GetColumnQualifier()), ts, nonNil(sc.GetValue())))
+		case *bigtablepb.Mutation_DeleteFromColumn_:
+			dc := m.DeleteFromColumn
+			var start, end int64
+			if tr := dc.GetTimeRange(); tr != nil {
+				start, end = tr.GetStartTimestampMicros(), tr.GetEndTimestampMicros()
+			}
+			if millis && (start%1000 != 0 || end%1000 != 0) {
+				return nil, &cell.InvalidArgumentError{Field: f + ".delete_from_column.time_range",
+					Reason: fmt.Sprintf("[%d, %d) is not in whole milliseconds: the table's granularity is MILLIS", start, end)}
+			}
+			out = append(out, cell.DeleteColumn(dc.GetFamilyName(), nonNil(dc.GetColumnQualifier()), start, end))
+		case *bigtablepb.Mutation_DeleteFromFamily_:
+			out = append(out, cell.DeleteFamily(m.DeleteFromFamily.GetFamilyName()))
+		case *bigtablepb.Mutation_DeleteFromRow_:
+			out = append(out, cell.DeleteRow())
+		case nil:
+			return nil, &cell.InvalidArgumentError{Field: f, Reason: "no mutation set"}
+		default:
+			return nil, &cell.InvalidArgumentError{Field: f, Reason: fmt.Sprintf("mutation %T is not supported", m)}
+		}
+	}
+	return out, nil
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// checkFamilies returns a *tablet.FamilyNotFoundError for the first
+// mutation naming a family the table does not have. Tablets check this
+// too; CheckAndMutateRow checks both branches up front so that a bad
+// branch is an error whichever branch the predicate picks.
+func checkFamilies(field string, t meta.Table, muts []cell.Mutation) error {
+	for i, m := range muts {
+		if m.Kind == cell.DeleteFromRow {
+			continue
+		}
+		if _, ok := t.Families[m.Family]; !ok {
+			return &tablet.FamilyNotFoundError{Family: m.Family, Field: fmt.Sprintf("%s[%d].%s.family_name", field, i, m.Kind)}
+		}
+	}
+	return nil
+}
+
+// keyRange is a half-open row range [start, end); nil end is unbounded.
+type keyRange struct{ start, end []byte }
+
+// rowRanges converts a RowSet to sorted, disjoint ranges. An empty RowSet
+// is every row. Keys become one-row ranges, so duplicates and overlaps
+// merge away and rows come out once, in order.
+func rowRanges(rs *bigtablepb.RowSet) ([]keyRange, error) {
+	if rs == nil || (len(rs.RowKeys) == 0 && len(rs.RowRanges) == 0) {
+		return []keyRange{{start: []byte{}}}, nil
+	}
+	var out []keyRange
+	for _, k := range rs.RowKeys {
+		out = append(out, keyRange{start: k, end: append(bytes.Clone(k), 0)})
+	}
+	for i, r := range rs.RowRanges {
+		kr := keyRange{start: []byte{}}
+		switch s := r.StartKey.(type) {
+		case *bigtablepb.RowRange_StartKeyClosed:
+			kr.start = s.StartKeyClosed
+		case *bigtablepb.RowRange_StartKeyOpen:
+			kr.start = append(bytes.Clone(s.StartKeyOpen), 0)
+		}
+		// An empty end key, like an unset one, is the end of the
+		// table, as Cloud Bigtable reads it.
+		switch e := r.EndKey.(type) {
+		case *bigtablepb.RowRange_EndKeyClosed:
+			if len(e.EndKeyClosed) > 0 {
+				kr.end = append(bytes.Clone(e.EndKeyClosed), 0)
+			}
+		case *bigtablepb.RowRange_EndKeyOpen:
+			if len(e.EndKeyOpen) > 0 {
+				kr.end = e.EndKeyOpen
+			}
+		}
+		if kr.end != nil && bytes.Compare(kr.start, kr.end) > 0 {
+			return nil, invalidf(fmt.Sprintf("rows.row_ranges[%d]", i), "start key %q is after end key %q", kr.start, kr.end)
+		}
+		if kr.end != nil && bytes.Equal(kr.start, kr.end) {
+			continue
+		}
+		out = append(out, kr)
+	}
+	slices.SortFunc(out, func(a, b keyRange) int { return bytes.Compare(a.start, b.start) })
+	merged := out[:0]
+	for _, r := range out {
+		if n := len(merged); n > 0 {
+			last := &merged[n-1]
+			if last.end == nil || bytes.Compare(r.start, last.end) <= 0 {
+				if last.end != nil && (r.end == nil || bytes.Compare(r.end, last.end) > 0) {
+					last.end = r.end
+				}
+				continue
+			}
+		}
+		merged = append(merged, r)
+	}
+	return merged, nil
+}

@@ -1,0 +1,494 @@
+package tabletserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/filter"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tablet"
+)
+
+// Defaults of DataOptions.
+const (
+	DefaultChunkBytes    = 1 << 20
+	DefaultResponseBytes = 1 << 20
+	DefaultSampleBytes   = 16 << 20
+	// MaxRequestBytes is the gRPC receive limit a server of the
+	// DataService should set (grpc.MaxRecvMsgSize): large enough for a
+	// row mutation carrying a cell of the 100 MiB value limit.
+	MaxRequestBytes = 256 << 20
+	// maxBulkConcurrency bounds the rows of one MutateRows applied at
+	// once; concurrent rows share group commits of the log.
+	maxBulkConcurrency = 64
+)
+
+// DataOptions configure NewDataService. Zero values take the documented
+// defaults.
+type DataOptions struct {
+	// Logger receives request errors the server is to blame for; default
+	// the Host's logger.
+	Logger *slog.Logger
+	// ChunkBytes is the largest value piece in one CellChunk: larger
+	// cells are split over several chunks; default 1 MiB.
+	ChunkBytes int
+	// ResponseBytes: a ReadRowsResponse is sent once its chunks hold this
+	// many bytes; default 1 MiB.
+	ResponseBytes int
+	// SampleBytes is the spacing, in stored bytes, of the keys
+	// SampleRowKeys returns within a tablet (tablet boundaries are always
+	// returned); default 16 MiB.
+	SampleBytes int64
+	// FilterLimits bound the filters requests may send.
+	FilterLimits filter.Limits
+	// Rand is the source of row_sample_filter's coin flips; default
+	// math/rand/v2.
+	Rand func() float64
+}
+
+// DataService implements google.bigtable.v2.Bigtable over a Host's
+// tablets. Register it with bigtablepb.RegisterBigtableServer on a
+// grpc.Server created with grpc.MaxRecvMsgSize(MaxRequestBytes) and the
+// Host's interceptors.
+type DataService struct {
+	bigtablepb.UnimplementedBigtableServer
+	host *Host
+	opts DataOptions
+	log  *slog.Logger
+}
+
+// NewDataService returns the data API over host.
+func NewDataService(host *Host, opts DataOptions) *DataService {
+	if opts.Logger == nil {
+		opts.Logger = host.log
+	}
+	if opts.ChunkBytes <= 0 {
+		opts.ChunkBytes = DefaultChunkBytes
+	}
+	if opts.ResponseBytes <= 0 {
+		opts.ResponseBytes = DefaultResponseBytes
+	}
+	if opts.SampleBytes <= 0 {
+		opts.SampleBytes = DefaultSampleBytes
+	}
+	return &DataService{host: host, opts: opts, log: opts.Logger}
+}
+
+// lookup parses a table name and returns the open table's entry.
+func (s *DataService) lookup(name string) (meta.Table, error) {
+	if name == "" {
+		return meta.Table{}, invalidf("table_name", "required (authorized views and materialized views are not supported)")
+	}
+	id, err := meta.ParseTableName(name)
+	if err != nil {
+		return meta.Table{}, invalidf("table_name", "%v", err)
+	}
+	t, err := s.host.tableMeta(id)
+	if err != nil {
+		return meta.Table{}, status.Errorf(codes.NotFound, "table %q not found", name)
+	}
+	return t, nil
+}
+
+// fail converts err to a status and logs the errors that are the server's.
+func (s *DataService) fail(method string, err error) error {
+	err = toStatus(err)
+	switch status.Code(err) {
+	case codes.Internal, codes.Unavailable, codes.FailedPrecondition:
+		s.log.Error("request failed", "method", method, "err", err)
+	}
+	return err
+}
+
+// apply applies one row mutation through the routing of the Host.
+func (s *DataService) apply(ctx context.Context, id meta.TableID, rm cell.RowMutation) error {
+	err := s.host.withTablet(ctx, id, rm.Row, func(tb *tablet.Tablet) error {
+		if err := tb.Apply(ctx, rm); err != nil {
+			return err
+		}
+		s.host.noteWrite(tb)
+		return nil
+	})
+	if err == nil {
+		s.host.metrics.bytesWritten.Add(float64(rm.Size()))
+	}
+	return err
+}
+
+// MutateRow applies the mutations of one row atomically.
+func (s *DataService) MutateRow(ctx context.Context, req *bigtablepb.MutateRowRequest) (*bigtablepb.MutateRowResponse, error) {
+	t, err := s.lookup(req.GetTableName())
+	if err != nil {
+		return nil, err
+	}
+	muts, err := convertMutations("mutations", t, req.GetMutations())
+	if err != nil {
+		return nil, s.fail("MutateRow", err)
+	}
+	if err := s.apply(ctx, t.ID, cell.RowMutation{Row: req.GetRowKey(), Mutations: muts}); err != nil {
+		return nil, s.fail("MutateRow", err)
+	}
+	return &bigtablepb.MutateRowResponse{}, nil
+}
+
+// MutateRows applies each entry atomically and independently: the
+// response carries one status per entry, so an invalid entry fails alone.
+// Entries for the same row are applied in request order; different rows
+// concurrently, so that they share the commit log's group commits.
+func (s *DataService) MutateRows(req *bigtablepb.MutateRowsRequest, stream bigtablepb.Bigtable_MutateRowsServer) error {
+	ctx := stream.Context()
+	t, err := s.lookup(req.GetTableName())
+	if err != nil {
+		return err
+	}
+	entries := req.GetEntries()
+	if len(entries) == 0 {
+		return invalidf("entries", "no entries given")
+	}
+	total := 0
+	for _, e := range entries {
+		total += len(e.GetMutations())
+	}
+	if lim := s.host.opts.Limits.MaxMutations; total > lim {
+		return invalidf("entries", "%d mutations in the request, the limit is %d", total, lim)
+	}
+	statuses := make([]error, len(entries))
+	byRow := make(map[string][]int)
+	var order []string
+	for i, e := range entries {
+		k := string(e.GetRowKey())
+		if _, ok := byRow[k]; !ok {
+			order = append(order, k)
+		}
+		byRow[k] = append(byRow[k], i)
+	}
+	sem := make(chan struct{}, maxBulkConcurrency)
+	var wg sync.WaitGroup
+	for _, k := range order {
+		idx := byRow[k]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for _, i := range idx {
+				e := entries[i]
+				field := fmt.Sprintf("entries[%d]", i)
+				muts, err := convertMutations("mutations", t, e.GetMutations())
+				if err == nil {
+					err = s.apply(ctx, t.ID, cell.RowMutation{Row: e.GetRowKey(), Mutations: muts})
+				}
+				statuses[i] = prefixField(field, err)
+			}
+		}()
+	}
+	wg.Wait()
+	resp := &bigtablepb.MutateRowsResponse{Entries: make([]*bigtablepb.MutateRowsResponse_Entry, len(entries))}
+	for i, err := range statuses {
+		st := status.Convert(s.fail("MutateRows", err))
+		resp.Entries[i] = &bigtablepb.MutateRowsResponse_Entry{Index: int64(i), Status: st.Proto()}
+	}
+	return stream.Send(resp)
+}
+
+// CheckAndMutateRow evaluates the predicate on the row's current cells
+// and applies true_mutations or false_mutations, atomically with respect
+// to every other write of the row. Without a predicate the row matches
+// when it has any cell.
+func (s *DataService) CheckAndMutateRow(ctx context.Context, req *bigtablepb.CheckAndMutateRowRequest) (*bigtablepb.CheckAndMutateRowResponse, error) {
+	t, err := s.lookup(req.GetTableName())
+	if err != nil {
+		return nil, err
+	}
+	pred, err := s.compileFilter(req.GetPredicateFilter(), "predicate_filter")
+	if err != nil {
+		return nil, err
+	}
+	trueMuts, err := convertMutations("true_mutations", t, req.GetTrueMutations())
+	if err != nil {
+		return nil, s.fail("CheckAndMutateRow", err)
+	}
+	falseMuts, err := convertMutations("false_mutations", t, req.GetFalseMutations())
+	if err != nil {
+		return nil, s.fail("CheckAndMutateRow", err)
+	}
+	// Both branches are validated whichever runs: bad input changes
+	// nothing, and whether it is bad must not depend on the data.
+	lim := s.host.opts.Limits
+	for _, b := range []struct {
+		field string
+		muts  []cell.Mutation
+	}{{"true_mutations", trueMuts}, {"false_mutations", falseMuts}} {
+		if len(b.muts) == 0 {
+			continue
+		}
+		if err := lim.ValidateRowMutation(cell.RowMutation{Row: req.GetRowKey(), Mutations: b.muts}); err != nil {
+			return nil, s.fail("CheckAndMutateRow", renameMutations(b.field, err))
+		}
+		if err := checkFamilies(b.field, t, b.muts); err != nil {
+			return nil, s.fail("CheckAndMutateRow", err)
+		}
+	}
+	if err := lim.ValidateRowKey("row_key", req.GetRowKey()); err != nil {
+		return nil, s.fail("CheckAndMutateRow", err)
+	}
+	var matched bool
+	err = s.host.withTablet(ctx, t.ID, req.GetRowKey(), func(tb *tablet.Tablet) error {
+		_, err := tb.ReadModifyWrite(ctx, req.GetRowKey(), func(cur cell.Row) ([]cell.Mutation, error) {
+			if req.GetPredicateFilter() == nil {
+				matched = len(cur.Cells) > 0
+			} else {
+				matched = pred.Match(cur)
+			}
+			if matched {
+				return trueMuts, nil
+			}
+			return falseMuts, nil
+		})
+		if err == nil {
+			s.host.noteWrite(tb)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, s.fail("CheckAndMutateRow", err)
+	}
+	return &bigtablepb.CheckAndMutateRowResponse{PredicateMatched: matched}, nil
+}
+
+// renameMutations replaces the "mutations" field cell's validation names
+// with the request's field for the branch.
+func renameMutations(field string, err error) error {
+	var ie *cell.InvalidArgumentError
+	if errors.As(err, &ie) && len(ie.Field) >= len("mutations") && ie.Field[:len("mutations")] == "mutations" {
+		return &cell.InvalidArgumentError{Field: field + ie.Field[len("mutations"):], Reason: ie.Reason}
+	}
+	return err
+}
+
+// errWrongSize is returned by an increment of a value that is not a 64-bit
+// integer.
+type errWrongSize struct {
+	field  string
+	column string
+	size   int
+}
+
+func (e *errWrongSize) Error() string {
+	return fmt.Sprintf("%s: the existing value of %s is %d bytes; increment_amount needs a 64-bit big-endian integer (8 bytes)", e.field, e.column, e.size)
+}
+
+// GRPCStatus makes the error FAILED_PRECONDITION: the request is valid,
+// the row's state is not what it needs.
+func (e *errWrongSize) GRPCStatus() *status.Status {
+	return status.New(codes.FailedPrecondition, e.Error())
+}
+
+// ReadModifyWriteRow applies append and increment rules to the latest
+// cells of their columns, atomically, and returns the new cells. Each new
+// cell gets the timestamp max(now, the latest cell's), as Cloud Bigtable
+// does, so it becomes (or replaces) the column's newest version. Rules on
+// the same column apply in order, each to the previous one's result.
+func (s *DataService) ReadModifyWriteRow(ctx context.Context, req *bigtablepb.ReadModifyWriteRowRequest) (*bigtablepb.ReadModifyWriteRowResponse, error) {
+	t, err := s.lookup(req.GetTableName())
+	if err != nil {
+		return nil, err
+	}
+	rules := req.GetRules()
+	if len(rules) == 0 {
+		return nil, invalidf("rules", "no rules given")
+	}
+	if lim := s.host.opts.Limits.MaxMutations; len(rules) > lim {
+		return nil, invalidf("rules", "%d rules, the limit is %d", len(rules), lim)
+	}
+	lim := s.host.opts.Limits
+	if err := lim.ValidateRowKey("row_key", req.GetRowKey()); err != nil {
+		return nil, s.fail("ReadModifyWriteRow", err)
+	}
+	for i, r := range rules {
+		f := fmt.Sprintf("rules[%d]", i)
+		if err := cell.ValidateFamilyName(f+".family_name", r.GetFamilyName()); err != nil {
+			return nil, s.fail("ReadModifyWriteRow", err)
+		}
+		if _, ok := t.Families[r.GetFamilyName()]; !ok {
+			return nil, s.fail("ReadModifyWriteRow", &tablet.FamilyNotFoundError{Family: r.GetFamilyName(), Field: f + ".family_name"})
+		}
+		if len(r.GetColumnQualifier()) > lim.MaxQualifierBytes {
+			return nil, invalidf(f+".column_qualifier", "qualifier is %d bytes, the limit is %d", len(r.GetColumnQualifier()), lim.MaxQualifierBytes)
+		}
+		if r.GetRule() == nil {
+			return nil, invalidf(f, "neither append_value nor increment_amount set")
+		}
+	}
+	clock := s.host.opts.Clock
+	type col struct {
+		family string
+		qual   string
+	}
+	var result []cell.Cell
+	err = s.host.withTablet(ctx, t.ID, req.GetRowKey(), func(tb *tablet.Tablet) error {
+		result = result[:0]
+		_, err := tb.ReadModifyWrite(ctx, req.GetRowKey(), func(cur cell.Row) ([]cell.Mutation, error) {
+			latest := make(map[col]cell.Cell)
+			for _, c := range cur.Cells {
+				k := col{c.Family, string(c.Qualifier)}
+				if _, ok := latest[k]; !ok { // cells are newest first per column
+					latest[k] = c
+				}
+			}
+			now := clock()
+			if t.Granularity == meta.GranularityMillis {
+				now -= now % 1000
+			}
+			var order []col
+			touched := make(map[col]bool)
+			for i, r := range rules {
+				k := col{r.GetFamilyName(), string(r.GetColumnQualifier())}
+				prev, exists := latest[k]
+				ts := now
+				if exists && prev.Timestamp > ts {
+					ts = prev.Timestamp
+				}
+				var val []byte
+				switch rule := r.GetRule().(type) {
+				case *bigtablepb.ReadModifyWriteRule_AppendValue:
+					val = append(bytes.Clone(prev.Value), rule.AppendValue...)
+				case *bigtablepb.ReadModifyWriteRule_IncrementAmount:
+					var v int64
+					if exists {
+						if len(prev.Value) != 8 {
+							return nil, &errWrongSize{field: fmt.Sprintf("rules[%d].increment_amount", i),
+								column: r.GetFamilyName() + ":" + string(r.GetColumnQualifier()), size: len(prev.Value)}
+						}
+						v = int64(binary.BigEndian.Uint64(prev.Value))
+					}
+					val = binary.BigEndian.AppendUint64(nil, uint64(v+rule.IncrementAmount))
+				}
+				if !touched[k] {
+					touched[k] = true
+					order = append(order, k)
+				}
+				latest[k] = cell.Cell{Family: k.family, Qualifier: []byte(k.qual), Timestamp: ts, Value: val}
+			}
+			muts := make([]cell.Mutation, 0, len(order))
+			for _, k := range order {
+				c := latest[k]
+				muts = append(muts, cell.Set(c.Family, c.Qualifier, c.Timestamp, c.Value))
+				result = append(result, c)
+			}
+			return muts, nil
+		})
+		if err == nil {
+			s.host.noteWrite(tb)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, s.fail("ReadModifyWriteRow", err)
+	}
+	return &bigtablepb.ReadModifyWriteRowResponse{Row: rowProto(req.GetRowKey(), result)}, nil
+}
+
+// rowProto builds a Row message from cells, sorting them as a row is
+// presented: family, qualifier ascending.
+func rowProto(key []byte, cells []cell.Cell) *bigtablepb.Row {
+	sorted := append([]cell.Cell(nil), cells...)
+	sortCells(sorted)
+	row := &bigtablepb.Row{Key: key}
+	var fam *bigtablepb.Family
+	var col *bigtablepb.Column
+	for _, c := range sorted {
+		if fam == nil || fam.Name != c.Family {
+			fam = &bigtablepb.Family{Name: c.Family}
+			row.Families = append(row.Families, fam)
+			col = nil
+		}
+		if col == nil || !bytes.Equal(col.Qualifier, c.Qualifier) {
+			col = &bigtablepb.Column{Qualifier: c.Qualifier}
+			fam.Columns = append(fam.Columns, col)
+		}
+		col.Cells = append(col.Cells, &bigtablepb.Cell{TimestampMicros: c.Timestamp, Value: c.Value})
+	}
+	return row
+}
+
+// SampleRowKeys returns row keys that divide the table into pieces of
+// about DataOptions.SampleBytes, with the stored bytes before each:
+// every tablet boundary, keys within tablets from their SSTable indexes
+// and memtables, and last the empty key with the table's total size, as
+// Cloud Bigtable answers.
+func (s *DataService) SampleRowKeys(req *bigtablepb.SampleRowKeysRequest, stream bigtablepb.Bigtable_SampleRowKeysServer) error {
+	t, err := s.lookup(req.GetTableName())
+	if err != nil {
+		return err
+	}
+	st, err := s.host.table(t.ID)
+	if err != nil {
+		return s.fail("SampleRowKeys", err)
+	}
+	var out []*bigtablepb.SampleRowKeysResponse
+	var base int64
+	for _, tb := range st.list() {
+		samples, err := tb.SampleKeys()
+		if err != nil {
+			return s.fail("SampleRowKeys", err)
+		}
+		size := storedBytes(tb.Stats())
+		var last int64
+		for _, smp := range samples {
+			if smp.Offset-last < s.opts.SampleBytes {
+				continue
+			}
+			last = smp.Offset
+			// The sample is the last key of a block: the rows up to
+			// and including it are before the offset. Clients read
+			// a key as the exclusive end of a piece, so return the
+			// key just after it.
+			out = append(out, &bigtablepb.SampleRowKeysResponse{RowKey: append(bytes.Clone(smp.Row), 0), OffsetBytes: base + smp.Offset})
+		}
+		base += max(size, last)
+		if _, end := tb.Range(); end != nil {
+			out = append(out, &bigtablepb.SampleRowKeysResponse{RowKey: end, OffsetBytes: base})
+		}
+	}
+	out = append(out, &bigtablepb.SampleRowKeysResponse{RowKey: []byte{}, OffsetBytes: base})
+	// Keys must ascend strictly: drop a within-tablet key that reached
+	// the tablet's end.
+	var prev []byte
+	for _, r := range out {
+		if len(r.RowKey) > 0 && prev != nil && bytes.Compare(r.RowKey, prev) <= 0 {
+			continue
+		}
+		prev = r.RowKey
+		if err := stream.Send(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PingAndWarm answers OK for a known instance: there is nothing to warm.
+func (s *DataService) PingAndWarm(ctx context.Context, req *bigtablepb.PingAndWarmRequest) (*bigtablepb.PingAndWarmResponse, error) {
+	if _, _, err := meta.ParseInstanceName(req.GetName()); err != nil {
+		return nil, invalidf("name", "%v", err)
+	}
+	return &bigtablepb.PingAndWarmResponse{}, nil
+}
+
+// compileFilter compiles a request's filter, rooted at field.
+func (s *DataService) compileFilter(f *bigtablepb.RowFilter, field string) (*filter.Filter, error) {
+	opts := []filter.Option{filter.WithField(field)}
+	if s.opts.Rand != nil {
+		opts = append(opts, filter.WithRand(s.opts.Rand))
+	}
+	return filter.Compile(f, s.opts.FilterLimits, opts...)
+}

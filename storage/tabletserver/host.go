@@ -1,0 +1,775 @@
+// Package tabletserver serves tablets: the Host holds the open tablets of
+// one server (routing rows to tablets, splitting tablets that grow past a
+// size, truncating the commit log), and DataService answers Cloud
+// Bigtable's google.bigtable.v2.Bigtable API over them with Cloud
+// Bigtable's semantics, so that the official client libraries work
+// unmodified.
+//
+// The admin API (storage/master) drives a Host through the methods
+// OpenTable, DropTable, UpdateSchema, DropRowRange and TableTablets.
+package tabletserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/sstable"
+	"github.com/tabuladb/tabula/storage/tablet"
+)
+
+// Defaults of HostOptions.
+const (
+	DefaultSplitBytes          = 256 << 20
+	DefaultSplitCheckInterval  = 2 * time.Second
+	DefaultLogTruncateInterval = time.Minute
+)
+
+// HostOptions configure NewHost. Zero values take the documented defaults.
+type HostOptions struct {
+	// Store holds SSTables and tablet states. Required.
+	Store blob.Store
+	// Log is the server's commit log; nil means none (writes are durable
+	// only once flushed). LogOptions name the log tablets replay at Open.
+	Log        *commitlog.Log
+	LogOptions commitlog.Options
+	// Cache and ScanCache are shared by all tablets; nil means none.
+	Cache     *sstable.Cache
+	ScanCache *tablet.ScanCache
+	// StateStore persists tablet states; default a blob state store in
+	// Store under "state".
+	StateStore tablet.StateStore
+	// Limits validate writes; zero means cell.DefaultLimits().
+	Limits cell.Limits
+	// MemtableBytes is each tablet's minor compaction threshold (the
+	// tablet's default when zero).
+	MemtableBytes int64
+	// SplitBytes: a tablet whose stored size (SSTables plus memtables)
+	// passes it is split in the background; default 256 MiB.
+	SplitBytes int64
+	// SplitCheckInterval is how often the background loop looks at tablet
+	// sizes even when no write asked it to; default 2 s.
+	SplitCheckInterval time.Duration
+	// LogTruncateInterval is how often the commit log is truncated to the
+	// oldest redo point of the open tablets; default 1 min. Tablets that
+	// still need older records (those of a crashed run) must be opened
+	// before the first truncation: tabula dev opens every table at start.
+	LogTruncateInterval time.Duration
+	// Logger receives events and background errors; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the Host's and the DataService's metrics; nil
+	// means they are not registered (they are still counted).
+	Registerer prometheus.Registerer
+	// Clock returns the time in microseconds; default the system clock.
+	// Tests set it to control server-assigned timestamps.
+	Clock func() int64
+}
+
+func (o *HostOptions) setDefaults() {
+	if o.StateStore == nil {
+		o.StateStore = tablet.NewBlobStateStore(o.Store, "state")
+	}
+	if o.Limits == (cell.Limits{}) {
+		o.Limits = cell.DefaultLimits()
+	}
+	if o.SplitBytes <= 0 {
+		o.SplitBytes = DefaultSplitBytes
+	}
+	if o.SplitCheckInterval <= 0 {
+		o.SplitCheckInterval = DefaultSplitCheckInterval
+	}
+	if o.LogTruncateInterval <= 0 {
+		o.LogTruncateInterval = DefaultLogTruncateInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = func() int64 { return time.Now().UnixMicro() }
+	}
+}
+
+// TabletInfo describes one open tablet of a table.
+type TabletInfo struct {
+	ID string
+	// Start and End bound the tablet's rows to [Start, End); nil End is
+	// the end of the table.
+	Start, End []byte
+	// Bytes is the tablet's stored size: SSTables plus memtables.
+	Bytes int64
+	Stats tablet.Stats
+}
+
+// ErrTableNotFound is returned (wrapped) for a table that is not open on
+// this host.
+var ErrTableNotFound = errors.New("table not found")
+
+// servedTable is one open table: its catalog entry and its tablets.
+type servedTable struct {
+	// mu serialises changes of the tablet list and the schema; readers
+	// use the atomic pointers and never wait for a split.
+	mu      sync.Mutex
+	meta    atomic.Pointer[meta.Table]
+	tablets atomic.Pointer[[]*tablet.Tablet] // ordered by range, covering all rows
+	dropped bool                             // under mu
+}
+
+func (st *servedTable) list() []*tablet.Tablet { return *st.tablets.Load() }
+
+// find returns the tablet of tabs (ordered, covering all rows) that holds row.
+func find(tabs []*tablet.Tablet, row []byte) *tablet.Tablet {
+	// The first tablet whose end is above row.
+	i := sort.Search(len(tabs), func(i int) bool {
+		_, end := tabs[i].Range()
+		return end == nil || bytes.Compare(row, end) < 0
+	})
+	if i == len(tabs) {
+		return nil
+	}
+	return tabs[i]
+}
+
+// Host is the set of tablets one server holds. It is safe for concurrent
+// use.
+type Host struct {
+	opts    HostOptions
+	log     *slog.Logger
+	metrics *metrics
+
+	mu     sync.RWMutex
+	tables map[meta.TableID]*servedTable
+	closed bool
+
+	// noSplit remembers tablets that could not split (one huge row) and
+	// their size then, so the loop does not retry until they grew.
+	noSplitMu sync.Mutex
+	noSplit   map[*tablet.Tablet]int64
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// NewHost returns a Host with no tables and starts its background loop
+// (splits, log truncation). Close stops it.
+func NewHost(ctx context.Context, opts HostOptions) (*Host, error) {
+	if opts.Store == nil {
+		return nil, errors.New("tabletserver: HostOptions.Store is required")
+	}
+	opts.setDefaults()
+	h := &Host{
+		opts:    opts,
+		log:     opts.Logger,
+		tables:  make(map[meta.TableID]*servedTable),
+		noSplit: make(map[*tablet.Tablet]int64),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	m, err := newMetrics(h, opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	h.metrics = m
+	go h.background()
+	return h, nil
+}
+
+// tabletDir is the object-name prefix of a table's SSTables.
+func tabletDir(id meta.TableID) string { return "tables/" + id.Instance + "/" + id.Table }
+
+// tabletOptions returns the options to open tablet id of table t.
+func (h *Host) tabletOptions(t meta.Table, id string, start, end []byte) tablet.Options {
+	clock := h.opts.Clock
+	if t.Granularity == meta.GranularityMillis {
+		// Server-assigned timestamps of a MILLIS table are whole
+		// milliseconds, as Cloud Bigtable assigns them.
+		base := clock
+		clock = func() int64 { now := base(); return now - now%1000 }
+	}
+	return tablet.Options{
+		ID: id, Start: start, End: end,
+		Schema:        t.Schema(),
+		Store:         h.opts.Store,
+		Dir:           tabletDir(t.ID),
+		Log:           h.opts.Log,
+		LogOptions:    h.opts.LogOptions,
+		Cache:         h.opts.Cache,
+		ScanCache:     h.opts.ScanCache,
+		StateStore:    h.opts.StateStore,
+		Limits:        h.opts.Limits,
+		MemtableBytes: h.opts.MemtableBytes,
+		Clock:         clock,
+		Logger:        h.log,
+	}
+}
+
+// openTablet opens tablet id, or, when it was split, its children
+// recursively (left then right), and appends them to out.
+func (h *Host) openTablet(ctx context.Context, t meta.Table, id string, start, end []byte, out []*tablet.Tablet) ([]*tablet.Tablet, error) {
+	tb, err := tablet.Open(ctx, h.tabletOptions(t, id, start, end))
+	var se *tablet.SplitError
+	if errors.As(err, &se) {
+		for _, child := range se.Children {
+			// The children's states carry their ranges.
+			if out, err = h.openTablet(ctx, t, child, nil, nil, out); err != nil {
+				return out, err
+			}
+		}
+		return out, nil
+	}
+	if err != nil {
+		return out, fmt.Errorf("open tablet %s of table %s: %w", id, t.ID, err)
+	}
+	return append(out, tb), nil
+}
+
+// OpenTable opens every tablet of t (following splits recorded in their
+// states) and starts serving the table. For a table already open it
+// updates the schema, as UpdateSchema does.
+func (h *Host) OpenTable(ctx context.Context, t meta.Table) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return errors.New("tabletserver: host closed")
+	}
+	st, ok := h.tables[t.ID]
+	if ok {
+		h.mu.Unlock()
+		return h.UpdateSchema(ctx, t)
+	}
+	st = &servedTable{}
+	st.meta.Store(&t)
+	// Hold the table's lock while opening, so that a concurrent
+	// OpenTable of the same table waits instead of opening it twice.
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	empty := []*tablet.Tablet{}
+	st.tablets.Store(&empty)
+	h.tables[t.ID] = st
+	h.mu.Unlock()
+
+	var tabs []*tablet.Tablet
+	var err error
+	for _, ref := range t.Tablets {
+		if tabs, err = h.openTablet(ctx, t, ref.ID, ref.Start, ref.End, tabs); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = checkCoverage(tabs)
+	}
+	if err != nil {
+		for _, tb := range tabs {
+			_ = tb.Close()
+		}
+		h.mu.Lock()
+		delete(h.tables, t.ID)
+		h.mu.Unlock()
+		st.dropped = true
+		return err
+	}
+	st.tablets.Store(&tabs)
+	h.log.Info("table opened", "table", t.ID.String(), "tablets", len(tabs))
+	return nil
+}
+
+// checkCoverage verifies that tabs are ordered, adjacent and cover every row.
+func checkCoverage(tabs []*tablet.Tablet) error {
+	if len(tabs) == 0 {
+		return errors.New("table has no tablets")
+	}
+	var prevEnd []byte
+	for i, tb := range tabs {
+		start, end := tb.Range()
+		if !bytes.Equal(start, prevEnd) {
+			return fmt.Errorf("tablet %s starts at %q, want %q", tb.ID(), start, prevEnd)
+		}
+		if end == nil && i != len(tabs)-1 {
+			return fmt.Errorf("tablet %s ends the table but is not the last", tb.ID())
+		}
+		prevEnd = end
+	}
+	if prevEnd != nil {
+		return fmt.Errorf("the last tablet ends at %q, not at the end of the table", prevEnd)
+	}
+	return nil
+}
+
+// DropTable closes the table's tablets (they flush) and forgets them. It
+// deletes nothing: the master collects the files. Dropping a table that is
+// not open is not an error.
+func (h *Host) DropTable(ctx context.Context, t meta.Table) error {
+	h.mu.Lock()
+	st, ok := h.tables[t.ID]
+	delete(h.tables, t.ID)
+	h.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.dropped = true
+	var errs []error
+	for _, tb := range st.list() {
+		errs = append(errs, tb.Close())
+		h.forgetNoSplit(tb)
+	}
+	h.log.Info("table dropped", "table", t.ID.String())
+	return errors.Join(errs...)
+}
+
+// UpdateSchema sets t's schema (families added, GC policies changed,
+// families dropped, granularity) on every tablet of the table.
+func (h *Host) UpdateSchema(ctx context.Context, t meta.Table) error {
+	st, err := h.table(t.ID)
+	if err != nil {
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.meta.Store(&t)
+	var errs []error
+	for _, tb := range st.list() {
+		errs = append(errs, tb.SetSchema(ctx, t.Schema()))
+	}
+	return errors.Join(errs...)
+}
+
+// dropBatch is how many rows DropRowRange deletes per scan: the scan
+// holds a snapshot, so deleting while scanning would be safe, but batches
+// bound the memory held by keys.
+const dropBatch = 1000
+
+// DropRowRange deletes every row whose key starts with prefix (every row
+// when prefix is empty) by writing a DeleteFromRow for each row found.
+// Writes that arrive meanwhile for rows not yet reached are deleted too;
+// rows written after the scan passed them survive.
+func (h *Host) DropRowRange(ctx context.Context, t meta.Table, prefix []byte) error {
+	var start, end []byte
+	if len(prefix) > 0 {
+		start, end = prefix, prefixSuccessor(prefix)
+	}
+	for {
+		var keys [][]byte
+		err := h.scan(ctx, t.ID, start, end, false, tablet.ReadOptions{MaxVersions: 1}, func(r cell.Row) error {
+			keys = append(keys, r.Key)
+			if len(keys) >= dropBatch {
+				return errStopScan
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStopScan) {
+			return err
+		}
+		for _, k := range keys {
+			err := h.withTablet(ctx, t.ID, k, func(tb *tablet.Tablet) error {
+				return tb.Apply(ctx, cell.RowMutation{Row: k, Mutations: []cell.Mutation{cell.DeleteRow()}})
+			})
+			if err != nil {
+				return err
+			}
+		}
+		if len(keys) < dropBatch {
+			return nil
+		}
+		start = append(bytes.Clone(keys[len(keys)-1]), 0)
+	}
+}
+
+// prefixSuccessor returns the smallest key above every key starting with
+// prefix, nil when there is none (prefix is all 0xFF).
+func prefixSuccessor(prefix []byte) []byte {
+	p := bytes.Clone(prefix)
+	for len(p) > 0 {
+		if p[len(p)-1] != 0xFF {
+			p[len(p)-1]++
+			return p
+		}
+		p = p[:len(p)-1]
+	}
+	return nil
+}
+
+// TableTablets returns the open tablets of a table, ordered by range; nil
+// when the table is not open here.
+func (h *Host) TableTablets(id meta.TableID) []TabletInfo {
+	st, err := h.table(id)
+	if err != nil {
+		return nil
+	}
+	tabs := st.list()
+	out := make([]TabletInfo, 0, len(tabs))
+	for _, tb := range tabs {
+		start, end := tb.Range()
+		s := tb.Stats()
+		out = append(out, TabletInfo{ID: tb.ID(), Start: start, End: end, Bytes: storedBytes(s), Stats: s})
+	}
+	return out
+}
+
+// Tables returns the IDs of the open tables, sorted.
+func (h *Host) Tables() []meta.TableID {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]meta.TableID, 0, len(h.tables))
+	for id := range h.tables {
+		out = append(out, id)
+	}
+	slices.SortFunc(out, func(a, b meta.TableID) int { return cmpString(a.String(), b.String()) })
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func storedBytes(s tablet.Stats) int64 {
+	n := s.MemtableBytes + s.FrozenBytes
+	for _, g := range s.Groups {
+		n += g.Bytes
+	}
+	return n
+}
+
+// table returns an open table or an error matching ErrTableNotFound.
+func (h *Host) table(id meta.TableID) (*servedTable, error) {
+	h.mu.RLock()
+	st, ok := h.tables[id]
+	h.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, id)
+	}
+	return st, nil
+}
+
+// tableMeta returns the catalog entry of an open table.
+func (h *Host) tableMeta(id meta.TableID) (meta.Table, error) {
+	st, err := h.table(id)
+	if err != nil {
+		return meta.Table{}, err
+	}
+	return *st.meta.Load(), nil
+}
+
+// Retries of a request that met a tablet that stopped serving (split,
+// closed): the new tablets appear within the time a split takes to open
+// its children, which is short because a split copies no data.
+const (
+	notServingRetries = 30
+	notServingBackoff = 2 * time.Millisecond
+)
+
+// withTablet calls fn with the tablet holding row, looking it up again
+// when fn fails with tablet.ErrNotServing (a split or close raced the
+// request), so that clients never see a split.
+func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn func(*tablet.Tablet) error) error {
+	backoff := notServingBackoff
+	var err error
+	for attempt := 0; attempt < notServingRetries; attempt++ {
+		var st *servedTable
+		if st, err = h.table(id); err != nil {
+			return err
+		}
+		tb := find(st.list(), row)
+		if tb == nil {
+			err = &tablet.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet holds the row"}
+		} else if err = fn(tb); !errors.Is(err, tablet.ErrNotServing) {
+			return err
+		}
+		if err := sleepCtx(ctx, backoff); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+	return err
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// errStopScan ends a scan early without error.
+var errStopScan = errors.New("stop scan")
+
+// scan calls fn for every row of table id in [start, end) (nil bounds are
+// unbounded) in key order, descending with reverse, stitching the tablets
+// together. A tablet that stops serving mid-scan (split) is looked up again
+// and the scan resumes after the last row returned, so fn sees each row
+// once. fn's errors stop the scan and are returned.
+func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, reverse bool, ro tablet.ReadOptions, fn func(cell.Row) error) error {
+	var last []byte // last row passed to fn
+	backoff := notServingBackoff
+	retries := 0
+	for {
+		st, err := h.table(id)
+		if err != nil {
+			return err
+		}
+		lo, hi := start, end
+		if last != nil {
+			if reverse {
+				hi = last
+			} else {
+				lo = append(bytes.Clone(last), 0)
+			}
+		}
+		err = scanTablets(ctx, st.list(), lo, hi, reverse, ro, func(r cell.Row) error {
+			last = r.Key
+			retries = 0
+			return fn(r)
+		})
+		if !errors.Is(err, tablet.ErrNotServing) {
+			return err
+		}
+		retries++
+		if retries > notServingRetries {
+			return err
+		}
+		if err := sleepCtx(ctx, backoff); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}
+
+// scanTablets scans the tablets of tabs that overlap [lo, hi) in order.
+func scanTablets(ctx context.Context, tabs []*tablet.Tablet, lo, hi []byte, reverse bool, ro tablet.ReadOptions, fn func(cell.Row) error) error {
+	if hi != nil && bytes.Compare(lo, hi) >= 0 {
+		return nil
+	}
+	var sel []*tablet.Tablet
+	for _, tb := range tabs {
+		s, e := tb.Range()
+		if (e == nil || bytes.Compare(lo, e) < 0) && (hi == nil || bytes.Compare(s, hi) < 0) {
+			sel = append(sel, tb)
+		}
+	}
+	if reverse {
+		slices.Reverse(sel)
+	}
+	for _, tb := range sel {
+		err := tb.Scan(ctx, tablet.ScanOptions{Start: lo, End: hi, Reverse: reverse, ReadOptions: ro}, fn)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// noteWrite asks the background loop to look at tablet sizes when the
+// tablet written to may have passed the split size. Looking at the
+// memtable's size is cheap; the loop does the rest.
+func (h *Host) noteWrite(tb *tablet.Tablet) {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Host) forgetNoSplit(tb *tablet.Tablet) {
+	h.noSplitMu.Lock()
+	delete(h.noSplit, tb)
+	h.noSplitMu.Unlock()
+}
+
+// background runs splits and log truncation until Close.
+func (h *Host) background() {
+	defer close(h.done)
+	splitTick := time.NewTicker(h.opts.SplitCheckInterval)
+	defer splitTick.Stop()
+	truncTick := time.NewTicker(h.opts.LogTruncateInterval)
+	defer truncTick.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-h.stop
+		cancel()
+	}()
+	var lastCheck time.Time
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-splitTick.C:
+		case <-h.kick:
+			// Writes kick often; a check every 50 ms is plenty.
+			if time.Since(lastCheck) < 50*time.Millisecond {
+				if sleepCtx(ctx, 50*time.Millisecond) != nil {
+					return
+				}
+			}
+		case <-truncTick.C:
+			if err := h.TruncateLog(ctx); err != nil && ctx.Err() == nil {
+				h.log.Error("commit log truncation failed", "err", err)
+			}
+			continue
+		}
+		lastCheck = time.Now()
+		h.splitBig(ctx)
+	}
+}
+
+// splitBig splits every open tablet whose stored size passed SplitBytes.
+func (h *Host) splitBig(ctx context.Context) {
+	h.mu.RLock()
+	tables := make([]*servedTable, 0, len(h.tables))
+	for _, st := range h.tables {
+		tables = append(tables, st)
+	}
+	h.mu.RUnlock()
+	for _, st := range tables {
+		for _, tb := range st.list() {
+			if ctx.Err() != nil {
+				return
+			}
+			size := storedBytes(tb.Stats())
+			if size < h.opts.SplitBytes {
+				continue
+			}
+			h.noSplitMu.Lock()
+			was, failed := h.noSplit[tb]
+			h.noSplitMu.Unlock()
+			if failed && size < was+was/4 {
+				continue
+			}
+			if err := h.SplitTablet(ctx, st.meta.Load().ID, tb.ID()); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				if errors.Is(err, tablet.ErrCannotSplit) {
+					h.noSplitMu.Lock()
+					h.noSplit[tb] = size
+					h.noSplitMu.Unlock()
+					continue
+				}
+				h.log.Error("tablet split failed", "tablet", tb.ID(), "err", err)
+			}
+		}
+	}
+}
+
+// SplitTablet splits an open tablet of a table at a middle key, opens its
+// children and swaps them in for it. Requests that meet the parent while it
+// splits wait for the children (see withTablet).
+func (h *Host) SplitTablet(ctx context.Context, id meta.TableID, tabletID string) error {
+	st, err := h.table(id)
+	if err != nil {
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.dropped {
+		return fmt.Errorf("%w: %s", ErrTableNotFound, id)
+	}
+	tabs := st.list()
+	i := slices.IndexFunc(tabs, func(tb *tablet.Tablet) bool { return tb.ID() == tabletID })
+	if i < 0 {
+		return fmt.Errorf("tablet %s of table %s is not open here", tabletID, id)
+	}
+	parent := tabs[i]
+	res, err := parent.Split(ctx)
+	if err != nil {
+		return err
+	}
+	h.forgetNoSplit(parent)
+	t := *st.meta.Load()
+	var children []*tablet.Tablet
+	for _, c := range []tablet.State{res.Left, res.Right} {
+		if children, err = h.openTablet(ctx, t, c.ID, nil, nil, children); err != nil {
+			// The split is committed; the table cannot be served
+			// whole until the children open. Keep the parent in
+			// the list (it answers ErrNotServing) so the routing
+			// stays complete, and say so loudly.
+			for _, c := range children {
+				_ = c.Close()
+			}
+			h.log.Error("opening split children failed; table partly unavailable", "tablet", tabletID, "err", err)
+			return err
+		}
+	}
+	next := slices.Concat(tabs[:i], children, tabs[i+1:])
+	st.tablets.Store(&next)
+	h.metrics.splits.Inc()
+	h.log.Info("tablet split", "table", id.String(), "tablet", tabletID, "key", string(res.Key),
+		"left", res.Left.ID, "right", res.Right.ID)
+	return nil
+}
+
+// TruncateLog deletes the commit log's segments that no open tablet needs:
+// those wholly before the oldest redo point of the open tablets. With no
+// tablet open it does nothing (unopened tablets of a crashed run may still
+// need the log).
+func (h *Host) TruncateLog(ctx context.Context) error {
+	if h.opts.Log == nil {
+		return nil
+	}
+	h.mu.RLock()
+	var oldest *commitlog.Position
+	for _, st := range h.tables {
+		for _, tb := range st.list() {
+			p := tb.State().RedoPoint
+			if oldest == nil || p.Compare(*oldest) < 0 {
+				oldest = &p
+			}
+		}
+	}
+	h.mu.RUnlock()
+	if oldest == nil {
+		return nil
+	}
+	return h.opts.Log.Truncate(ctx, *oldest)
+}
+
+// Close stops the background loop and closes every tablet (they flush).
+// It does not close the commit log, which the caller opened.
+func (h *Host) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	tables := h.tables
+	h.tables = make(map[meta.TableID]*servedTable)
+	h.mu.Unlock()
+	close(h.stop)
+	<-h.done
+	var errs []error
+	for _, st := range tables {
+		st.mu.Lock()
+		st.dropped = true
+		for _, tb := range st.list() {
+			errs = append(errs, tb.Close())
+		}
+		st.mu.Unlock()
+	}
+	h.metrics.unregister()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,161 @@
+package tabletserver
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+)
+
+// metrics are the server's Prometheus metrics: request counters and
+// latencies (kept by the interceptors), data volumes (kept by the
+// DataService) and the tablets' gauges (read from the Host on collection).
+type metrics struct {
+	reg        prometheus.Registerer
+	collectors []prometheus.Collector
+
+	requests     *prometheus.CounterVec
+	latency      *prometheus.HistogramVec
+	bytesRead    prometheus.Counter
+	bytesWritten prometheus.Counter
+	rowsRead     prometheus.Counter
+	splits       prometheus.Counter
+}
+
+func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tabula_requests_total", Help: "gRPC requests by method and status code.",
+		}, []string{"method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tabula_request_duration_seconds", Help: "gRPC request latency by method.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18), // 50 µs to about 6.5 s
+		}, []string{"method"}),
+		bytesRead: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tabula_read_bytes_total", Help: "Bytes of cell values and keys returned by ReadRows.",
+		}),
+		bytesWritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tabula_written_bytes_total", Help: "Bytes of row mutations applied.",
+		}),
+		rowsRead: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tabula_rows_read_total", Help: "Rows returned by ReadRows.",
+		}),
+		splits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tabula_tablet_splits_total", Help: "Tablet splits done by this server.",
+		}),
+	}
+	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, &tabletCollector{h: h}}
+	if reg == nil {
+		return m, nil
+	}
+	for i, c := range m.collectors {
+		if err := reg.Register(c); err != nil {
+			for _, done := range m.collectors[:i] {
+				reg.Unregister(done)
+			}
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// unregister removes the metrics from the registry, so a new Host can
+// register on it (tests, restarts in one process).
+func (m *metrics) unregister() {
+	if m.reg == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		m.reg.Unregister(c)
+	}
+}
+
+// observe records one finished request.
+func (m *metrics) observe(fullMethod string, start time.Time, err error) {
+	method := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
+	m.requests.WithLabelValues(method, status.Code(err).String()).Inc()
+	m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+}
+
+// UnaryInterceptor returns the interceptor that counts and times unary
+// requests; install it (and StreamInterceptor) on the grpc.Server that
+// serves the DataService and the admin API.
+func (h *Host) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		h.metrics.observe(info.FullMethod, start, err)
+		return resp, err
+	}
+}
+
+// StreamInterceptor returns the interceptor that counts and times
+// streaming requests.
+func (h *Host) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		start := time.Now()
+		err := handler(srv, ss)
+		h.metrics.observe(info.FullMethod, start, err)
+		return err
+	}
+}
+
+// tabletCollector reports the tablets' gauges, summed per table, at
+// collection time: per-tablet series would multiply with every split.
+type tabletCollector struct{ h *Host }
+
+var (
+	descTablets     = prometheus.NewDesc("tabula_tablets", "Open tablets.", []string{"table"}, nil)
+	descMemtable    = prometheus.NewDesc("tabula_memtable_bytes", "Bytes in memtables (active and being flushed).", []string{"table"}, nil)
+	descSSTables    = prometheus.NewDesc("tabula_sstables", "SSTables referenced by open tablets (shared files counted per tablet).", []string{"table"}, nil)
+	descSSTBytes    = prometheus.NewDesc("tabula_sstable_bytes", "Bytes of SSTables referenced by open tablets.", []string{"table"}, nil)
+	descCompactions = prometheus.NewDesc("tabula_compactions_total", "Compactions by the open tablets since they opened.", []string{"table", "kind"}, nil)
+	descCache       = prometheus.NewDesc("tabula_cache_requests_total", "Block and scan cache lookups.", []string{"cache", "result"}, nil)
+	descCacheBytes  = prometheus.NewDesc("tabula_block_cache_bytes", "Bytes of SSTable blocks in the block cache.", nil, nil)
+)
+
+func (c *tabletCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descTablets, descMemtable, descSSTables, descSSTBytes, descCompactions, descCache, descCacheBytes} {
+		ch <- d
+	}
+}
+
+func (c *tabletCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, id := range c.h.Tables() {
+		infos := c.h.TableTablets(id)
+		var mem, ssts, sstBytes, flushes, merges, majors float64
+		for _, ti := range infos {
+			mem += float64(ti.Stats.MemtableBytes + ti.Stats.FrozenBytes)
+			for _, g := range ti.Stats.Groups {
+				ssts += float64(g.SSTables)
+				sstBytes += float64(g.Bytes)
+			}
+			flushes += float64(ti.Stats.Flushes)
+			merges += float64(ti.Stats.Merges)
+			majors += float64(ti.Stats.Majors)
+		}
+		name := id.String()
+		ch <- prometheus.MustNewConstMetric(descTablets, prometheus.GaugeValue, float64(len(infos)), name)
+		ch <- prometheus.MustNewConstMetric(descMemtable, prometheus.GaugeValue, mem, name)
+		ch <- prometheus.MustNewConstMetric(descSSTables, prometheus.GaugeValue, ssts, name)
+		ch <- prometheus.MustNewConstMetric(descSSTBytes, prometheus.GaugeValue, sstBytes, name)
+		ch <- prometheus.MustNewConstMetric(descCompactions, prometheus.CounterValue, flushes, name, "minor")
+		ch <- prometheus.MustNewConstMetric(descCompactions, prometheus.CounterValue, merges, name, "merging")
+		ch <- prometheus.MustNewConstMetric(descCompactions, prometheus.CounterValue, majors, name, "major")
+	}
+	if bc := c.h.opts.Cache; bc != nil {
+		s := bc.Stats()
+		ch <- prometheus.MustNewConstMetric(descCache, prometheus.CounterValue, float64(s.Hits), "block", "hit")
+		ch <- prometheus.MustNewConstMetric(descCache, prometheus.CounterValue, float64(s.Misses), "block", "miss")
+		ch <- prometheus.MustNewConstMetric(descCacheBytes, prometheus.GaugeValue, float64(s.Bytes))
+	}
+	if sc := c.h.opts.ScanCache; sc != nil {
+		s := sc.Stats()
+		ch <- prometheus.MustNewConstMetric(descCache, prometheus.CounterValue, float64(s.Hits), "scan", "hit")
+		ch <- prometheus.MustNewConstMetric(descCache, prometheus.CounterValue, float64(s.Misses), "scan", "miss")
+	}
+}

@@ -1,0 +1,231 @@
+package tabletserver
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"time"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/filter"
+	"github.com/tabuladb/tabula/storage/tablet"
+)
+
+// readOptions turns a filter's pushdown hints into the restrictions the
+// tablets apply while they assemble rows (see filter.Hints for the rules).
+func readOptions(h filter.Hints) tablet.ReadOptions {
+	ro := tablet.ReadOptions{StartTimestamp: h.TimestampStart, EndTimestamp: h.TimestampEnd}
+	familiesApplied := h.Family == nil
+	if h.Families != nil {
+		ro.Families = append([]string{}, h.Families...) // non-nil even when empty: no family
+		familiesApplied = true
+	}
+	// A version limit may be pushed only with the family restriction
+	// applied exactly (the timestamp range always is).
+	if h.CellsPerColumn > 0 && familiesApplied {
+		ro.MaxVersions = h.CellsPerColumn
+	}
+	return ro
+}
+
+// ReadRows streams the rows of the request's row set, in key order
+// (descending when reversed), through the filter, up to rows_limit rows.
+// Rows go out as CellChunks the client libraries reassemble: large values
+// are split over several chunks, and responses are sent once they hold
+// about DataOptions.ResponseBytes, each through the stream, which blocks
+// while the client does not read (flow control).
+func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablepb.Bigtable_ReadRowsServer) error {
+	start := time.Now()
+	ctx := stream.Context()
+	t, err := s.lookup(req.GetTableName())
+	if err != nil {
+		return err
+	}
+	if req.GetRowsLimit() < 0 {
+		return invalidf("rows_limit", "must not be negative, got %d", req.GetRowsLimit())
+	}
+	f, err := s.compileFilter(req.GetFilter(), "filter")
+	if err != nil {
+		return err
+	}
+	ranges, err := rowRanges(req.GetRows())
+	if err != nil {
+		return err
+	}
+	reverse := req.GetReversed()
+	if reverse {
+		slices.Reverse(ranges)
+	}
+	ro := readOptions(f.PushDown())
+	w := &chunkWriter{send: stream.Send, chunkBytes: s.opts.ChunkBytes, respBytes: s.opts.ResponseBytes}
+	limit := req.GetRowsLimit()
+	var stats bigtablepb.ReadIterationStats
+	for _, r := range ranges {
+		err = s.host.scan(ctx, t.ID, r.start, r.end, reverse, ro, func(row cell.Row) error {
+			stats.RowsSeenCount++
+			stats.CellsSeenCount += int64(len(row.Cells))
+			cells := f.Apply(row)
+			if len(cells) == 0 {
+				return nil
+			}
+			stats.RowsReturnedCount++
+			stats.CellsReturnedCount += int64(len(cells))
+			if err := w.row(row.Key, cells); err != nil {
+				return err
+			}
+			if limit > 0 && stats.RowsReturnedCount >= limit {
+				return errStopScan
+			}
+			return nil
+		})
+		if errors.Is(err, errStopScan) {
+			err = nil
+			break
+		}
+		if err != nil {
+			return s.fail("ReadRows", err)
+		}
+	}
+	if req.GetRequestStatsView() == bigtablepb.ReadRowsRequest_REQUEST_STATS_FULL {
+		w.stats = &bigtablepb.RequestStats{StatsView: &bigtablepb.RequestStats_FullReadStatsView{
+			FullReadStatsView: &bigtablepb.FullReadStatsView{
+				ReadIterationStats:  &stats,
+				RequestLatencyStats: &bigtablepb.RequestLatencyStats{FrontendServerLatency: durationpb.New(time.Since(start))},
+			}}}
+	}
+	if err := w.flush(); err != nil {
+		return err
+	}
+	s.host.metrics.rowsRead.Add(float64(stats.RowsReturnedCount))
+	s.host.metrics.bytesRead.Add(float64(w.total))
+	return nil
+}
+
+// chunkWriter turns rows into CellChunks and batches them into responses.
+type chunkWriter struct {
+	send       func(*bigtablepb.ReadRowsResponse) error
+	chunkBytes int
+	respBytes  int
+
+	resp  *bigtablepb.ReadRowsResponse
+	size  int
+	total int64
+	stats *bigtablepb.RequestStats // sent with the last response
+}
+
+// chunkOverhead approximates the encoded size of a chunk's fixed fields.
+const chunkOverhead = 32
+
+// add appends a chunk and sends the response once it is full.
+func (w *chunkWriter) add(ch *bigtablepb.ReadRowsResponse_CellChunk, n int) error {
+	if w.resp == nil {
+		w.resp = &bigtablepb.ReadRowsResponse{}
+	}
+	w.resp.Chunks = append(w.resp.Chunks, ch)
+	w.size += n + chunkOverhead
+	w.total += int64(n)
+	if w.size >= w.respBytes {
+		return w.sendResp()
+	}
+	return nil
+}
+
+func (w *chunkWriter) sendResp() error {
+	resp := w.resp
+	w.resp, w.size = nil, 0
+	return w.send(resp)
+}
+
+// flush sends what is pending (and the request stats, if any).
+func (w *chunkWriter) flush() error {
+	if w.stats != nil {
+		if w.resp == nil {
+			w.resp = &bigtablepb.ReadRowsResponse{}
+		}
+		w.resp.RequestStats = w.stats
+	}
+	if w.resp == nil {
+		return nil
+	}
+	return w.sendResp()
+}
+
+// row writes one row's cells (in row order, labels attached). The first
+// chunk carries the row key; family and qualifier are sent when they
+// change (the qualifier with every family change, as the protocol
+// requires); a value above chunkBytes goes in pieces, every piece but the
+// last carrying the whole value's size; the row's last chunk commits it.
+func (w *chunkWriter) row(key []byte, cells []filter.LabeledCell) error {
+	var fam string
+	var qual []byte
+	for i := range cells {
+		c := &cells[i]
+		last := i == len(cells)-1
+		ch := &bigtablepb.ReadRowsResponse_CellChunk{TimestampMicros: c.Timestamp, Labels: c.Labels}
+		n := len(c.Qualifier)
+		switch {
+		case i == 0:
+			ch.RowKey = key
+			ch.FamilyName = wrapperspb.String(c.Family)
+			ch.Qualifier = wrapperspb.Bytes(c.Qualifier)
+			n += len(key) + len(c.Family)
+		case c.Family != fam:
+			ch.FamilyName = wrapperspb.String(c.Family)
+			ch.Qualifier = wrapperspb.Bytes(c.Qualifier)
+			n += len(c.Family)
+		case !bytes.Equal(c.Qualifier, qual):
+			ch.Qualifier = wrapperspb.Bytes(c.Qualifier)
+		}
+		fam, qual = c.Family, c.Qualifier
+		v := c.Value
+		if len(v) <= w.chunkBytes {
+			ch.Value = v
+			if last {
+				ch.RowStatus = &bigtablepb.ReadRowsResponse_CellChunk_CommitRow{CommitRow: true}
+			}
+			if err := w.add(ch, n+len(v)); err != nil {
+				return err
+			}
+			continue
+		}
+		ch.Value = v[:w.chunkBytes]
+		ch.ValueSize = int32(len(v))
+		if err := w.add(ch, n+w.chunkBytes); err != nil {
+			return err
+		}
+		for off := w.chunkBytes; off < len(v); off += w.chunkBytes {
+			end := min(off+w.chunkBytes, len(v))
+			piece := &bigtablepb.ReadRowsResponse_CellChunk{Value: v[off:end]}
+			if end < len(v) {
+				piece.ValueSize = int32(len(v))
+			} else if last {
+				piece.RowStatus = &bigtablepb.ReadRowsResponse_CellChunk_CommitRow{CommitRow: true}
+			}
+			if err := w.add(piece, end-off); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sortCells orders cells as a row presents them: family, qualifier
+// ascending, timestamp descending.
+func sortCells(cs []cell.Cell) {
+	slices.SortStableFunc(cs, func(a, b cell.Cell) int {
+		if c := cell.CompareColumns(a.Family, a.Qualifier, b.Family, b.Qualifier); c != 0 {
+			return c
+		}
+		switch {
+		case a.Timestamp > b.Timestamp:
+			return -1
+		case a.Timestamp < b.Timestamp:
+			return 1
+		}
+		return 0
+	})
+}
