@@ -60,6 +60,7 @@ func FuzzCompile(f *testing.F) {
 		if err != nil {
 			var ce *CompileError
 			if !errors.As(err, &ce) || len(ce.Diagnostics) == 0 {
+				// Includes Compile's recovered internal errors: bugs.
 				t.Fatalf("Compile error %T %v is not a CompileError with diagnostics", err, err)
 			}
 			return

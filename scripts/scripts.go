@@ -60,7 +60,14 @@ type Program struct {
 // Compile parses and type-checks src, the script called name, and compiles
 // it. On failure the error is a *CompileError with every syntax error or,
 // when the syntax is fine, every type error.
-func Compile(name, src string) (*Program, error) {
+func Compile(name, src string) (p *Program, err error) {
+	// The server compiles scripts from clients: a bug in the compiler must
+	// fail the request, not the process.
+	defer func() {
+		if r := recover(); r != nil {
+			p, err = nil, fmt.Errorf("scripts: internal error compiling %s: %v", name, r)
+		}
+	}()
 	file, serrs := syntax.Parse(src)
 	if len(serrs) > 0 {
 		ce := &CompileError{Name: name}
