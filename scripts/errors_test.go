@@ -48,8 +48,8 @@ func TestCompileErrors(t *testing.T) {
 		{"3 = 4;", []string{"1:1: cannot assign to expression"}},
 		{`s: string = "ab"; s[0] = 'x';`, []string{"1:20: cannot assign to an element of string s"}},
 		// types of expressions
-		{"x: int = 1.5;", []string{"1:10: cannot use float as int in declaration of x"}},
-		{"x: float = 1;", []string{"1:12: cannot use int as float in declaration of x"}},
+		{"x: int = 1.5;", []string{"1:10: cannot use float as int in declaration of x (convert with int(…))"}},
+		{"x: float = 1;", []string{"1:12: cannot use int as float in declaration of x (convert with float(…))"}},
 		{`x: int = 1 + "a";`, []string{"1:12: mismatched types int and string for +"}},
 		{"x: int = 1 + 1.5;", []string{"1:12: mismatched types int and float for +"}},
 		{"x: bool = 1 && true;", []string{"1:13: operator && needs bool operands, not int and bool"}},
@@ -63,8 +63,8 @@ func TestCompileErrors(t *testing.T) {
 		{"while (\"x\") {}", []string{"1:8: while condition must be bool, not string"}},
 		{"for (;1;) {}", []string{"1:7: for condition must be bool, not int"}},
 		{"x: int = 1; x++; s: string = \"\"; s++;", []string{"1:35: cannot increment or decrement s (type string)"}},
-		{"a: array of int = {1, \"x\"};", []string{"1:23: cannot use string as int in array literal"}},
-		{"m: map[string] of int = {1: 2};", []string{"1:26: cannot use int as string in map literal key"}},
+		{"a: array of int = {1, \"x\"};", []string{"1:23: cannot use string as int in array literal (convert with int(…))"}},
+		{"m: map[string] of int = {1: 2};", []string{"1:26: cannot use int as string in map literal key (convert with string(…))"}},
 		{"a: array of int = {\"k\": 1};", []string{"1:20: key: value in an array literal"}},
 		{"t: {a: int, b: string} = {1};", []string{"1:26: tuple literal has 1 values, type {a: int, b: string} has 2 fields"}},
 		{"x: int = 5; y: int = x[0];", []string{"1:23: cannot index x (type int)"}},
@@ -79,7 +79,7 @@ func TestCompileErrors(t *testing.T) {
 		{"x: int = int(B\"1\");", []string{"1:14: cannot convert bytes to int"}},
 		{"x: int = foo(1);", []string{"1:10: undefined: foo"}},
 		{"x: int = 1; y: int = x(1);", []string{"1:22: cannot call x: not a function"}},
-		{"f: function(a: int): int { return a; } x: int = f(\"a\");", []string{"1:51: cannot use string as int in argument 1 of f"}},
+		{"f: function(a: int): int { return a; } x: int = f(\"a\");", []string{"1:51: cannot use string as int in argument 1 of f (convert with int(…))"}},
 		{"f: function(a: int): int { return a; } x: int = f();", []string{"1:50: f takes 1 argument(s), got 0"}},
 		{"f: function() { } x: int = f();", []string{"1:28: f(…) has no value"}},
 		{"f: function(): int { }", []string{"1:20: missing return at end of function f"}},
@@ -106,14 +106,14 @@ func TestCompileErrors(t *testing.T) {
 		{"t: table sum of int weight int;", []string{"1:28: table kind sum takes no weight"}},
 		{"t: table sum[array of int] of int;", []string{"1:14: table index must have a basic type, not array of int"}},
 		{"{ t: table sum of int; }", []string{"1:3: tables may only be declared at the top level"}},
-		{"t: table sum of int; emit t <- 1.5;", []string{"1:32: cannot use float as int in emit to table t"}},
+		{"t: table sum of int; emit t <- 1.5;", []string{"1:32: cannot use float as int in emit to table t (convert with int(…))"}},
 		{"t: table sum[string] of int; emit t <- 1;", []string{"1:30: table t has 1 indexes, emit gives 0"}},
-		{"t: table sum[string] of int; emit t[1] <- 1;", []string{"1:37: cannot use int as string in index of table t"}},
+		{"t: table sum[string] of int; emit t[1] <- 1;", []string{"1:37: cannot use int as string in index of table t (convert with string(…))"}},
 		{"t: table maximum(2) of int weight float; emit t <- 1;", []string{"1:42: emit to table t (maximum) needs a weight"}},
-		{"t: table maximum(2) of int weight float; emit t <- 1 weight 1;", []string{"1:61: cannot use int as float in weight of table t"}},
+		{"t: table maximum(2) of int weight float; emit t <- 1 weight 1;", []string{"1:61: cannot use int as float in weight of table t (convert with float(…))"}},
 		{"x: int = 1; emit x <- 1;", []string{"1:18: x is not a table"}},
 		{"emit nope <- 1;", []string{"1:6: undefined: nope"}},
-		{"emit keep <- 1;", []string{"1:14: cannot use int as bool in emit to table keep"}},
+		{"emit keep <- 1;", []string{"1:14: cannot use int as bool in emit to table keep (convert with bool(…))"}},
 		{"t: table sum of int; x: int = t;", []string{"1:31: table t can only be used in emit"}},
 		// when
 		{"when (i: some int; true) {}", []string{"1:7: cannot tell the range of i: use it as an index of an array or map in the when condition"}},
@@ -123,8 +123,8 @@ func TestCompileErrors(t *testing.T) {
 		{"a: array of int; when (i: some string; a[0] > 0) {}", []string{"1:24: cannot tell the range of i: use it as an index of an array or map in the when condition"}},
 		// several errors at once, in order
 		{"x: int = \"a\";\ny: string = 1;\nz := w;", []string{
-			"1:10: cannot use string as int in declaration of x",
-			"2:13: cannot use int as string in declaration of y",
+			"1:10: cannot use string as int in declaration of x (convert with int(…))",
+			"2:13: cannot use int as string in declaration of y (convert with string(…))",
 			"3:6: undefined: w",
 		}},
 	}
@@ -161,7 +161,7 @@ func TestCompileErrorMessage(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Name != "x.szl" {
 		t.Fatalf("got %T %v", err, err)
 	}
-	want := "1:10: cannot use string as int in declaration of x\n2:10: undefined: z"
+	want := "1:10: cannot use string as int in declaration of x (convert with int(…))\n2:10: undefined: z"
 	if err.Error() != want {
 		t.Errorf("got %q, want %q", err.Error(), want)
 	}

@@ -2,6 +2,7 @@ package check
 
 import (
 	"encoding/hex"
+	"fmt"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -39,7 +40,12 @@ func (c *checker) assignable(pos syntax.Pos, got, want *value.Type, context stri
 	if containsInvalid(got) || containsInvalid(want) || value.Identical(got, want) {
 		return true
 	}
-	c.errorf(pos, "cannot use %v as %v in %s", got, want, context)
+	hint := ""
+	if got.IsBasic() && want.IsBasic() && Convertible(got, want) {
+		// There are no implicit conversions; say how to write one.
+		hint = fmt.Sprintf(" (convert with %v(…))", want)
+	}
+	c.errorf(pos, "cannot use %v as %v in %s%s", got, want, context, hint)
 	return false
 }
 
