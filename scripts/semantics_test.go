@@ -270,6 +270,15 @@ func TestStatements(t *testing.T) {
 				return s;
 			}
 			emit out <- f(f("ab", 2), 2);`, `out = "abababab"`},
+		{"def restores the call stack", `
+			out: table collection of int;
+			f: function(n: int): int { a: array of int = {}; return a[n] + f(n); }
+			g: function(y: int): int {
+				x: int = y * 2;
+				if (def(f(3))) return -1;
+				return x + y;
+			}
+			emit out <- g(5) + g(1);`, "out = 18"},
 		{"static", `
 			static greeting: string = "hi" + "!";
 			static table_: map[string] of int = {"a": 1};
