@@ -263,13 +263,13 @@ func (c *compiler) binop(op syntax.Token, lt, rt *value.Type, pos syntax.Pos) fu
 			return value.Value{S: a.S + b.S}
 		}
 	case lt.Kind == value.Array:
-		et := lt.Elem
+		// Concatenation makes a new array: arrays are shared by
+		// reference, so neither operand may be extended in place.
 		return func(m *Machine, a, b value.Value) value.Value {
 			x, y := a.Array().Elems, b.Array().Elems
 			m.alloc(int64(len(x)+len(y)) * 40)
 			out := make([]value.Value, 0, len(x)+len(y))
 			out = append(append(out, x...), y...)
-			_ = et
 			return value.Value{R: &value.ArrayVal{Elems: out}}
 		}
 	}
@@ -555,7 +555,7 @@ func (c *compiler) call(e *syntax.CallExpr) eval {
 		m.tick(pos)
 		if m.depth >= m.limits.Depth {
 			m.pos = pos
-			m.limit("call depth", itoa(m.limits.Depth))
+			m.limit("call depth", strconv.Itoa(m.limits.Depth))
 		}
 		base := m.sp
 		top := base + fc.frameSize
@@ -586,4 +586,3 @@ func (c *compiler) call(e *syntax.CallExpr) eval {
 	}
 }
 
-func itoa(n int) string { return strconv.Itoa(n) }
