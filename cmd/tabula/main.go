@@ -17,6 +17,10 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newDemoCommand())
+	root.AddCommand(newCLICommands()...)
+	root.AddCommand(newEmulatorCommand())
+	root.AddCommand(newLoadCommand())
+	root.AddCommand(newBenchCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "tabula:", err)
 		os.Exit(1)

@@ -1,0 +1,525 @@
+package main
+
+// The cbt-style data and admin verbs. They use only the official Cloud
+// Bigtable Go client, so they work against tabula dev, a Tabula cluster,
+// the Cloud Bigtable emulator, or anything else that speaks the API.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"google.golang.org/api/option"
+	rpccode "google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// defaultAddr is where the verbs look for a server when neither --addr
+// nor TABULA_ADDR says otherwise.
+const defaultAddr = "127.0.0.1:8086"
+
+// maxMessageSize matches what Cloud Bigtable accepts, so large rows and
+// bulk batches are not refused by the client's 4 MiB default.
+const maxMessageSize = 256 << 20
+
+// connFlags are the flags every client verb takes.
+type connFlags struct {
+	addr     string
+	project  string
+	instance string
+}
+
+func (c *connFlags) register(fs *pflag.FlagSet) {
+	addr := os.Getenv("TABULA_ADDR")
+	if addr == "" {
+		addr = defaultAddr
+	}
+	fs.StringVar(&c.addr, "addr", addr, "server address host:port (default from $TABULA_ADDR)")
+	fs.StringVar(&c.project, "project", "tabula", "project of the table names (projects/P/instances/I/tables/T)")
+	fs.StringVar(&c.instance, "instance", "dev", "instance of the table names")
+}
+
+// conn is an open connection: the data and admin clients share one
+// gRPC channel.
+type conn struct {
+	cc    *grpc.ClientConn
+	data  *bigtable.Client
+	admin *bigtable.AdminClient
+}
+
+// dial connects to c.addr without TLS or credentials, as the emulator
+// mechanism of the official clients does.
+func (c connFlags) dial(ctx context.Context) (*conn, error) {
+	cc, err := grpc.NewClient(c.addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", c.addr, err)
+	}
+	// Metrics export and the session data plane would look for Google
+	// credentials and open side channels; a plain endpoint has neither.
+	data, err := bigtable.NewClientWithConfig(ctx, c.project, c.instance,
+		bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}, DisableSession: true},
+		option.WithGRPCConn(cc))
+	if err != nil {
+		cc.Close()
+		return nil, fmt.Errorf("data client for %s: %w", c.addr, err)
+	}
+	admin, err := bigtable.NewAdminClient(ctx, c.project, c.instance, option.WithGRPCConn(cc))
+	if err != nil {
+		data.Close()
+		cc.Close()
+		return nil, fmt.Errorf("admin client for %s: %w", c.addr, err)
+	}
+	return &conn{cc: cc, data: data, admin: admin}, nil
+}
+
+func (c *conn) Close() error {
+	// The clients close the shared channel themselves when passed in with
+	// WithGRPCConn only in some versions; closing it last, ignoring a
+	// second close, is safe either way.
+	c.data.Close()
+	c.admin.Close()
+	c.cc.Close()
+	return nil
+}
+
+// describe renders an RPC error as "CODE: message", the form the server
+// and Cloud Bigtable document, and leaves other errors alone.
+func describe(err error) error {
+	if err == nil {
+		return nil
+	}
+	if st, ok := status.FromError(err); ok && st.Code() != 0 {
+		return fmt.Errorf("%s: %s", rpccode.Code(st.Code()).String(), st.Message())
+	}
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		st := se.GRPCStatus()
+		return fmt.Errorf("%s: %s", rpccode.Code(st.Code()).String(), st.Message())
+	}
+	return err
+}
+
+// usageError is a mistake in the command line; it carries the verb's
+// usage line as a hint.
+type usageError struct {
+	cmd *cobra.Command
+	err error
+}
+
+func (e *usageError) Error() string {
+	return fmt.Sprintf("%v\nusage: %s (see %s --help)", e.err, e.cmd.UseLine(), e.cmd.CommandPath())
+}
+
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(cmd *cobra.Command, format string, args ...any) error {
+	return &usageError{cmd: cmd, err: fmt.Errorf(format, args...)}
+}
+
+// argsBetween checks the number of positional arguments with a usage hint.
+func argsBetween(lo, hi int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < lo {
+			return usagef(cmd, "missing arguments")
+		}
+		if hi >= 0 && len(args) > hi {
+			return usagef(cmd, "too many arguments: %q", args[hi:])
+		}
+		return nil
+	}
+}
+
+// clientVerb wraps a verb's body: connection flags, a connection, errors
+// rendered with their gRPC code, usage errors with a hint.
+type clientVerb struct {
+	use, short, long string
+	args             cobra.PositionalArgs
+	run              func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error
+	flags            func(fs *pflag.FlagSet)
+	// streams marks verbs whose run time grows with the data (read,
+	// count): they get no default deadline.
+	streams bool
+}
+
+// defaultTimeout bounds the verbs that do not stream, so a server that is
+// down is an UNAVAILABLE error instead of the client retrying forever.
+const defaultTimeout = 30 * time.Second
+
+func (v clientVerb) command() *cobra.Command {
+	var cf connFlags
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   v.use,
+		Short: v.short,
+		Long:  v.long,
+		Args:  v.args,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			c, err := cf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := v.run(ctx, c, cmd, args); err != nil {
+				var ue *usageError
+				if errors.As(err, &ue) {
+					return err
+				}
+				if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
+					// The client retries UNAVAILABLE until the deadline,
+					// so a server that is down ends up here.
+					return fmt.Errorf("%s: DEADLINE_EXCEEDED: no answer from %s within --timeout %s (is the server running?)", cmd.Name(), cf.addr, timeout)
+				}
+				return fmt.Errorf("%s: %w", cmd.Name(), describe(err))
+			}
+			return nil
+		},
+	}
+	cf.register(cmd.Flags())
+	dt := defaultTimeout
+	if v.streams {
+		dt = 0
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", dt, "give up after this long (0: never)")
+	if v.flags != nil {
+		v.flags(cmd.Flags())
+	}
+	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{cmd: cmd, err: err}
+	})
+	return cmd
+}
+
+// newCLICommands returns the cbt-style verbs.
+func newCLICommands() []*cobra.Command {
+	var maxValue int
+	valueFlag := func(fs *pflag.FlagSet) {
+		fs.IntVar(&maxValue, "max-value", 120, "print at most this many bytes of each value (0: all)")
+	}
+	verbs := []clientVerb{
+		{
+			use:   "ls [TABLE]",
+			short: "List tables, or a table's families and GC policies",
+			args:  argsBetween(0, 1),
+			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					return listTables(ctx, c, cmd.OutOrStdout())
+				}
+				return listFamilies(ctx, c, cmd.OutOrStdout(), args[0])
+			},
+		},
+		{
+			use:   "createtable TABLE [families=F1[:GCPOLICY],F2...] [splits=K1,K2...]",
+			short: "Create a table, optionally with families and initial splits",
+			long: `createtable creates a table. families= lists families, each with an optional
+GC policy after a colon (families=contents:maxversions=3,anchor);
+splits= lists initial split keys (splits=g,n,t).`,
+			args: argsBetween(1, 3),
+			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
+				kv, err := parseKeyValues(args[1:], "families", "splits")
+				if err != nil {
+					return usagef(cmd, "%v", err)
+				}
+				conf := &bigtable.TableConf{TableID: args[0], SplitKeys: splitList(kv["splits"])}
+				if s, ok := kv["families"]; ok {
+					fams, err := parseFamilies(s)
+					if err != nil {
+						return usagef(cmd, "%v", err)
+					}
+					conf.ColumnFamilies = map[string]bigtable.Family{}
+					for _, f := range fams {
+						conf.ColumnFamilies[f.Name] = bigtable.Family{GCPolicy: f.Policy}
+					}
+				}
+				return c.admin.CreateTableFromConf(ctx, conf)
+			},
+		},
+		{
+			use:   "deletetable TABLE",
+			short: "Delete a table and all its data",
+			args:  argsBetween(1, 1),
+			run: func(ctx context.Context, c *conn, _ *cobra.Command, args []string) error {
+				return c.admin.DeleteTable(ctx, args[0])
+			},
+		},
+		{
+			use:   "createfamily TABLE FAMILY[:GCPOLICY]",
+			short: "Create a column family",
+			args:  argsBetween(2, 2),
+			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
+				fams, err := parseFamilies(args[1])
+				if err != nil || len(fams) != 1 {
+					return usagef(cmd, "bad family %q: %v", args[1], err)
+				}
+				return c.admin.CreateColumnFamilyWithConfig(ctx, args[0], fams[0].Name, bigtable.Family{GCPolicy: fams[0].Policy})
+			},
+		},
+		{
+			use:   "deletefamily TABLE FAMILY",
+			short: "Delete a column family and all its cells",
+			args:  argsBetween(2, 2),
+			run: func(ctx context.Context, c *conn, _ *cobra.Command, args []string) error {
+				return c.admin.DeleteColumnFamily(ctx, args[0], args[1])
+			},
+		},
+		{
+			use:   "setgcpolicy TABLE FAMILY (never | maxversions=N | maxage=DUR | POLICY and POLICY | POLICY or POLICY)",
+			short: "Set a family's garbage-collection policy",
+			long: `setgcpolicy sets the GC policy of a family. Policies combine with "and"
+(both must hold to collect) and "or" (either), "and" binding tighter, with
+parentheses: setgcpolicy T f "maxage=30d or maxversions=2". Durations take
+d, h, m, s units (1d12h).`,
+			args: argsBetween(3, -1),
+			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
+				pol, err := parseGCPolicy(strings.Join(args[2:], " "))
+				if err != nil {
+					return usagef(cmd, "%v", err)
+				}
+				return c.admin.SetGCPolicy(ctx, args[0], args[1], pol)
+			},
+		},
+		{
+			use:   "set TABLE ROW FAMILY:COLUMN[@TIMESTAMP]=VALUE...",
+			short: "Write cells of one row, atomically",
+			long: `set writes one or more cells of a row in one atomic mutation. A timestamp is
+in microseconds since the epoch; without one the server assigns it.`,
+			args: argsBetween(3, -1),
+			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
+				mut := bigtable.NewMutation()
+				for _, a := range args[2:] {
+					cs, err := parseCellSet(a)
+					if err != nil {
+						return usagef(cmd, "%v", err)
+					}
+					mut.Set(cs.Family, cs.Qualifier, cs.Timestamp, []byte(cs.Value))
+				}
+				return c.data.Open(args[0]).Apply(ctx, args[1], mut)
+			},
+		},
+		{
+			use:   "lookup TABLE ROW [columns=F[:C],...] [versions=N]",
+			short: "Read one row",
+			args:  argsBetween(2, 4),
+			flags: valueFlag,
+			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
+				kv, err := parseKeyValues(args[2:], "columns", "versions")
+				if err != nil {
+					return usagef(cmd, "%v", err)
+				}
+				f, err := readFilter(kv)
+				if err != nil {
+					return usagef(cmd, "%v", err)
+				}
+				var opts []bigtable.ReadOption
+				if f != nil {
+					opts = append(opts, bigtable.RowFilter(f))
+				}
+				row, err := c.data.Open(args[0]).ReadRow(ctx, args[1], opts...)
+				if err != nil {
+					return err
+				}
+				if row.Key() == "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "no row %q in %s\n", args[1], args[0])
+					return nil
+				}
+				w := bufio.NewWriter(cmd.OutOrStdout())
+				printRow(w, row, maxValue)
+				return w.Flush()
+			},
+		},
+		{
+			use:     "read TABLE [start=ROW] [end=ROW] [prefix=P] [count=N] [columns=F[:C],...] [versions=N]",
+			short:   "Read rows, streaming",
+			streams: true,
+			args:    argsBetween(1, -1),
+			flags:   valueFlag,
+			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
+				kv, err := parseKeyValues(args[1:], "start", "end", "prefix", "count", "columns", "versions")
+				if err != nil {
+					return usagef(cmd, "%v", err)
+				}
+				rng, err := readRange(kv)
+				if err != nil {
+					return usagef(cmd, "%v", err)
+				}
+				f, err := readFilter(kv)
+				if err != nil {
+					return usagef(cmd, "%v", err)
+				}
+				var opts []bigtable.ReadOption
+				if f != nil {
+					opts = append(opts, bigtable.RowFilter(f))
+				}
+				if s, ok := kv["count"]; ok {
+					n, err := parsePositiveInt("count", s)
+					if err != nil {
+						return usagef(cmd, "%v", err)
+					}
+					opts = append(opts, bigtable.LimitRows(int64(n)))
+				}
+				w := bufio.NewWriter(cmd.OutOrStdout())
+				err = c.data.Open(args[0]).ReadRows(ctx, rng, func(r bigtable.Row) bool {
+					printRow(w, r, maxValue)
+					// Flush per row so a long scan streams to a pager
+					// or a pipe instead of arriving in 4 KiB lumps.
+					return w.Flush() == nil
+				}, opts...)
+				if ferr := w.Flush(); err == nil {
+					err = ferr
+				}
+				return err
+			},
+		},
+		{
+			use:     "count TABLE [prefix=P] [start=ROW] [end=ROW]",
+			short:   "Count rows, streaming",
+			streams: true,
+			args:    argsBetween(1, 4),
+			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
+				kv, err := parseKeyValues(args[1:], "prefix", "start", "end")
+				if err != nil {
+					return usagef(cmd, "%v", err)
+				}
+				rng, err := readRange(kv)
+				if err != nil {
+					return usagef(cmd, "%v", err)
+				}
+				n, err := countRows(ctx, c.data.Open(args[0]), rng)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), n)
+				return nil
+			},
+		},
+		{
+			use:   "deleterow TABLE ROW",
+			short: "Delete every cell of a row",
+			args:  argsBetween(2, 2),
+			run: func(ctx context.Context, c *conn, _ *cobra.Command, args []string) error {
+				mut := bigtable.NewMutation()
+				mut.DeleteRow()
+				return c.data.Open(args[0]).Apply(ctx, args[1], mut)
+			},
+		},
+		{
+			use:   "deleteallrows TABLE",
+			short: "Delete every row of a table, keeping its schema",
+			args:  argsBetween(1, 1),
+			run: func(ctx context.Context, c *conn, _ *cobra.Command, args []string) error {
+				return c.admin.DropAllRows(ctx, args[0])
+			},
+		},
+	}
+	cmds := make([]*cobra.Command, 0, len(verbs))
+	for _, v := range verbs {
+		cmds = append(cmds, v.command())
+	}
+	return cmds
+}
+
+// countRows counts the rows of rng, asking the server for one stripped
+// cell per row so only keys cross the wire.
+func countRows(ctx context.Context, tbl *bigtable.Table, rng bigtable.RowSet) (int64, error) {
+	var n int64
+	err := tbl.ReadRows(ctx, rng, func(bigtable.Row) bool {
+		n++
+		return true
+	}, bigtable.RowFilter(bigtable.ChainFilters(bigtable.CellsPerRowLimitFilter(1), bigtable.StripValueFilter())))
+	return n, err
+}
+
+func listTables(ctx context.Context, c *conn, w io.Writer) error {
+	tables, err := c.admin.Tables(ctx)
+	if err != nil {
+		return err
+	}
+	slices.Sort(tables)
+	for _, t := range tables {
+		fmt.Fprintln(w, t)
+	}
+	return nil
+}
+
+func listFamilies(ctx context.Context, c *conn, w io.Writer, table string) error {
+	info, err := c.admin.TableInfo(ctx, table)
+	if err != nil {
+		return err
+	}
+	fams := slices.Clone(info.FamilyInfos)
+	slices.SortFunc(fams, func(a, b bigtable.FamilyInfo) int { return strings.Compare(a.Name, b.Name) })
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "Family Name\tGC Policy")
+	fmt.Fprintln(tw, "-----------\t---------")
+	for _, f := range fams {
+		pol := f.GCPolicy
+		if pol == "" {
+			pol = "<never>"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", f.Name, pol)
+	}
+	return tw.Flush()
+}
+
+// rowSeparator starts every row in read and lookup output, as in cbt.
+const rowSeparator = "----------------------------------------"
+
+// printRow prints a row as cbt does: a separator, the key, then per cell
+// "  family:column  @ time" and the quoted value on the next line.
+// Values longer than maxValue bytes are cut, with their length noted, so
+// a page of HTML does not flood the terminal.
+func printRow(w io.Writer, r bigtable.Row, maxValue int) {
+	fmt.Fprintln(w, rowSeparator)
+	fmt.Fprintln(w, r.Key())
+	fams := make([]string, 0, len(r))
+	for f := range r {
+		fams = append(fams, f)
+	}
+	slices.Sort(fams)
+	for _, f := range fams {
+		for _, item := range r[f] {
+			fmt.Fprintf(w, "  %-40s @ %s\n", item.Column, formatTimestamp(item.Timestamp))
+			fmt.Fprintf(w, "    %s\n", formatValue(item.Value, maxValue))
+		}
+	}
+}
+
+// formatTimestamp prints a cell timestamp in UTC with microseconds.
+func formatTimestamp(ts bigtable.Timestamp) string {
+	return ts.Time().UTC().Format("2006/01/02-15:04:05.000000")
+}
+
+// formatValue quotes a value, cut to maxValue bytes (0: no limit).
+func formatValue(v []byte, maxValue int) string {
+	if maxValue > 0 && len(v) > maxValue {
+		return strconv.Quote(string(v[:maxValue])) + fmt.Sprintf("... (%d bytes)", len(v))
+	}
+	return strconv.Quote(string(v))
+}
+
+// elapsedSince is the wall time since t, for summaries.
+func elapsedSince(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }

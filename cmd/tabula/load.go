@@ -1,0 +1,167 @@
+package main
+
+// `tabula load`: fill a table from a synthetic crawl (webtable) or from a
+// directory of real HTML pages (html), through the Cloud Bigtable API.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/cmd/tabula/internal/webtable"
+	"github.com/tabuladb/tabula/storage/cell"
+)
+
+func newLoadCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "load",
+		Short: "Load data into a table: a synthetic Webtable or a directory of HTML pages",
+	}
+	cmd.AddCommand(newLoadWebtableCommand(), newLoadHTMLCommand())
+	return cmd
+}
+
+// webtableFamilies is the Webtable's schema: three crawls of contents,
+// every anchor and language kept.
+func webtableFamilies() map[string]bigtable.Family {
+	return map[string]bigtable.Family{
+		webtable.FamilyContents: {GCPolicy: bigtable.MaxVersionsPolicy(3)},
+		webtable.FamilyAnchor:   {GCPolicy: bigtable.NoGcPolicy()},
+		webtable.FamilyLanguage: {GCPolicy: bigtable.NoGcPolicy()},
+	}
+}
+
+// ensureWebtable creates the table with the Webtable families, or adds
+// the families an existing table lacks, so loading into a table made
+// with createtable works too. It reports whether it created the table.
+func ensureWebtable(ctx context.Context, c *conn, table string) (bool, error) {
+	err := c.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: table, ColumnFamilies: webtableFamilies()})
+	if err == nil {
+		return true, nil
+	}
+	if status.Code(err) != codes.AlreadyExists {
+		return false, fmt.Errorf("create table %s: %w", table, describe(err))
+	}
+	info, err := c.admin.TableInfo(ctx, table)
+	if err != nil {
+		return false, fmt.Errorf("table %s: %w", table, describe(err))
+	}
+	have := map[string]bool{}
+	for _, f := range info.Families {
+		have[f] = true
+	}
+	for name, fam := range webtableFamilies() {
+		if have[name] {
+			continue
+		}
+		if err := c.admin.CreateColumnFamilyWithConfig(ctx, table, name, fam); err != nil {
+			return false, fmt.Errorf("add family %s to %s: %w", name, table, describe(err))
+		}
+	}
+	return false, nil
+}
+
+// toBigtable converts an engine row mutation (what the generator builds)
+// to the client's; only the kinds the generator uses need to exist here,
+// the rest are errors rather than silent drops.
+func toBigtable(rm cell.RowMutation) (*bigtable.Mutation, int, error) {
+	mut := bigtable.NewMutation()
+	size := len(rm.Row)
+	for _, m := range rm.Mutations {
+		switch m.Kind {
+		case cell.SetCell:
+			mut.Set(m.Family, string(m.Qualifier), bigtable.Timestamp(m.Timestamp), m.Value)
+			size += len(m.Family) + len(m.Qualifier) + len(m.Value) + 8
+		case cell.DeleteFromFamily:
+			mut.DeleteCellsInFamily(m.Family)
+		case cell.DeleteFromRow:
+			mut.DeleteRow()
+		default:
+			return nil, 0, fmt.Errorf("row %q: mutation kind %s not supported by the loader", rm.Row, m.Kind)
+		}
+	}
+	return mut, size, nil
+}
+
+// bulkWriter applies batches of row mutations with ApplyBulk and turns
+// per-row failures into one error naming the first failed row.
+type bulkWriter struct {
+	tbl *bigtable.Table
+}
+
+func (b bulkWriter) apply(ctx context.Context, keys []string, muts []*bigtable.Mutation) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	errs, err := b.tbl.ApplyBulk(ctx, keys, muts)
+	if err != nil {
+		return describe(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			failed := 0
+			for _, e2 := range errs {
+				if e2 != nil {
+					failed++
+				}
+			}
+			return fmt.Errorf("%d of %d rows failed, first %q: %w", failed, len(keys), keys[i], describe(e))
+		}
+	}
+	return nil
+}
+
+// newProgress returns a progress bar on w counting units (rows,
+// requests, files) with their rate; callers put MB/s in the description.
+func newProgress(w io.Writer, total int64, what, unit string) *progressbar.ProgressBar {
+	return progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(what),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString(unit),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionShowElapsedTimeOnFinish(),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
+	)
+}
+
+// rate formats a throughput summary.
+func rate(rows int64, bytes int64, d time.Duration) string {
+	secs := d.Seconds()
+	if secs <= 0 {
+		secs = 1e-9
+	}
+	return fmt.Sprintf("%.0f rows/s, %.2f MB/s", float64(rows)/secs, float64(bytes)/1e6/secs)
+}
+
+// errFirst keeps the first error of concurrent workers.
+type errFirst struct {
+	ch chan error
+}
+
+func newErrFirst() errFirst { return errFirst{ch: make(chan error, 1)} }
+
+func (e errFirst) set(err error) {
+	select {
+	case e.ch <- err:
+	default:
+	}
+}
+
+func (e errFirst) get() error {
+	select {
+	case err := <-e.ch:
+		return err
+	default:
+		return nil
+	}
+}
