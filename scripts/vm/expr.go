@@ -585,4 +585,3 @@ func (c *compiler) call(e *syntax.CallExpr) eval {
 		return r
 	}
 }
-
