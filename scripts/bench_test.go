@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"container/heap"
+	"os"
 	"testing"
 
 	"github.com/axiomhq/hyperloglog"
@@ -89,5 +90,20 @@ func BenchmarkWebtableGo(b *testing.B) {
 	}
 	if len(w.pages) == 0 {
 		b.Fatal("nothing counted")
+	}
+}
+
+// BenchmarkCompile measures parsing, checking and compiling the example,
+// which a tablet server does once per request.
+func BenchmarkCompile(b *testing.B) {
+	src, err := os.ReadFile("testdata/webtable.szl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Compile("webtable.szl", string(src)); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -27,7 +27,7 @@ type lexer struct {
 
 func lex(src string, errs func(Pos, string)) []item {
 	l := &lexer{src: src, line: 1, col: 1, errs: errs}
-	var items []item
+	items := make([]item, 0, len(src)/4+1) // about one token per 4 bytes
 	for {
 		it := l.next()
 		items = append(items, it)
@@ -124,32 +124,31 @@ func (l *lexer) scan() (item, bool) {
 		return item{tok: INT, pos: pos, lit: l.quoted(pos)}, true
 	}
 	// Operators: longest match first.
-	three := l.src[l.off:min(l.off+2, len(l.src))]
-	for _, op := range []struct {
-		s string
-		t Token
-	}{
-		{"<<", SHL}, {">>", SHR}, {"&&", LAND}, {"||", LOR}, {"==", EQL}, {"!=", NEQ}, {"<=", LEQ}, {">=", GEQ},
-		{":=", DEFINE}, {"+=", ADDASSIGN}, {"-=", SUBASSIGN}, {"*=", MULASSIGN}, {"/=", QUOASSIGN}, {"%=", REMASSIGN},
-		{"++", INC}, {"--", DEC}, {"<-", ARROW},
-	} {
-		if three == op.s {
+	if l.off+1 < len(l.src) {
+		if t, ok := twoCharOps[l.src[l.off:l.off+2]]; ok {
 			l.advance(2)
-			return item{tok: op.t, pos: pos, lit: op.s}, true
+			return item{tok: t, pos: pos, lit: l.src[l.off-2 : l.off]}, true
 		}
 	}
-	single := map[byte]Token{
-		'+': ADD, '-': SUB, '*': MUL, '/': QUO, '%': REM, '&': AND, '|': OR, '^': XOR, '!': NOT, '~': TILDE,
-		'<': LSS, '>': GTR, '=': ASSIGN, '(': LPAREN, ')': RPAREN, '[': LBRACK, ']': RBRACK, '{': LBRACE,
-		'}': RBRACE, ',': COMMA, ';': SEMICOLON, ':': COLON, '.': PERIOD,
-	}
-	if t, ok := single[c]; ok {
+	if t := oneCharOps[c]; t != ILLEGAL {
 		l.advance(1)
-		return item{tok: t, pos: pos, lit: string(c)}, true
+		return item{tok: t, pos: pos, lit: l.src[l.off-1 : l.off]}, true
 	}
 	l.advance(1)
 	l.errs(pos, fmt.Sprintf("invalid character %q", c))
 	return item{}, false
+}
+
+var twoCharOps = map[string]Token{
+	"<<": SHL, ">>": SHR, "&&": LAND, "||": LOR, "==": EQL, "!=": NEQ, "<=": LEQ, ">=": GEQ,
+	":=": DEFINE, "+=": ADDASSIGN, "-=": SUBASSIGN, "*=": MULASSIGN, "/=": QUOASSIGN, "%=": REMASSIGN,
+	"++": INC, "--": DEC, "<-": ARROW,
+}
+
+var oneCharOps = [256]Token{
+	'+': ADD, '-': SUB, '*': MUL, '/': QUO, '%': REM, '&': AND, '|': OR, '^': XOR, '!': NOT, '~': TILDE,
+	'<': LSS, '>': GTR, '=': ASSIGN, '(': LPAREN, ')': RPAREN, '[': LBRACK, ']': RBRACK, '{': LBRACE,
+	'}': RBRACE, ',': COMMA, ';': SEMICOLON, ':': COLON, '.': PERIOD,
 }
 
 // number scans an integer or float literal; the parser converts it.
