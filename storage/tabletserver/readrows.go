@@ -120,7 +120,7 @@ type chunkWriter struct {
 // chunkOverhead approximates the encoded size of a chunk's fixed fields.
 const chunkOverhead = 32
 
-// add appends a chunk and sends the response once it is full.
+// add appends a chunk to the pending response.
 func (w *chunkWriter) add(ch *bigtablepb.ReadRowsResponse_CellChunk, n int) error {
 	if w.resp == nil {
 		w.resp = &bigtablepb.ReadRowsResponse{}
@@ -128,9 +128,6 @@ func (w *chunkWriter) add(ch *bigtablepb.ReadRowsResponse_CellChunk, n int) erro
 	w.resp.Chunks = append(w.resp.Chunks, ch)
 	w.size += n + chunkOverhead
 	w.total += int64(n)
-	if w.size >= w.respBytes {
-		return w.sendResp()
-	}
 	return nil
 }
 
@@ -159,7 +156,21 @@ func (w *chunkWriter) flush() error {
 // change (the qualifier with every family change, as the protocol
 // requires); a value above chunkBytes goes in pieces, every piece but the
 // last carrying the whole value's size; the row's last chunk commits it.
+//
+// A response is sent only at a row boundary, once it holds respBytes: the
+// Go client (v1.58) checks after every response that no row is left
+// half-read, so a row, however large, must not span responses.
 func (w *chunkWriter) row(key []byte, cells []filter.LabeledCell) error {
+	if err := w.cells(key, cells); err != nil {
+		return err
+	}
+	if w.size >= w.respBytes {
+		return w.sendResp()
+	}
+	return nil
+}
+
+func (w *chunkWriter) cells(key []byte, cells []filter.LabeledCell) error {
 	var fam string
 	var qual []byte
 	for i := range cells {
