@@ -164,6 +164,14 @@ func TestNestingLimit(t *testing.T) {
 	}
 }
 
+// TestSourceSizeLimit checks that oversized scripts are refused.
+func TestSourceSizeLimit(t *testing.T) {
+	errs := compileErrors(strings.Repeat(";", MaxSourceSize+1))
+	if len(errs) != 1 || !strings.HasPrefix(errs[0], "1:1: script is 1048577 bytes") {
+		t.Fatalf("got %q", errs)
+	}
+}
+
 // TestCompileErrorMessage checks the error text: one LINE:COL line each.
 func TestCompileErrorMessage(t *testing.T) {
 	_, err := Compile("x.szl", "x: int = \"a\";\ny: int = z;")

@@ -50,6 +50,10 @@ func (e *CompileError) Error() string {
 	return strings.Join(lines, "\n")
 }
 
+// MaxSourceSize bounds the size of a script: servers compile what clients
+// send.
+const MaxSourceSize = 1 << 20
+
 // Program is a compiled script. It is immutable and may be run by any number
 // of Runs at once.
 type Program struct {
@@ -68,6 +72,9 @@ func Compile(name, src string) (p *Program, err error) {
 			p, err = nil, fmt.Errorf("scripts: internal error compiling %s: %v", name, r)
 		}
 	}()
+	if len(src) > MaxSourceSize {
+		return nil, &CompileError{Name: name, Diagnostics: []Diagnostic{{1, 1, fmt.Sprintf("script is %d bytes, more than the %d allowed", len(src), MaxSourceSize)}}}
+	}
 	file, serrs := syntax.Parse(src)
 	if len(serrs) > 0 {
 		ce := &CompileError{Name: name}
