@@ -1,0 +1,5 @@
+// Package adminextpb holds the generated Go code of Tabula's admin
+// extension service tabula.admin.v1.LocalityGroups (adminext.proto).
+package adminextpb
+
+//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative adminext.proto
