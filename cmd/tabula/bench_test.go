@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// checkResults asserts that every workload ran and reported sane numbers.
+func checkResults(t *testing.T, tr targetReport, workloads []string, rows int) {
+	t.Helper()
+	if len(tr.Results) != len(workloads) {
+		t.Fatalf("%s: %d results, want %d", tr.Target, len(tr.Results), len(workloads))
+	}
+	for i, r := range tr.Results {
+		if r.Workload != workloads[i] {
+			t.Errorf("%s: result %d is %s, want %s", tr.Target, i, r.Workload, workloads[i])
+		}
+		if r.Ops != int64(rows) || r.OpsPerSec <= 0 || r.MBPerSec <= 0 || r.Requests <= 0 {
+			t.Errorf("%s %s: ops %d (want %d), %.1f ops/s, %.3f MB/s, %d requests", tr.Target, r.Workload, r.Ops, rows, r.OpsPerSec, r.MBPerSec, r.Requests)
+		}
+		if r.P50Micros <= 0 || r.P50Micros > r.P99Micros {
+			t.Errorf("%s %s: p50 %.0fµs, p99 %.0fµs", tr.Target, r.Workload, r.P50Micros, r.P99Micros)
+		}
+		// Every write moved rows × value size; every read and the scan
+		// found exactly one value per row.
+		if r.Bytes != int64(rows)*100 {
+			t.Errorf("%s %s: %d value bytes, want %d", tr.Target, r.Workload, r.Bytes, rows*100)
+		}
+	}
+}
+
+// TestBenchWorkloads runs every workload against the in-process emulator
+// with tiny sizes, single-row and batched writes.
+func TestBenchWorkloads(t *testing.T) {
+	addr := startEmulator(t)
+	for _, batch := range []string{"1", "7"} {
+		out, _, err := runTabula(t, "bench", "--addr", addr, "--rows", "120", "--concurrency", "3",
+			"--batch", batch, "--value-size", "100", "--json")
+		if err != nil {
+			t.Fatalf("batch %s: %v", batch, err)
+		}
+		var rep benchReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("batch %s: bad JSON %v:\n%s", batch, err, out)
+		}
+		if len(rep.Targets) != 1 || rep.Ratios != nil {
+			t.Fatalf("batch %s: targets %+v, ratios %v; want one target, no ratios", batch, rep.Targets, rep.Ratios)
+		}
+		checkResults(t, rep.Targets[0], allWorkloads, 120)
+		if note := rep.Targets[0].Results[4].Note; !strings.Contains(note, "normal family") {
+			t.Errorf("randread-mem note = %q, want the fallback said", note)
+		}
+	}
+	// The table is gone afterwards (no --keep).
+	if out, _, err := runTabula(t, "ls", "--addr", addr); err != nil || out != "" {
+		t.Errorf("tables after bench: %q, %v", out, err)
+	}
+	// Reads without a write workload fill the table first, untimed.
+	out, _, err := runTabula(t, "bench", "--addr", addr, "--rows", "50", "--concurrency", "2",
+		"--value-size", "100", "--workloads", "randread,scan", "--json", "--keep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	checkResults(t, rep.Targets[0], []string{wlRandRead, wlScan}, 50)
+	if out, _, _ := runTabula(t, "ls", "--addr", addr); out != "tabula-bench\n" {
+		t.Errorf("tables after bench --keep: %q", out)
+	}
+	for _, bad := range [][]string{{"--workloads", "nope"}, {"--rows", "0"}, {"--workloads", ""}} {
+		if _, _, err := runTabula(t, append([]string{"bench", "--addr", addr}, bad...)...); err == nil {
+			t.Errorf("bench %v succeeded, want an error", bad)
+		}
+	}
+}
+
+// TestBenchCompareEmulator runs bench with --compare-emulator: the
+// emulator runs as a subprocess (this test binary in its emulator mode),
+// both targets report every workload, the table has a ratio column, and
+// the subprocess has exited when bench returns.
+func TestBenchCompareEmulator(t *testing.T) {
+	addr := startEmulator(t)
+	var procs []*exec.Cmd
+	cfg := benchConfig{
+		conn:        connFlags{addr: addr, project: "tabula", instance: "dev"},
+		table:       "cmp",
+		rows:        60,
+		concurrency: 2,
+		batch:       5,
+		valueSize:   100,
+		workloads:   allWorkloads,
+		emulatorCmd: func() (*exec.Cmd, error) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestEmulatorProcess$")
+			cmd.Env = append(os.Environ(), emulatorProcessEnv+"=1")
+			procs = append(procs, cmd)
+			return cmd, nil
+		},
+		compareEmulator: true,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out, progress bytes.Buffer
+	if err := runBench(ctx, cfg, &out, &progress); err != nil {
+		t.Fatal(err)
+	}
+	if len(procs) != 1 {
+		t.Fatalf("started %d emulator processes, want 1", len(procs))
+	}
+	if st := procs[0].ProcessState; st == nil || !st.Exited() {
+		t.Errorf("emulator subprocess still running or killed after bench returned: %v", st)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) < 2+len(allWorkloads) {
+		t.Fatalf("report too short:\n%s", out.String())
+	}
+	header := lines[1]
+	for _, col := range []string{"server ops/s", "emulator ops/s", "ratio"} {
+		if !strings.Contains(header, col) {
+			t.Errorf("header %q lacks %q", header, col)
+		}
+	}
+	for i, w := range allWorkloads {
+		f := strings.Fields(lines[2+i])
+		if len(f) != 10 || f[0] != w || !strings.HasSuffix(f[9], "x") {
+			t.Errorf("row for %s = %q, want workload, 2×4 numbers and a ratio", w, lines[2+i])
+		}
+	}
+	if !strings.Contains(progress.String(), "emulator seqwrite") {
+		t.Errorf("no progress for the emulator's workloads on stderr")
+	}
+	// JSON has both targets and a ratio per workload.
+	cfg.json = true
+	out.Reset()
+	cfg.workloads = []string{wlSeqWrite, wlScan}
+	if err := runBench(ctx, cfg, &out, &progress); err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Targets) != 2 || rep.Targets[1].Target != "emulator" || len(rep.Ratios) != 2 || rep.Ratios[wlScan] <= 0 {
+		t.Errorf("JSON report: %d targets, ratios %v", len(rep.Targets), rep.Ratios)
+	}
+	checkResults(t, rep.Targets[1], cfg.workloads, 60)
+}
+
+func TestPercentile(t *testing.T) {
+	var s []time.Duration
+	for i := 1; i <= 100; i++ {
+		s = append(s, time.Duration(i))
+	}
+	if p := percentile(s, 0.5); p != 50 {
+		t.Errorf("p50 of 1..100 = %d", p)
+	}
+	if p := percentile(s, 0.99); p != 99 {
+		t.Errorf("p99 of 1..100 = %d", p)
+	}
+	if p := percentile(s[:1], 0.99); p != 1 {
+		t.Errorf("p99 of one sample = %d", p)
+	}
+	if p := percentile(nil, 0.5); p != 0 {
+		t.Errorf("p50 of none = %d", p)
+	}
+}
