@@ -317,13 +317,13 @@ func (c *compiler) builtin(e *syntax.CallExpr, name string) eval {
 // error (limits still stop the run). The machine's call state is restored
 // when it did not.
 func (m *Machine) defined(x eval) (ok bool) {
-	fp, sp, depth := m.fp, m.sp, m.depth
+	fp, sp, depth, goStack := m.fp, m.sp, m.depth, m.goStack
 	defer func() {
 		if r := recover(); r != nil {
 			if _, isLimit := r.(*LimitError); isLimit {
 				panic(r)
 			}
-			m.fp, m.sp, m.depth = fp, sp, depth
+			m.fp, m.sp, m.depth, m.goStack = fp, sp, depth, goStack
 			ok = false
 		}
 	}()

@@ -1,6 +1,8 @@
 package vm
 
 import (
+	"reflect"
+
 	"github.com/tabuladb/tabula/scripts/agg"
 	"github.com/tabuladb/tabula/scripts/check"
 	"github.com/tabuladb/tabula/scripts/syntax"
@@ -44,6 +46,8 @@ type funcCode struct {
 	frameSize int
 	nparams   int
 	body      exec
+	// stack is the Go stack a call may take, from the nesting of the body.
+	stack int64
 }
 
 type compiler struct {
@@ -258,6 +262,7 @@ func (c *compiler) decl(d *syntax.DeclStmt) exec {
 func (c *compiler) function(f *check.Func) {
 	fc := c.funcs[f.Index]
 	fc.body = c.block(f.Decl.Body.Stmts)
+	fc.stack = int64(nesting(f.Decl.Body)+4) * stackPerLevel
 }
 
 func (c *compiler) ifStmt(s *syntax.IfStmt) exec {
@@ -371,4 +376,69 @@ func (c *compiler) emit(s *syntax.EmitStmt) exec {
 		emit(m, key, x, w(m))
 		return ctlNext
 	}
+}
+
+// nesting returns the depth of the syntax tree under n, which bounds how
+// deep evaluating it recurses through closures.
+func nesting(n syntax.Node) int {
+	d := 0
+	deeper := func(children ...syntax.Node) {
+		for _, c := range children {
+			if c != nil && !reflect.ValueOf(c).IsNil() {
+				d = max(d, nesting(c))
+			}
+		}
+	}
+	switch n := n.(type) {
+	case *syntax.Block:
+		for _, s := range n.Stmts {
+			deeper(s)
+		}
+	case *syntax.DeclStmt:
+		deeper(n.Init)
+	case *syntax.ExprStmt:
+		deeper(n.X)
+	case *syntax.AssignStmt:
+		deeper(n.LHS, n.RHS)
+	case *syntax.IncDecStmt:
+		deeper(n.X)
+	case *syntax.IfStmt:
+		deeper(n.Cond, n.Then, n.Else)
+	case *syntax.ForStmt:
+		deeper(n.Init, n.Cond, n.Post, n.Body)
+	case *syntax.WhileStmt:
+		deeper(n.Cond, n.Body)
+	case *syntax.WhenStmt:
+		deeper(n.Cond, n.Body)
+	case *syntax.ReturnStmt:
+		deeper(n.Result)
+	case *syntax.EmitStmt:
+		deeper(n.Value, n.Weight)
+		for _, x := range n.Index {
+			deeper(x)
+		}
+	case *syntax.CompositeLit:
+		for _, x := range n.Elems {
+			deeper(x)
+		}
+	case *syntax.KeyValue:
+		deeper(n.Key, n.Value)
+	case *syntax.ParenExpr:
+		deeper(n.X)
+	case *syntax.UnaryExpr:
+		deeper(n.X)
+	case *syntax.BinaryExpr:
+		deeper(n.X, n.Y)
+	case *syntax.CallExpr:
+		for _, x := range n.Args {
+			deeper(x)
+		}
+	case *syntax.IndexExpr:
+		deeper(n.X, n.Index)
+	case *syntax.SliceExpr:
+		deeper(n.X, n.Lo, n.Hi)
+	case *syntax.SelectorExpr:
+		deeper(n.X)
+	}
+	return d + 1
 }

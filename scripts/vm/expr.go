@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"fmt"
 	"strconv"
 	"unicode/utf8"
 
@@ -576,10 +577,16 @@ func (c *compiler) call(e *syntax.CallExpr) eval {
 		oldFP := m.fp
 		m.fp = base
 		m.depth++
+		m.goStack += fc.stack
+		if m.goStack > maxGoStack {
+			m.limit("stack", fmt.Sprintf("%d bytes", maxGoStack))
+		}
+		m.alloc(0)
 		m.ret = value.Value{}
 		run(fc.body, m)
 		r := m.ret
 		m.ret = value.Value{}
+		m.goStack -= fc.stack
 		m.depth--
 		m.fp, m.sp = oldFP, base
 		return r

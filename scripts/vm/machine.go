@@ -111,11 +111,16 @@ type Machine struct {
 	steps     int64 // steps taken in the current row
 	nextCheck int64 // when steps reaches it, look at the limits
 	mem       int64 // bytes allocated in the current row
-	tableMem  int64 // bytes held by the tables
-	deadline  time.Time
-	start     int64 // run start, what now() returns
-	pos       syntax.Pos
-	rows      int64 // rows processed
+	// goStack estimates the Go stack the current calls hold: evaluation
+	// recurses through closures, as deep as the calls times the nesting of
+	// the called functions, and Go kills a process whose goroutine stack
+	// passes 1 GB, so it counts against the memory limit.
+	goStack  int64
+	tableMem int64 // bytes held by the tables
+	deadline time.Time
+	start    int64 // run start, what now() returns
+	pos      syntax.Pos
+	rows     int64 // rows processed
 
 	tables  []*agg.Table
 	keep    bool
@@ -194,7 +199,7 @@ func (m *Machine) resetRow() {
 	m.steps = 0
 	m.mem = 0
 	m.keep = false
-	m.fp, m.sp, m.depth = 0, 0, 0
+	m.fp, m.sp, m.depth, m.goStack = 0, 0, 0, 0
 	m.stack = m.stack[:0]
 	m.nextCheck = min(m.limits.Steps, timeCheckEvery)
 	// Reading the clock costs as much as a short row: look every few rows
@@ -298,10 +303,18 @@ func (m *Machine) limit(bound, limit string) {
 // alloc charges n bytes to the row's memory.
 func (m *Machine) alloc(n int64) {
 	m.mem += n
-	if m.mem+m.tableMem > m.limits.Memory {
+	if m.mem+m.tableMem+m.goStack > m.limits.Memory {
 		m.limit("memory", fmt.Sprintf("%d bytes", m.limits.Memory))
 	}
 }
+
+// stackPerLevel is the Go stack, in bytes, one level of nesting in a
+// called function may take (measured: about 230 bytes).
+const stackPerLevel = 256
+
+// maxGoStack caps the estimated Go stack whatever the memory limit, well
+// below the 1 GB at which Go aborts the process (stacks grow by doubling).
+const maxGoStack = 256 << 20
 
 func (m *Machine) fail(pos syntax.Pos, format string, args ...any) {
 	panic(&RuntimeError{Pos: pos, Msg: fmt.Sprintf(format, args...)})
