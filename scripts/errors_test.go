@@ -245,7 +245,7 @@ func TestLimits(t *testing.T) {
 		{"table bomb", "t: table collection of string;\nfor (;;) emit t <- \"xxxxxxxxxxxxxxxxxxxx\";", Limits{Memory: 1 << 20}, "script exceeded memory limit (1048576 bytes)"},
 		{"walking long strings", "s: string = \"x\";\nfor (i: int = 0; i < 17; i++) s = s + s;\nfor (;;) { n: int = len(s); c: int = s[100000]; }", Limits{Steps: 100000}, "script exceeded step limit (100000)"},
 		{"deep recursion", "f: function(n: int): int { return f(n + 1); }\nx: int = f(0);", Limits{Depth: 1000}, "1:36: script exceeded call depth limit (1000)"},
-		{"deep recursion through deep nesting", "f: function(n: int): int { return " + strings.Repeat("- ", 400) + "f(n + 1); }\nx: int = f(0);", Limits{}, "script exceeded memory limit (268435456 bytes)"},
+		{"deep recursion through deep nesting", "f: function(n: int): int { return " + strings.Repeat("- ", 400) + "f(n + 1); }\nx: int = f(0);", Limits{Memory: 64 << 20}, "script exceeded memory limit (67108864 bytes)"},
 		{"stack", "f: function(n: int): int { return " + strings.Repeat("- ", 400) + "f(n + 1); }\nx: int = f(0);", Limits{Memory: 1 << 40}, "script exceeded stack limit (268435456 bytes)"},
 		{"time", "for (;;) {}", Limits{Time: 20 * time.Millisecond, Steps: 1 << 62}, "1:1: script exceeded time limit (20ms)"},
 	}
