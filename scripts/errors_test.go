@@ -156,6 +156,9 @@ func TestNestingLimit(t *testing.T) {
 		strings.Repeat("{", 2000) + strings.Repeat("}", 2000),
 		strings.Repeat("if (true) ", 2000) + ";",
 		"x: " + strings.Repeat("array of ", 2000) + "int;",
+		"x := 1" + strings.Repeat(" + 1", 2000) + ";",
+		"x := {1}" + strings.Repeat("[0]", 2000) + ";",
+		"x := input" + strings.Repeat(".key", 2000) + ";",
 	} {
 		errs := compileErrors(src)
 		if len(errs) == 0 || !strings.Contains(errs[0], "nesting deeper than 500") {

@@ -483,11 +483,20 @@ func (p *parser) binary(prec int) Expr {
 	}
 	defer p.leave()
 	x := p.unary()
+	// A chain a + b + c… nests to the left as deep as it is long, so each
+	// link counts as a level too: later passes recurse over it.
+	links := 0
+	defer func() { p.depth -= links }()
 	for {
 		op := p.tok()
 		oprec := op.Precedence()
 		if oprec < prec {
 			return x
+		}
+		links++
+		if !p.enter() {
+			p.sync()
+			return &BadExpr{x.Pos()}
 		}
 		pos := p.pos()
 		p.next()
@@ -562,7 +571,18 @@ func (p *parser) composite() Expr {
 }
 
 func (p *parser) postfix(x Expr) Expr {
+	// Like binary chains, a[i].f(…)… nests as deep as it is long.
+	links := 0
+	defer func() { p.depth -= links }()
 	for {
+		switch p.tok() {
+		case PERIOD, LPAREN, LBRACK:
+			links++
+			if !p.enter() {
+				p.sync()
+				return &BadExpr{x.Pos()}
+			}
+		}
 		switch p.tok() {
 		case PERIOD:
 			p.next()
