@@ -59,6 +59,7 @@ type conn struct {
 	cc    *grpc.ClientConn
 	data  *bigtable.Client
 	admin *bigtable.AdminClient
+	names connFlags // address, project and instance, for resource names
 }
 
 // dial connects to c.addr without TLS or credentials, as the emulator
@@ -85,7 +86,7 @@ func (c connFlags) dial(ctx context.Context) (*conn, error) {
 		cc.Close()
 		return nil, fmt.Errorf("admin client for %s: %w", c.addr, err)
 	}
-	return &conn{cc: cc, data: data, admin: admin}, nil
+	return &conn{cc: cc, data: data, admin: admin, names: c}, nil
 }
 
 func (c *conn) Close() error {
@@ -223,7 +224,7 @@ func newCLICommands() []*cobra.Command {
 	verbs := []clientVerb{
 		{
 			use:   "ls [TABLE]",
-			short: "List tables, or a table's families and GC policies",
+			short: "List tables, or a table's families, GC policies and locality groups",
 			args:  argsBetween(0, 1),
 			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
 				if len(args) == 0 {
@@ -439,7 +440,7 @@ in microseconds since the epoch; without one the server assigns it.`,
 	for _, v := range verbs {
 		cmds = append(cmds, v.command())
 	}
-	return cmds
+	return append(cmds, newSetLocalityGroupCommand())
 }
 
 // countRows counts the rows of rng, asking the server for one stripped
@@ -482,7 +483,15 @@ func listFamilies(ctx context.Context, c *conn, w io.Writer, table string) error
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", f.Name, pol)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	groups, ok, err := localityGroups(ctx, c, table)
+	if err != nil || !ok {
+		return err
+	}
+	fmt.Fprintln(w)
+	return printLocalityGroups(w, groups)
 }
 
 // rowSeparator starts every row in read and lookup output, as in cbt.

@@ -189,3 +189,31 @@ func TestFormatValue(t *testing.T) {
 		t.Errorf("formatValue with no limit cut the value: %d bytes", len(got))
 	}
 }
+
+func TestParseLocalityGroupArgs(t *testing.T) {
+	req, err := parseLocalityGroupArgs("projects/p/instances/i/tables/t", "meta",
+		[]string{"families=anchor,language", "inmemory=true", "compression=zstd", "blocksize=65536"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.GetTable() != "projects/p/instances/i/tables/t" || req.GetGroup() != "meta" ||
+		strings.Join(req.GetFamilies(), ",") != "anchor,language" || !req.GetInMemory() ||
+		compressionName(req.GetCompression()) != "zstd" || req.GetBlockSize() != 65536 {
+		t.Errorf("request = %v", req)
+	}
+	req, err = parseLocalityGroupArgs("t", "g", nil)
+	if err != nil || req.GetInMemory() || req.GetCompression() != 0 || req.GetBlockSize() != 0 || len(req.GetFamilies()) != 0 {
+		t.Errorf("empty arguments: %v, %v; want a request that changes nothing but the group", req, err)
+	}
+	for _, bad := range [][]string{
+		{"inmemory=maybe"}, {"compression=lz4"}, {"blocksize=0"}, {"blocksize=999999999999"},
+		{"families=bad name"}, {"color=red"}, {"inmemory"},
+	} {
+		if _, err := parseLocalityGroupArgs("t", "g", bad); err == nil {
+			t.Errorf("parseLocalityGroupArgs(%q) succeeded, want an error", bad)
+		}
+	}
+	if _, err := parseLocalityGroupArgs("t", "bad group", nil); err == nil {
+		t.Error("a bad group name was accepted")
+	}
+}

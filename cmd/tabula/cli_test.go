@@ -94,6 +94,10 @@ func TestCLIVerbs(t *testing.T) {
 		{args: []string{"setgcpolicy", "web", "f", "maxversions=1", "or"}, errWant: "ends early"},
 		{args: []string{"createtable", "t2", "families=bad name"}, errWant: "bad family name"},
 		{args: []string{"ls", "--bogus"}, errWant: "unknown flag: --bogus"},
+		// The emulator has no locality-group extension.
+		{args: []string{"createtable", "lg", "families=a"}},
+		{args: []string{"setlocalitygroup", "lg", "meta", "families=a", "inmemory=true"}, errWant: "UNIMPLEMENTED"},
+		{args: []string{"setlocalitygroup", "lg", "meta", "compression=lz4"}, errWant: "want none, snappy or zstd"},
 	})
 }
 

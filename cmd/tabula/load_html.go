@@ -372,7 +372,8 @@ func loadHTML(ctx context.Context, c *conn, l htmlLoad, out, progress io.Writer)
 	if err != nil {
 		return loadSummary{}, err
 	}
-	if _, err := ensureWebtable(ctx, c, l.table); err != nil {
+	created, grouped, err := ensureWebtable(ctx, c, l.table)
+	if err != nil {
 		return loadSummary{}, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -462,7 +463,7 @@ func loadHTML(ctx context.Context, c *conn, l htmlLoad, out, progress io.Writer)
 	if err := ctx.Err(); err != nil {
 		return s, fmt.Errorf("load %s: %w", l.table, err)
 	}
-	fmt.Fprintf(out, "loaded %s into %s: %d pages, %d cells (%d anchors), %.1f MB in %s: %s\n",
-		l.dir, l.table, s.Rows, s.Cells, s.Anchors, float64(s.Bytes)/1e6, s.Elapsed.Round(time.Millisecond), rate(s.Rows, s.Bytes, s.Elapsed))
+	fmt.Fprintf(out, "loaded %s into %s (%s): %d pages, %d cells (%d anchors), %.1f MB in %s: %s\n",
+		l.dir, l.table, schemaNote(created, grouped), s.Rows, s.Cells, s.Anchors, float64(s.Bytes)/1e6, s.Elapsed.Round(time.Millisecond), rate(s.Rows, s.Bytes, s.Elapsed))
 	return s, nil
 }

@@ -75,7 +75,7 @@ func loadWebtable(ctx context.Context, c *conn, l webtableLoad, out, progress io
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	created, err := ensureWebtable(ctx, c, l.table)
+	created, grouped, err := ensureWebtable(ctx, c, l.table)
 	if err != nil {
 		return loadSummary{}, err
 	}
@@ -146,11 +146,7 @@ feed:
 	if err := ctx.Err(); err != nil {
 		return s, fmt.Errorf("load %s: %w after %d rows", l.table, err, s.Rows)
 	}
-	verb := "filled"
-	if created {
-		verb = "created and filled"
-	}
-	fmt.Fprintf(out, "%s %s: %d rows, %d cells (%d anchors), %.1f MB in %s: %s\n",
-		verb, l.table, s.Rows, s.Cells, s.Anchors, float64(s.Bytes)/1e6, s.Elapsed.Round(time.Millisecond), rate(s.Rows, s.Bytes, s.Elapsed))
+	fmt.Fprintf(out, "loaded %s (%s): %d rows, %d cells (%d anchors), %.1f MB in %s: %s\n",
+		l.table, schemaNote(created, grouped), s.Rows, s.Cells, s.Anchors, float64(s.Bytes)/1e6, s.Elapsed.Round(time.Millisecond), rate(s.Rows, s.Bytes, s.Elapsed))
 	return s, nil
 }
