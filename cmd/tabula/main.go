@@ -17,6 +17,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newDemoCommand())
+	root.AddCommand(newDevCommand())
 	root.AddCommand(newCLICommands()...)
 	root.AddCommand(newEmulatorCommand())
 	root.AddCommand(newLoadCommand())

@@ -1,0 +1,469 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/master"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/sstable"
+	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletserver"
+)
+
+// Defaults of devConfig.
+const (
+	defaultDevBlockCacheBytes = 256 << 20
+	defaultDevScanCacheBytes  = 64 << 20
+	defaultDevStopTimeout     = 10 * time.Second
+	// devAgnosticInstance is the one instance of --instance-agnostic.
+	devAgnosticInstance = "dev"
+)
+
+// devConfig configures startDev. Zero values take the documented defaults.
+type devConfig struct {
+	// Dir holds everything: Dir/store (SSTables, tablet states, the
+	// catalog) and Dir/log (the commit log). Required.
+	Dir string
+	// Addr is the gRPC listen address (port 0 picks one: see Addr()).
+	Addr string
+	// HTTPAddr, when set, serves /metrics, /debug/pprof/ and /healthz.
+	HTTPAddr string
+	// MemtableBytes and SplitBytes are the tablets' minor compaction and
+	// split thresholds (the engine's defaults when zero).
+	MemtableBytes int64
+	SplitBytes    int64
+	// BlockCacheBytes and ScanCacheBytes size the caches shared by all
+	// tablets; default 256 MiB and 64 MiB, negative disables.
+	BlockCacheBytes int64
+	ScanCacheBytes  int64
+	// Limits validate writes; zero means cell.DefaultLimits().
+	Limits cell.Limits
+	// InstanceAgnostic maps every instance to one, so that clients
+	// configured with any project and instance see the same tables.
+	InstanceAgnostic bool
+	// StopTimeout bounds the graceful stop of Close before in-flight
+	// requests are cut; default 10 s.
+	StopTimeout time.Duration
+	// Logger is the structured log; default JSON on stderr.
+	Logger *slog.Logger
+}
+
+// devServer is the whole of Tabula in one process: the tablet server (a
+// tabletserver.Host and its data API), the master's admin API and its
+// locality group extension over the same Host, on one gRPC server, with
+// metrics, pprof and a health check over HTTP.
+type devServer struct {
+	cfg      devConfig
+	log      *slog.Logger
+	lock     *os.File
+	commit   *commitlog.Log
+	host     *tabletserver.Host
+	grpc     *grpc.Server
+	lis      net.Listener
+	http     *http.Server
+	httpLis  net.Listener
+	serving  atomic.Bool
+	serveErr chan error
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// startDev assembles and starts a dev server on cfg.Dir: it recovers every
+// table of the catalog (replaying the commit log) before it listens, so
+// that once Addr answers, every acknowledged write is readable. Close stops
+// it.
+func startDev(ctx context.Context, cfg devConfig) (_ *devServer, err error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("dev: --dir is required")
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
+	if cfg.BlockCacheBytes == 0 {
+		cfg.BlockCacheBytes = defaultDevBlockCacheBytes
+	}
+	if cfg.ScanCacheBytes == 0 {
+		cfg.ScanCacheBytes = defaultDevScanCacheBytes
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = defaultDevStopTimeout
+	}
+	if cfg.Limits == (cell.Limits{}) {
+		cfg.Limits = cell.DefaultLimits()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	d := &devServer{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 2)}
+	defer func() {
+		if err != nil {
+			d.abort()
+		}
+	}()
+
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if d.lock, err = lockDir(cfg.Dir); err != nil {
+		return nil, err
+	}
+	store, err := blob.NewLocal(filepath.Join(cfg.Dir, "store"))
+	if err != nil {
+		return nil, err
+	}
+	logOpts := commitlog.Options{Dir: filepath.Join(cfg.Dir, "log")}
+	if d.commit, err = commitlog.Open(ctx, logOpts); err != nil {
+		return nil, fmt.Errorf("dev: opening the commit log: %w", err)
+	}
+	var scanCache *tablet.ScanCache
+	if cfg.ScanCacheBytes > 0 {
+		if scanCache, err = tablet.NewScanCache(cfg.ScanCacheBytes); err != nil {
+			return nil, err
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.host, err = tabletserver.NewHost(ctx, tabletserver.HostOptions{
+		Store:         store,
+		Log:           d.commit,
+		LogOptions:    logOpts,
+		Cache:         sstable.NewCache(max(cfg.BlockCacheBytes, 0)),
+		ScanCache:     scanCache,
+		StateStore:    tablet.NewBlobStateStore(store, "state"),
+		Limits:        cfg.Limits,
+		MemtableBytes: cfg.MemtableBytes,
+		SplitBytes:    cfg.SplitBytes,
+		Logger:        d.log,
+		Registerer:    reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	adminOpts := master.Options{
+		Catalog: meta.NewBlobCatalog(store, "catalog"),
+		Control: d.host,
+		Store:   store,
+		Limits:  cfg.Limits,
+		Logger:  d.log,
+	}
+	if cfg.InstanceAgnostic {
+		adminOpts.Instance = devAgnosticInstance
+	}
+	admin, err := master.NewAdminService(adminOpts)
+	if err != nil {
+		return nil, err
+	}
+	// Recover before listening: a client that reaches the server finds
+	// every table open and every acknowledged write replayed. Start also
+	// runs before the Host's first commit log truncation (a minute after
+	// NewHost), which must not drop records of tables not yet open.
+	start := time.Now()
+	if err := admin.Start(ctx); err != nil {
+		return nil, err
+	}
+	d.log.Info("recovered", "dir", cfg.Dir, "took", time.Since(start).String())
+
+	unary := []grpc.UnaryServerInterceptor{d.host.UnaryInterceptor()}
+	stream := []grpc.StreamServerInterceptor{d.host.StreamInterceptor()}
+	if cfg.InstanceAgnostic {
+		unary = append(unary, agnosticUnary(devAgnosticInstance))
+		stream = append(stream, agnosticStream(devAgnosticInstance))
+	}
+	d.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes),
+		grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
+	)
+	bigtablepb.RegisterBigtableServer(d.grpc, tabletserver.NewDataService(d.host, tabletserver.DataOptions{Logger: d.log}))
+	admin.Register(d.grpc)
+
+	if d.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
+		return nil, err
+	}
+	if cfg.HTTPAddr != "" {
+		if d.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return nil, err
+		}
+		d.http = &http.Server{Handler: d.httpHandler(reg), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := d.http.Serve(d.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.serveErr <- fmt.Errorf("dev: http: %w", err)
+			}
+		}()
+	}
+	go func() {
+		if err := d.grpc.Serve(d.lis); err != nil {
+			d.serveErr <- fmt.Errorf("dev: grpc: %w", err)
+		}
+	}()
+	d.serving.Store(true)
+	d.log.Info("serving", "addr", d.Addr(), "http", d.HTTPAddr(), "dir", cfg.Dir)
+	return d, nil
+}
+
+// Addr returns the gRPC address the server listens on.
+func (d *devServer) Addr() string { return d.lis.Addr().String() }
+
+// HTTPAddr returns the HTTP address, "" without --http.
+func (d *devServer) HTTPAddr() string {
+	if d.httpLis == nil {
+		return ""
+	}
+	return d.httpLis.Addr().String()
+}
+
+// Err returns a channel that receives an error if serving fails.
+func (d *devServer) Err() <-chan error { return d.serveErr }
+
+func (d *devServer) httpHandler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.serving.Load() {
+			http.Error(w, "stopping", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+// Close stops the server: it stops accepting requests, waits up to
+// StopTimeout for those in flight, then closes the tablets (they flush
+// their memtables, so the next start replays little) and the commit log.
+// It is safe to call more than once.
+func (d *devServer) Close() error {
+	d.closeOnce.Do(func() {
+		d.serving.Store(false)
+		d.log.Info("stopping")
+		done := make(chan struct{})
+		go func() {
+			d.grpc.GracefulStop()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(d.cfg.StopTimeout):
+			d.log.Warn("graceful stop timed out; cutting requests", "timeout", d.cfg.StopTimeout.String())
+			d.grpc.Stop()
+			<-done
+		}
+		var errs []error
+		if d.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			errs = append(errs, d.http.Shutdown(ctx))
+			cancel()
+		}
+		errs = append(errs, d.host.Close(), d.commit.Close())
+		if d.lock != nil {
+			errs = append(errs, d.lock.Close())
+		}
+		d.closeErr = errors.Join(errs...)
+		d.log.Info("stopped", "err", d.closeErr)
+	})
+	return d.closeErr
+}
+
+// abort releases what a failed startDev acquired.
+func (d *devServer) abort() {
+	if d.grpc != nil {
+		d.grpc.Stop()
+	}
+	if d.lis != nil {
+		d.lis.Close()
+	}
+	if d.httpLis != nil {
+		d.httpLis.Close()
+	}
+	if d.host != nil {
+		_ = d.host.Close()
+	}
+	if d.commit != nil {
+		_ = d.commit.Close()
+	}
+	if d.lock != nil {
+		d.lock.Close()
+	}
+}
+
+// lockDir takes an exclusive lock on dir/LOCK, so that two servers never
+// write one directory. The kernel drops the lock when the process dies, so
+// a restart after kill -9 gets it.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("dev: %s is in use by another server (%w)", dir, err)
+	}
+	return f, nil
+}
+
+// --- instance-agnostic names ---
+
+// withInstance rewrites projects/P/instances/I/tables/T... to instance.
+func withInstance(name, instance string) string {
+	p := strings.SplitN(name, "/", 5)
+	if len(p) < 4 || p[0] != "projects" || p[2] != "instances" {
+		return name // malformed: the service reports it
+	}
+	p[3] = instance
+	return strings.Join(p, "/")
+}
+
+// rewriteTableName maps the table_name field of a data API request to the
+// one instance. The admin API maps instances itself (master.Options).
+func rewriteTableName(m any, instance string) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return
+	}
+	r := pm.ProtoReflect()
+	fd := r.Descriptor().Fields().ByName("table_name")
+	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() {
+		return
+	}
+	if name := r.Get(fd).String(); name != "" {
+		r.Set(fd, protoreflect.ValueOfString(withInstance(name, instance)))
+	}
+}
+
+const dataServicePrefix = "/google.bigtable.v2.Bigtable/"
+
+func agnosticUnary(instance string) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if strings.HasPrefix(info.FullMethod, dataServicePrefix) {
+			rewriteTableName(req, instance)
+		}
+		return handler(ctx, req)
+	}
+}
+
+func agnosticStream(instance string) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if strings.HasPrefix(info.FullMethod, dataServicePrefix) {
+			ss = &agnosticServerStream{ServerStream: ss, instance: instance}
+		}
+		return handler(srv, ss)
+	}
+}
+
+type agnosticServerStream struct {
+	grpc.ServerStream
+	instance string
+}
+
+func (s *agnosticServerStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	rewriteTableName(m, s.instance)
+	return nil
+}
+
+// --- the command ---
+
+func newDevCommand() *cobra.Command {
+	var cfg devConfig
+	var logFormat string
+	def := cell.DefaultLimits()
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run Tabula in one process: data and admin API on one port, a local directory as the store",
+		Long: `dev runs the whole of Tabula in one process — the tablet server with the
+Cloud Bigtable data API (google.bigtable.v2), the master with the table admin
+API (google.bigtable.admin.v2) and Tabula's locality group extension — on one
+gRPC port, keeping everything under --dir: SSTables, tablet states and the
+table catalog in --dir/store, the commit log in --dir/log.
+
+Point the official clients at it with BIGTABLE_EMULATOR_HOST=<addr>. When it
+serves it prints one line "ready <addr>" on stdout. SIGTERM or SIGINT stops
+it cleanly. Started again on the same --dir (after a clean stop or kill -9)
+it brings back every acknowledged write and every table's schema.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var h slog.Handler
+			switch logFormat {
+			case "json":
+				h = slog.NewJSONHandler(cmd.ErrOrStderr(), nil)
+			case "text":
+				h = slog.NewTextHandler(cmd.ErrOrStderr(), nil)
+			default:
+				return fmt.Errorf("--log-format: %q is neither json nor text", logFormat)
+			}
+			cfg.Logger = slog.New(h)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runDev(ctx, cfg, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Dir, "dir", "", "directory for all data (required)")
+	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8086", "gRPC listen address host:port (port 0 picks a free port)")
+	f.StringVar(&cfg.HTTPAddr, "http", "", "HTTP listen address for /metrics, /debug/pprof/ and /healthz (off when empty)")
+	f.Int64Var(&cfg.MemtableBytes, "memtable-size", 64<<20, "memtable size in bytes that triggers a minor compaction")
+	f.Int64Var(&cfg.SplitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
+	f.Int64Var(&cfg.BlockCacheBytes, "block-cache-size", defaultDevBlockCacheBytes, "SSTable block cache in bytes (negative: none)")
+	f.Int64Var(&cfg.ScanCacheBytes, "scan-cache-size", defaultDevScanCacheBytes, "scan cache in bytes (negative: none)")
+	f.BoolVar(&cfg.InstanceAgnostic, "instance-agnostic", false, "serve every project and instance from one namespace")
+	f.DurationVar(&cfg.StopTimeout, "stop-timeout", defaultDevStopTimeout, "how long a stop waits for requests in flight")
+	f.IntVar(&cfg.Limits.MaxRowKeyBytes, "max-row-key-bytes", def.MaxRowKeyBytes, "largest row key")
+	f.IntVar(&cfg.Limits.MaxQualifierBytes, "max-qualifier-bytes", def.MaxQualifierBytes, "largest column qualifier")
+	f.IntVar(&cfg.Limits.MaxValueBytes, "max-value-bytes", def.MaxValueBytes, "largest cell value")
+	f.IntVar(&cfg.Limits.MaxMutations, "max-mutations", def.MaxMutations, "most mutations in one request")
+	f.StringVar(&logFormat, "log-format", "json", "log format on stderr: json or text")
+	_ = cmd.MarkFlagRequired("dir")
+	return cmd
+}
+
+// runDev serves until ctx is done (a signal), then stops cleanly.
+func runDev(ctx context.Context, cfg devConfig, out io.Writer) error {
+	d, err := startDev(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	// The one line scripts and tests wait for, with the real address.
+	fmt.Fprintf(out, "ready %s\n", d.Addr())
+	select {
+	case <-ctx.Done():
+		return d.Close()
+	case err := <-d.Err():
+		return errors.Join(err, d.Close())
+	}
+}
