@@ -1,0 +1,375 @@
+package tabletserver
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc/codes"
+
+	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tablet"
+)
+
+// TestAutoSplitStitchedReads writes a table past a small split size while
+// reading it, waits for the background loop to split it into several
+// tablets, and checks that clients never saw a split: every write
+// succeeded, scans across tablets are whole and ordered, forward and
+// reverse, and SampleRowKeys describes the tablets.
+func TestAutoSplitStitchedReads(t *testing.T) {
+	e := newTestEnv(t, HostOptions{SplitBytes: 96 << 10, MemtableBytes: 32 << 10, SplitCheckInterval: 20 * time.Millisecond},
+		DataOptions{SampleBytes: 16 << 10})
+	tbl := e.createTable(tableDef{name: "t", families: []string{"f"}})
+	ctx := e.ctx
+	const rows = 3000
+	key := func(i int) string { return fmt.Sprintf("row%05d", i) }
+	val := bytes.Repeat([]byte("v"), 200)
+
+	// Readers run during the writes and the splits.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	readErrs := make(chan error, 4)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				prev := ""
+				err := tbl.ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+					if r.Key() <= prev {
+						readErrs <- fmt.Errorf("scan out of order: %q after %q", r.Key(), prev)
+						return false
+					}
+					prev = r.Key()
+					return true
+				})
+				if err != nil {
+					readErrs <- err
+					return
+				}
+			}
+		}()
+	}
+	for start := 0; start < rows; start += 100 {
+		var keys []string
+		var muts []*bigtable.Mutation
+		for i := start; i < start+100; i++ {
+			m := bigtable.NewMutation()
+			m.Set("f", "q", ts(1), val)
+			keys = append(keys, key(i))
+			muts = append(muts, m)
+		}
+		errs, err := tbl.ApplyBulk(ctx, keys, muts)
+		if err != nil || errs != nil {
+			t.Fatalf("bulk write at %d: %v %v", start, err, errs)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(e.host.TableTablets(meta.TableID{Instance: testInstance, Table: "t"})) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("table did not split: %d tablet(s)", len(e.host.TableTablets(meta.TableID{Instance: testInstance, Table: "t"})))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-readErrs:
+		t.Fatalf("reader during splits: %v", err)
+	default:
+	}
+
+	infos := e.host.TableTablets(meta.TableID{Instance: testInstance, Table: "t"})
+	var want []string
+	for i := range rows {
+		want = append(want, key(i))
+	}
+	if got := keysOf(t, e, tbl, bigtable.InfiniteRange("")); got != strings.Join(want, ",") {
+		t.Fatalf("forward scan over %d tablets is not every row in order (%d bytes)", len(infos), len(got))
+	}
+	rev := slices.Clone(want)
+	slices.Reverse(rev)
+	if got := keysOf(t, e, tbl, bigtable.InfiniteRange(""), bigtable.ReverseScan()); got != strings.Join(rev, ",") {
+		t.Fatalf("reverse scan over %d tablets is not every row in reverse order", len(infos))
+	}
+	// A range that crosses a tablet boundary, both ways, with a limit.
+	b := string(infos[1].Start)
+	if got := keysOf(t, e, tbl, bigtable.InfiniteRange(""), bigtable.LimitRows(2), bigtable.RowFilter(bigtable.RowKeyFilter(".*"))); got != key(0)+","+key(1) {
+		t.Fatalf("limit: %s", got)
+	}
+	i := slices.Index(want, b)
+	if i < 1 {
+		t.Fatalf("boundary %q is not a row", b)
+	}
+	if got := keysOf(t, e, tbl, bigtable.NewRange(want[i-1], want[i+2])); got != strings.Join(want[i-1:i+2], ",") {
+		t.Fatalf("range across the boundary %q: %s", b, got)
+	}
+	if got := keysOf(t, e, tbl, bigtable.NewRange(want[i-2], want[i+1]), bigtable.ReverseScan()); got != want[i]+","+want[i-1]+","+want[i-2] {
+		t.Fatalf("reverse range across the boundary %q: %s", b, got)
+	}
+	// Point reads in every tablet.
+	for _, ti := range infos {
+		k := string(ti.Start)
+		if k == "" {
+			k = key(0)
+		}
+		r, err := tbl.ReadRow(ctx, k)
+		if err != nil || r.Key() != k {
+			t.Fatalf("read %s: %v %v", k, r, err)
+		}
+	}
+
+	// SampleRowKeys: ascending keys, every tablet boundary, offsets not
+	// decreasing, the empty key last with the total.
+	stream, err := e.stub.SampleRowKeys(ctx, &bigtablepb.SampleRowKeysRequest{TableName: tableName("t")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var samples []*bigtablepb.SampleRowKeysResponse
+	for {
+		s, err := stream.Recv()
+		if err != nil {
+			break
+		}
+		samples = append(samples, s)
+	}
+	if len(samples) < len(infos) {
+		t.Fatalf("%d samples for %d tablets", len(samples), len(infos))
+	}
+	var total int64
+	for _, ti := range infos {
+		total += ti.Bytes
+	}
+	last := samples[len(samples)-1]
+	if len(last.RowKey) != 0 || last.OffsetBytes < total/2 {
+		t.Fatalf("last sample %q at %d, total stored %d", last.RowKey, last.OffsetBytes, total)
+	}
+	for j := 1; j < len(samples)-1; j++ {
+		if bytes.Compare(samples[j].RowKey, samples[j-1].RowKey) <= 0 || samples[j].OffsetBytes < samples[j-1].OffsetBytes {
+			t.Fatalf("samples out of order at %d: %q@%d after %q@%d", j, samples[j].RowKey, samples[j].OffsetBytes, samples[j-1].RowKey, samples[j-1].OffsetBytes)
+		}
+	}
+	for _, ti := range infos[1:] {
+		if !slices.ContainsFunc(samples, func(s *bigtablepb.SampleRowKeysResponse) bool { return bytes.Equal(s.RowKey, ti.Start) }) {
+			t.Fatalf("tablet boundary %q missing from the samples", ti.Start)
+		}
+	}
+	clientKeys, err := tbl.SampleRowKeys(ctx)
+	// The client leaves out the final empty key.
+	if err != nil || len(clientKeys) != len(samples)-1 {
+		t.Fatalf("client SampleRowKeys: %d keys, %v", len(clientKeys), err)
+	}
+	if n := counterValue(t, e.host.metrics.splits); n < 2 {
+		t.Fatalf("split counter %v", n)
+	}
+}
+
+// TestHostControl covers the master's interface: UpdateSchema, DropRowRange,
+// DropTable, reopening a table whose tablets were split (on a local store,
+// across a Host restart), and log truncation.
+func TestHostControl(t *testing.T) {
+	dir := t.TempDir()
+	store, err := blob.NewLocal(dir + "/store")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newTestEnv(t, HostOptions{Store: store}, DataOptions{})
+	d := tableDef{name: "t", families: []string{"f"}, splits: []string{"m"}}
+	tbl := e.createTable(d)
+	ctx := e.ctx
+	var keys []string
+	var muts []*bigtable.Mutation
+	for _, k := range []string{"a1", "a2", "b1", "m1", "n1", "z"} {
+		m := bigtable.NewMutation()
+		m.Set("f", "q", ts(1), []byte(k))
+		keys = append(keys, k)
+		muts = append(muts, m)
+	}
+	if errs, err := tbl.ApplyBulk(ctx, keys, muts); err != nil || errs != nil {
+		t.Fatal(err, errs)
+	}
+	tm := e.tableMeta(d)
+	id := tm.ID
+
+	// New family through UpdateSchema (OpenTable of an open table is the same).
+	tm.Families["g"] = tablet.Family{GC: tablet.GCPolicy{MaxVersions: 1}}
+	if err := e.host.OpenTable(ctx, tm); err != nil {
+		t.Fatal(err)
+	}
+	m := bigtable.NewMutation()
+	m.Set("g", "q", ts(1), []byte("old"))
+	m.Set("g", "q", ts(2), []byte("new"))
+	if err := tbl.Apply(ctx, "n1", m); err != nil {
+		t.Fatalf("write to the new family: %v", err)
+	}
+	if got := readAll(t, ctx, tbl, bigtable.RowList{"n1"}); got != "n1{f:q@1000=n1 g:q@2000=new}" {
+		t.Fatalf("GC policy of the new family: %s", got)
+	}
+
+	// Split one tablet by hand, then DropRowRange across both tablets.
+	if err := e.host.SplitTablet(ctx, id, "t-0"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.host.TableTablets(id)); n != 3 {
+		t.Fatalf("%d tablets after a split, want 3", n)
+	}
+	if err := e.host.DropRowRange(ctx, tm, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if got := keysOf(t, e, tbl, bigtable.InfiniteRange("")); got != "b1,m1,n1,z" {
+		t.Fatalf("after dropping prefix a: %s", got)
+	}
+
+	// Restart: the split is found through the tablets' states.
+	if err := e.host.DropTable(ctx, tm); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tbl.ReadRow(ctx, "b1")
+	wantCode(t, err, codes.NotFound)
+	if err := e.host.OpenTable(ctx, tm); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.host.TableTablets(id)); n != 3 {
+		t.Fatalf("%d tablets after reopening, want 3", n)
+	}
+	if got := keysOf(t, e, tbl, bigtable.InfiniteRange("")); got != "b1,m1,n1,z" {
+		t.Fatalf("after reopening: %s", got)
+	}
+	if err := e.host.DropRowRange(ctx, tm, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := keysOf(t, e, tbl, bigtable.InfiniteRange("")); got != "" {
+		t.Fatalf("after dropping every row: %s", got)
+	}
+
+	// Every tablet flushed on close, so the log can go up to the tail.
+	before := e.log.Tail()
+	if err := e.host.TruncateLog(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if before.Compare(commitlog.Position{}) <= 0 {
+		t.Fatalf("log tail %v", before)
+	}
+	if e.host.TableTablets(meta.TableID{Instance: testInstance, Table: "nope"}) != nil {
+		t.Fatal("tablets of a table that is not open")
+	}
+}
+
+// TestRestartRecoversFromLog writes through one Host, abandons it without
+// closing the tablets (as a crash would, the log stays), and opens the table
+// on a new Host over the same store and log.
+func TestRestartRecoversFromLog(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := blob.NewMemory()
+	logOpts := commitlog.Options{Dir: t.TempDir()}
+	lg, err := commitlog.Open(ctx, logOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewHost(ctx, HostOptions{Store: store, Log: lg, LogOptions: logOpts, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := meta.Table{ID: meta.TableID{Instance: "i", Table: "t"}, Families: map[string]tablet.Family{"f": {}},
+		Tablets: []meta.TabletRef{{ID: "t-0"}}}
+	if err := h.OpenTable(ctx, tm); err != nil {
+		t.Fatal(err)
+	}
+	ds := NewDataService(h, DataOptions{})
+	_, err = ds.MutateRow(ctx, &bigtablepb.MutateRowRequest{TableName: tm.ID.FullName("p"), RowKey: []byte("r"),
+		Mutations: []*bigtablepb.Mutation{{Mutation: &bigtablepb.Mutation_SetCell_{SetCell: &bigtablepb.Mutation_SetCell{
+			FamilyName: "f", ColumnQualifier: []byte("q"), TimestampMicros: 1000, Value: []byte("durable")}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Crash: stop the background loop but do not close (flush) the tablets.
+	close(h.stop)
+	<-h.done
+	if err := lg.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	lg2, err := commitlog.Open(ctx, logOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg2.Close()
+	h2, err := NewHost(ctx, HostOptions{Store: store, Log: lg2, LogOptions: logOpts, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	if err := h2.OpenTable(ctx, tm); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err = h2.scan(ctx, tm.ID, nil, nil, false, tablet.ReadOptions{}, func(r cell.Row) error {
+		for _, c := range r.Cells {
+			got = append(got, string(r.Key)+"="+string(c.Value))
+		}
+		return nil
+	})
+	if err != nil || len(got) != 1 || got[0] != "r=durable" {
+		t.Fatalf("after restart: %v %v", got, err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	e := newTestEnv(t, HostOptions{}, DataOptions{})
+	tbl := filterData(t, e)
+	if got := readAll(t, e.ctx, tbl, bigtable.RowList{"s1"}); got != "s1{b:q@1000=q1}" {
+		t.Fatal(got)
+	}
+	_, _ = e.client.Open("missing").ReadRow(e.ctx, "r")
+	if n := counterValue(t, e.host.metrics.requests.WithLabelValues("MutateRow", "OK")); n != 3 {
+		t.Fatalf("MutateRow OK count %v, want 3", n)
+	}
+	if n := counterValue(t, e.host.metrics.requests.WithLabelValues("ReadRows", "NotFound")); n != 1 {
+		t.Fatalf("ReadRows NotFound count %v, want 1", n)
+	}
+	if n := counterValue(t, e.host.metrics.rowsRead); n != 1 {
+		t.Fatalf("rows read %v", n)
+	}
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"tabula_requests_total", "tabula_request_duration_seconds", "tabula_tablets", "tabula_memtable_bytes",
+		"tabula_compactions_total", "tabula_cache_requests_total", "tabula_written_bytes_total", "tabula_read_bytes_total"} {
+		if !names[n] {
+			t.Errorf("metric %s not exported", n)
+		}
+	}
+}
+
+// counterValue reads a counter's value.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
