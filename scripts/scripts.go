@@ -121,6 +121,12 @@ func (p *Program) NewRun(limits Limits) *Run {
 // is over and every later call returns the same error.
 func (r *Run) Process(row cell.Row) (kept bool, err error) { return r.m.Process(row) }
 
+// Stats describes a run's work so far.
+type Stats = vm.Stats
+
+// Stats returns the run's counters, for metrics and logs.
+func (r *Run) Stats() Stats { return r.m.Stats() }
+
 // Partial returns the run's tables as a partial aggregate. It shares state
 // with the run: process no more rows while using it.
 func (r *Run) Partial() *Partial { return &Partial{prog: r.prog, tables: r.m.Tables()} }

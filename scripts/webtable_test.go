@@ -294,6 +294,9 @@ func TestFilterMode(t *testing.T) {
 	if len(want) == 0 || !reflect.DeepEqual(kept, want) {
 		t.Fatalf("kept %d rows %v, want %d %v", len(kept), kept, len(want), want)
 	}
+	if st := r.Stats(); st.Rows != int64(len(rows)) || st.Kept != int64(len(want)) || st.Steps < st.Rows || st.TableBytes <= 0 {
+		t.Errorf("stats %+v", st)
+	}
 	big := r.Result().Table("big").Entries[0].Value.([]any)
 	if len(big) != len(want) || big[0].(map[string]any)["url"] != want[0] {
 		t.Fatalf("transformed records: %v", big)

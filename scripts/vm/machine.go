@@ -121,6 +121,9 @@ type Machine struct {
 	start    int64 // run start, what now() returns
 	pos      syntax.Pos
 	rows     int64 // rows processed
+	kept     int64 // rows kept
+	// totalSteps counts the steps of the rows before the current one.
+	totalSteps int64
 
 	tables  []*agg.Table
 	keep    bool
@@ -162,6 +165,19 @@ func NewMachine(p *Program, limits Limits) *Machine {
 // Tables returns the run's tables, in declaration order.
 func (m *Machine) Tables() []*agg.Table { return m.tables }
 
+// Stats describes the work of a run so far.
+type Stats struct {
+	Rows       int64 // rows processed (including a failed one)
+	Kept       int64 // rows kept (filter mode)
+	Steps      int64 // steps taken over all rows
+	TableBytes int64 // estimated memory held by the tables
+}
+
+// Stats returns the run's counters.
+func (m *Machine) Stats() Stats {
+	return Stats{Rows: m.rows, Kept: m.kept, Steps: m.totalSteps + m.steps, TableBytes: m.tableMem}
+}
+
 // Err returns the error that stopped the run, if any.
 func (m *Machine) Err() error { return m.err }
 
@@ -181,6 +197,7 @@ func (m *Machine) Process(row cell.Row) (kept bool, err error) {
 		}
 	}()
 	m.resetRow()
+	m.rows++
 	if !m.started {
 		m.started = true
 		for _, s := range m.prog.statics {
@@ -192,10 +209,14 @@ func (m *Machine) Process(row cell.Row) (kept bool, err error) {
 	for _, s := range m.prog.body {
 		s(m)
 	}
+	if m.keep {
+		m.kept++
+	}
 	return m.keep, nil
 }
 
 func (m *Machine) resetRow() {
+	m.totalSteps += m.steps
 	m.steps = 0
 	m.mem = 0
 	m.keep = false
@@ -204,7 +225,6 @@ func (m *Machine) resetRow() {
 	m.nextCheck = min(m.limits.Steps, timeCheckEvery)
 	// Reading the clock costs as much as a short row: look every few rows
 	// (long rows look every timeCheckEvery steps, in checkLimits).
-	m.rows++
 	if m.rows%timeCheckRows == 0 && time.Now().After(m.deadline) {
 		m.limit("time", m.limits.Time.String())
 	}
