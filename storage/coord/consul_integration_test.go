@@ -1,0 +1,195 @@
+//go:build integration
+
+package coord_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/coord/coordtest"
+)
+
+// consulAddr is the agent deploy/test.sh started.
+func consulAddr(t *testing.T) string {
+	t.Helper()
+	addr := os.Getenv("TABULA_TEST_CONSUL_ADDR")
+	if addr == "" {
+		t.Fatal("TABULA_TEST_CONSUL_ADDR is not set: run the integration tests through deploy/test.sh, which starts Consul")
+	}
+	return addr
+}
+
+var testRun = func() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}()
+
+var prefixSeq atomic.Int64
+
+// newConsul returns a service on its own key prefix, so parallel tests and
+// earlier runs do not see each other's keys.
+func newConsul(t *testing.T, addr string) *coord.Consul {
+	t.Helper()
+	c, err := coord.NewConsul(coord.ConsulConfig{
+		Address:       addr,
+		Prefix:        fmt.Sprintf("tabula-test/%s-%d/", testRun, prefixSeq.Add(1)),
+		RetryInterval: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestConsulConformance(t *testing.T) {
+	t.Parallel()
+	addr := consulAddr(t)
+	coordtest.Run(t, func(t *testing.T) coord.Service { return newConsul(t, addr) })
+}
+
+// TestConsulLapseWhenCutOff cuts the path to Consul with a proxy: renewals
+// fail, so the session lapses on the holder's side within a TTL although
+// Consul still has it; once Consul is reachable again, the lapsed session is
+// destroyed, so its lock is released without waiting for Consul's own expiry.
+func TestConsulLapseWhenCutOff(t *testing.T) {
+	t.Parallel()
+	p := newProxy(t, consulAddr(t))
+	c := newConsul(t, p.addr())
+	direct := newConsul(t, consulAddr(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := c.NewSession(ctx, coord.SessionOptions{TTL: coordtest.TTL, LockDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.TryLock(ctx, coord.KeyMaster, []byte("me"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	p.cut(true)
+	select {
+	case <-s.Lapsed():
+	case <-time.After(coordtest.TTL + 5*time.Second):
+		t.Fatal("session did not lapse a TTL after Consul became unreachable")
+	}
+	if since := time.Since(cut); since > coordtest.TTL+time.Second {
+		// Not a speed assertion: a lapse later than TTL after the last
+		// renewal could let two holders act at once.
+		t.Fatalf("lapsed %v after the cut, more than a TTL (%v)", since, coordtest.TTL)
+	}
+	if s.Valid() {
+		t.Fatal("Valid after Lapsed")
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(time.Second):
+		t.Fatal("lock not lost when its session lapsed")
+	}
+	select {
+	case <-s.Done():
+		t.Fatal("Done closed while Consul was unreachable: nobody could know the session is gone")
+	default:
+	}
+	p.cut(false)
+	select {
+	case <-s.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("lapsed session not destroyed once Consul was reachable again")
+	}
+	ent, err := direct.Get(ctx, coord.KeyMaster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ent.Session != "" {
+		t.Fatalf("entry after the lapsed session was destroyed = %+v, want unlocked", ent)
+	}
+}
+
+// proxy forwards TCP connections to a target until cut.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	isCut  bool
+	conns  map[net.Conn]bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); p.cut(true) })
+	go p.serve()
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+// cut(true) drops every connection and refuses new ones; cut(false) heals.
+func (p *proxy) cut(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.isCut = on
+	if on {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+func (p *proxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.isCut {
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = true
+	}
+	return true
+}
+
+func (p *proxy) serve() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(in) {
+			continue
+		}
+		go func() {
+			out, err := net.Dial("tcp", p.target)
+			if err != nil {
+				in.Close()
+				return
+			}
+			if !p.track(out) {
+				in.Close()
+				return
+			}
+			go func() { io.Copy(out, in); out.Close() }()
+			io.Copy(in, out)
+			in.Close()
+		}()
+	}
+}
