@@ -79,10 +79,14 @@
 //
 // # Limits
 //
-// A run is bounded in steps per row, memory (bytes allocated per row plus
-// table state), wall time and call depth; past a bound, Process returns a
-// *LimitError naming it, e.g. "3:1: script exceeded step limit (1000000)",
-// and the run is over. Run-time errors (index out of range, missing map
+// A run is bounded in steps per row (statements, loop iterations, calls,
+// and the work of intrinsics that walk long strings), memory (bytes
+// allocated per row plus table state plus the estimated Go stack of deep
+// calls), wall time for the whole run, and call depth; past a bound,
+// Process returns a *LimitError naming it, e.g. "3:1: script exceeded step
+// limit (1000000)", and the run is over. Scripts over MaxSourceSize and
+// nesting deeper than 500 levels are refused by Compile, so no script can
+// exhaust the stack of the parser, the checker or the evaluator. Run-time errors (index out of range, missing map
 // key, division by zero, failed conversion) are *RuntimeError values with
 // the script position; a Go panic inside evaluation becomes one too.
 package scripts
