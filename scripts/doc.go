@@ -39,7 +39,10 @@
 // float(i), time("2006-01-02"), …). Arrays, maps and tuples are references:
 // assignment shares them. Strings are Unicode: len, indexing and slicing
 // count characters; bytes count bytes. Times are microseconds since the
-// epoch, UTC; time ± int and time - time are allowed.
+// epoch, UTC; time ± int and time - time are allowed. Reading m[k] for a
+// key k not in map m is a run-time error (test with haskey, or def), but
+// m[k]++ and m[k] op= x start from the zero value, so counting needs no
+// test.
 //
 // The input row is the predeclared, read-only input: input.key (bytes) and
 // input.cells (array of Cell), every cell version the scan returned, in scan
@@ -68,7 +71,8 @@
 // Scripts cannot write to Bigtable, files or the network.
 //
 // Filter mode: the predeclared table keep (of bool) needs no declaration.
-// A row is kept when the script emits true to it while processing the row:
+// A row is kept when the script emits true to it at least once while
+// processing the row (emitting false changes nothing):
 //
 //	when (i: some int; input.cells[i].family == "contents" && len(input.cells[i].value) > 100000)
 //	    emit keep <- true;
