@@ -2,9 +2,7 @@ package coord
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -91,6 +89,9 @@ func (c *Consul) Close() error {
 	c.wg.Wait()
 	return nil
 }
+
+// Prefix is the key prefix of the service, as configured.
+func (c *Consul) Prefix() string { return c.cfg.Prefix }
 
 func (c *Consul) full(key string) string { return c.cfg.Prefix + key }
 
@@ -484,6 +485,10 @@ func (s *consulSession) renew(ctx context.Context) error {
 	}
 	deadline := s.validUntil
 	s.mu.Unlock()
+	if !time.Now().Before(deadline) {
+		s.lapse(ErrSessionLapsed)
+		return ErrSessionLapsed
+	}
 	// A renewal answered after the lease ran out cannot revive it: the
 	// holder may already have acted on the lapse.
 	ctx, cancel := context.WithDeadline(ctx, deadline)
@@ -646,7 +651,9 @@ func (s *consulSession) acquire(ctx context.Context, key string, value []byte) (
 	}
 	ok, _, err := s.c.kv.Acquire(&api.KVPair{Key: s.c.full(key), Value: value, Session: s.id}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
-		if isStatus(err, http.StatusInternalServerError) && strings.Contains(strings.ToLower(err.Error()), "invalid session") {
+		// Consul answers 500 "invalid session" when the session is gone
+		// (it expired before the holder noticed).
+		if strings.Contains(strings.ToLower(err.Error()), "invalid session") {
 			s.finish(ErrSessionGone)
 			return nil, 0, false, ErrSessionGone
 		}
@@ -665,11 +672,6 @@ func (s *consulSession) acquire(ctx context.Context, key string, value []byte) (
 	s.c.wg.Add(1)
 	go h.watch()
 	return h, 0, false, nil
-}
-
-func isStatus(err error, code int) bool {
-	var se api.StatusError
-	return errors.As(err, &se) && se.Code == code
 }
 
 func (s *consulSession) TryLock(ctx context.Context, key string, value []byte) (Lock, error) {

@@ -118,6 +118,71 @@ func TestConsulLapseWhenCutOff(t *testing.T) {
 	}
 }
 
+// TestConsulSessionExpiresAfterCrash is the master's view of a tablet
+// server killed with -9: nobody renews or destroys the session, Consul
+// expires it (after up to twice its TTL), the server's key stays with its
+// value but unlocked, and after the lock-delay the master can take the lock
+// and delete the key.
+func TestConsulSessionExpiresAfterCrash(t *testing.T) {
+	t.Parallel()
+	addr := consulAddr(t)
+	crashed := newConsul(t, addr)
+	master, err := coord.NewConsul(coord.ConsulConfig{Address: addr, Prefix: crashed.Prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s, err := crashed.NewSession(ctx, coord.SessionOptions{TTL: coordtest.TTL, LockDelay: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := coord.ServerKey("10.0.0.7:7000")
+	if _, err := s.TryLock(ctx, key, []byte("10.0.0.7:7000")); err != nil {
+		t.Fatal(err)
+	}
+	events, err := master.Watch(ctx, coord.PrefixServers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := coordtest.NextEvent(t, events); ev.Kind != coord.EventPut || ev.Entry.Session != s.ID() {
+		t.Fatalf("initial event %+v, want the live server's key", ev)
+	}
+	crashed.Close() // the process dies: no more renewals, no destroy
+	crash := time.Now()
+	select {
+	case ev := <-events:
+		if ev.Kind != coord.EventPut || ev.Entry.Session != "" || string(ev.Entry.Value) != "10.0.0.7:7000" {
+			t.Fatalf("event after the crash %+v, want the key unlocked with its value kept", ev)
+		}
+	case <-time.After(2*coordtest.TTL + 10*time.Second):
+		t.Fatal("Consul did not expire the crashed server's session within twice its TTL")
+	}
+	t.Logf("session expired %.1fs after the last renewal could have happened (TTL %v)", time.Since(crash).Seconds(), coordtest.TTL)
+	ms, err := master.NewSession(ctx, coord.SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Destroy(context.Background())
+	if _, err := ms.Lock(ctx, key, []byte("master")); err != nil {
+		t.Fatalf("master Lock of the dead server's key: %v", err)
+	}
+	ent, err := master.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := master.DeleteCAS(ctx, key, ent.ModifyIndex); err != nil {
+		t.Fatalf("master delete of the dead server's key: %v", err)
+	}
+	if ev := coordtest.NextEvent(t, events); ev.Kind != coord.EventPut || ev.Entry.Session != ms.ID() {
+		t.Fatalf("event %+v, want the master's lock", ev)
+	}
+	if ev := coordtest.NextEvent(t, events); ev.Kind != coord.EventDelete || ev.Entry.Key != key {
+		t.Fatalf("event %+v, want the key's deletion", ev)
+	}
+}
+
 // proxy forwards TCP connections to a target until cut.
 type proxy struct {
 	ln     net.Listener

@@ -416,7 +416,7 @@ func testLockDelay(e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev := nextEvent(t, watch); ev.Kind != coord.EventPut || ev.Entry.Session != s1.ID() {
+	if ev := NextEvent(t, watch); ev.Kind != coord.EventPut || ev.Entry.Session != s1.ID() {
 		t.Fatalf("initial watch event = %+v, want put held by %s", ev, s1.ID())
 	}
 
@@ -436,7 +436,7 @@ func testLockDelay(e *env) {
 	if ent.Session != "" || string(ent.Value) != "old:1" {
 		t.Fatalf("entry after Destroy = %+v, want value kept and no session", ent)
 	}
-	if ev := nextEvent(t, watch); ev.Kind != coord.EventPut || ev.Entry.Session != "" {
+	if ev := NextEvent(t, watch); ev.Kind != coord.EventPut || ev.Entry.Session != "" {
 		t.Fatalf("watch event after Destroy = %+v, want put with no session", ev)
 	}
 	_, err = s2.TryLock(ctx, key, []byte("master"))
@@ -588,7 +588,9 @@ func testSessionRenewed(e *env) {
 	}
 }
 
-func nextEvent(t *testing.T, ch <-chan coord.Event) coord.Event {
+// NextEvent returns the next event of a watch, failing t if none arrives
+// within 15s or the channel closes.
+func NextEvent(t *testing.T, ch <-chan coord.Event) coord.Event {
 	t.Helper()
 	select {
 	case ev, ok := <-ch:
@@ -649,7 +651,7 @@ func testWatchPrefix(e *env) {
 	for i, st := range steps {
 		st.do()
 		for _, want := range st.want {
-			ev := nextEvent(t, ch)
+			ev := NextEvent(t, ch)
 			if got := describe(ev); got != want {
 				t.Fatalf("step %d: event %q, want %q", i, got, want)
 			}
@@ -740,13 +742,13 @@ func testWatchKey(e *env) {
 	}
 	e.put("rootx", "not this key")
 	e.put(coord.KeyRoot, "ts1:1")
-	if got := describe(nextEvent(t, ch)); got != "put root=ts1:1" {
+	if got := describe(NextEvent(t, ch)); got != "put root=ts1:1" {
 		t.Fatalf("first event %q, want put root=ts1:1 (nothing for an absent key, nothing for rootx)", got)
 	}
 	if err := e.svc.Delete(ctx, coord.KeyRoot); err != nil {
 		t.Fatal(err)
 	}
-	if got := describe(nextEvent(t, ch)); got != "delete root" {
+	if got := describe(NextEvent(t, ch)); got != "delete root" {
 		t.Fatalf("event %q, want delete root", got)
 	}
 	cancel()
