@@ -236,6 +236,19 @@ func TestWebtableMergedPartials(t *testing.T) {
 	if string(a) != string(b) {
 		t.Errorf("merged result differs from the single run:\n%s\n%s", a, b)
 	}
+	// A merged partial travels on like any other (a gateway may merge
+	// before forwarding).
+	mb, err := merged.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := p.NewPartial()
+	if err := again.UnmarshalBinary(mb); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := json.Marshal(again.Result()); string(c) != string(a) {
+		t.Errorf("re-encoded merged partial differs:\n%s\n%s", c, a)
+	}
 }
 
 // TestPartialFromAnotherProgram checks that partials are refused by a
