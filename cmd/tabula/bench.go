@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
@@ -91,7 +92,11 @@ the end unless --keep.`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b.workloads = splitList(workloads)
-			return runBench(cmd.Context(), b, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			// Interrupted, bench still stops the emulator and drops its
+			// table instead of leaving them behind.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runBench(ctx, b, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	b.conn.register(cmd.Flags())

@@ -8,11 +8,13 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"os/signal"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode"
 
@@ -52,12 +54,16 @@ the link text.`,
 		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l.dir = args[0]
-			c, err := l.conn.dial(cmd.Context())
+			// Interrupted, the load stops between batches and says how
+			// far it got.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			c, err := l.conn.dial(ctx)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			_, err = loadHTML(cmd.Context(), c, l, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			_, err = loadHTML(ctx, c, l, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			return err
 		},
 	}

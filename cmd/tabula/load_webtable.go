@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"cloud.google.com/go/bigtable"
@@ -36,12 +39,16 @@ crawl: reversed-URL row keys, a few large sites and many small ones. The
 same --seed and --rows always write the same cells.`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := l.conn.dial(cmd.Context())
+			// Interrupted, the load stops between batches and says how
+			// far it got.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			c, err := l.conn.dial(ctx)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			_, err = loadWebtable(cmd.Context(), c, l, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			_, err = loadWebtable(ctx, c, l, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			return err
 		},
 	}
