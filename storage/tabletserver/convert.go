@@ -138,6 +138,12 @@ func checkFamilies(field string, t meta.Table, muts []cell.Mutation) error {
 // keyRange is a half-open row range [start, end); nil end is unbounded.
 type keyRange struct{ start, end []byte }
 
+// isPoint reports whether the range holds exactly one row key.
+func (r keyRange) isPoint() bool {
+	n := len(r.start)
+	return len(r.end) == n+1 && r.end[n] == 0 && bytes.Equal(r.end[:n], r.start)
+}
+
 // rowRanges converts a RowSet to sorted, disjoint ranges. An empty RowSet
 // is every row. Keys become one-row ranges, so duplicates and overlaps
 // merge away and rows come out once, in order.

@@ -123,23 +123,39 @@ type servedTable struct {
 	// use the atomic pointers and never wait for a split.
 	mu      sync.Mutex
 	meta    atomic.Pointer[meta.Table]
-	tablets atomic.Pointer[[]*tablet.Tablet] // ordered by range, covering all rows
-	dropped bool                             // under mu
+	routes  atomic.Pointer[routing]
+	dropped bool // under mu
 }
 
-func (st *servedTable) list() []*tablet.Tablet { return *st.tablets.Load() }
+// routing is an immutable list of a table's tablets, ordered by range and
+// covering all rows, with their ranges copied once so that lookups do not
+// allocate. A split replaces the whole routing.
+type routing struct {
+	tabs         []*tablet.Tablet
+	starts, ends [][]byte // ends[i] nil: the end of the table
+}
 
-// find returns the tablet of tabs (ordered, covering all rows) that holds row.
-func find(tabs []*tablet.Tablet, row []byte) *tablet.Tablet {
+func newRouting(tabs []*tablet.Tablet) *routing {
+	r := &routing{tabs: tabs, starts: make([][]byte, len(tabs)), ends: make([][]byte, len(tabs))}
+	for i, tb := range tabs {
+		r.starts[i], r.ends[i] = tb.Range()
+	}
+	return r
+}
+
+func (st *servedTable) list() []*tablet.Tablet    { return st.routes.Load().tabs }
+func (st *servedTable) set(tabs []*tablet.Tablet) { st.routes.Store(newRouting(tabs)) }
+
+// find returns the tablet that holds row, nil if none does.
+func (r *routing) find(row []byte) *tablet.Tablet {
 	// The first tablet whose end is above row.
-	i := sort.Search(len(tabs), func(i int) bool {
-		_, end := tabs[i].Range()
-		return end == nil || bytes.Compare(row, end) < 0
+	i := sort.Search(len(r.tabs), func(i int) bool {
+		return r.ends[i] == nil || bytes.Compare(row, r.ends[i]) < 0
 	})
-	if i == len(tabs) {
+	if i == len(r.tabs) {
 		return nil
 	}
-	return tabs[i]
+	return r.tabs[i]
 }
 
 // Host is the set of tablets one server holds. It is safe for concurrent
@@ -152,6 +168,10 @@ type Host struct {
 	mu     sync.RWMutex
 	tables map[meta.TableID]*servedTable
 	closed bool
+	// opening counts OpenTable calls under way: their tablets may replay
+	// log records no open tablet's redo point covers, so the log is not
+	// truncated meanwhile.
+	opening atomic.Int32
 
 	// noSplit remembers tablets that could not split (one huge row) and
 	// their size then, so the loop does not retry until they grew.
@@ -251,14 +271,15 @@ func (h *Host) OpenTable(ctx context.Context, t meta.Table) error {
 		h.mu.Unlock()
 		return h.UpdateSchema(ctx, t)
 	}
+	h.opening.Add(1)
+	defer h.opening.Add(-1)
 	st = &servedTable{}
 	st.meta.Store(&t)
 	// Hold the table's lock while opening, so that a concurrent
 	// OpenTable of the same table waits instead of opening it twice.
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	empty := []*tablet.Tablet{}
-	st.tablets.Store(&empty)
+	st.set(nil)
 	h.tables[t.ID] = st
 	h.mu.Unlock()
 
@@ -282,7 +303,7 @@ func (h *Host) OpenTable(ctx context.Context, t meta.Table) error {
 		st.dropped = true
 		return err
 	}
-	st.tablets.Store(&tabs)
+	st.set(tabs)
 	h.log.Info("table opened", "table", t.ID.String(), "tablets", len(tabs))
 	return nil
 }
@@ -375,13 +396,24 @@ func (h *Host) DropRowRange(ctx context.Context, t meta.Table, prefix []byte) er
 		if err != nil && !errors.Is(err, errStopScan) {
 			return err
 		}
-		for _, k := range keys {
-			err := h.withTablet(ctx, t.ID, k, func(tb *tablet.Tablet) error {
-				return tb.Apply(ctx, cell.RowMutation{Row: k, Mutations: []cell.Mutation{cell.DeleteRow()}})
-			})
-			if err != nil {
-				return err
-			}
+		// Deletes of different rows run concurrently so that they
+		// share the log's group commits.
+		errs := make([]error, len(keys))
+		sem := make(chan struct{}, maxBulkConcurrency)
+		var wg sync.WaitGroup
+		for i, k := range keys {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				errs[i] = h.withTablet(ctx, t.ID, k, func(tb *tablet.Tablet) error {
+					return tb.Apply(ctx, cell.RowMutation{Row: k, Mutations: []cell.Mutation{cell.DeleteRow()}})
+				})
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
 		}
 		if len(keys) < dropBatch {
 			return nil
@@ -490,7 +522,7 @@ func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn f
 		if st, err = h.table(id); err != nil {
 			return err
 		}
-		tb := find(st.list(), row)
+		tb := st.routes.Load().find(row)
 		if tb == nil {
 			err = &tablet.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet holds the row"}
 		} else if err = fn(tb); !errors.Is(err, tablet.ErrNotServing) {
@@ -513,6 +545,18 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// readRow reads one row through the routing, as withTablet does.
+func (h *Host) readRow(ctx context.Context, id meta.TableID, key []byte, ro tablet.ReadOptions) (cell.Row, bool, error) {
+	var row cell.Row
+	var ok bool
+	err := h.withTablet(ctx, id, key, func(tb *tablet.Tablet) error {
+		var err error
+		row, ok, err = tb.ReadRow(ctx, key, ro)
+		return err
+	})
+	return row, ok, err
 }
 
 // errStopScan ends a scan early without error.
@@ -540,7 +584,7 @@ func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, rev
 				lo = append(bytes.Clone(last), 0)
 			}
 		}
-		err = scanTablets(ctx, st.list(), lo, hi, reverse, ro, func(r cell.Row) error {
+		err = scanTablets(ctx, st.routes.Load(), lo, hi, reverse, ro, func(r cell.Row) error {
 			last = r.Key
 			retries = 0
 			return fn(r)
@@ -560,13 +604,13 @@ func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, rev
 }
 
 // scanTablets scans the tablets of tabs that overlap [lo, hi) in order.
-func scanTablets(ctx context.Context, tabs []*tablet.Tablet, lo, hi []byte, reverse bool, ro tablet.ReadOptions, fn func(cell.Row) error) error {
+func scanTablets(ctx context.Context, rt *routing, lo, hi []byte, reverse bool, ro tablet.ReadOptions, fn func(cell.Row) error) error {
 	if hi != nil && bytes.Compare(lo, hi) >= 0 {
 		return nil
 	}
 	var sel []*tablet.Tablet
-	for _, tb := range tabs {
-		s, e := tb.Range()
+	for i, tb := range rt.tabs {
+		s, e := rt.starts[i], rt.ends[i]
 		if (e == nil || bytes.Compare(lo, e) < 0) && (hi == nil || bytes.Compare(s, hi) < 0) {
 			sel = append(sel, tb)
 		}
@@ -714,8 +758,7 @@ func (h *Host) SplitTablet(ctx context.Context, id meta.TableID, tabletID string
 			return err
 		}
 	}
-	next := slices.Concat(tabs[:i], children, tabs[i+1:])
-	st.tablets.Store(&next)
+	st.set(slices.Concat(tabs[:i], children, tabs[i+1:]))
 	h.metrics.splits.Inc()
 	h.log.Info("tablet split", "table", id.String(), "tablet", tabletID, "key", string(res.Key),
 		"left", res.Left.ID, "right", res.Right.ID)
@@ -724,10 +767,10 @@ func (h *Host) SplitTablet(ctx context.Context, id meta.TableID, tabletID string
 
 // TruncateLog deletes the commit log's segments that no open tablet needs:
 // those wholly before the oldest redo point of the open tablets. With no
-// tablet open it does nothing (unopened tablets of a crashed run may still
-// need the log).
+// tablet open, or while a table is being opened, it does nothing
+// (unopened tablets of a crashed run may still need the log).
 func (h *Host) TruncateLog(ctx context.Context) error {
-	if h.opts.Log == nil {
+	if h.opts.Log == nil || h.opening.Load() > 0 {
 		return nil
 	}
 	h.mu.RLock()

@@ -65,7 +65,7 @@ func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablep
 	limit := req.GetRowsLimit()
 	var stats bigtablepb.ReadIterationStats
 	for _, r := range ranges {
-		err = s.host.scan(ctx, t.ID, r.start, r.end, reverse, ro, func(row cell.Row) error {
+		emit := func(row cell.Row) error {
 			stats.RowsSeenCount++
 			stats.CellsSeenCount += int64(len(row.Cells))
 			cells := f.Apply(row)
@@ -81,7 +81,18 @@ func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablep
 				return errStopScan
 			}
 			return nil
-		})
+		}
+		if r.isPoint() {
+			// A single row: ReadRow consults the bloom filters and the
+			// scan cache, which a one-row scan would not.
+			var row cell.Row
+			var ok bool
+			if row, ok, err = s.host.readRow(ctx, t.ID, r.start, ro); err == nil && ok {
+				err = emit(row)
+			}
+		} else {
+			err = s.host.scan(ctx, t.ID, r.start, r.end, reverse, ro, emit)
+		}
 		if errors.Is(err, errStopScan) {
 			err = nil
 			break
