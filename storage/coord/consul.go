@@ -69,7 +69,10 @@ func NewConsul(cfg ConsulConfig) (*Consul, error) {
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = time.Second
 	}
-	acfg := api.DefaultNonPooledConfig()
+	// Pooled: renewals and queries reuse connections (the agent may be
+	// remote). Like every Consul client it also reads CONSUL_HTTP_* from the
+	// environment; the fields set here win.
+	acfg := api.DefaultConfig()
 	acfg.Address = cfg.Address
 	acfg.Token = cfg.Token
 	client, err := api.NewClient(acfg)
