@@ -453,7 +453,6 @@ func (r *benchRunner) drive(ctx context.Context, what string, n int, op benchOp)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	bar := newProgress(r.progress, int64(n), what, "req")
-	bar.Describe(what)
 	var next atomic.Int64
 	var ops, bytes atomic.Int64
 	first := newErrFirst()

@@ -130,8 +130,8 @@ func loadWebtable(ctx context.Context, c *conn, l webtableLoad, out, progress io
 				cells.Add(nCells)
 				anchors.Add(nAnchors)
 				total := bytes.Add(nBytes)
-				bar.Describe(fmt.Sprintf("load %s %.2f MB/s", l.table, float64(total)/1e6/time.Since(start).Seconds()))
 				_ = bar.Add(len(keys))
+				bar.Describe(fmt.Sprintf("load %s %.2f MB/s", l.table, float64(total)/1e6/time.Since(start).Seconds()))
 			}
 		}()
 	}
