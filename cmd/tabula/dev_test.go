@@ -167,6 +167,21 @@ func TestDevEndToEnd(t *testing.T) {
 	if err != nil || len(groups.Groups) != 2 || !groups.Groups[1].InMemory || !slices.Equal(groups.Groups[1].Families, []string{"anchor"}) {
 		t.Fatalf("locality groups after restart: %v %v", groups, err)
 	}
+	// DropRowRange through the admin API reaches the tablets.
+	if err := c.admin.DropRowRange(ctx, "web", "row00"); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	if err := c.data.Open("web").ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool { left = append(left, r.Key()); return true }); err != nil ||
+		len(left) != rows-100 || left[0] != "row0100" {
+		t.Fatalf("after DropRowRange(row00): %d rows from %q (%v), want %d from row0100", len(left), left[:min(1, len(left))], err, rows-100)
+	}
+	if err := c.admin.DropAllRows(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.data.Open("web").ReadRow(ctx, "row0200"); err != nil || len(r) != 0 {
+		t.Fatalf("after DropAllRows: %v %v", r, err)
+	}
 	// Deleting the table removes its files.
 	if err := c.admin.UpdateTableWithDeletionProtection(ctx, "web", bigtable.Unprotected); err != nil {
 		t.Fatal(err)
@@ -250,6 +265,15 @@ func TestDevCrash(t *testing.T) {
 			p = startDevProcess(t, ctx, bin, dir, round+1)
 			c = dialDev(t, p.addr, devProject, devInstance)
 			st.verify(t, ctx, c.data.Open("crash"), round+1)
+			// The writes outgrew the split size: the crashes also hit
+			// tablets being split, and the splits survived them.
+			keys, err := c.data.Open("crash").SampleRowKeys(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) <= 3 {
+				t.Errorf("SampleRowKeys %q: no tablet split during the run", keys)
+			}
 			c.close()
 			p.stop(t)
 			break
