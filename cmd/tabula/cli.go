@@ -353,13 +353,13 @@ in microseconds since the epoch; without one the server assigns it.`,
 			},
 		},
 		{
-			use:     "read TABLE [start=ROW] [end=ROW] [prefix=P] [count=N] [columns=F[:C],...] [versions=N]",
+			use:     "read TABLE [start=ROW] [end=ROW] [prefix=P] [regex=RE] [count=N] [columns=F[:C],...] [versions=N]",
 			short:   "Read rows, streaming",
 			streams: true,
 			args:    argsBetween(1, -1),
 			flags:   valueFlag,
 			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
-				kv, err := parseKeyValues(args[1:], "start", "end", "prefix", "count", "columns", "versions")
+				kv, err := parseKeyValues(args[1:], "start", "end", "prefix", "regex", "count", "columns", "versions")
 				if err != nil {
 					return usagef(cmd, "%v", err)
 				}

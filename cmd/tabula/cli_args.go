@@ -151,8 +151,8 @@ func columnsFilter(cols []columnSpec) bigtable.Filter {
 	return bigtable.InterleaveFilters(fs...)
 }
 
-// readFilter combines the optional columns= and versions= of read and
-// lookup into one filter, or nil when neither was given.
+// readFilter combines the optional columns=, regex= (read only) and
+// versions= of read and lookup into one filter, or nil when none was given.
 func readFilter(kv map[string]string) (bigtable.Filter, error) {
 	var fs []bigtable.Filter
 	if s, ok := kv["columns"]; ok {
@@ -161,6 +161,14 @@ func readFilter(kv map[string]string) (bigtable.Filter, error) {
 			return nil, err
 		}
 		fs = append(fs, columnsFilter(cols))
+	}
+	if s, ok := kv["regex"]; ok {
+		// Checked here for a usage error; the server matches it (RE2
+		// against the whole key, as Cloud Bigtable does).
+		if _, err := regexp.Compile(s); err != nil {
+			return nil, fmt.Errorf("regex=%q: %v", s, err)
+		}
+		fs = append(fs, bigtable.RowKeyFilter(s))
 	}
 	if s, ok := kv["versions"]; ok {
 		n, err := parsePositiveInt("versions", s)

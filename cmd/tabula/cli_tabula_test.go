@@ -62,6 +62,9 @@ func TestCLIVerbsTabula(t *testing.T) {
 		{args: []string{"read", "web", "columns=anchor:cnn.*"}, want: rowSeparator + "\ncom.cnn.www\n" +
 			"  anchor:cnnsi.com                         @ 2023/11/14-22:13:20.000000\n    \"CNN\"\n"},
 		{args: []string{"read", "web", "count=1"}, contain: []string{"\ncom.bbc.www\n"}},
+		{args: []string{"read", "web", "regex=.*\\.www", "columns=language"}, contain: []string{rowSeparator + "\ncom.bbc.www\n  language:                                @ "}, absent: []string{"org.wikipedia"}},
+		{args: []string{"read", "web", "regex=org.*", "columns=language"}, contain: []string{"\norg.wikipedia.en\n"}},
+		{args: []string{"read", "web", "regex=("}, errWant: "regex="},
 		{args: []string{"count", "web"}, want: "3\n"},
 		{args: []string{"count", "web", "prefix=com."}, want: "2\n"},
 		{args: []string{"deleterow", "web", "com.cnn.www"}},

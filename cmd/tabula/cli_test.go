@@ -12,7 +12,8 @@ type cliStep struct {
 	args    []string
 	want    string // exact stdout, unless contains is set
 	contain []string
-	errWant string // non-empty: the verb must fail with this in its error
+	absent  []string // must not appear in stdout
+	errWant string   // non-empty: the verb must fail with this in its error
 }
 
 func runCLISteps(t *testing.T, addr string, steps []cliStep) {
@@ -33,6 +34,11 @@ func runCLISteps(t *testing.T, addr string, steps []cliStep) {
 		}
 		if s.contain == nil && out != s.want {
 			t.Errorf("%s printed\n%s\nwant\n%s", name, out, s.want)
+		}
+		for _, a := range s.absent {
+			if strings.Contains(out, a) {
+				t.Errorf("%s printed\n%s\nwant no %q", name, out, a)
+			}
 		}
 		for _, c := range s.contain {
 			if !strings.Contains(out, c) {
@@ -70,6 +76,9 @@ func TestCLIVerbs(t *testing.T) {
 		{args: []string{"lookup", "web", "com.nope"}, want: ""},
 		{args: []string{"read", "web", "prefix=com."}, contain: []string{"\ncom.bbc.www\n", "\ncom.cnn.www\n"}},
 		{args: []string{"read", "web", "count=1"}, contain: []string{"\ncom.bbc.www\n"}},
+		{args: []string{"read", "web", "regex=.*\\.www", "columns=language"}, contain: []string{rowSeparator + "\ncom.bbc.www\n  language:                                @ "}, absent: []string{"org.wikipedia"}},
+		{args: []string{"read", "web", "regex=org.*", "columns=language"}, contain: []string{"\norg.wikipedia.en\n"}},
+		{args: []string{"read", "web", "regex=("}, errWant: "regex="},
 		{args: []string{"read", "web", "start=com.c", "end=org"}, contain: []string{"\ncom.cnn.www\n"}},
 		{args: []string{"read", "web", "columns=anchor:cnn.*"}, want: rowSeparator + "\ncom.cnn.www\n" +
 			"  anchor:cnnsi.com                         @ 2023/11/14-22:13:20.000000\n    \"CNN\"\n"},
