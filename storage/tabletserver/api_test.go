@@ -448,6 +448,7 @@ func TestReadModifyWrite(t *testing.T) {
 func TestErrors(t *testing.T) {
 	lim := cell.DefaultLimits()
 	lim.MaxValueBytes = 1 << 20
+	lim.MaxMutations = 5
 	e := newTestEnv(t, HostOptions{Limits: lim}, DataOptions{})
 	tbl := e.createTable(tableDef{name: "t", families: []string{"f"}})
 	e.createTable(tableDef{name: "micros", families: []string{"f"}, granularity: meta.GranularityMicros})
@@ -494,6 +495,18 @@ func TestErrors(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "table_name")
 	_, err = e.stub.MutateRow(ctx, &bigtablepb.MutateRowRequest{TableName: tableName("t"), RowKey: []byte("r")})
 	wantCode(t, err, codes.InvalidArgument, "mutations")
+	// Too many mutations: in one row, and in one MutateRows request.
+	many := bigtable.NewMutation()
+	for i := range 6 {
+		many.Set("f", string(rune('a'+i)), 0, nil)
+	}
+	wantCode(t, tbl.Apply(ctx, "r", many), codes.InvalidArgument, "mutations", "limit is 5")
+	three := bigtable.NewMutation()
+	for i := range 3 {
+		three.Set("f", string(rune('a'+i)), 0, nil)
+	}
+	_, err = tbl.ApplyBulk(ctx, []string{"r1", "r2"}, []*bigtable.Mutation{three, three})
+	wantCode(t, err, codes.InvalidArgument, "entries", "6 mutations", "limit is 5")
 	// A mutation list with one bad mutation applies nothing.
 	m := set("f", "good", 0, []byte("g"))
 	m.Set("nope", "q", 0, nil)
