@@ -89,10 +89,11 @@ func (c connFlags) dial(ctx context.Context) (*conn, error) {
 	return &conn{cc: cc, data: data, admin: admin, names: c}, nil
 }
 
+// Close closes both clients and the channel. Whether a client closes a
+// channel given with WithGRPCConn has varied between client versions, so
+// the channel is closed here too, last; a second close only returns an
+// error, which is ignored.
 func (c *conn) Close() error {
-	// The clients close the shared channel themselves when passed in with
-	// WithGRPCConn only in some versions; closing it last, ignoring a
-	// second close, is safe either way.
 	c.data.Close()
 	c.admin.Close()
 	c.cc.Close()
@@ -529,6 +530,3 @@ func formatValue(v []byte, maxValue int) string {
 	}
 	return strconv.Quote(string(v))
 }
-
-// elapsedSince is the wall time since t, for summaries.
-func elapsedSince(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
