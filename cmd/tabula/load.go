@@ -23,6 +23,17 @@ func newLoadCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "load",
 		Short: "Load data into a table: a synthetic Webtable or a directory of HTML pages",
+		// Without this, a bare or misspelt "tabula load x" would print
+		// help and exit 0.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef(cmd, "unknown load source %q: want webtable or html", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usagef(cmd, "missing what to load: webtable or html")
+		},
 	}
 	cmd.AddCommand(newLoadWebtableCommand(), newLoadHTMLCommand())
 	return cmd

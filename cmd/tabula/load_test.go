@@ -243,6 +243,15 @@ func TestLoadHTML(t *testing.T) {
 	}
 }
 
+func TestLoadUsage(t *testing.T) {
+	for _, args := range [][]string{{"load"}, {"load", "webpages"}, {"load", "html"}, {"load", "webtable", "extra"}, {"load", "webtable", "--rowz", "1"}} {
+		_, _, err := runTabula(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "usage: tabula load") {
+			t.Errorf("%q: err = %v, want a usage error", args, err)
+		}
+	}
+}
+
 func TestNormalizeURL(t *testing.T) {
 	cases := map[string]string{
 		"http://WWW.Example.com":              "www.example.com",
