@@ -198,16 +198,14 @@ func (c *Consul) DeleteCAS(ctx context.Context, key string, index uint64) error 
 		return err
 	}
 	defer done()
-	if index == 0 {
-		// Consul reads cas=0 on a delete as "delete if absent": a no-op
-		// that succeeds. Our contract says an absent key is ErrNotFound
-		// and index 0 matches no existing key.
-		if _, err := c.Get(ctx, key); err != nil {
-			return err
-		}
-		return ErrConflict
-	}
-	ok, _, err := c.kv.DeleteCAS(&api.KVPair{Key: c.full(key), ModifyIndex: index}, (&api.WriteOptions{}).WithContext(ctx))
+	// Consul's own delete-with-cas succeeds on an absent key, whatever the
+	// index; a transaction whose check-index fails on an absent key gives
+	// the contract's answer.
+	full := c.full(key)
+	ok, _, _, err := c.client.Txn().Txn(api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: full, Index: index}},
+		{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: full}},
+	}, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return c.wrap("delete-cas", key, ctx, err)
 	}
