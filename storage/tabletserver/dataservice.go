@@ -435,36 +435,20 @@ func (s *DataService) SampleRowKeys(req *bigtablepb.SampleRowKeysRequest, stream
 	if err != nil {
 		return err
 	}
-	st, err := s.host.table(t.ID)
+	var out []*bigtablepb.SampleRowKeysResponse
+	// A split under way closes a tablet of the list: sample the new list.
+	for attempt := 0; ; attempt++ {
+		out, err = s.sampleTable(t.ID)
+		if !errors.Is(err, tablet.ErrNotServing) || attempt >= notServingRetries {
+			break
+		}
+		if err := sleepCtx(stream.Context(), notServingBackoff); err != nil {
+			return s.fail("SampleRowKeys", err)
+		}
+	}
 	if err != nil {
 		return s.fail("SampleRowKeys", err)
 	}
-	var out []*bigtablepb.SampleRowKeysResponse
-	var base int64
-	for _, tb := range st.list() {
-		samples, err := tb.SampleKeys()
-		if err != nil {
-			return s.fail("SampleRowKeys", err)
-		}
-		size := storedBytes(tb.Stats())
-		var last int64
-		for _, smp := range samples {
-			if smp.Offset-last < s.opts.SampleBytes {
-				continue
-			}
-			last = smp.Offset
-			// The sample is the last key of a block: the rows up to
-			// and including it are before the offset. Clients read
-			// a key as the exclusive end of a piece, so return the
-			// key just after it.
-			out = append(out, &bigtablepb.SampleRowKeysResponse{RowKey: append(bytes.Clone(smp.Row), 0), OffsetBytes: base + smp.Offset})
-		}
-		base += max(size, last)
-		if _, end := tb.Range(); end != nil {
-			out = append(out, &bigtablepb.SampleRowKeysResponse{RowKey: end, OffsetBytes: base})
-		}
-	}
-	out = append(out, &bigtablepb.SampleRowKeysResponse{RowKey: []byte{}, OffsetBytes: base})
 	// Keys must ascend strictly: drop a within-tablet key that reached
 	// the tablet's end.
 	var prev []byte
@@ -478,6 +462,42 @@ func (s *DataService) SampleRowKeys(req *bigtablepb.SampleRowKeysRequest, stream
 		}
 	}
 	return nil
+}
+
+// sampleTable returns the samples of every tablet of a table, in order,
+// ending with the empty key and the total size.
+func (s *DataService) sampleTable(id meta.TableID) ([]*bigtablepb.SampleRowKeysResponse, error) {
+	st, err := s.host.table(id)
+	if err != nil {
+		return nil, err
+	}
+	var out []*bigtablepb.SampleRowKeysResponse
+	var base int64
+	for _, tb := range st.list() {
+		samples, err := tb.SampleKeys()
+		if err != nil {
+			return nil, err
+		}
+		var last int64
+		for _, smp := range samples {
+			if smp.Offset-last < s.opts.SampleBytes {
+				continue
+			}
+			last = smp.Offset
+			// The sample is the last key of a block: the rows up to
+			// and including it are before the offset. Clients read
+			// a key as the exclusive end of a piece, so return the
+			// key just after it.
+			out = append(out, &bigtablepb.SampleRowKeysResponse{RowKey: append(bytes.Clone(smp.Row), 0), OffsetBytes: base + smp.Offset})
+		}
+		if n := len(samples); n > 0 {
+			base += samples[n-1].Offset
+		}
+		if _, end := tb.Range(); end != nil {
+			out = append(out, &bigtablepb.SampleRowKeysResponse{RowKey: end, OffsetBytes: base})
+		}
+	}
+	return append(out, &bigtablepb.SampleRowKeysResponse{RowKey: []byte{}, OffsetBytes: base}), nil
 }
 
 // PingAndWarm answers OK for a known instance: there is nothing to warm.

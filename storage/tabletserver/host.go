@@ -108,7 +108,9 @@ type TabletInfo struct {
 	// Start and End bound the tablet's rows to [Start, End); nil End is
 	// the end of the table.
 	Start, End []byte
-	// Bytes is the tablet's stored size: SSTables plus memtables.
+	// Bytes estimates the size of the tablet's own rows (SSTable blocks in
+	// its range plus memtables); Stats count whole SSTables, also those
+	// shared with a split sibling.
 	Bytes int64
 	Stats tablet.Stats
 }
@@ -173,8 +175,10 @@ type Host struct {
 	// truncated meanwhile.
 	opening atomic.Int32
 
-	// noSplit remembers tablets that could not split (one huge row) and
-	// their size then, so the loop does not retry until they grew.
+	// noSplit remembers tablets found too small to split (their own
+	// bytes below SplitBytes although their shared files are larger) or
+	// unsplittable (one huge row), with their stored size then, so the
+	// loop does not measure them again until they grew.
 	noSplitMu sync.Mutex
 	noSplit   map[*tablet.Tablet]int64
 
@@ -448,7 +452,8 @@ func (h *Host) TableTablets(id meta.TableID) []TabletInfo {
 	for _, tb := range tabs {
 		start, end := tb.Range()
 		s := tb.Stats()
-		out = append(out, TabletInfo{ID: tb.ID(), Start: start, End: end, Bytes: storedBytes(s), Stats: s})
+		own, _ := tabletBytes(tb) // zero for a tablet closed meanwhile
+		out = append(out, TabletInfo{ID: tb.ID(), Start: start, End: end, Bytes: own, Stats: s})
 	}
 	return out
 }
@@ -475,6 +480,19 @@ func cmpString(a, b string) int {
 	return 0
 }
 
+// tabletBytes estimates the bytes of a tablet's own rows: the offset of its
+// last key sample, which counts only the SSTable blocks in its range and
+// its memtables (a split child shares its parent's files by reference).
+func tabletBytes(tb *tablet.Tablet) (int64, error) {
+	samples, err := tb.SampleKeys()
+	if err != nil || len(samples) == 0 {
+		return 0, err
+	}
+	return samples[len(samples)-1].Offset, nil
+}
+
+// storedBytes is the size of a tablet's files and memtables, shared files
+// included.
 func storedBytes(s tablet.Stats) int64 {
 	n := s.MemtableBytes + s.FrozenBytes
 	for _, g := range s.Groups {
@@ -693,16 +711,29 @@ func (h *Host) splitBig(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			size := storedBytes(tb.Stats())
-			if size < h.opts.SplitBytes {
+			// Stats count whole SSTables, also those a split child
+			// shares with its sibling, so they only bound the size
+			// from above; the tablet's own bytes come from its
+			// sampled keys, which are costlier (they walk the
+			// memtable), so a tablet found too small (or unsplittable)
+			// is measured again only once it has grown.
+			stored := storedBytes(tb.Stats())
+			if stored < h.opts.SplitBytes {
 				continue
 			}
 			h.noSplitMu.Lock()
-			was, failed := h.noSplit[tb]
+			was, measured := h.noSplit[tb]
 			h.noSplitMu.Unlock()
-			if failed && size < was+was/4 {
+			if measured && stored < was+h.opts.SplitBytes/8 {
 				continue
 			}
+			if own, err := tabletBytes(tb); err != nil || own < h.opts.SplitBytes {
+				h.noSplitMu.Lock()
+				h.noSplit[tb] = stored
+				h.noSplitMu.Unlock()
+				continue
+			}
+			size := stored
 			if err := h.SplitTablet(ctx, st.meta.Load().ID, tb.ID()); err != nil {
 				if ctx.Err() != nil {
 					return
