@@ -71,6 +71,10 @@ type devConfig struct {
 	// StopTimeout bounds the graceful stop of Close before in-flight
 	// requests are cut; default 10 s.
 	StopTimeout time.Duration
+	// LogTruncateInterval is how often the commit log is truncated to the
+	// oldest redo point of the tablets; default
+	// tabletserver.DefaultLogTruncateInterval.
+	LogTruncateInterval time.Duration
 	// Logger is the structured log; default JSON on stderr.
 	Logger *slog.Logger
 }
@@ -91,6 +95,12 @@ type devServer struct {
 	httpLis  net.Listener
 	serving  atomic.Bool
 	serveErr chan error
+
+	stopTrunc chan struct{} // closed by Close: truncateLoop returns
+	truncDone chan struct{} // closed when truncateLoop has returned
+	// truncStarted is set (before serving) once truncateLoop runs.
+	truncStarted  bool
+	stopTruncOnce sync.Once
 
 	closeOnce sync.Once
 	closeErr  error
@@ -119,10 +129,13 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devServer, err error) {
 	if cfg.Limits == (cell.Limits{}) {
 		cfg.Limits = cell.DefaultLimits()
 	}
+	if cfg.LogTruncateInterval <= 0 {
+		cfg.LogTruncateInterval = tabletserver.DefaultLogTruncateInterval
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	d := &devServer{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 2)}
+	d := &devServer{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 2), stopTrunc: make(chan struct{}), truncDone: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			d.abort()
@@ -163,6 +176,11 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devServer, err error) {
 		SplitBytes:    cfg.SplitBytes,
 		Logger:        d.log,
 		Registerer:    reg,
+		// The Host's own truncation could run while recovery has opened
+		// some tables but not others, and drop log records that the
+		// others still need; the dev server truncates itself, once every
+		// table is open (truncateLoop).
+		LogTruncateInterval: neverInterval,
 	})
 	if err != nil {
 		return nil, err
@@ -190,6 +208,8 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devServer, err error) {
 		return nil, err
 	}
 	d.log.Info("recovered", "dir", cfg.Dir, "took", time.Since(start).String())
+	d.truncStarted = true
+	go d.truncateLoop()
 
 	unary := []grpc.UnaryServerInterceptor{d.host.UnaryInterceptor()}
 	stream := []grpc.StreamServerInterceptor{d.host.StreamInterceptor()}
@@ -288,6 +308,7 @@ func (d *devServer) Close() error {
 			errs = append(errs, d.http.Shutdown(ctx))
 			cancel()
 		}
+		d.stopTruncation()
 		errs = append(errs, d.host.Close(), d.commit.Close())
 		if d.lock != nil {
 			errs = append(errs, d.lock.Close())
@@ -296,6 +317,46 @@ func (d *devServer) Close() error {
 		d.log.Info("stopped", "err", d.closeErr)
 	})
 	return d.closeErr
+}
+
+// neverInterval is a ticker period that never comes (about 146 years).
+const neverInterval = time.Duration(1 << 62)
+
+// truncateLoop truncates the commit log to the oldest redo point of the
+// open tablets every LogTruncateInterval, after recovery has opened every
+// table. Tables created later start at the log's end, so they need nothing
+// older.
+func (d *devServer) truncateLoop() {
+	defer close(d.truncDone)
+	tick := time.NewTicker(d.cfg.LogTruncateInterval)
+	defer tick.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-d.stopTrunc
+		cancel()
+	}()
+	for {
+		select {
+		case <-d.stopTrunc:
+			return
+		case <-tick.C:
+			if err := d.host.TruncateLog(ctx); err != nil && ctx.Err() == nil {
+				d.log.Error("commit log truncation failed", "err", err)
+			}
+		}
+	}
+}
+
+// stopTruncation stops truncateLoop (if it was started) and waits for it,
+// so that the log is not truncated while it closes.
+func (d *devServer) stopTruncation() {
+	d.stopTruncOnce.Do(func() {
+		close(d.stopTrunc)
+		if d.truncStarted {
+			<-d.truncDone
+		}
+	})
 }
 
 // abort releases what a failed startDev acquired.
@@ -309,6 +370,7 @@ func (d *devServer) abort() {
 	if d.httpLis != nil {
 		d.httpLis.Close()
 	}
+	d.stopTruncation()
 	if d.host != nil {
 		_ = d.host.Close()
 	}
@@ -442,6 +504,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.Int64Var(&cfg.BlockCacheBytes, "block-cache-size", defaultDevBlockCacheBytes, "SSTable block cache in bytes (negative: none)")
 	f.Int64Var(&cfg.ScanCacheBytes, "scan-cache-size", defaultDevScanCacheBytes, "scan cache in bytes (negative: none)")
 	f.BoolVar(&cfg.InstanceAgnostic, "instance-agnostic", false, "serve every project and instance from one namespace")
+	f.DurationVar(&cfg.LogTruncateInterval, "log-truncate-interval", tabletserver.DefaultLogTruncateInterval, "how often the commit log drops what every tablet has flushed")
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", defaultDevStopTimeout, "how long a stop waits for requests in flight")
 	f.IntVar(&cfg.Limits.MaxRowKeyBytes, "max-row-key-bytes", def.MaxRowKeyBytes, "largest row key")
 	f.IntVar(&cfg.Limits.MaxQualifierBytes, "max-qualifier-bytes", def.MaxQualifierBytes, "largest column qualifier")

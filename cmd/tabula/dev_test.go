@@ -230,8 +230,8 @@ func TestDevInstanceAgnostic(t *testing.T) {
 // subprocess, writers apply multi-cell row mutations (single and bulk)
 // through the official client, and the server is killed with SIGKILL in the
 // middle of the writes, five times, restarting on the same directory with
-// a small memtable and split size so that crashes also hit flushes and
-// splits. After every restart each acknowledged write must be readable and
+// a small memtable and split size and frequent log truncation, so that
+// crashes also hit flushes, splits and truncations. After every restart each acknowledged write must be readable and
 // every row whole: all its cells from one mutation. A last round stops the
 // server with SIGTERM, which must exit 0 and lose nothing either.
 func TestDevCrash(t *testing.T) {
@@ -307,7 +307,7 @@ func startDevProcess(t *testing.T, ctx context.Context, bin, dir string, round i
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(ctx, bin, "dev", "--dir", dir, "--addr", "127.0.0.1:0",
-		"--memtable-size", "131072", "--split-size", "1048576", "--log-format", "text")
+		"--memtable-size", "131072", "--split-size", "1048576", "--log-truncate-interval", "100ms", "--log-format", "text")
 	cmd.Stderr = logFile
 	out, err := cmd.StdoutPipe()
 	if err != nil {
