@@ -38,7 +38,7 @@ const (
 // commit log in a temporary directory, served by a real gRPC server on
 // loopback and driven by the official Go client.
 type testEnv struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	host   *Host
 	reg    *prometheus.Registry
@@ -50,7 +50,7 @@ type testEnv struct {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newTestEnv(t *testing.T, ho HostOptions, do DataOptions) *testEnv {
+func newTestEnv(t testing.TB, ho HostOptions, do DataOptions) *testEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
