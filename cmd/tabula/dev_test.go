@@ -232,7 +232,8 @@ func TestDevInstanceAgnostic(t *testing.T) {
 // middle of the writes, five times, restarting on the same directory with
 // a small memtable and split size and frequent log truncation, so that
 // crashes also hit flushes, splits and truncations. After every restart each acknowledged write must be readable and
-// every row whole: all its cells from one mutation. A last round stops the
+// every row whole: all its cells from one mutation, and every family
+// created before the crash must be there. A last round stops the
 // server with SIGTERM, which must exit 0 and lose nothing either.
 func TestDevCrash(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "tabula")
@@ -256,6 +257,20 @@ func TestDevCrash(t *testing.T) {
 			}
 		} else {
 			st.verify(t, ctx, c.data.Open("crash"), round)
+			// Every acknowledged schema change survived too.
+			info, err := c.admin.TableInfo(ctx, "crash")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := 0; r < round; r++ {
+				if !slices.Contains(info.Families, fmt.Sprintf("round%d", r)) {
+					t.Fatalf("round %d: family round%d, created before the crash, is gone: %v", round, r, info.Families)
+				}
+			}
+		}
+		if err := c.admin.CreateColumnFamilyWithConfig(ctx, "crash", fmt.Sprintf("round%d", round),
+			bigtable.Family{GCPolicy: bigtable.MaxVersionsPolicy(1)}); err != nil {
+			t.Fatal(err)
 		}
 		if round == rounds {
 			// Clean stop: SIGTERM, exit 0, and one more restart.

@@ -477,7 +477,8 @@ func (s *AdminService) GetTable(ctx context.Context, req *adminpb.GetTableReques
 }
 
 // DeleteTable deletes a table and its data: FAILED_PRECONDITION while its
-// deletion protection is on. The tablets are dropped, then the catalog
+// deletion protection is on. The tablets are dropped (an error closing them
+// is logged, not returned: their data is being deleted), then the catalog
 // entry, then the files (a crash before the last step leaves files that
 // the next Start collects).
 func (s *AdminService) DeleteTable(ctx context.Context, req *adminpb.DeleteTableRequest) (*emptypb.Empty, error) {
@@ -494,12 +495,15 @@ func (s *AdminService) DeleteTable(ctx context.Context, req *adminpb.DeleteTable
 	if t.DeletionProtection {
 		return nil, status.Errorf(codes.FailedPrecondition, "table %q has deletion_protection on: turn it off (UpdateTable) before deleting the table", n.String())
 	}
-	if err := s.opts.Control.DropTable(ctx, t); err != nil {
-		return nil, toStatus(fmt.Errorf("dropping the tablets of %s: %w", n, err))
-	}
-	// From here on the table is gone for clients; finish even if the
-	// client does not wait.
+	// From here on the table is going away; finish even if the client
+	// does not wait.
 	ctx = context.WithoutCancel(ctx)
+	if err := s.opts.Control.DropTable(ctx, t); err != nil {
+		// The tablets failed to close cleanly (a flush failed): their
+		// data is being deleted anyway, and stopping here would leave a
+		// table in the catalog that no tablet serves.
+		s.opts.Logger.Warn("dropping the tablets of a deleted table", "table", n.id, "err", err)
+	}
 	if err := s.opts.Catalog.Delete(ctx, n.id); err != nil {
 		return nil, toStatus(err)
 	}

@@ -309,6 +309,19 @@ func TestDeleteTable(t *testing.T) {
 	}
 }
 
+// A table whose tablets fail to close is deleted all the same.
+func TestDeleteTableWhenDropFails(t *testing.T) {
+	e := newEnv(t)
+	if err := e.admin.CreateTable(e.ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	e.control.setFail("DropTable", errors.New("flush failed"))
+	if err := e.admin.DeleteTable(e.ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "TableInfo", func() error { _, err := e.admin.TableInfo(e.ctx, "t"); return err }(), codes.NotFound)
+}
+
 func TestUpdateTableErrors(t *testing.T) {
 	e := newEnv(t)
 	if err := e.admin.CreateTable(e.ctx, "t"); err != nil {
