@@ -495,6 +495,9 @@ func TestErrors(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "table_name")
 	_, err = e.stub.MutateRow(ctx, &bigtablepb.MutateRowRequest{TableName: tableName("t"), RowKey: []byte("r")})
 	wantCode(t, err, codes.InvalidArgument, "mutations")
+	del := bigtable.NewMutation()
+	del.DeleteTimestampRange("f", "q", 5000, 5000)
+	wantCode(t, tbl.Apply(ctx, "r", del), codes.InvalidArgument, "mutations[0].delete_from_column.time_range")
 	// Too many mutations: in one row, and in one MutateRows request.
 	many := bigtable.NewMutation()
 	for i := range 6 {

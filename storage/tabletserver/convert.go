@@ -94,6 +94,12 @@ func convertMutations(field string, t meta.Table, in []*bigtablepb.Mutation) ([]
 			if tr := dc.GetTimeRange(); tr != nil {
 				start, end = tr.GetStartTimestampMicros(), tr.GetEndTimestampMicros()
 			}
+			if end != 0 && start >= end {
+				// Cloud Bigtable (and its emulator) refuse an empty
+				// or inverted range rather than delete nothing.
+				return nil, &cell.InvalidArgumentError{Field: f + ".delete_from_column.time_range",
+					Reason: fmt.Sprintf("inverted or empty range [%d, %d)", start, end)}
+			}
 			if millis && (start%1000 != 0 || end%1000 != 0) {
 				return nil, &cell.InvalidArgumentError{Field: f + ".delete_from_column.time_range",
 					Reason: fmt.Sprintf("[%d, %d) is not in whole milliseconds: the table's granularity is MILLIS", start, end)}
