@@ -70,7 +70,7 @@ func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablep
 			stats.CellsSeenCount += int64(len(row.Cells))
 			cells := f.Apply(row)
 			if len(cells) == 0 {
-				return nil
+				return w.skip(row.Key)
 			}
 			stats.RowsReturnedCount++
 			stats.CellsReturnedCount += int64(len(cells))
@@ -126,6 +126,32 @@ type chunkWriter struct {
 	size  int
 	total int64
 	stats *bigtablepb.RequestStats // sent with the last response
+
+	// skipped counts the rows read but filtered out since the last
+	// response, lastSkipped is the last of them.
+	skipped     int
+	lastSkipped []byte
+}
+
+// lastScannedEvery is how many filtered-out rows a scan reads before it
+// tells the client how far it got (last_scanned_row_key), so that a
+// client retrying a long, sparse scan resumes there, not at its last row.
+const lastScannedEvery = 1000
+
+// skip notes a row the filter dropped.
+func (w *chunkWriter) skip(key []byte) error {
+	w.skipped++
+	w.lastSkipped = key
+	if w.skipped < lastScannedEvery {
+		return nil
+	}
+	if w.resp == nil {
+		w.resp = &bigtablepb.ReadRowsResponse{}
+	}
+	// The skipped row comes after every row in the response, in scan
+	// order, so the client may take it as its resumption point.
+	w.resp.LastScannedRowKey = key
+	return w.sendResp()
 }
 
 // chunkOverhead approximates the encoded size of a chunk's fixed fields.
@@ -144,7 +170,7 @@ func (w *chunkWriter) add(ch *bigtablepb.ReadRowsResponse_CellChunk, n int) erro
 
 func (w *chunkWriter) sendResp() error {
 	resp := w.resp
-	w.resp, w.size = nil, 0
+	w.resp, w.size, w.skipped = nil, 0, 0
 	return w.send(resp)
 }
 
