@@ -262,6 +262,9 @@ func TestDevCrash(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if known, exists := st.churnState(); known && slices.Contains(info.Families, "churn") != exists {
+				t.Fatalf("round %d: family churn present=%v after the crash; the last acknowledged change left present=%v", round, !exists, exists)
+			}
 			for r := 0; r < round; r++ {
 				if !slices.Contains(info.Families, fmt.Sprintf("round%d", r)) {
 					t.Fatalf("round %d: family round%d, created before the crash, is gone: %v", round, r, info.Families)
@@ -293,7 +296,16 @@ func TestDevCrash(t *testing.T) {
 			p.stop(t)
 			break
 		}
+		// Schema changes go on during the writes and the kill.
+		churnStop := make(chan struct{})
+		churnDone := make(chan struct{})
+		go func() {
+			defer close(churnDone)
+			st.churn(ctx, c.admin, churnStop)
+		}()
 		acked := st.write(ctx, c.data.Open("crash"), time.Duration(300+rand.IntN(500))*time.Millisecond, p.kill)
+		close(churnStop)
+		<-churnDone
 		c.close()
 		p.wait()
 		if acked == 0 {
@@ -414,6 +426,8 @@ type crashState struct {
 	sent  map[string]int64
 	next  []int64 // per writer: next token
 	n     atomic.Int64
+	// churnExists and churnKnown: see churn.
+	churnExists, churnKnown bool
 }
 
 const (
@@ -428,6 +442,48 @@ func newCrashState() *crashState {
 }
 
 func (s *crashState) total() int64 { return s.n.Load() }
+
+// churn creates and drops the family "churn" and changes the GC policy of
+// family "b" until stop is closed, recording whether the family's
+// existence is known: an acknowledged change with none in flight after it.
+func (s *crashState) churn(ctx context.Context, admin *bigtable.AdminClient, stop chan struct{}) {
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s.mu.Lock()
+		exists := s.churnExists
+		s.churnKnown = false
+		s.mu.Unlock()
+		var err error
+		if exists {
+			err = admin.DeleteColumnFamily(cctx, "crash", "churn")
+		} else {
+			err = admin.CreateColumnFamily(cctx, "crash", "churn")
+		}
+		if err == nil {
+			s.mu.Lock()
+			s.churnExists, s.churnKnown = !exists, true
+			s.mu.Unlock()
+			err = admin.SetGCPolicy(cctx, "crash", "b", bigtable.MaxVersionsPolicy(2+i%2))
+		}
+		cancel()
+		if err != nil {
+			return // the server is gone
+		}
+	}
+}
+
+// churnState says whether the existence of family "churn" is known, and
+// what it is.
+func (s *crashState) churnState() (known, exists bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.churnKnown, s.churnExists
+}
 
 // columns of every mutation: two families, two qualifiers each; the value
 // is the token, padded so that the data outgrows memtables and tablets.
