@@ -497,7 +497,7 @@ it brings back every acknowledged write and every table's schema.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Dir, "dir", "", "directory for all data (required)")
-	f.StringVar(&cfg.Addr, "addr", "127.0.0.1:8086", "gRPC listen address host:port (port 0 picks a free port)")
+	f.StringVar(&cfg.Addr, "addr", defaultAddr, "gRPC listen address host:port (port 0 picks a free port)")
 	f.StringVar(&cfg.HTTPAddr, "http", "", "HTTP listen address for /metrics, /debug/pprof/ and /healthz (off when empty)")
 	f.Int64Var(&cfg.MemtableBytes, "memtable-size", 64<<20, "memtable size in bytes that triggers a minor compaction")
 	f.Int64Var(&cfg.SplitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")

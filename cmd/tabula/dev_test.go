@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -398,20 +399,20 @@ func (p *devProcess) kill() { p.cmd.Process.Kill() }
 // wait waits for the killed process; its exit status is the kill's.
 func (p *devProcess) wait() { <-p.done }
 
-// stop sends SIGTERM and requires a clean exit.
+// stop sends SIGTERM and requires a clean exit (status 0).
 func (p *devProcess) stop(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-p.done:
 		if err != nil {
 			log, _ := os.ReadFile(p.stderr)
-			t.Fatalf("tabula dev after SIGINT: %v\n%s", err, tail(string(log), 4000))
+			t.Fatalf("tabula dev after SIGTERM: %v\n%s", err, tail(string(log), 4000))
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("tabula dev did not stop within 30s of SIGINT")
+		t.Fatal("tabula dev did not stop within 30s of SIGTERM")
 	}
 }
 
