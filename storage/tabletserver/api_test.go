@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -621,5 +622,28 @@ func TestLastScannedRowKey(t *testing.T) {
 		if got := strings.Join(scanned, ","); got != want {
 			t.Errorf("reversed=%v: last scanned row keys %s, want %s", reversed, got, want)
 		}
+	}
+}
+
+// TestFailedLogIsUnavailable closes the commit log under the server: writes
+// can no longer be made durable, and the client is told to go elsewhere
+// (UNAVAILABLE), not that its request was wrong.
+func TestFailedLogIsUnavailable(t *testing.T) {
+	e := newTestEnv(t, HostOptions{}, DataOptions{})
+	e.createTable(tableDef{name: "t", families: []string{"f"}})
+	if err := e.log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.stub.MutateRow(e.ctx, &bigtablepb.MutateRowRequest{TableName: tableName("t"), RowKey: []byte("r"),
+		Mutations: []*bigtablepb.Mutation{{Mutation: &bigtablepb.Mutation_SetCell_{SetCell: &bigtablepb.Mutation_SetCell{
+			FamilyName: "f", ColumnQualifier: []byte("q"), TimestampMicros: 1000, Value: []byte("v")}}}}})
+	wantCode(t, err, codes.Unavailable)
+	// Reads still work: the tablet's data is intact, only new writes fail.
+	stream, err := e.stub.ReadRows(e.ctx, &bigtablepb.ReadRowsRequest{TableName: tableName("t")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("read after the log failed: %v", err)
 	}
 }
