@@ -253,6 +253,16 @@ func TestHostControl(t *testing.T) {
 		t.Fatalf("GC policy of the new family: %s", got)
 	}
 
+	// Dropping the family hides its cells at once and refuses writes to it.
+	delete(tm.Families, "g")
+	if err := e.host.UpdateSchema(ctx, tm); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, ctx, tbl, bigtable.RowList{"n1"}); got != "n1{f:q@1000=n1}" {
+		t.Fatalf("after dropping family g: %s", got)
+	}
+	wantCode(t, tbl.Apply(ctx, "n1", m), codes.NotFound, "family")
+
 	// Split one tablet by hand, then DropRowRange across both tablets.
 	if err := e.host.SplitTablet(ctx, id, "t-0"); err != nil {
 		t.Fatal(err)
