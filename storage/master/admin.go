@@ -88,6 +88,7 @@ type AdminService struct {
 	opts  Options
 	locks tableLocks
 	opSeq atomic.Uint64
+	ops   operations
 }
 
 // NewAdminService returns the service. Call Start before serving.
@@ -125,11 +126,13 @@ func newTabletID(id meta.TableID, index int) string {
 	return fmt.Sprintf("%s-%x-%s-%d", id.Table, time.Now().UnixMicro(), hex.EncodeToString(b[:]), index)
 }
 
-// Register registers the admin service and the LocalityGroups extension on
-// srv.
+// Register registers on srv the admin service, the LocalityGroups
+// extension and google.longrunning.Operations (GetOperation of the
+// operations UpdateTable returned).
 func (s *AdminService) Register(srv grpc.ServiceRegistrar) {
 	adminpb.RegisterBigtableTableAdminServer(srv, s)
 	adminextpb.RegisterLocalityGroupsServer(srv, &LocalityGroupService{admin: s})
+	longrunningpb.RegisterOperationsServer(srv, &s.ops)
 }
 
 // Start opens the tablets of every table in the catalog — what a restart
@@ -663,7 +666,8 @@ func (s *AdminService) DropRowRange(ctx context.Context, req *adminpb.DropRowRan
 // UpdateTable changes deletion_protection, the one updatable table field
 // Tabula has. Cloud Bigtable answers with a long-running operation; Tabula
 // finishes the change before answering, so the operation it returns is
-// done and holds the table, and clients never need to poll it.
+// done and holds the table, and clients never need to poll it (those that
+// do find it with GetOperation).
 func (s *AdminService) UpdateTable(ctx context.Context, req *adminpb.UpdateTableRequest) (*longrunningpb.Operation, error) {
 	n, err := s.parseTable("table.name", req.GetTable().GetName())
 	if err != nil {
@@ -707,12 +711,14 @@ func (s *AdminService) UpdateTable(ctx context.Context, req *adminpb.UpdateTable
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return &longrunningpb.Operation{
+	op := &longrunningpb.Operation{
 		Name:     fmt.Sprintf("operations/%s/operations/%d", n.String(), s.opSeq.Add(1)),
 		Metadata: md,
 		Done:     true,
 		Result:   &longrunningpb.Operation_Response{Response: resp},
-	}, nil
+	}
+	s.ops.add(op)
+	return op, nil
 }
 
 // GenerateConsistencyToken returns a token for CheckConsistency. Tabula has

@@ -12,8 +12,10 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	"cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/tabuladb/tabula/storage/blob"
@@ -346,6 +348,14 @@ func TestUpdateTableErrors(t *testing.T) {
 	if err := op.GetResponse().UnmarshalTo(&got); err != nil || !got.DeletionProtection || got.Name != tableFullName("t") {
 		t.Fatalf("operation's table %v %v", &got, err)
 	}
+	// A client that polls finds the operation.
+	ops := longrunningpb.NewOperationsClient(e.conn)
+	polled, err := ops.GetOperation(e.ctx, &longrunningpb.GetOperationRequest{Name: op.Name})
+	if err != nil || !proto.Equal(polled, op) {
+		t.Fatalf("GetOperation %v %v, want %v", polled, err, op)
+	}
+	_, err = ops.GetOperation(e.ctx, &longrunningpb.GetOperationRequest{Name: "operations/none"})
+	wantCode(t, "unknown operation", err, codes.NotFound)
 }
 
 func TestColumnFamilies(t *testing.T) {
