@@ -126,20 +126,27 @@ func (c *tabletCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *tabletCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, id := range c.h.Tables() {
-		infos := c.h.TableTablets(id)
+		// Stats only: TableTablets also measures each tablet's own
+		// bytes, which walks the memtables, too slow for every scrape.
+		st, err := c.h.table(id)
+		if err != nil {
+			continue
+		}
+		tabs := st.list()
 		var mem, ssts, sstBytes, flushes, merges, majors float64
-		for _, ti := range infos {
-			mem += float64(ti.Stats.MemtableBytes + ti.Stats.FrozenBytes)
-			for _, g := range ti.Stats.Groups {
+		for _, tb := range tabs {
+			s := tb.Stats()
+			mem += float64(s.MemtableBytes + s.FrozenBytes)
+			for _, g := range s.Groups {
 				ssts += float64(g.SSTables)
 				sstBytes += float64(g.Bytes)
 			}
-			flushes += float64(ti.Stats.Flushes)
-			merges += float64(ti.Stats.Merges)
-			majors += float64(ti.Stats.Majors)
+			flushes += float64(s.Flushes)
+			merges += float64(s.Merges)
+			majors += float64(s.Majors)
 		}
 		name := id.String()
-		ch <- prometheus.MustNewConstMetric(descTablets, prometheus.GaugeValue, float64(len(infos)), name)
+		ch <- prometheus.MustNewConstMetric(descTablets, prometheus.GaugeValue, float64(len(tabs)), name)
 		ch <- prometheus.MustNewConstMetric(descMemtable, prometheus.GaugeValue, mem, name)
 		ch <- prometheus.MustNewConstMetric(descSSTables, prometheus.GaugeValue, ssts, name)
 		ch <- prometheus.MustNewConstMetric(descSSTBytes, prometheus.GaugeValue, sstBytes, name)
