@@ -558,6 +558,9 @@ func (s *AdminService) ModifyColumnFamilies(ctx context.Context, req *adminpb.Mo
 	if err != nil {
 		return nil, err
 	}
+	if len(req.GetModifications()) == 0 {
+		return nil, invalidArg("modifications", "at least one modification is required")
+	}
 	t, err := s.update(ctx, n, true, func(t *meta.Table) error {
 		if t.Families == nil {
 			t.Families = make(map[string]tablet.Family)

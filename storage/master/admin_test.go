@@ -461,6 +461,8 @@ func TestModifyColumnFamiliesAllOrNothing(t *testing.T) {
 			t.Errorf("%s: error %q does not name %q", c.name, err, c.msg)
 		}
 	}
+	_, err := raw.ModifyColumnFamilies(e.ctx, &adminpb.ModifyColumnFamiliesRequest{Name: tableFullName("t")})
+	wantCode(t, "no modifications", err, codes.InvalidArgument)
 	info, _ := e.admin.TableInfo(e.ctx, "t")
 	if !slices.Equal(info.Families, []string{"a"}) {
 		t.Fatalf("refused modifications changed the families: %v", info.Families)
