@@ -7,6 +7,23 @@
 //
 // The admin API (storage/master) drives a Host through the methods
 // OpenTable, DropTable, UpdateSchema, DropRowRange and TableTablets.
+//
+// Decisions a reader should know:
+//
+//   - Routing is an immutable, ordered list of a table's tablets, replaced
+//     whole when a tablet splits. A request that meets a tablet that
+//     stopped serving (split, close) looks the row up again, a few times
+//     with backoff, so clients never see a split; only when that fails
+//     does it answer FAILED_PRECONDITION.
+//   - Tablets split in the background when their own bytes pass
+//     HostOptions.SplitBytes. A split child shares its parent's SSTables,
+//     so its Stats overstate it; its own size comes from its key samples.
+//   - In a MILLIS table the tablets' clock is truncated to milliseconds,
+//     so server-assigned timestamps are whole milliseconds, and client
+//     timestamps that are not are refused (INVALID_ARGUMENT).
+//   - ReadRows sends a response only at a row boundary: the Go client
+//     (v1.58) requires that no row span two responses. Large cells are
+//     still split into ChunkBytes pieces inside the response.
 package tabletserver
 
 import (
