@@ -200,9 +200,9 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devServer, err error) {
 		return nil, err
 	}
 	// Recover before listening: a client that reaches the server finds
-	// every table open and every acknowledged write replayed. Start also
-	// runs before the Host's first commit log truncation (a minute after
-	// NewHost), which must not drop records of tables not yet open.
+	// every table open and every acknowledged write replayed. Only then
+	// may the commit log be truncated (truncateLoop): before, it holds
+	// records of tables not yet open.
 	start := time.Now()
 	if err := admin.Start(ctx); err != nil {
 		return nil, err
