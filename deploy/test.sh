@@ -10,12 +10,16 @@
 #        TABULA_TEST_S3_ENDPOINT    host:port (plain HTTP)
 #        TABULA_TEST_S3_ACCESS_KEY
 #        TABULA_TEST_S3_SECRET_KEY
+#      then installs Consul the same way, starts a single dev-mode agent on
+#      127.0.0.1 (free ports, temporary data directory), waits until it has
+#      elected itself leader, and exports
+#        TABULA_TEST_CONSUL_ADDR    host:port of its HTTP API
 #   3. checks formatting (gofmt -l, generated files excepted) and go vet;
 #   4. runs go test -tags integration -count=1 with the arguments given
 #      (default packages: ./...; give package paths like ./storage/blob/... to
 #      test only those, and they are also what go vet checks);
-#   5. stops MinIO and removes the temporary directories, whatever happened,
-#      and exits with the status of the first failing step.
+#   5. stops MinIO and Consul and removes the temporary directories,
+#      whatever happened, and exits with the status of the first failing step.
 #
 # Integration tests are the files tagged //go:build integration; they use the
 # servers started here and fail (never skip) without them.
@@ -30,11 +34,13 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 BIN=$REPO/.cache/bin
 MINIO_START_TIMEOUT=${MINIO_START_TIMEOUT:-60s}
+CONSUL_START_TIMEOUT=${CONSUL_START_TIMEOUT:-60}
 
 log() { echo "test.sh: $*" >&2; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/tabula-test.XXXXXX")
 MINIO_PID=
+CONSUL_PID=
 
 # stop_pid PID: TERM, then KILL if it lingers.
 stop_pid() {
@@ -54,7 +60,9 @@ cleanup() {
 	if [[ -n $MINIO_PID ]]; then
 		stop_pid "$MINIO_PID"
 	fi
-	# (Stop Consul here too once start_consul below exists.)
+	if [[ -n $CONSUL_PID ]]; then
+		stop_pid "$CONSUL_PID"
+	fi
 	rm -rf "$TMP"
 	exit "$rc"
 }
@@ -76,6 +84,7 @@ if ((${#pkgs[@]} == 0)); then
 fi
 
 bash deploy/install.sh minio
+bash deploy/install.sh consul
 
 # A helper binary for free ports and health checks (no curl or python needed).
 go build -o "$TMP/testenv" ./deploy/testenv
@@ -117,12 +126,65 @@ start_minio() {
 	return 1
 }
 
-# Consul goes here once the cluster packages need it:
-#   bash deploy/install.sh consul, then start_consul (consul agent -dev on free
-#   ports with -data-dir under $TMP), export TABULA_TEST_CONSUL_ADDR, and stop
-#   it in cleanup.
+# consul_leader PORT: print the leader Consul's HTTP API on 127.0.0.1:PORT
+# reports ("" until one is elected), over bash's /dev/tcp so no curl is
+# needed. testenv wait-http is not enough: /v1/status/leader answers 200
+# with an empty leader during the election, and KV writes fail until then.
+consul_leader() {
+	local body
+	exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+	printf 'GET /v1/status/leader HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+	body=$(cat <&3)
+	exec 3<&-
+	printf '%s' "${body##*$'\r\n\r\n'}" | tr -d '"'
+}
+
+# start_consul: start one Consul agent in dev mode (a single server with
+# in-memory state) and wait until it has a leader. Dev mode would take the
+# fixed ports 8500 (HTTP), 8600 (DNS), 8502/8503 (gRPC), 8300-8302 (server
+# RPC, Serf LAN and WAN), which collide between concurrent runs: HTTP and
+# the ports a server must bind get free random ports, DNS and gRPC (unused
+# by Tabula) are off.
+start_consul() {
+	local attempt http serf_lan serf_wan server start leader i
+	start=$(date +%s.%N)
+	for attempt in 1 2 3; do
+		ports=$("$TMP/testenv" free-ports 4) || return 1
+		read -r http serf_lan serf_wan server <<<"$(echo $ports)"
+		rm -rf "$TMP/consul-data" && mkdir -p "$TMP/consul-data"
+		# CHECKPOINT_DISABLE: no update check over the network.
+		CHECKPOINT_DISABLE=1 "$BIN/consul" agent -dev -node tabula-test \
+			-bind 127.0.0.1 -client 127.0.0.1 -advertise 127.0.0.1 \
+			-http-port "$http" -dns-port -1 -grpc-port -1 -grpc-tls-port -1 \
+			-serf-lan-port "$serf_lan" -serf-wan-port "$serf_wan" -server-port "$server" \
+			-data-dir "$TMP/consul-data" >"$TMP/consul.log" 2>&1 &
+		CONSUL_PID=$!
+		if "$TMP/testenv" wait-http "http://127.0.0.1:$http/v1/status/leader" "${CONSUL_START_TIMEOUT}s" 2>"$TMP/wait.err"; then
+			leader=
+			for ((i = 0; i < CONSUL_START_TIMEOUT * 10; i++)); do
+				kill -0 "$CONSUL_PID" 2>/dev/null || break
+				leader=$(consul_leader "$http" 2>/dev/null) || leader=
+				[[ -n $leader ]] && break
+				sleep 0.1
+			done
+			if [[ -n $leader ]] && kill -0 "$CONSUL_PID" 2>/dev/null; then
+				export TABULA_TEST_CONSUL_ADDR=127.0.0.1:$http
+				log "Consul up on $TABULA_TEST_CONSUL_ADDR (leader $leader) after $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')s (attempt $attempt)"
+				return 0
+			fi
+			echo "no leader elected" >"$TMP/wait.err"
+		fi
+		log "Consul did not come up on 127.0.0.1:$http (attempt $attempt): $(cat "$TMP/wait.err")"
+		tail -n 20 "$TMP/consul.log" >&2 || true
+		stop_pid "$CONSUL_PID"
+		CONSUL_PID=
+	done
+	log "giving up: Consul would not start; its log is above"
+	return 1
+}
 
 start_minio
+start_consul
 
 # gofmt checks the directories of the packages tested (the whole tree for
 # ./... or import paths).

@@ -796,9 +796,29 @@ func (h *consulLock) Release(ctx context.Context) error {
 		return err
 	}
 	defer done()
-	if _, _, err := h.s.c.kv.Release(&api.KVPair{Key: h.s.c.full(h.key), Session: h.s.id}, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-		return h.s.c.wrap("release", h.key, ctx, err)
+	// Consul's release writes the request body as the new value, so the
+	// current value is read and written back, in a transaction that checks
+	// nobody changed the key in between.
+	full := h.s.c.full(h.key)
+	for {
+		kv, _, err := h.s.c.kv.Get(full, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		if err != nil {
+			return h.s.c.wrap("release", h.key, ctx, err)
+		}
+		if kv == nil || kv.Session != h.s.id {
+			h.lose()
+			return nil
+		}
+		ok, _, _, err := h.s.c.client.Txn().Txn(api.TxnOps{
+			{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: full, Index: kv.ModifyIndex}},
+			{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: full, Value: kv.Value, Flags: kv.Flags, Session: h.s.id}},
+		}, (&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return h.s.c.wrap("release", h.key, ctx, err)
+		}
+		if ok {
+			h.lose()
+			return nil
+		}
 	}
-	h.lose()
-	return nil
 }

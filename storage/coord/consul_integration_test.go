@@ -67,7 +67,11 @@ func TestConsulLapseWhenCutOff(t *testing.T) {
 	t.Parallel()
 	p := newProxy(t, consulAddr(t))
 	c := newConsul(t, p.addr())
-	direct := newConsul(t, consulAddr(t))
+	direct, err := coord.NewConsul(coord.ConsulConfig{Address: consulAddr(t), Prefix: c.Prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := c.NewSession(ctx, coord.SessionOptions{TTL: coordtest.TTL, LockDelay: time.Second})
