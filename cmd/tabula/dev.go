@@ -24,6 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -94,6 +97,7 @@ type devServer struct {
 	http     *http.Server
 	httpLis  net.Listener
 	serving  atomic.Bool
+	health   *health.Server
 	serveErr chan error
 
 	stopTrunc chan struct{} // closed by Close: truncateLoop returns
@@ -225,6 +229,11 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devServer, err error) {
 	)
 	bigtablepb.RegisterBigtableServer(d.grpc, tabletserver.NewDataService(d.host, tabletserver.DataOptions{Logger: d.log}))
 	admin.Register(d.grpc)
+	// The standard health service (for load balancers and Kubernetes
+	// probes) and reflection (for grpcurl and friends).
+	d.health = health.NewServer()
+	healthpb.RegisterHealthServer(d.grpc, d.health)
+	reflection.Register(d.grpc)
 
 	if d.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
 		return nil, err
@@ -289,6 +298,7 @@ func (d *devServer) httpHandler(reg *prometheus.Registry) http.Handler {
 func (d *devServer) Close() error {
 	d.closeOnce.Do(func() {
 		d.serving.Store(false)
+		d.health.Shutdown() // NOT_SERVING, so that balancers move away first
 		d.log.Info("stopping")
 		done := make(chan struct{})
 		go func() {

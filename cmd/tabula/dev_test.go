@@ -23,6 +23,7 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tabuladb/tabula/storage/master/adminextpb"
 )
@@ -134,6 +135,12 @@ func TestDevEndToEnd(t *testing.T) {
 		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
 			t.Errorf("GET %s: %d, body lacks %q", path, resp.StatusCode, want)
 		}
+	}
+
+	// The standard gRPC health check answers on the same port.
+	hc, err := healthpb.NewHealthClient(c.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || hc.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("grpc health: %v %v", hc, err)
 	}
 
 	// A second server on the same directory is refused.
