@@ -614,3 +614,35 @@ func TestInstanceAgnostic(t *testing.T) {
 		t.Fatalf("GetTable %v %v", tb, err)
 	}
 }
+
+// Concurrent creations of one table: one wins, the others are
+// ALREADY_EXISTS, and the tablets are opened once.
+func TestConcurrentCreateTable(t *testing.T) {
+	e := newEnv(t)
+	const n = 8
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- e.admin.CreateTable(e.ctx, "t")
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	ok := 0
+	for err := range errs {
+		if err == nil {
+			ok++
+		} else {
+			wantCode(t, "losing create", err, codes.AlreadyExists)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d creations succeeded, want 1", ok)
+	}
+	if calls := e.control.Calls(); !slices.Equal(calls, []string{"OpenTable inst/t"}) {
+		t.Fatalf("calls %v", calls)
+	}
+}
