@@ -668,11 +668,63 @@ func (s *consulSession) acquire(ctx context.Context, key string, value []byte) (
 		held := kv != nil && kv.Session != "" && kv.Session != s.id
 		return nil, meta.LastIndex, held, ErrLocked
 	}
+	return s.newLock(key), 0, false, nil
+}
+
+func (s *consulSession) newLock(key string) *consulLock {
 	h := &consulLock{s: s, key: key, lost: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancel(s.ctx)
 	s.c.wg.Add(1)
 	go h.watch()
-	return h, 0, false, nil
+	return h
+}
+
+// TryLockExisting locks key in a transaction that checks the key's modify
+// index read just before, so a key deleted (or recreated) in between is
+// never locked: Consul's plain acquire would create it.
+func (s *consulSession) TryLockExisting(ctx context.Context, key string, value []byte) (Lock, error) {
+	ctx, done, err := s.c.opCtx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	full := s.c.full(key)
+	for {
+		if err := s.usable(); err != nil {
+			return nil, err
+		}
+		kv, _, err := s.c.kv.Get(full, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		if err != nil {
+			return nil, s.c.wrap("acquire", key, ctx, err)
+		}
+		if kv == nil {
+			return nil, ErrNotFound
+		}
+		if kv.Session != "" && kv.Session != s.id {
+			return nil, ErrLocked
+		}
+		ok, resp, _, err := s.c.client.Txn().Txn(api.TxnOps{
+			{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: full, Index: kv.ModifyIndex}},
+			{KV: &api.KVTxnOp{Verb: api.KVLock, Key: full, Value: value, Session: s.id}},
+		}, (&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return nil, s.c.wrap("acquire", key, ctx, err)
+		}
+		if ok {
+			return s.newLock(key), nil
+		}
+		for _, e := range resp.Errors {
+			switch {
+			case strings.Contains(strings.ToLower(e.What), "invalid session"):
+				s.finish(ErrSessionGone)
+				return nil, ErrSessionGone
+			case e.OpIndex == 1:
+				// Held by another session or in lock-delay.
+				return nil, ErrLocked
+			}
+		}
+		// The check failed: the key changed since it was read. Read again.
+	}
 }
 
 func (s *consulSession) TryLock(ctx context.Context, key string, value []byte) (Lock, error) {

@@ -165,6 +165,14 @@ type Session interface {
 	// value.
 	TryLock(ctx context.Context, key string, value []byte) (Lock, error)
 
+	// TryLockExisting is TryLock that never creates the key: it fails with
+	// ErrNotFound if key does not exist. It is how a tablet server whose
+	// session lapsed takes its key back with a new session (a key the
+	// master deleted means the server was declared dead and must exit),
+	// and how the master takes a possibly dead server's key without
+	// resurrecting one deleted meanwhile.
+	TryLockExisting(ctx context.Context, key string, value []byte) (Lock, error)
+
 	// Lock is TryLock that waits while the key is held or in lock-delay,
 	// until it succeeds, the session lapses or ends, or ctx is done.
 	Lock(ctx context.Context, key string, value []byte) (Lock, error)

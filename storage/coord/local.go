@@ -550,7 +550,7 @@ func (s *localSession) Destroy(ctx context.Context) error {
 
 // tryLockLocked is one attempt; it returns the channel that signals the
 // next change, for Lock to wait on.
-func (s *localSession) tryLockLocked(key string, value []byte) (Lock, <-chan struct{}, error) {
+func (s *localSession) tryLockLocked(key string, value []byte, mustExist bool) (Lock, <-chan struct{}, error) {
 	l := s.l
 	changed := l.changed
 	if l.closed {
@@ -561,6 +561,9 @@ func (s *localSession) tryLockLocked(key string, value []byte) (Lock, <-chan str
 			l.endSessionLocked(s, ErrSessionGone)
 		}
 		return nil, nil, s.err
+	}
+	if mustExist && l.kv[key] == nil {
+		return nil, nil, ErrNotFound
 	}
 	if end, ok := l.delayEnd[key]; ok {
 		if l.clock.Now().Before(end) {
@@ -586,7 +589,17 @@ func (s *localSession) TryLock(ctx context.Context, key string, value []byte) (L
 	}
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
-	h, _, err := s.tryLockLocked(key, value)
+	h, _, err := s.tryLockLocked(key, value, false)
+	return h, err
+}
+
+func (s *localSession) TryLockExisting(ctx context.Context, key string, value []byte) (Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	h, _, err := s.tryLockLocked(key, value, true)
 	return h, err
 }
 
@@ -596,7 +609,7 @@ func (s *localSession) Lock(ctx context.Context, key string, value []byte) (Lock
 			return nil, err
 		}
 		s.l.mu.Lock()
-		h, changed, err := s.tryLockLocked(key, value)
+		h, changed, err := s.tryLockLocked(key, value, false)
 		s.l.mu.Unlock()
 		if err != ErrLocked {
 			return h, err

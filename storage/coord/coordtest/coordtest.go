@@ -45,6 +45,7 @@ func Run(t *testing.T, newService func(t *testing.T) coord.Service) {
 		{"List", testList},
 		{"LockExclusive", testLockExclusive},
 		{"LockBlocking", testLockBlocking},
+		{"LockExisting", testLockExisting},
 		{"LockDelayAfterDestroy", testLockDelay},
 		{"LockLostOnDelete", testLockLostOnDelete},
 		{"SessionExpiry", testSessionExpiry},
@@ -403,6 +404,58 @@ func testLockBlocking(e *env) {
 	if isClosed(r.l.Lost()) {
 		t.Fatal("fresh lock reported lost")
 	}
+}
+
+func testLockExisting(e *env) {
+	t := e.t
+	ctx := e.ctx()
+	s1 := e.session(coord.SessionOptions{Name: "server"})
+	s2 := e.session(coord.SessionOptions{Name: "master"})
+	key := coord.ServerKey("ts-existing")
+	_, err := s1.TryLockExisting(ctx, key, []byte("a:1"))
+	wantErr(t, "TryLockExisting of an absent key", err, coord.ErrNotFound)
+	if _, err := e.svc.Get(ctx, key); !errors.Is(err, coord.ErrNotFound) {
+		t.Fatalf("TryLockExisting created the key: Get = %v", err)
+	}
+	e.put(key, "a:0")
+	l1, err := s1.TryLockExisting(ctx, key, []byte("a:1"))
+	if err != nil {
+		t.Fatalf("TryLockExisting of an existing unlocked key: %v", err)
+	}
+	if ent := e.get(key); ent.Session != s1.ID() || string(ent.Value) != "a:1" {
+		t.Fatalf("entry = %+v, want held by %s with value a:1", ent, s1.ID())
+	}
+	_, err = s2.TryLockExisting(ctx, key, []byte("m"))
+	wantErr(t, "TryLockExisting of a held key", err, coord.ErrLocked)
+	if _, err := s1.TryLockExisting(ctx, key, []byte("a:2")); err != nil {
+		t.Fatalf("TryLockExisting by the holder: %v", err)
+	}
+	// The server's session dies; the master finds the key in lock-delay,
+	// then takes it, then deletes it; the server's new session cannot
+	// bring the key back.
+	if err := s1.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !e.closedWithin(l1.Lost(), 5*time.Second) {
+		t.Fatal("lock not lost after Destroy")
+	}
+	_, err = s2.TryLockExisting(ctx, key, []byte("m"))
+	wantErr(t, "TryLockExisting in lock-delay", err, coord.ErrLocked)
+	e.pass(LockDelay + LockDelay/3)
+	l2, err := s2.TryLockExisting(ctx, key, []byte("m"))
+	if err != nil {
+		t.Fatalf("TryLockExisting after lock-delay: %v", err)
+	}
+	cur := e.get(key)
+	if err := e.svc.DeleteCAS(ctx, key, cur.ModifyIndex); err != nil {
+		t.Fatal(err)
+	}
+	if !e.closedWithin(l2.Lost(), 10*time.Second) {
+		t.Fatal("master's lock not lost after it deleted the key")
+	}
+	s3 := e.session(coord.SessionOptions{Name: "server again"})
+	_, err = s3.TryLockExisting(ctx, key, []byte("a:3"))
+	wantErr(t, "TryLockExisting of a deleted server key", err, coord.ErrNotFound)
 }
 
 func testLockDelay(e *env) {
