@@ -117,7 +117,7 @@ func (s *DataService) apply(ctx context.Context, id meta.TableID, rm cell.RowMut
 		if err := tb.Apply(ctx, rm); err != nil {
 			return err
 		}
-		s.host.noteWrite(tb)
+		s.host.noteWrite()
 		return nil
 	})
 	if err == nil {
@@ -259,7 +259,7 @@ func (s *DataService) CheckAndMutateRow(ctx context.Context, req *bigtablepb.Che
 			return falseMuts, nil
 		})
 		if err == nil {
-			s.host.noteWrite(tb)
+			s.host.noteWrite()
 		}
 		return err
 	})
@@ -392,7 +392,7 @@ func (s *DataService) ReadModifyWriteRow(ctx context.Context, req *bigtablepb.Re
 			return muts, nil
 		})
 		if err == nil {
-			s.host.noteWrite(tb)
+			s.host.noteWrite()
 		}
 		return err
 	})

@@ -662,10 +662,9 @@ func scanTablets(ctx context.Context, rt *routing, lo, hi []byte, reverse bool, 
 	return nil
 }
 
-// noteWrite asks the background loop to look at tablet sizes when the
-// tablet written to may have passed the split size. Looking at the
-// memtable's size is cheap; the loop does the rest.
-func (h *Host) noteWrite(tb *tablet.Tablet) {
+// noteWrite tells the background loop that a tablet grew; the loop looks
+// at tablet sizes at most every 50 ms, so a write pays one channel send.
+func (h *Host) noteWrite() {
 	select {
 	case h.kick <- struct{}{}:
 	default:
