@@ -296,7 +296,8 @@ func (c *Consul) watch(ctx context.Context, prefix string, exact bool) (<-chan E
 
 // query reads the prefix (or key) with a blocking query at index.
 func (c *Consul) query(ctx context.Context, prefix string, exact bool, index uint64) (api.KVPairs, uint64, error) {
-	opts := (&api.QueryOptions{WaitIndex: index, WaitTime: c.cfg.WaitTime}).WithContext(ctx)
+	opts, cancel := c.blocking(ctx, index)
+	defer cancel()
 	if exact {
 		kv, meta, err := c.kv.Get(c.full(prefix), opts)
 		if err != nil {
@@ -348,6 +349,16 @@ func (c *Consul) deliverDiff(ctx context.Context, out chan<- Event, seen map[str
 		}
 	}
 	return true
+}
+
+// blocking returns query options for a blocking query at index, under a
+// context that gives up a little after the longest answer Consul may take
+// (WaitTime plus up to WaitTime/16 of jitter): across a partition that
+// drops packets without resetting the connection, a query would otherwise
+// wait for TCP to notice, minutes later.
+func (c *Consul) blocking(ctx context.Context, index uint64) (*api.QueryOptions, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.WaitTime+c.cfg.WaitTime/16+5*time.Second)
+	return (&api.QueryOptions{WaitIndex: index, WaitTime: c.cfg.WaitTime}).WithContext(ctx), cancel
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -585,8 +596,9 @@ func (s *consulSession) monitor() {
 	defer s.c.wg.Done()
 	var index uint64
 	for s.ctx.Err() == nil {
-		opts := (&api.QueryOptions{WaitIndex: index, WaitTime: s.c.cfg.WaitTime}).WithContext(s.ctx)
+		opts, cancel := s.c.blocking(s.ctx, index)
 		entry, meta, err := s.c.client.Session().Info(s.id, opts)
+		cancel()
 		if err != nil {
 			if !sleepCtx(s.ctx, s.c.cfg.RetryInterval) {
 				break
@@ -597,7 +609,13 @@ func (s *consulSession) monitor() {
 			s.finish(ErrSessionGone)
 			return
 		}
-		index = meta.LastIndex
+		// An index that went backwards means Consul's state was reset:
+		// start over, as its documentation says.
+		if meta.LastIndex < index {
+			index = 0
+		} else {
+			index = meta.LastIndex
+		}
 	}
 	if s.c.ctx.Err() != nil {
 		s.finish(ErrClosed)
@@ -767,7 +785,9 @@ func (s *consulSession) Lock(ctx context.Context, key string, value []byte) (Loc
 		}
 		if held {
 			// Wait for the holder to change.
-			_, _, err = s.c.kv.Get(s.c.full(key), (&api.QueryOptions{WaitIndex: index, WaitTime: s.c.cfg.WaitTime}).WithContext(ctx))
+			opts, cancelQuery := s.c.blocking(ctx, index)
+			_, _, err = s.c.kv.Get(s.c.full(key), opts)
+			cancelQuery()
 		}
 		// In lock-delay nothing in Consul changes when the delay ends,
 		// so poll; after a failed query, pause before the next attempt.
@@ -816,7 +836,9 @@ func (h *consulLock) watch() {
 	}()
 	var index uint64
 	for {
-		kv, meta, err := h.s.c.kv.Get(h.s.c.full(h.key), (&api.QueryOptions{WaitIndex: index, WaitTime: h.s.c.cfg.WaitTime}).WithContext(h.ctx))
+		opts, cancel := h.s.c.blocking(h.ctx, index)
+		kv, meta, err := h.s.c.kv.Get(h.s.c.full(h.key), opts)
+		cancel()
 		if h.ctx.Err() != nil {
 			return
 		}
