@@ -57,6 +57,17 @@
 // lock (a write, for a tablet server) check [Session.Valid] synchronously:
 // the Lapsed channel is closed by a goroutine that may run late, for
 // example after the process was stopped with SIGSTOP.
+//
+// # Timing on Consul
+//
+// Consul invalidates a session only after twice its TTL without a renewal
+// (measured: 20.0s for a 10s TTL after a holder was killed), while the
+// holder lapses after one TTL on its own clock, so there is a margin of a
+// TTL between a cut-off holder stopping and anyone else taking its locks,
+// before any lock-delay. A master that takes a killed server's key waits
+// up to 2×TTL plus the lock-delay: with the minimum TTL of 10s, a
+// lock-delay of a few seconds keeps failover detection well under 30s;
+// Consul's default 15s would not.
 package coord
 
 import (
