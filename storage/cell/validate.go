@@ -108,12 +108,14 @@ func (l Limits) ValidateRowMutation(rm RowMutation) error {
 	return nil
 }
 
+// validateMutation checks mutation i. Field names are built only for an
+// error: validation runs for every mutation of every write.
 func (l Limits) validateMutation(i int, m Mutation) error {
-	field := fmt.Sprintf("mutations[%d].%s", i, m.Kind)
+	field := func(sub string) string { return fmt.Sprintf("mutations[%d].%s.%s", i, m.Kind, sub) }
 	switch m.Kind {
 	case SetCell, DeleteFromColumn, DeleteFromFamily:
-		if err := ValidateFamilyName(field+".family_name", m.Family); err != nil {
-			return err
+		if !ValidFamilyName(m.Family) {
+			return ValidateFamilyName(field("family_name"), m.Family)
 		}
 	case DeleteFromRow:
 		return nil
@@ -124,25 +126,25 @@ func (l Limits) validateMutation(i int, m Mutation) error {
 		return nil
 	}
 	if len(m.Qualifier) > l.MaxQualifierBytes {
-		return invalid(field+".column_qualifier", "qualifier is %d bytes, the limit is %d", len(m.Qualifier), l.MaxQualifierBytes)
+		return invalid(field("column_qualifier"), "qualifier is %d bytes, the limit is %d", len(m.Qualifier), l.MaxQualifierBytes)
 	}
 	if m.Kind == SetCell {
 		if m.Timestamp != ServerTimestamp && (m.Timestamp < 0 || m.Timestamp > MaxTimestamp) {
-			return invalid(field+".timestamp_micros", "timestamp %d must be -1 (server-assigned) or in [0, %d]", m.Timestamp, MaxTimestamp)
+			return invalid(field("timestamp_micros"), "timestamp %d must be -1 (server-assigned) or in [0, %d]", m.Timestamp, MaxTimestamp)
 		}
 		if len(m.Value) > l.MaxValueBytes {
-			return invalid(field+".value", "value is %d bytes, the limit is %d", len(m.Value), l.MaxValueBytes)
+			return invalid(field("value"), "value is %d bytes, the limit is %d", len(m.Value), l.MaxValueBytes)
 		}
 		return nil
 	}
 	if m.StartTimestamp < 0 {
-		return invalid(field+".time_range.start_timestamp_micros", "must not be negative, got %d", m.StartTimestamp)
+		return invalid(field("time_range.start_timestamp_micros"), "must not be negative, got %d", m.StartTimestamp)
 	}
 	if m.EndTimestamp < 0 {
-		return invalid(field+".time_range.end_timestamp_micros", "must not be negative, got %d", m.EndTimestamp)
+		return invalid(field("time_range.end_timestamp_micros"), "must not be negative, got %d", m.EndTimestamp)
 	}
 	if m.EndTimestamp != 0 && m.EndTimestamp < m.StartTimestamp {
-		return invalid(field+".time_range", "end %d is before start %d", m.EndTimestamp, m.StartTimestamp)
+		return invalid(field("time_range"), "end %d is before start %d", m.EndTimestamp, m.StartTimestamp)
 	}
 	return nil
 }

@@ -428,6 +428,50 @@ func (t *Tablet) Apply(ctx context.Context, rm cell.RowMutation) error {
 	return t.finishWrite(ctx, last, commit)
 }
 
+// ApplyBatch applies row mutations as Apply does — each atomically and
+// independently, in order, so several mutations of one row keep their
+// order — in one critical section with one wait for the commit log: the
+// path of bulk writes, where per-row lock hand-offs would dominate. errs[i]
+// is rms[i]'s outcome; nil means durable and visible. Invalid entries fail
+// alone and change nothing.
+func (t *Tablet) ApplyBatch(ctx context.Context, rms []cell.RowMutation) []error {
+	errs := make([]error, len(rms))
+	for i, rm := range rms {
+		if err := t.validate(rm); err != nil {
+			errs[i] = err
+		} else if !t.Contains(rm.Row) {
+			errs[i] = t.notServing(rm.Row, "row outside the tablet's range")
+		}
+	}
+	var applied []int
+	var last uint64
+	var commit *commitlog.Commit
+	t.writeMu.Lock()
+	for i, rm := range rms {
+		if errs[i] != nil {
+			continue
+		}
+		l, c, err := t.applyLocked(rm)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		last, commit = l, c
+		applied = append(applied, i)
+	}
+	t.writeMu.Unlock()
+	if len(applied) == 0 {
+		return errs
+	}
+	// The log is sequential: once the last record is durable, all are.
+	if err := t.finishWrite(ctx, last, commit); err != nil {
+		for _, i := range applied {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
 // validate checks rm against the limits and the commit log's record size.
 func (t *Tablet) validate(rm cell.RowMutation) error {
 	if err := t.opts.Limits.ValidateRowMutation(rm); err != nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
@@ -29,8 +28,8 @@ const (
 	// DataService should set (grpc.MaxRecvMsgSize): large enough for a
 	// row mutation carrying a cell of the 100 MiB value limit.
 	MaxRequestBytes = 256 << 20
-	// maxBulkConcurrency bounds the rows of one MutateRows applied at
-	// once; concurrent rows share group commits of the log.
+	// maxBulkConcurrency bounds the rows DropRowRange deletes at
+	// once; concurrent deletes share group commits of the log.
 	maxBulkConcurrency = 64
 )
 
@@ -164,35 +163,25 @@ func (s *DataService) MutateRows(req *bigtablepb.MutateRowsRequest, stream bigta
 		return invalidf("entries", "%d mutations in the request, the limit is %d", total, lim)
 	}
 	statuses := make([]error, len(entries))
-	byRow := make(map[string][]int)
-	var order []string
+	rms := make([]cell.RowMutation, len(entries))
 	for i, e := range entries {
-		k := string(e.GetRowKey())
-		if _, ok := byRow[k]; !ok {
-			order = append(order, k)
+		muts, err := convertMutations("mutations", t, e.GetMutations())
+		if err != nil {
+			statuses[i] = err
+			continue
 		}
-		byRow[k] = append(byRow[k], i)
+		rms[i] = cell.RowMutation{Row: e.GetRowKey(), Mutations: muts}
 	}
-	sem := make(chan struct{}, maxBulkConcurrency)
-	var wg sync.WaitGroup
-	for _, k := range order {
-		idx := byRow[k]
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			for _, i := range idx {
-				e := entries[i]
-				field := fmt.Sprintf("entries[%d]", i)
-				muts, err := convertMutations("mutations", t, e.GetMutations())
-				if err == nil {
-					err = s.apply(ctx, t.ID, cell.RowMutation{Row: e.GetRowKey(), Mutations: muts})
-				}
-				statuses[i] = prefixField(field, err)
-			}
-		}()
+	if err := s.host.applyBatch(ctx, t.ID, rms, statuses); err != nil {
+		return s.fail("MutateRows", err)
 	}
-	wg.Wait()
+	for i, err := range statuses {
+		if err != nil {
+			statuses[i] = prefixField(fmt.Sprintf("entries[%d]", i), err)
+		} else {
+			s.host.metrics.bytesWritten.Add(float64(rms[i].Size()))
+		}
+	}
 	resp := &bigtablepb.MutateRowsResponse{Entries: make([]*bigtablepb.MutateRowsResponse_Entry, len(entries))}
 	for i, err := range statuses {
 		st := &statuspb.Status{} // OK: the client wants a status on every entry

@@ -1,0 +1,82 @@
+package tabletserver
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tablet"
+)
+
+// applyBatch applies independent row mutations of one table, each
+// atomically; errs[i] is rms[i]'s outcome (a non-nil errs[i] on entry is
+// kept and the entry skipped). The entries of each tablet go in one
+// tablet.ApplyBatch — one critical section and one commit-log wait for all
+// of them — and the tablets' batches run concurrently. Entries that meet a
+// tablet in the middle of a split are retried one by one through the
+// routing, as single writes are.
+func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMutation, errs []error) error {
+	st, err := h.table(id)
+	if err != nil {
+		return err
+	}
+	routes := st.routes.Load()
+	type group struct {
+		tb  *tablet.Tablet
+		idx []int
+	}
+	var groups []*group
+	byTablet := make(map[*tablet.Tablet]*group)
+	var unrouted []int
+	for i := range rms {
+		if errs[i] != nil {
+			continue
+		}
+		tb := routes.find(rms[i].Row)
+		if tb == nil {
+			unrouted = append(unrouted, i)
+			continue
+		}
+		g := byTablet[tb]
+		if g == nil {
+			g = &group{tb: tb}
+			byTablet[tb] = g
+			groups = append(groups, g)
+		}
+		g.idx = append(g.idx, i)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			batch := make([]cell.RowMutation, len(g.idx))
+			for j, i := range g.idx {
+				batch[j] = rms[i]
+			}
+			for j, err := range g.tb.ApplyBatch(ctx, batch) {
+				i := g.idx[j]
+				if errors.Is(err, tablet.ErrNotServing) {
+					mu.Lock()
+					unrouted = append(unrouted, i)
+					mu.Unlock()
+					continue
+				}
+				errs[i] = err
+			}
+		}()
+	}
+	wg.Wait()
+	// Rare: a split raced the batch. Retry in request order, so that
+	// entries of one row keep theirs.
+	slices.Sort(unrouted)
+	for _, i := range unrouted {
+		errs[i] = h.withTablet(ctx, id, rms[i].Row, func(tb *tablet.Tablet) error { return tb.Apply(ctx, rms[i]) })
+	}
+	h.noteWrite()
+	return nil
+}
