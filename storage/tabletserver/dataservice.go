@@ -62,9 +62,10 @@ type DataOptions struct {
 // Host's interceptors.
 type DataService struct {
 	bigtablepb.UnimplementedBigtableServer
-	host *Host
-	opts DataOptions
-	log  *slog.Logger
+	host    *Host
+	opts    DataOptions
+	log     *slog.Logger
+	filters *filterCache
 }
 
 // NewDataService returns the data API over host.
@@ -81,7 +82,7 @@ func NewDataService(host *Host, opts DataOptions) *DataService {
 	if opts.SampleBytes <= 0 {
 		opts.SampleBytes = DefaultSampleBytes
 	}
-	return &DataService{host: host, opts: opts, log: opts.Logger}
+	return &DataService{host: host, opts: opts, log: opts.Logger, filters: newFilterCache()}
 }
 
 // lookup parses a table name and returns the open table's entry.
@@ -503,5 +504,7 @@ func (s *DataService) compileFilter(f *bigtablepb.RowFilter, field string) (*fil
 	if s.opts.Rand != nil {
 		opts = append(opts, filter.WithRand(s.opts.Rand))
 	}
-	return filter.Compile(f, s.opts.FilterLimits, opts...)
+	return s.filters.compile(f, field, func() (*filter.Filter, error) {
+		return filter.Compile(f, s.opts.FilterLimits, opts...)
+	})
 }
