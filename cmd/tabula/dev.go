@@ -38,6 +38,7 @@ import (
 	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletserver"
+	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
 )
 
 // Defaults of devConfig.
@@ -228,6 +229,7 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devServer, err error) {
 		grpc.ChainStreamInterceptor(stream...),
 	)
 	bigtablepb.RegisterBigtableServer(d.grpc, tabletserver.NewDataService(d.host, tabletserver.DataOptions{Logger: d.log}))
+	scriptpb.RegisterScriptsServer(d.grpc, tabletserver.NewScriptService(d.host, tabletserver.ScriptOptions{Logger: d.log}))
 	admin.Register(d.grpc)
 	// The standard health service (for load balancers and Kubernetes
 	// probes) and reflection (for grpcurl and friends).
