@@ -1,0 +1,104 @@
+// Package client is Tabula's own Go client: what the official Cloud
+// Bigtable clients cannot do, starting with running scripts inside the
+// tablet servers (RunScript, FilterRows).
+//
+// A Client knows one address. A script over a row range runs as the
+// paper's client would run it: find the tablets of the range and their
+// servers (the locator), group them by server into contiguous spans, send
+// one Run per span, and merge the servers' partial aggregates. Today the
+// locator asks the one server behind the address for the tablets it holds
+// (Scripts.ListTablets); the cluster's client swaps in a location cache
+// over METADATA without changing the fan-out.
+package client
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
+)
+
+// MaxMessageSize is the largest message the client sends or accepts: a
+// kept row may carry cells up to the server's 100 MiB value limit.
+const MaxMessageSize = 256 << 20
+
+// Options configure Dial and New. Zero values take the documented
+// defaults.
+type Options struct {
+	// Project and Instance qualify table names
+	// (projects/P/instances/I/tables/T); default "tabula" and "dev", as
+	// the CLI's.
+	Project, Instance string
+	// Concurrency bounds the Runs of one aggregate script in flight at
+	// once; default 8.
+	Concurrency int
+}
+
+func (o *Options) setDefaults() {
+	if o.Project == "" {
+		o.Project = "tabula"
+	}
+	if o.Instance == "" {
+		o.Instance = "dev"
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 8
+	}
+}
+
+// Client runs scripts against a Tabula server. It is safe for concurrent
+// use.
+type Client struct {
+	opts  Options
+	cc    *grpc.ClientConn
+	owned bool // cc was dialed by Dial: Close closes it
+	loc   locator
+}
+
+// Dial connects to the server at addr (host:port) without TLS, as the
+// CLI does. Close releases the connection.
+func Dial(addr string, opts Options) (*Client, error) {
+	cc, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	c := New(cc, opts)
+	c.owned = true
+	return c, nil
+}
+
+// New returns a client over an existing connection (shared with the
+// official clients, say), which Close leaves open. The connection should
+// accept messages of MaxMessageSize.
+func New(cc *grpc.ClientConn, opts Options) *Client {
+	opts.setDefaults()
+	return &Client{opts: opts, cc: cc, loc: &serverLocator{cc: cc}}
+}
+
+// Close closes the connection if Dial opened it.
+func (c *Client) Close() error {
+	if c.owned {
+		return c.cc.Close()
+	}
+	return nil
+}
+
+// TableName returns the full name of table: table itself when it is
+// already projects/P/instances/I/tables/T.
+func (c *Client) TableName(table string) string {
+	if _, err := meta.ParseTableName(table); err == nil {
+		return table
+	}
+	return meta.TableID{Instance: c.opts.Instance, Table: table}.FullName(c.opts.Project)
+}
+
+// scriptsClient returns the stub of the script service on a server; the
+// locator gives each tablet's server as a connection.
+func scriptsClient(cc grpc.ClientConnInterface) scriptpb.ScriptsClient {
+	return scriptpb.NewScriptsClient(cc)
+}

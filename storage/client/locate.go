@@ -1,0 +1,102 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
+)
+
+// tabletLoc is one tablet, [start, end) (nil end: the end of the table),
+// and the server that holds it.
+type tabletLoc struct {
+	start, end []byte
+	server     string                   // the server's identity (its address)
+	conn       grpc.ClientConnInterface // a connection to it
+}
+
+// locator finds the tablets of a row range. It is the one piece the
+// cluster's location cache (METADATA, three levels) replaces.
+type locator interface {
+	// tablets returns the tablets that overlap [start, end) (nil end:
+	// unbounded), in key order, covering the range without gaps.
+	tablets(ctx context.Context, table string, start, end []byte) ([]tabletLoc, error)
+}
+
+// serverLocator is the single-server locator: the server behind the
+// client's address holds every tablet, and says which they are.
+type serverLocator struct {
+	cc grpc.ClientConnInterface
+}
+
+func (l *serverLocator) tablets(ctx context.Context, table string, start, end []byte) ([]tabletLoc, error) {
+	resp, err := scriptpb.NewScriptsClient(l.cc).ListTablets(ctx, &scriptpb.ListTabletsRequest{TableName: table})
+	if err != nil {
+		return nil, err
+	}
+	var out []tabletLoc
+	for _, t := range resp.GetTablets() {
+		tl := tabletLoc{start: t.GetStartKey(), end: t.GetEndKey(), server: "", conn: l.cc}
+		if len(tl.end) == 0 {
+			tl.end = nil
+		}
+		if overlaps(tl.start, tl.end, start, end) {
+			out = append(out, tl)
+		}
+	}
+	return out, nil
+}
+
+// overlaps reports whether [s1, e1) and [s2, e2) share a key (nil ends
+// unbounded).
+func overlaps(s1, e1, s2, e2 []byte) bool {
+	return (e1 == nil || bytes.Compare(s2, e1) < 0) && (e2 == nil || bytes.Compare(s1, e2) < 0)
+}
+
+// span is a contiguous row range held by one server: one Run.
+type span struct {
+	start, end []byte
+	tablets    int
+	server     string
+	conn       grpc.ClientConnInterface
+}
+
+// spans clips the tablets to [start, end) and merges neighbours on the
+// same server, so a server holding a stretch of the range gets one Run
+// for it. It fails with UNAVAILABLE when the tablets leave a gap (a
+// location that changed while it was read: the caller may retry).
+func spans(tabs []tabletLoc, start, end []byte) ([]span, error) {
+	var out []span
+	next := start // the first key not covered yet
+	for _, t := range tabs {
+		if bytes.Compare(t.start, next) > 0 {
+			return nil, status.Errorf(codes.Unavailable, "no tablet holds the rows from %q to %q", next, t.start)
+		}
+		s := span{start: next, end: t.end, tablets: 1, server: t.server, conn: t.conn}
+		if end != nil && (s.end == nil || bytes.Compare(end, s.end) < 0) {
+			s.end = end
+		}
+		if n := len(out); n > 0 && out[n-1].server == s.server {
+			out[n-1].end = s.end
+			out[n-1].tablets++
+		} else {
+			out = append(out, s)
+		}
+		if s.end == nil {
+			return out, nil
+		}
+		next = s.end
+		if end != nil && bytes.Compare(next, end) >= 0 {
+			return out, nil
+		}
+	}
+	if end != nil && bytes.Compare(next, end) >= 0 {
+		return out, nil
+	}
+	return nil, status.Errorf(codes.Unavailable, "%s", fmt.Sprintf("no tablet holds the rows from %q on", next))
+}
