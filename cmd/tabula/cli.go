@@ -222,6 +222,7 @@ func newCLICommands() []*cobra.Command {
 	valueFlag := func(fs *pflag.FlagSet) {
 		fs.IntVar(&maxValue, "max-value", 120, "print at most this many bytes of each value (0: all)")
 	}
+	var where string // read --where FILE: script.go
 	verbs := []clientVerb{
 		{
 			use:   "ls [TABLE]",
@@ -354,11 +355,14 @@ in microseconds since the epoch; without one the server assigns it.`,
 			},
 		},
 		{
-			use:     "read TABLE [start=ROW] [end=ROW] [prefix=P] [regex=RE] [count=N] [columns=F[:C],...] [versions=N]",
-			short:   "Read rows, streaming",
+			use:     "read TABLE [start=ROW] [end=ROW] [prefix=P] [regex=RE] [count=N] [columns=F[:C],...] [versions=N] [--where FILE]",
+			short:   "Read rows, streaming; --where keeps the rows a filter script selects",
 			streams: true,
 			args:    argsBetween(1, -1),
-			flags:   valueFlag,
+			flags: func(fs *pflag.FlagSet) {
+				valueFlag(fs)
+				fs.StringVar(&where, "where", "", "filter script: print only the rows it keeps (run inside the servers)")
+			},
 			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
 				kv, err := parseKeyValues(args[1:], "start", "end", "prefix", "regex", "count", "columns", "versions")
 				if err != nil {
@@ -382,6 +386,10 @@ in microseconds since the epoch; without one the server assigns it.`,
 						return usagef(cmd, "%v", err)
 					}
 					opts = append(opts, bigtable.LimitRows(int64(n)))
+				}
+				if where != "" {
+					n, _ := strconv.Atoi(kv["count"])
+					return readWhere(ctx, c, cmd, args[0], where, kv, n, maxValue)
 				}
 				w := bufio.NewWriter(cmd.OutOrStdout())
 				err = c.data.Open(args[0]).ReadRows(ctx, rng, func(r bigtable.Row) bool {

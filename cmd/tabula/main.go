@@ -22,6 +22,7 @@ func main() {
 	root.AddCommand(newEmulatorCommand())
 	root.AddCommand(newLoadCommand())
 	root.AddCommand(newBenchCommand())
+	root.AddCommand(newScriptCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "tabula:", err)
 		os.Exit(1)
