@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"time"
 
@@ -39,6 +40,11 @@ type ScriptOptions struct {
 	BatchBytes int
 	// FilterLimits bound the RowFilters requests may send.
 	FilterLimits filter.Limits
+	// MaxRuns bounds the runs evaluating at once; more wait for a slot
+	// (or their deadline). Scripts are CPU-bound: without a bound, a few
+	// clients' runaway scripts would hold every core for their whole wall
+	// time and starve the data API. Default 2 × GOMAXPROCS.
+	MaxRuns int
 	// Logger receives the errors the server is to blame for; default the
 	// Host's logger.
 	Logger *slog.Logger
@@ -58,6 +64,7 @@ type ScriptService struct {
 	opts    ScriptOptions
 	log     *slog.Logger
 	metrics *scriptMetrics
+	slots   chan struct{} // one per run evaluating
 }
 
 // NewScriptService returns the script service over host. Its metrics go to
@@ -72,12 +79,15 @@ func NewScriptService(host *Host, opts ScriptOptions) *ScriptService {
 	if opts.BatchBytes <= 0 {
 		opts.BatchBytes = DefaultScriptBatchBytes
 	}
+	if opts.MaxRuns <= 0 {
+		opts.MaxRuns = 2 * runtime.GOMAXPROCS(0)
+	}
 	opts.MaxLimits = withDefaultLimits(opts.MaxLimits)
 	m, err := newScriptMetrics(host.opts.Registerer)
 	if err != nil {
 		opts.Logger.Warn("script metrics not registered", "err", err)
 	}
-	return &ScriptService{host: host, opts: opts, log: opts.Logger, metrics: m}
+	return &ScriptService{host: host, opts: opts, log: opts.Logger, metrics: m, slots: make(chan struct{}, opts.MaxRuns)}
 }
 
 func withDefaultLimits(l scripts.Limits) scripts.Limits {
@@ -175,6 +185,14 @@ func (s *ScriptService) Run(req *scriptpb.RunRequest, stream scriptpb.Scripts_Ru
 	if prog.IsFilter() {
 		kind = "filter"
 	}
+	select {
+	case s.slots <- struct{}{}:
+	case <-stream.Context().Done():
+		return toStatus(stream.Context().Err())
+	}
+	defer func() { <-s.slots }()
+	s.metrics.active.Inc()
+	defer s.metrics.active.Dec()
 	s.metrics.runs.WithLabelValues(kind).Inc()
 	var f *filter.Filter
 	ro := tablet.ReadOptions{}

@@ -13,6 +13,7 @@ type scriptMetrics struct {
 	runs   *prometheus.CounterVec
 	rows   prometheus.Counter
 	errors *prometheus.CounterVec
+	active prometheus.Gauge
 }
 
 // newScriptMetrics registers the metrics on reg (nil: none); on an error
@@ -28,17 +29,21 @@ func newScriptMetrics(reg prometheus.Registerer) (*scriptMetrics, error) {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tabula_script_errors_total", Help: "Failed script runs by kind (compile, runtime, limit, request, canceled, server).",
 		}, []string{"kind"}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tabula_script_runs_active", Help: "Script runs evaluating now (at most ScriptOptions.MaxRuns).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	// A second service on the same registry (a restart in one process)
 	// shares the counters already registered.
-	var err1, err2, err3 error
+	var err1, err2, err3, err4 error
 	m.runs, err1 = register(reg, m.runs)
 	m.rows, err2 = register(reg, m.rows)
 	m.errors, err3 = register(reg, m.errors)
-	return m, errors.Join(err1, err2, err3)
+	m.active, err4 = register(reg, m.active)
+	return m, errors.Join(err1, err2, err3, err4)
 }
 
 // register registers c, or returns the equal collector already there.

@@ -377,3 +377,47 @@ func TestScriptListTablets(t *testing.T) {
 	_, err = sc.ListTablets(e.ctx, &scriptpb.ListTabletsRequest{TableName: tableName("nope")})
 	wantCode(t, err, codes.NotFound)
 }
+
+// TestScriptMaxRuns: with one slot, a second run waits while a slow one
+// evaluates, and gives up at its own deadline; once the slot is free it
+// runs.
+func TestScriptMaxRuns(t *testing.T) {
+	e, sc := newScriptEnv(t, ScriptOptions{MaxRuns: 1, MaxLimits: scripts.Limits{Steps: 1 << 50}})
+	tbl := e.createTable(tableDef{name: "t", families: []string{"f", "g"}})
+	fillPages(t, e, tbl, 2)
+	slow := make(chan error, 1)
+	go func() {
+		_, _, err := runScript(e.ctx, sc, &scriptpb.RunRequest{TableName: tableName("t"), Source: "while (true) {}", Limits: &scriptpb.Limits{TimeMillis: 1500}})
+		slow <- err
+	}()
+	// Wait until the slow run holds the slot.
+	for deadline := time.Now().Add(10 * time.Second); gaugeValue(t, e, "tabula_script_runs_active") != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow run never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 100*time.Millisecond)
+	defer cancel()
+	_, _, err := runScript(ctx, sc, &scriptpb.RunRequest{TableName: tableName("t"), Source: sumScript})
+	wantCode(t, err, codes.DeadlineExceeded)
+	wantCode(t, <-slow, codes.ResourceExhausted, "time limit")
+	if _, _, err := runScript(e.ctx, sc, &scriptpb.RunRequest{TableName: tableName("t"), Source: sumScript}); err != nil {
+		t.Fatalf("run after the slot freed: %v", err)
+	}
+}
+
+// gaugeValue reads a gauge without labels from the env's registry.
+func gaugeValue(t *testing.T, e *testEnv, name string) float64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
