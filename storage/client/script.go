@@ -113,7 +113,9 @@ func (c *Client) script(ctx context.Context, table, src string, opts ScriptOptio
 	} else if bytes.Compare(start, end) >= 0 {
 		return nil, fmt.Errorf("client: Start %q is not before End %q", start, end)
 	}
-	req := &scriptpb.RunRequest{TableName: c.TableName(table), Name: name, Source: src, Limits: limitsProto(opts.Limits)}
+	// RunScript wants only the tables: a filter script's rows stay on
+	// the servers.
+	req := &scriptpb.RunRequest{TableName: c.TableName(table), Name: name, Source: src, Limits: limitsProto(opts.Limits), OmitRows: fn == nil}
 	if opts.Filter != nil {
 		if req.Filter, err = proto.Marshal(opts.Filter); err != nil {
 			return nil, fmt.Errorf("client: filter: %w", err)

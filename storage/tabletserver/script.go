@@ -240,7 +240,7 @@ func (s *ScriptService) Run(req *scriptpb.RunRequest, stream scriptpb.Scripts_Ru
 		if err != nil {
 			return &rowError{key: row.Key, err: err}
 		}
-		if !kept {
+		if !kept || req.GetOmitRows() {
 			return nil
 		}
 		pr, n := rowToProto(row, out)

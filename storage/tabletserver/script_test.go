@@ -213,6 +213,14 @@ when (i: some int; input.cells[i].family == "g")
 	if got := decode(t, src, last).Table("seen").Entries[0].Value; got != int64(18) {
 		t.Errorf("seen = %v, want 18", got)
 	}
+	// omit_rows: the same run, tables and stats only.
+	rows, last, err := runScript(e.ctx, sc, &scriptpb.RunRequest{TableName: tableName("t"), Source: src, Filter: fb, OmitRows: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 0 || last.GetStats().GetKept() != 6 {
+		t.Errorf("omit_rows: %d rows sent, stats %v", len(rows), last.GetStats())
+	}
 }
 
 // TestScriptErrors checks the statuses of bad requests and failed

@@ -197,7 +197,10 @@ type RunRequest struct {
 	Filter []byte `protobuf:"bytes,7,opt,name=filter,proto3" json:"filter,omitempty"`
 	// Limits the client asks for; zero takes the server's default, and
 	// every value is clamped to the server's maximum.
-	Limits        *Limits `protobuf:"bytes,8,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *Limits `protobuf:"bytes,8,opt,name=limits,proto3" json:"limits,omitempty"`
+	// Do not send the rows a filter script keeps: the caller wants only
+	// the tables (and the stats, which still count them).
+	OmitRows      bool `protobuf:"varint,9,opt,name=omit_rows,json=omitRows,proto3" json:"omit_rows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -286,6 +289,13 @@ func (x *RunRequest) GetLimits() *Limits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *RunRequest) GetOmitRows() bool {
+	if x != nil {
+		return x.OmitRows
+	}
+	return false
 }
 
 // Limits bound one run of a script (see scripts.Limits).
@@ -640,7 +650,7 @@ const file_scripts_proto_rawDesc = "" +
 	"\x06Tablet\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12\x17\n" +
-	"\aend_key\x18\x03 \x01(\fR\x06endKey\"\xf7\x01\n" +
+	"\aend_key\x18\x03 \x01(\fR\x06endKey\"\x94\x02\n" +
 	"\n" +
 	"RunRequest\x12\x1d\n" +
 	"\n" +
@@ -652,7 +662,8 @@ const file_scripts_proto_rawDesc = "" +
 	"\n" +
 	"row_prefix\x18\x06 \x01(\fR\trowPrefix\x12\x16\n" +
 	"\x06filter\x18\a \x01(\fR\x06filter\x121\n" +
-	"\x06limits\x18\b \x01(\v2\x19.tabula.scripts.v1.LimitsR\x06limits\"\x81\x01\n" +
+	"\x06limits\x18\b \x01(\v2\x19.tabula.scripts.v1.LimitsR\x06limits\x12\x1b\n" +
+	"\tomit_rows\x18\t \x01(\bR\bomitRows\"\x81\x01\n" +
 	"\x06Limits\x12\x14\n" +
 	"\x05steps\x18\x01 \x01(\x03R\x05steps\x12!\n" +
 	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\x12\x1f\n" +
