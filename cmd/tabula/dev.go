@@ -438,11 +438,16 @@ func rewriteTableName(m any, instance string) {
 	}
 }
 
-const dataServicePrefix = "/google.bigtable.v2.Bigtable/"
+// rewritesTableName reports whether requests of method carry a table_name
+// the --instance-agnostic mode rewrites: the data API and the scripts
+// service (the admin API maps instances itself).
+func rewritesTableName(method string) bool {
+	return strings.HasPrefix(method, "/google.bigtable.v2.Bigtable/") || strings.HasPrefix(method, "/tabula.scripts.v1.Scripts/")
+}
 
 func agnosticUnary(instance string) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if strings.HasPrefix(info.FullMethod, dataServicePrefix) {
+		if rewritesTableName(info.FullMethod) {
 			rewriteTableName(req, instance)
 		}
 		return handler(ctx, req)
@@ -451,7 +456,7 @@ func agnosticUnary(instance string) grpc.UnaryServerInterceptor {
 
 func agnosticStream(instance string) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if strings.HasPrefix(info.FullMethod, dataServicePrefix) {
+		if rewritesTableName(info.FullMethod) {
 			ss = &agnosticServerStream{ServerStream: ss, instance: instance}
 		}
 		return handler(srv, ss)
