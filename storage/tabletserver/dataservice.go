@@ -90,11 +90,21 @@ func (s *DataService) lookup(name string) (meta.Table, error) {
 	if name == "" {
 		return meta.Table{}, invalidf("table_name", "required (authorized views and materialized views are not supported)")
 	}
+	return s.host.lookupTable(name)
+}
+
+// lookupTable parses a request's table_name and returns the entry of the
+// open table: INVALID_ARGUMENT for a malformed name, NOT_FOUND for a table
+// this server does not hold.
+func (h *Host) lookupTable(name string) (meta.Table, error) {
+	if name == "" {
+		return meta.Table{}, invalidf("table_name", "required")
+	}
 	id, err := meta.ParseTableName(name)
 	if err != nil {
 		return meta.Table{}, invalidf("table_name", "%v", err)
 	}
-	t, err := s.host.tableMeta(id)
+	t, err := h.tableMeta(id)
 	if err != nil {
 		return meta.Table{}, status.Errorf(codes.NotFound, "table %q not found", name)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/tabuladb/tabula/scripts/vm"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/filter"
-	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
 )
@@ -124,25 +123,9 @@ func clampLimits(req *scriptpb.Limits, maxl scripts.Limits) scripts.Limits {
 	}
 }
 
-// lookupTable parses a table name and returns the open table's entry.
-func (s *ScriptService) lookupTable(name string) (meta.Table, error) {
-	if name == "" {
-		return meta.Table{}, invalidf("table_name", "required")
-	}
-	id, err := meta.ParseTableName(name)
-	if err != nil {
-		return meta.Table{}, invalidf("table_name", "%v", err)
-	}
-	t, err := s.host.tableMeta(id)
-	if err != nil {
-		return meta.Table{}, status.Errorf(codes.NotFound, "table %q not found", name)
-	}
-	return t, nil
-}
-
 // ListTablets lists the tablets of the table this server holds.
 func (s *ScriptService) ListTablets(ctx context.Context, req *scriptpb.ListTabletsRequest) (*scriptpb.ListTabletsResponse, error) {
-	t, err := s.lookupTable(req.GetTableName())
+	t, err := s.host.lookupTable(req.GetTableName())
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +149,7 @@ func (s *ScriptService) Run(req *scriptpb.RunRequest, stream scriptpb.Scripts_Ru
 			s.metrics.errors.WithLabelValues(errorKind(err)).Inc()
 		}
 	}()
-	t, err := s.lookupTable(req.GetTableName())
+	t, err := s.host.lookupTable(req.GetTableName())
 	if err != nil {
 		return err
 	}
