@@ -1,0 +1,414 @@
+package assign
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Plan returns what the master should do now, given what it has observed.
+// It is pure and deterministic: no I/O, no clock (ages come in the State),
+// and the same State and Config always yield the same actions in the same
+// order.
+//
+// Contract:
+//   - An Assign is emitted only for a tablet that no live server serves,
+//     that has no load in flight to a live server, and whose row range no
+//     tablet served or loading elsewhere overlaps; at most one Assign per
+//     tablet per Plan. Together with the master recording every Assign as
+//     in flight, this keeps each tablet on at most one server.
+//   - A load or unload in flight for less than Config.LoadTimeout yields no
+//     action for its tablet; after that it is sent again to the same
+//     server (a load is never redirected while its target is alive).
+//   - Actions come in the order: resent and duplicate requests, rescans,
+//     log sorts, assignments (root, METADATA, user tablets), drain unloads,
+//     merges, balance unloads.
+func Plan(st State, cfg Config) []Action {
+	p := newPlanner(st, cfg.withDefaults())
+	p.inFlight(st.InFlight)
+	p.duplicates()
+	p.unknownServed()
+	p.splits(st.Splits)
+	p.assign()
+	p.drain()
+	p.merge(len(st.Merges))
+	p.balance()
+	return p.out
+}
+
+// tab is a tablet as the planner tracks it through one Plan.
+type tab struct {
+	Tablet
+	size       int64
+	servers    []*srv   // live servers reporting it, by ID
+	holder     *srv     // the one that keeps it
+	loadTo     *srv     // live target of a load in flight
+	unloadFrom *srv     // target of an unload in flight
+	movingTo   ServerID // destination of a finished unload
+	unloading  bool     // an unload from holder is in flight
+	splitting  bool
+	merging    bool
+	shadowed   bool // a split report says METADATA's view of it is stale
+	acted      bool // has an action this round
+}
+
+// srv is a live server with its planned load.
+type srv struct {
+	Server
+	count int
+	bytes int64
+	held  []*tab // tablets it keeps (holder), by order
+}
+
+type span struct {
+	table, start, end string
+	id                TabletID
+}
+
+// overlaps reports whether [a.start, a.end) and [b.start, b.end) of one
+// table share a row; end "" is unbounded.
+func (a span) overlaps(b span) bool {
+	if a.table != b.table {
+		return false
+	}
+	return (b.end == "" || a.start < b.end) && (a.end == "" || b.start < a.end)
+}
+
+type unknown struct {
+	server *srv
+	served Served
+}
+
+type planner struct {
+	cfg      Config
+	tablets  []*tab
+	byID     map[TabletID]*tab
+	live     []*srv
+	liveByID map[ServerID]*srv
+	active   []*srv
+	dead     map[ServerID]DeadServer
+	unknowns []unknown
+	rescans  map[span]bool
+	moved    int // moves planned this round
+	out      []Action
+}
+
+func tabletOrder(a, b *tab) int {
+	return cmp.Or(
+		cmp.Compare(a.Kind.rank(), b.Kind.rank()),
+		cmp.Compare(a.Table, b.Table),
+		cmp.Compare(a.Start, b.Start),
+		cmp.Compare(a.ID, b.ID),
+	)
+}
+
+func newPlanner(st State, cfg Config) *planner {
+	p := &planner{
+		cfg:      cfg,
+		byID:     make(map[TabletID]*tab),
+		liveByID: make(map[ServerID]*srv),
+		dead:     make(map[ServerID]DeadServer),
+		rescans:  make(map[span]bool),
+	}
+	for _, d := range st.Dead {
+		p.dead[d.ID] = d
+	}
+	for _, t := range st.Tablets {
+		if _, dup := p.byID[t.ID]; dup {
+			continue // first record wins; METADATA holds one row per tablet
+		}
+		tt := &tab{Tablet: t, size: t.Size}
+		p.byID[t.ID] = tt
+		p.tablets = append(p.tablets, tt)
+	}
+	slices.SortFunc(p.tablets, tabletOrder)
+
+	live := slices.Clone(st.Live)
+	slices.SortStableFunc(live, func(a, b Server) int { return cmp.Compare(a.ID, b.ID) })
+	for _, s := range live {
+		if _, isDead := p.dead[s.ID]; isDead {
+			continue // its lock is the master's: whatever it says, it cannot serve
+		}
+		if _, dup := p.liveByID[s.ID]; dup {
+			continue
+		}
+		ss := &srv{Server: s}
+		p.live = append(p.live, ss)
+		p.liveByID[s.ID] = ss
+		if !s.Draining {
+			p.active = append(p.active, ss)
+		}
+		served := slices.Clone(s.Serving)
+		slices.SortStableFunc(served, func(a, b Served) int { return cmp.Compare(a.ID, b.ID) })
+		for i, sv := range served {
+			if i > 0 && served[i-1].ID == sv.ID {
+				continue
+			}
+			t, ok := p.byID[sv.ID]
+			if !ok {
+				// Not METADATA's (as read), but load on ss all the same.
+				p.unknowns = append(p.unknowns, unknown{ss, sv})
+				ss.count++
+				ss.bytes += sv.Bytes
+				continue
+			}
+			t.servers = append(t.servers, ss)
+			if sv.Bytes > 0 {
+				t.size = sv.Bytes
+			}
+			t.splitting = t.splitting || sv.Splitting
+		}
+	}
+	for _, m := range st.Merges {
+		for _, id := range []TabletID{m.Left, m.Right} {
+			if t, ok := p.byID[id]; ok {
+				t.merging = true
+			}
+		}
+	}
+	return p
+}
+
+func (p *planner) emit(a Action) { p.out = append(p.out, a) }
+
+func (p *planner) rescan(s span, reason string) {
+	key := span{table: s.table, start: s.start, end: s.end}
+	if p.rescans[key] {
+		return
+	}
+	p.rescans[key] = true
+	p.emit(Action{Kind: Rescan, Table: s.table, Start: s.start, End: s.end, Reason: reason})
+}
+
+func (t *tab) span() span { return span{t.Table, t.Start, t.End, t.ID} }
+
+func (t *tab) servedBy(s *srv) bool { return slices.Contains(t.servers, s) }
+
+// inFlight notes loads and unloads not yet confirmed and resends those
+// past the timeout.
+func (p *planner) inFlight(reqs []InFlight) {
+	reqs = slices.Clone(reqs)
+	slices.SortStableFunc(reqs, func(a, b InFlight) int {
+		return cmp.Or(cmp.Compare(a.Tablet, b.Tablet), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Server, b.Server))
+	})
+	for _, r := range reqs {
+		t, ok := p.byID[r.Tablet]
+		s, alive := p.liveByID[r.Server]
+		if ok && r.Kind == UnloadRequest && !alive {
+			t.movingTo = r.To // the source died: the move is still wanted
+		}
+		if !ok || !alive {
+			continue // request void: tablet gone or target dead
+		}
+		switch r.Kind {
+		case LoadRequest:
+			// Confirmed if the target reports it; ignored if another server
+			// already serves it (duplicates are resolved from reports).
+			if len(t.servers) > 0 || t.loadTo != nil {
+				continue
+			}
+			t.loadTo = s
+			if r.Age >= p.cfg.LoadTimeout && !t.acted {
+				t.acted = true
+				from, sorted := p.recovery(t)
+				p.emit(Action{Kind: Assign, Tablet: t.ID, Server: s.ID, RecoverFrom: from, SortedLog: sorted, Reason: "timeout"})
+			}
+		case UnloadRequest:
+			if !t.servedBy(s) {
+				t.movingTo = r.To // done: on to its destination
+				continue
+			}
+			if t.unloadFrom != nil {
+				continue
+			}
+			t.unloadFrom = s
+			if r.Age >= p.cfg.LoadTimeout {
+				t.acted = true
+				p.emit(Action{Kind: Unassign, Tablet: t.ID, Server: s.ID, To: r.To, Reason: "timeout"})
+			}
+		}
+	}
+}
+
+// duplicates picks one holder per served tablet and unloads the others:
+// the last METADATA location if it is among them, else the lowest ID.
+func (p *planner) duplicates() {
+	for _, t := range p.tablets {
+		if len(t.servers) == 0 {
+			continue
+		}
+		keep := t.servers[0]
+		for _, s := range t.servers {
+			if s.ID == t.LastServer {
+				keep = s
+			}
+		}
+		t.holder = keep
+		// Only an unload from the holder frees the tablet for elsewhere.
+		t.unloading = t.unloadFrom == keep
+		if !t.unloading {
+			keep.held = append(keep.held, t)
+			keep.count++
+			keep.bytes += t.size
+		}
+		for _, s := range t.servers {
+			if s != keep && s != t.unloadFrom {
+				t.acted = true
+				p.emit(Action{Kind: Unassign, Tablet: t.ID, Server: s.ID, Reason: "duplicate"})
+			}
+		}
+	}
+	for _, t := range p.tablets {
+		if t.holder == nil && t.loadTo != nil {
+			t.loadTo.count++
+			t.loadTo.bytes += t.size
+		}
+	}
+}
+
+// unknownServed handles tablets servers report that METADATA (as the
+// master last read it) lacks: the range is read again, and whatever they
+// overlap is not assigned meanwhile.
+func (p *planner) unknownServed() {
+	for _, u := range p.unknowns {
+		us := span{u.served.Table, u.served.Start, u.served.End, u.served.ID}
+		found := false
+		for _, t := range p.tablets {
+			if t.span().overlaps(us) {
+				found = true
+				p.rescan(t.span(), "split")
+			}
+		}
+		if !found {
+			p.rescan(us, "unknown")
+		}
+	}
+}
+
+// splits handles split reports: a parent METADATA (as read) still holds
+// is held back and its range read again — METADATA wins.
+func (p *planner) splits(reports []Split) {
+	reports = slices.Clone(reports)
+	slices.SortStableFunc(reports, func(a, b Split) int {
+		return cmp.Or(cmp.Compare(a.Table, b.Table), cmp.Compare(a.Parent, b.Parent), cmp.Compare(a.Server, b.Server))
+	})
+	for _, r := range reports {
+		if t, ok := p.byID[r.Parent]; ok {
+			t.shadowed = true
+			p.rescan(t.span(), "split")
+			continue
+		}
+		for _, c := range r.Children {
+			if _, ok := p.byID[c]; !ok {
+				p.rescan(span{table: r.Table}, "split")
+				break
+			}
+		}
+	}
+}
+
+// occupied returns the spans of tablets served or loading, and of unknown
+// tablets servers report.
+func (p *planner) occupied() []span {
+	var occ []span
+	for _, t := range p.tablets {
+		if t.holder != nil || t.loadTo != nil {
+			occ = append(occ, t.span())
+		}
+	}
+	for _, u := range p.unknowns {
+		occ = append(occ, span{u.served.Table, u.served.Start, u.served.End, u.served.ID})
+	}
+	return occ
+}
+
+// recovery says which log a tablet's writes since its redo point are in:
+// its last owner's, unless that owner is alive (it unloaded the tablet
+// cleanly, or never loaded it).
+func (p *planner) recovery(t *tab) (ServerID, bool) {
+	if t.LastServer == "" {
+		return "", false
+	}
+	if _, alive := p.liveByID[t.LastServer]; alive {
+		return "", false
+	}
+	d, isDead := p.dead[t.LastServer]
+	return t.LastServer, isDead && d.Log == LogSorted
+}
+
+func (t *tab) unplaced() bool {
+	return t.holder == nil && t.loadTo == nil
+}
+
+// assign places unassigned tablets in the paper's order.
+func (p *planner) assign() {
+	// Tablets per dead server waiting to be recovered decide whether its
+	// log is sorted first.
+	waiting := make(map[ServerID]int)
+	for _, t := range p.tablets {
+		if t.unplaced() && !t.merging {
+			if _, ok := p.dead[t.LastServer]; ok {
+				waiting[t.LastServer]++
+			}
+		}
+	}
+	sortFirst := make(map[ServerID]bool)
+	deadIDs := make([]ServerID, 0, len(p.dead))
+	for id := range p.dead {
+		deadIDs = append(deadIDs, id)
+	}
+	slices.Sort(deadIDs)
+	for _, id := range deadIDs {
+		if waiting[id] < p.cfg.SortLogMin {
+			continue
+		}
+		switch p.dead[id].Log {
+		case LogUnsorted:
+			sortFirst[id] = true
+			p.emit(Action{Kind: SortLog, Server: id, Reason: "dead"})
+		case LogSorting:
+			sortFirst[id] = true
+		}
+	}
+
+	rootServed, metaServed := true, true
+	for _, t := range p.tablets {
+		switch {
+		case t.Kind == Root && t.holder == nil:
+			rootServed = false
+		case t.Kind == Meta && t.holder == nil:
+			metaServed = false
+		}
+	}
+	occ := p.occupied()
+	for _, t := range p.tablets {
+		if !t.unplaced() || t.merging || t.shadowed || t.acted || len(p.active) == 0 {
+			continue
+		}
+		if t.Kind == Meta && !rootServed || t.Kind == User && !(rootServed && metaServed) {
+			continue
+		}
+		if slices.ContainsFunc(occ, func(o span) bool { return o.id != t.ID && o.overlaps(t.span()) }) {
+			p.rescan(t.span(), "split")
+			continue
+		}
+		if sortFirst[t.LastServer] && t.Kind == User {
+			continue
+		}
+		from, sorted := p.recovery(t)
+		reason := "unassigned"
+		if from != "" {
+			reason = "dead"
+		}
+		dst := p.bestTarget(t, nil)
+		if to, ok := p.liveByID[t.movingTo]; ok && !to.Draining {
+			dst = to
+			reason = "move"
+		}
+		t.acted = true
+		t.loadTo = dst
+		dst.count++
+		dst.bytes += t.size
+		occ = append(occ, t.span())
+		p.emit(Action{Kind: Assign, Tablet: t.ID, Server: dst.ID, RecoverFrom: from, SortedLog: sorted, Reason: reason})
+	}
+}

@@ -1,0 +1,198 @@
+package assign
+
+import "time"
+
+// ServerID names a tablet server for the life of its Consul session (its
+// key under servers/). A restarted server comes back under a new ID.
+type ServerID string
+
+// TabletID names a tablet. METADATA's IDs are the only ones the planner
+// trusts; a server may report IDs METADATA does not (yet) hold.
+type TabletID string
+
+// Kind says what a tablet holds, which fixes the order of assignment.
+type Kind int
+
+const (
+	// User is a tablet of a user table.
+	User Kind = iota
+	// Meta is a METADATA tablet other than the root.
+	Meta
+	// Root is the root tablet: METADATA's first tablet, which never splits.
+	Root
+)
+
+func (k Kind) rank() int {
+	switch k {
+	case Root:
+		return 0
+	case Meta:
+		return 1
+	}
+	return 2
+}
+
+// Tablet is a tablet as METADATA records it.
+type Tablet struct {
+	ID    TabletID
+	Table string
+	// Start and End bound the rows, [Start, End); End "" is the end of the
+	// table.
+	Start, End string
+	// Size is the bytes of its SSTables per METADATA; a server's report
+	// (Served.Bytes) overrides it when set.
+	Size int64
+	// LastServer is METADATA's location: the server that last loaded it,
+	// "" if none ever did.
+	LastServer ServerID
+	Kind       Kind
+}
+
+// Served is a tablet a live server reports serving.
+type Served struct {
+	ID TabletID
+	// Table, Start and End are the server's idea of the tablet; they are
+	// used only for IDs METADATA lacks (a split the master has not read).
+	Table      string
+	Start, End string
+	// Bytes is the tablet's current size; 0 means unknown (use METADATA's).
+	Bytes int64
+	// Splitting is set while the server is splitting the tablet.
+	Splitting bool
+}
+
+// Server is a live tablet server: one holding its lock under servers/.
+type Server struct {
+	ID       ServerID
+	Addr     string
+	Draining bool
+	// Serving lists the tablets the server reports serving; its load (tablet
+	// count and bytes) is derived from it.
+	Serving []Served
+}
+
+// LogState is how far the sorting of a dead server's commit log has got.
+type LogState int
+
+const (
+	// LogUnsorted: nobody has sorted the log.
+	LogUnsorted LogState = iota
+	// LogSorting: a SortLog is under way.
+	LogSorting
+	// LogSorted: the log is sorted by (tablet, sequence); recovering
+	// servers read their tablet's run of it.
+	LogSorted
+	// LogSortFailed: sorting failed; recover from the unsorted log.
+	LogSortFailed
+)
+
+// DeadServer is a server the master has declared dead: it acquired the
+// server's lock, so the server can no longer serve.
+type DeadServer struct {
+	ID  ServerID
+	Log LogState
+}
+
+// RequestKind tells in-flight requests apart.
+type RequestKind int
+
+const (
+	// LoadRequest: the master asked Server to load Tablet.
+	LoadRequest RequestKind = iota
+	// UnloadRequest: the master asked Server to unload Tablet.
+	UnloadRequest
+)
+
+// InFlight is a request the master sent and has not seen confirmed (the
+// server's report does not yet reflect it) nor failed.
+type InFlight struct {
+	Kind   RequestKind
+	Tablet TabletID
+	Server ServerID
+	// Age is the time since the request was sent.
+	Age time.Duration
+	// To is, for an unload, the destination the Unassign named. Keep the
+	// record after the unload is confirmed, until the tablet's next Assign
+	// replaces it: Plan then sends the tablet to To if To is still active,
+	// which is what makes a planned move (or swap) land where planned.
+	To ServerID
+}
+
+// Split is a split a server reports having committed to METADATA.
+type Split struct {
+	Server   ServerID
+	Table    string
+	Parent   TabletID
+	Children []TabletID
+}
+
+// MergeUnderway is a merge in progress: Left and Right become one tablet.
+// Neither is assigned, moved or merged again until METADATA shows the
+// result.
+type MergeUnderway struct {
+	Table       string
+	Left, Right TabletID
+}
+
+// State is everything the master has observed. Slices may come in any
+// order; Plan sorts what it needs.
+type State struct {
+	Live     []Server
+	Dead     []DeadServer
+	Tablets  []Tablet // every tablet METADATA holds, root included
+	InFlight []InFlight
+	Splits   []Split
+	Merges   []MergeUnderway
+}
+
+// Config tunes Plan. The zero value means defaults.
+type Config struct {
+	// Tolerance is the band around the mean tablet count and bytes inside
+	// which a server counts as balanced (0.2 = ±20%). Default 0.2, inside
+	// the ±30% the cluster promises.
+	Tolerance float64
+	// MaxMoves bounds the balance and drain moves under way at once
+	// (unloads in flight plus those planned this round). Default 8.
+	MaxMoves int
+	// LoadTimeout is how long a load or unload may stay unconfirmed before
+	// it is sent again. Default 30s.
+	LoadTimeout time.Duration
+	// SortLogMin is how many tablets of one dead server must be recovered
+	// for its log to be sorted first. Default 8.
+	SortLogMin int
+	// SplitSize is the size past which servers split tablets; merged
+	// tablets stay below it. Default 256 MiB.
+	SplitSize int64
+	// MergeBelow: two adjacent tablets both smaller than this merge.
+	// Default SplitSize/4.
+	MergeBelow int64
+	// MaxMerges bounds the merges under way at once. Default 2.
+	MaxMerges int
+	// NoMerge turns merging off.
+	NoMerge bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.Tolerance <= 0 {
+		c.Tolerance = 0.2
+	}
+	if c.MaxMoves <= 0 {
+		c.MaxMoves = 8
+	}
+	if c.LoadTimeout <= 0 {
+		c.LoadTimeout = 30 * time.Second
+	}
+	if c.SortLogMin <= 0 {
+		c.SortLogMin = 8
+	}
+	if c.SplitSize <= 0 {
+		c.SplitSize = 256 << 20
+	}
+	if c.MergeBelow <= 0 {
+		c.MergeBelow = c.SplitSize / 4
+	}
+	if c.MaxMerges <= 0 {
+		c.MaxMerges = 2
+	}
+	return c
+}
