@@ -27,6 +27,7 @@ const (
 	Rescan
 )
 
+// String returns the kind's name: "assign", "unassign", …
 func (k ActionKind) String() string {
 	switch k {
 	case Assign:
@@ -61,6 +62,7 @@ type Action struct {
 	Reason string
 }
 
+// String describes the action in one line, for logs and tests.
 func (a Action) String() string {
 	switch a.Kind {
 	case Assign:

@@ -71,7 +71,7 @@ func (p *planner) bestTarget(t *tab, not *srv) *srv {
 
 // movable reports whether a tablet may be unloaded for a move this round.
 func (t *tab) movable(allowSplitting bool) bool {
-	return !t.acted && !t.unloading && !t.merging && !t.shadowed && (allowSplitting || !t.splitting)
+	return !t.acted && !t.unloading && !t.merging && !t.shadowed && !t.conflict && (allowSplitting || !t.splitting)
 }
 
 func (p *planner) movesLeft() int {
@@ -130,16 +130,15 @@ func (p *planner) drain() {
 // server is outside the tolerance band and a move lowers the total cost,
 // within the move budget; when no single move helps, it swaps two tablets.
 // Splitting tablets move only when nothing else can, and are never
-// swapped. It does nothing while tablets are being loaded: assignment already
-// fills the emptiest servers.
+// swapped. It does nothing in a round that assigns tablets: assignment
+// already fills the emptiest servers. Loads in flight count on their
+// targets.
 func (p *planner) balance() {
 	if len(p.active) < 2 {
 		return
 	}
-	for _, t := range p.tablets {
-		if t.holder == nil && t.loadTo != nil {
-			return
-		}
+	if p.assigned > 0 {
+		return
 	}
 	budget := p.movesLeft()
 	for ; budget > 0; budget-- {
@@ -255,7 +254,7 @@ func (p *planner) merge(underway int) {
 	budget := p.cfg.MaxMerges - underway
 	settled := func(t *tab) bool {
 		return t.Kind == User && t.holder != nil && !t.acted && !t.unloading && !t.splitting &&
-			!t.merging && !t.shadowed && t.size < p.cfg.MergeBelow
+			!t.merging && !t.shadowed && !t.conflict && t.size < p.cfg.MergeBelow
 	}
 	for i := 0; i+1 < len(p.tablets) && budget > 0; i++ {
 		a, b := p.tablets[i], p.tablets[i+1]

@@ -33,8 +33,9 @@
 //   - Order of the paper's §5.2: the root tablet, then METADATA tablets once
 //     the root is served, then user tablets once every METADATA tablet is.
 //   - Tablets of dead servers are reassigned with a hint to recover from the
-//     dead server's log; when many come from one server the log is sorted
-//     once first (SortLog).
+//     dead server's log; when Config.SortLogMin or more come from one server
+//     its log is sorted once first (SortLog) and its user tablets wait for
+//     the sort (the root and METADATA tablets do not).
 //   - Draining servers give all their tablets away; servers that joined get
 //     tablets; every server is brought within Config.Tolerance of the mean
 //     tablet count and bytes by greedy moves (each the one that lowers the

@@ -28,6 +28,7 @@ func Plan(st State, cfg Config) []Action {
 	p.duplicates()
 	p.unknownServed()
 	p.splits(st.Splits)
+	p.markConflicts()
 	p.assign()
 	p.drain()
 	p.merge(len(st.Merges))
@@ -48,6 +49,7 @@ type tab struct {
 	splitting  bool
 	merging    bool
 	shadowed   bool // a split report says METADATA's view of it is stale
+	conflict   bool // overlaps another tablet of METADATA as read
 	acted      bool // has an action this round
 }
 
@@ -89,6 +91,7 @@ type planner struct {
 	unknowns []unknown
 	rescans  map[span]bool
 	moved    int // moves planned this round
+	assigned int // assignments planned this round
 	out      []Action
 }
 
@@ -306,9 +309,9 @@ func (p *planner) splits(reports []Split) {
 	}
 }
 
-// occupied returns the spans of tablets served or loading, and of unknown
+// occupied indexes the spans of tablets served or loading, and of unknown
 // tablets servers report.
-func (p *planner) occupied() []span {
+func (p *planner) occupied() spanIndex {
 	var occ []span
 	for _, t := range p.tablets {
 		if t.holder != nil || t.loadTo != nil {
@@ -318,7 +321,90 @@ func (p *planner) occupied() []span {
 	for _, u := range p.unknowns {
 		occ = append(occ, span{u.served.Table, u.served.Start, u.served.End, u.served.ID})
 	}
-	return occ
+	return newSpanIndex(occ)
+}
+
+// markConflicts flags tablets whose ranges overlap in METADATA as read: a
+// view caught between two reads. They are held until a rescan.
+func (p *planner) markConflicts() {
+	byTable := make(map[string][]*tab)
+	var tables []string
+	for _, t := range p.tablets {
+		if _, ok := byTable[t.Table]; !ok {
+			tables = append(tables, t.Table)
+		}
+		byTable[t.Table] = append(byTable[t.Table], t)
+	}
+	for _, table := range tables {
+		ts := byTable[table]
+		slices.SortStableFunc(ts, func(a, b *tab) int { return cmp.Compare(a.Start, b.Start) })
+		var reach end // furthest end so far
+		var last *tab // the tablet reaching it
+		for i, t := range ts {
+			if i > 0 && reach.after(t.Start) {
+				t.conflict, last.conflict = true, true
+			}
+			if e := endOf(t.End); i == 0 || e.beyond(reach) {
+				reach, last = e, t
+			}
+		}
+	}
+}
+
+// end is a range's end row; inf for "", the end of the table.
+type end struct {
+	row string
+	inf bool
+}
+
+func endOf(row string) end { return end{row, row == ""} }
+
+// after reports whether rows before e include some row ≥ start.
+func (e end) after(start string) bool { return e.inf || e.row > start }
+
+func (e end) beyond(o end) bool { return !o.inf && (e.inf || e.row > o.row) }
+
+// spanIndex answers whether any of a set of row ranges overlaps a given
+// one in O(log n).
+type spanIndex map[string]*tableSpans
+
+type tableSpans struct {
+	starts []string // sorted
+	reach  []end    // reach[i]: furthest end among the first i+1
+}
+
+func newSpanIndex(spans []span) spanIndex {
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Or(cmp.Compare(a.table, b.table), cmp.Compare(a.start, b.start)) })
+	idx := make(spanIndex)
+	for _, s := range spans {
+		ts := idx[s.table]
+		if ts == nil {
+			ts = &tableSpans{}
+			idx[s.table] = ts
+		}
+		r := endOf(s.end)
+		if n := len(ts.reach); n > 0 && !r.beyond(ts.reach[n-1]) {
+			r = ts.reach[n-1]
+		}
+		ts.starts = append(ts.starts, s.start)
+		ts.reach = append(ts.reach, r)
+	}
+	return idx
+}
+
+// overlaps reports whether some indexed range shares a row with s.
+func (idx spanIndex) overlaps(s span) bool {
+	ts := idx[s.table]
+	if ts == nil {
+		return false
+	}
+	// Ranges starting before s ends...
+	n := len(ts.starts)
+	if s.end != "" {
+		n, _ = slices.BinarySearch(ts.starts, s.end)
+	}
+	// ...overlap it if one of them ends after it starts.
+	return n > 0 && ts.reach[n-1].after(s.start)
 }
 
 // recovery says which log a tablet's writes since its redo point are in:
@@ -387,7 +473,7 @@ func (p *planner) assign() {
 		if t.Kind == Meta && !rootServed || t.Kind == User && !(rootServed && metaServed) {
 			continue
 		}
-		if slices.ContainsFunc(occ, func(o span) bool { return o.id != t.ID && o.overlaps(t.span()) }) {
+		if t.conflict || occ.overlaps(t.span()) {
 			p.rescan(t.span(), "split")
 			continue
 		}
@@ -408,7 +494,7 @@ func (p *planner) assign() {
 		t.loadTo = dst
 		dst.count++
 		dst.bytes += t.size
-		occ = append(occ, t.span())
+		p.assigned++
 		p.emit(Action{Kind: Assign, Tablet: t.ID, Server: dst.ID, RecoverFrom: from, SortedLog: sorted, Reason: reason})
 	}
 }

@@ -215,6 +215,7 @@ func TestInFlight(t *testing.T) {
 	cfg := Config{NoMerge: true, LoadTimeout: 10 * time.Second}
 	mk := func() State {
 		st := State{Live: servers("s1", "s2"), Tablets: append(metaTablets(0), userTablets(2, 100)...)}
+		st.Tablets[0].Size = 100 // the root weighs as much as a user tablet
 		place(&st, "root", "u000")
 		return st
 	}
@@ -227,7 +228,7 @@ func TestInFlight(t *testing.T) {
 		{"young load", InFlight{LoadRequest, "u001", "s2", 9 * time.Second, ""}, false, ""},
 		{"old load resent to same server", InFlight{LoadRequest, "u001", "s2", 10 * time.Second, ""}, false,
 			"\n  assign u001 to s2 (timeout)"},
-		// s1 holds the root (1 byte), s2 u000 (100 bytes).
+		// s1 holds the root, s2 u000, both 100 bytes.
 		{"load to dead server is void", InFlight{LoadRequest, "u001", "s9", time.Second, ""}, true,
 			"\n  assign u001 to s1 (unassigned)"},
 		{"confirmed load", InFlight{LoadRequest, "u000", "s2", time.Hour, ""}, false, "\n  assign u001 to s1 (unassigned)"},

@@ -551,41 +551,7 @@ func TestBalanceConverges(t *testing.T) {
 			sv := &st.Live[rng.IntN(crowded)]
 			sv.Serving = append(sv.Serving, Served{ID: st.Tablets[i].ID})
 		}
-		rounds := 0
-		for ; rounds < 1000; rounds++ {
-			acts := Plan(st, cfg)
-			if len(acts) == 0 {
-				break
-			}
-			if len(acts) > maxMoves {
-				t.Fatalf("trial %d: %d actions, MaxMoves %d", trial, len(acts), maxMoves)
-			}
-			// Carry moves out: unload, keeping the record with its
-			// destination, then assign as the next plan says.
-			for _, a := range acts {
-				switch a.Kind {
-				case Unassign:
-					st.InFlight = append(st.InFlight, InFlight{Kind: UnloadRequest, Tablet: a.Tablet, Server: a.Server, To: a.To})
-					for i := range st.Live {
-						if st.Live[i].ID == a.Server {
-							st.Live[i].Serving = slices.DeleteFunc(st.Live[i].Serving, func(s Served) bool { return s.ID == a.Tablet })
-						}
-					}
-				case Assign:
-					st.InFlight = slices.DeleteFunc(st.InFlight, func(r InFlight) bool { return r.Tablet == a.Tablet })
-					for i := range st.Live {
-						if st.Live[i].ID == a.Server {
-							st.Live[i].Serving = append(st.Live[i].Serving, Served{ID: a.Tablet})
-						}
-					}
-				default:
-					t.Fatalf("trial %d: unexpected %s", trial, a)
-				}
-			}
-		}
-		if rounds == 1000 {
-			t.Fatalf("trial %d: no convergence", trial)
-		}
+		st, rounds := converge(t, st, cfg)
 		var total int64
 		for _, tb := range st.Tablets {
 			total += tb.Size
@@ -604,6 +570,71 @@ func TestBalanceConverges(t *testing.T) {
 				t.Errorf("trial %d (%d servers, %d tablets): %s has %d tablets (%+.0f%%), %d MiB (%+.0f%%) after %d rounds",
 					trial, nServers, nTablets, sv.ID, len(sv.Serving), dc*100, b>>20, db*100, rounds)
 			}
+		}
+	}
+}
+
+// converge carries out Plan's actions on st, as a master with a perfect
+// network would, until Plan has nothing to do. It checks that no round
+// plans more moves than MaxMoves, and returns the final state and the
+// number of rounds.
+func converge(t *testing.T, st State, cfg Config) (State, int) {
+	t.Helper()
+	maxMoves := cfg.withDefaults().MaxMoves
+	for rounds := 0; rounds < 1000; rounds++ {
+		acts := Plan(st, cfg)
+		if len(acts) == 0 {
+			return st, rounds
+		}
+		if n := kinds(acts)[Unassign]; n > maxMoves {
+			t.Fatalf("round %d: %d moves, MaxMoves %d", rounds, n, maxMoves)
+		}
+		// Carry moves out: unload, keeping the record with its
+		// destination, then assign as the next plan says.
+		for _, a := range acts {
+			switch a.Kind {
+			case Unassign:
+				st.InFlight = append(st.InFlight, InFlight{Kind: UnloadRequest, Tablet: a.Tablet, Server: a.Server, To: a.To})
+				for i := range st.Live {
+					if st.Live[i].ID == a.Server {
+						st.Live[i].Serving = slices.DeleteFunc(st.Live[i].Serving, func(s Served) bool { return s.ID == a.Tablet })
+					}
+				}
+			case Assign:
+				st.InFlight = slices.DeleteFunc(st.InFlight, func(r InFlight) bool { return r.Tablet == a.Tablet })
+				for i := range st.Live {
+					if st.Live[i].ID == a.Server {
+						st.Live[i].Serving = append(st.Live[i].Serving, Served{ID: a.Tablet})
+					}
+				}
+			default:
+				t.Fatalf("round %d: unexpected %s", rounds, a)
+			}
+		}
+	}
+	t.Fatalf("no convergence after 1000 rounds")
+	return st, 0
+}
+
+// TestSplitTableSpreadsOverThreeServers is the cluster's acceptance in
+// miniature: a table split into 20+ tablets on one server spreads over
+// three within ±30% of even, then stays put.
+func TestSplitTableSpreadsOverThreeServers(t *testing.T) {
+	for _, n := range []int{20, 21, 24, 31, 47} {
+		st := State{Live: servers("s1", "s2", "s3"), Tablets: append(metaTablets(1), userTablets(n, 0)...)}
+		for i := range st.Tablets {
+			st.Tablets[i].Size = int64(60+i%7*10) << 20 // splits leave similar sizes
+			st.Live[0].Serving = append(st.Live[0].Serving, Served{ID: st.Tablets[i].ID})
+		}
+		st, rounds := converge(t, st, noMerge)
+		mean := float64(n+2) / 3
+		for _, s := range st.Live {
+			if d := float64(len(s.Serving))/mean - 1; d > 0.3 || d < -0.3 {
+				t.Errorf("%d tablets: %s has %d, mean %.1f", n, s.ID, len(s.Serving), mean)
+			}
+		}
+		if acts := Plan(st, noMerge); len(acts) != 0 {
+			t.Errorf("%d tablets: not stable after %d rounds:%s", n, rounds, describe(acts))
 		}
 	}
 }

@@ -137,12 +137,22 @@ type MergeUnderway struct {
 // State is everything the master has observed. Slices may come in any
 // order; Plan sorts what it needs.
 type State struct {
-	Live     []Server
-	Dead     []DeadServer
-	Tablets  []Tablet // every tablet METADATA holds, root included
+	// Live servers; one whose ID is also in Dead is ignored.
+	Live []Server
+	// Dead servers whose tablets may still need recovering. The master
+	// drops one once none of METADATA's tablets names it as LastServer
+	// without being served elsewhere.
+	Dead []DeadServer
+	// Tablets is every tablet METADATA holds as the master last read it,
+	// root included. (Without a Root tablet, as in tests of user tables
+	// alone, nothing waits for it.)
+	Tablets []Tablet
+	// InFlight holds at most one request per tablet (see the package doc).
 	InFlight []InFlight
-	Splits   []Split
-	Merges   []MergeUnderway
+	// Splits reported by servers and not yet seen in Tablets.
+	Splits []Split
+	// Merges under way.
+	Merges []MergeUnderway
 }
 
 // Config tunes Plan. The zero value means defaults.
