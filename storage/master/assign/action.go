@@ -22,8 +22,12 @@ const (
 	// one: unload both, commit the merged tablet to METADATA, assign it.
 	Merge
 	// Rescan asks for METADATA's rows of Table in [Start, End) to be read
-	// again: a server serves a tablet the master does not know, most often
-	// the child of a split whose notification was lost.
+	// again (End "" to the table's end): a server serves a tablet the master
+	// does not know, most often the child of a split whose notification was
+	// lost, or METADATA as read has overlapping tablets. Rows in the range
+	// are not assigned until the read settles it. A served tablet that
+	// METADATA still lacks after the read is the server's to drop (it
+	// serves only what METADATA records); Plan keeps asking meanwhile.
 	Rescan
 )
 
