@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -227,6 +228,10 @@ func startDev(ctx context.Context, cfg devConfig) (_ *devServer, err error) {
 		grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
+		// Handle requests on long-lived workers rather than a goroutine
+		// each: a fresh goroutine grows its stack for every write, which
+		// cost a tenth of the server's CPU on single-row writes.
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 	)
 	bigtablepb.RegisterBigtableServer(d.grpc, tabletserver.NewDataService(d.host, tabletserver.DataOptions{Logger: d.log}))
 	scriptpb.RegisterScriptsServer(d.grpc, tabletserver.NewScriptService(d.host, tabletserver.ScriptOptions{Logger: d.log}))
