@@ -15,12 +15,17 @@ import (
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
 // toStatus maps an error of the storage layers to the gRPC status Cloud
 // Bigtable would return. Errors that carry a status (filter errors, errors
 // made here) keep it.
-func toStatus(err error) error {
+func toStatus(err error) error { return (*Host)(nil).toStatus(err) }
+
+// toStatus is toStatus with the Host that served the request (nil: none),
+// which fills the table and the tablet's range of a not-serving detail.
+func (h *Host) toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -40,7 +45,7 @@ func toStatus(err error) error {
 	case errors.Is(err, tablet.ErrNotServing):
 		// The internal retries are exhausted: the client's location
 		// cache (or the master) must catch up.
-		code = codes.FailedPrecondition
+		return h.notServingStatus(err)
 	case errors.Is(err, tablet.ErrFailed), errors.Is(err, commitlog.ErrFailed), errors.Is(err, commitlog.ErrClosed):
 		code = codes.Unavailable
 	case errors.Is(err, commitlog.ErrRecordTooLarge):
@@ -49,6 +54,58 @@ func toStatus(err error) error {
 		code = codes.Internal
 	}
 	return status.Error(code, err.Error())
+}
+
+// notServingStatus returns the FAILED_PRECONDITION of an error matching
+// tablet.ErrNotServing, with a tabletpb.NotServing detail holding what the
+// error and the Host's routing know.
+func (h *Host) notServingStatus(err error) error {
+	st := status.New(codes.FailedPrecondition, err.Error())
+	d := &tabletpb.NotServing{}
+	var ne *tablet.NotServingError
+	if errors.As(err, &ne) {
+		d.RowKey = bytes.Clone(ne.Row)
+		d.TabletId = ne.Tablet
+		d.Reason = ne.Reason
+		if h != nil {
+			h.describeNotServing(d)
+		}
+	} else {
+		d.Reason = err.Error()
+	}
+	if ds, derr := st.WithDetails(d); derr == nil {
+		st = ds
+	}
+	return st.Err()
+}
+
+// describeNotServing fills the table and the tablet's range of d, finding
+// tablet d.TabletId in the routing of the served tables (a tablet that
+// refused a request is usually still there: the routing is what sent the
+// request to it). withTablet names the table itself ("instance/table") when
+// no tablet holds the row: then only the table is filled and the tablet ID
+// cleared.
+func (h *Host) describeNotServing(d *tabletpb.NotServing) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for id, st := range h.tables {
+		if d.TabletId == id.String() {
+			d.TableName = id.FullName("-")
+			d.TabletId = ""
+			return
+		}
+		rt := st.routes.Load()
+		if rt == nil {
+			continue
+		}
+		for _, tb := range rt.tabs {
+			if tb.ID() == d.TabletId {
+				d.TableName = id.FullName("-")
+				d.TabletStart, d.TabletEnd = tb.Range()
+				return
+			}
+		}
+	}
 }
 
 // invalidf returns an INVALID_ARGUMENT status naming a request field.

@@ -113,7 +113,7 @@ func (h *Host) lookupTable(name string) (meta.Table, error) {
 
 // fail converts err to a status and logs the errors that are the server's.
 func (s *DataService) fail(method string, err error) error {
-	err = toStatus(err)
+	err = s.host.toStatus(err)
 	switch status.Code(err) {
 	case codes.Internal, codes.Unavailable, codes.FailedPrecondition:
 		s.log.Error("request failed", "method", method, "err", err)

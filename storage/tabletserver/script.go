@@ -286,7 +286,7 @@ func (s *ScriptService) runError(name string, err error) error {
 		}
 		return status.Errorf(codes.InvalidArgument, "script run-time error at row %q: %s:%v", row, name, re)
 	}
-	err = toStatus(err)
+	err = s.host.toStatus(err)
 	switch status.Code(err) {
 	case codes.Internal, codes.Unavailable, codes.FailedPrecondition:
 		s.log.Error("script run failed", "script", name, "err", err)
