@@ -568,6 +568,12 @@ func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn f
 		}
 		backoff = min(2*backoff, 100*time.Millisecond)
 	}
+	// A tablet that stopped serving (closed, splitting) does not say which
+	// row was asked for; the client's NotServing detail wants it.
+	var ns *tablet.NotServingError
+	if errors.As(err, &ns) && ns.Row == nil {
+		ns.Row = row
+	}
 	return err
 }
 

@@ -131,7 +131,7 @@ func TestNotServingDetailOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = rows.Recv()
-	wantDetail(t, notServingOf(t, err), &tabletpb.NotServing{TableName: table, TabletId: "t-1",
+	wantDetail(t, notServingOf(t, err), &tabletpb.NotServing{TableName: table, RowKey: []byte("n"), TabletId: "t-1",
 		TabletStart: []byte("m"), Reason: "closed"})
 	// Rows of the left tablet are still served.
 	if err := tbl.Apply(ctx, "a", mut); err != nil {
