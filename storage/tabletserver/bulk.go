@@ -18,10 +18,29 @@ import (
 // of them — and the tablets' batches run concurrently. Entries that meet a
 // tablet in the middle of a split are retried one by one through the
 // routing, as single writes are.
+//
+// Each tablet's batch is applied only while HostOptions.Lease is valid, and
+// its entries are acknowledged (errs[i] nil) only if the lease is still
+// valid after the batch was made durable; otherwise their errors match
+// ErrLeaseLapsed (see writeTablet).
 func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMutation, errs []error) error {
 	st, err := h.table(id)
 	if err != nil {
 		return err
+	}
+	pending := 0
+	for _, err := range errs {
+		if err == nil {
+			pending++
+		}
+	}
+	if err := h.checkLease(pending, false); err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return nil
 	}
 	routes := st.routes.Load()
 	type group struct {
@@ -58,13 +77,32 @@ func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMu
 			for j, i := range g.idx {
 				batch[j] = rms[i]
 			}
-			for j, err := range g.tb.ApplyBatch(ctx, batch) {
+			if err := h.checkLease(len(batch), false); err != nil {
+				for _, i := range g.idx {
+					errs[i] = err
+				}
+				return
+			}
+			res := g.tb.ApplyBatch(ctx, batch)
+			applied := 0
+			for _, err := range res {
+				if err == nil {
+					applied++
+				}
+			}
+			// The applied entries are durable now; acknowledge them
+			// only if the lease still holds.
+			lapsed := h.checkLease(applied, true)
+			for j, err := range res {
 				i := g.idx[j]
 				if errors.Is(err, tablet.ErrNotServing) {
 					mu.Lock()
 					unrouted = append(unrouted, i)
 					mu.Unlock()
 					continue
+				}
+				if err == nil {
+					err = lapsed
 				}
 				errs[i] = err
 			}
@@ -75,7 +113,7 @@ func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMu
 	// entries of one row keep theirs.
 	slices.Sort(unrouted)
 	for _, i := range unrouted {
-		errs[i] = h.withTablet(ctx, id, rms[i].Row, func(tb *tablet.Tablet) error { return tb.Apply(ctx, rms[i]) })
+		errs[i] = h.writeTablet(ctx, id, rms[i].Row, func(tb *tablet.Tablet) error { return tb.Apply(ctx, rms[i]) })
 	}
 	h.noteWrite()
 	return nil

@@ -123,7 +123,7 @@ func (s *DataService) fail(method string, err error) error {
 
 // apply applies one row mutation through the routing of the Host.
 func (s *DataService) apply(ctx context.Context, id meta.TableID, rm cell.RowMutation) error {
-	err := s.host.withTablet(ctx, id, rm.Row, func(tb *tablet.Tablet) error {
+	err := s.host.writeTablet(ctx, id, rm.Row, func(tb *tablet.Tablet) error {
 		if err := tb.Apply(ctx, rm); err != nil {
 			return err
 		}
@@ -246,7 +246,7 @@ func (s *DataService) CheckAndMutateRow(ctx context.Context, req *bigtablepb.Che
 		return nil, s.fail("CheckAndMutateRow", err)
 	}
 	var matched bool
-	err = s.host.withTablet(ctx, t.ID, req.GetRowKey(), func(tb *tablet.Tablet) error {
+	err = s.host.writeTablet(ctx, t.ID, req.GetRowKey(), func(tb *tablet.Tablet) error {
 		_, err := tb.ReadModifyWrite(ctx, req.GetRowKey(), func(cur cell.Row) ([]cell.Mutation, error) {
 			if req.GetPredicateFilter() == nil {
 				matched = len(cur.Cells) > 0
@@ -339,7 +339,7 @@ func (s *DataService) ReadModifyWriteRow(ctx context.Context, req *bigtablepb.Re
 		qual   string
 	}
 	var result []cell.Cell
-	err = s.host.withTablet(ctx, t.ID, req.GetRowKey(), func(tb *tablet.Tablet) error {
+	err = s.host.writeTablet(ctx, t.ID, req.GetRowKey(), func(tb *tablet.Tablet) error {
 		result = result[:0]
 		_, err := tb.ReadModifyWrite(ctx, req.GetRowKey(), func(cur cell.Row) ([]cell.Mutation, error) {
 			latest := make(map[col]cell.Cell)

@@ -24,6 +24,10 @@
 //   - ReadRows sends a response only at a row boundary: the Go client
 //     (v1.58) requires that no row span two responses. Large cells are
 //     still split into ChunkBytes pieces inside the response.
+//   - With HostOptions.Lease (the server's lock-service session), a write
+//     is applied only while the lease is valid and acknowledged only if it
+//     is still valid once the write is durable (lease.go); reads are
+//     served regardless. Without one (tabula dev) nothing is checked.
 package tabletserver
 
 import (
@@ -93,6 +97,19 @@ type HostOptions struct {
 	// Clock returns the time in microseconds; default the system clock.
 	// Tests set it to control server-assigned timestamps.
 	Clock func() int64
+	// Lease is the tablet server's lock-service lease (its coord.Session);
+	// nil means none (one-process mode, tabula dev), and every write is
+	// served. With a lease, every write is checked twice: before it is
+	// applied — refused with UNAVAILABLE and nothing changed when the
+	// lease is not valid — and again after the commit log made it durable,
+	// before it is acknowledged — UNAVAILABLE when the lease lapsed
+	// meanwhile. The second case is the usual unknown outcome of a write
+	// that timed out: the write may be durable and served by the tablet's
+	// next server, and a client retry is idempotent for SetCell with
+	// explicit timestamps (and for deletes), not for server timestamps,
+	// appends or increments. Reads are served regardless: the role closes
+	// the Host (Close) when its lock key is gone. See ErrLeaseLapsed.
+	Lease Lease
 }
 
 func (o *HostOptions) setDefaults() {
@@ -399,8 +416,15 @@ const dropBatch = 1000
 // DropRowRange deletes every row whose key starts with prefix (every row
 // when prefix is empty) by writing a DeleteFromRow for each row found.
 // Writes that arrive meanwhile for rows not yet reached are deleted too;
-// rows written after the scan passed them survive.
+// rows written after the scan passed them survive. While HostOptions.Lease
+// is set and not valid it fails with an error matching ErrLeaseLapsed; a
+// lease that lapses midway may leave some rows deleted.
 func (h *Host) DropRowRange(ctx context.Context, t meta.Table, prefix []byte) error {
+	// Refused up front while the lease is not valid, even when no row
+	// matches; each delete is also checked (writeTablet).
+	if err := h.checkLease(1, false); err != nil {
+		return err
+	}
 	var start, end []byte
 	if len(prefix) > 0 {
 		start, end = prefix, prefixSuccessor(prefix)
@@ -427,7 +451,7 @@ func (h *Host) DropRowRange(ctx context.Context, t meta.Table, prefix []byte) er
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				errs[i] = h.withTablet(ctx, t.ID, k, func(tb *tablet.Tablet) error {
+				errs[i] = h.writeTablet(ctx, t.ID, k, func(tb *tablet.Tablet) error {
 					return tb.Apply(ctx, cell.RowMutation{Row: k, Mutations: []cell.Mutation{cell.DeleteRow()}})
 				})
 			}()

@@ -23,6 +23,7 @@ type metrics struct {
 	bytesWritten prometheus.Counter
 	rowsRead     prometheus.Counter
 	splits       prometheus.Counter
+	lease        *leaseMetrics
 }
 
 func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
@@ -47,8 +48,10 @@ func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
 		splits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tabula_tablet_splits_total", Help: "Tablet splits done by this server.",
 		}),
+		lease: newLeaseMetrics(h),
 	}
 	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, &tabletCollector{h: h}}
+	m.collectors = append(m.collectors, m.lease.collectors()...)
 	if reg == nil {
 		return m, nil
 	}
