@@ -36,9 +36,6 @@ import (
 // their mutual order is unspecified in Cloud Bigtable and random in the
 // emulator.
 func TestDifferentialAgainstEmulator(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an emulator")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
