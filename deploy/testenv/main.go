@@ -95,7 +95,9 @@ func waitHTTP(url string, timeout time.Duration) error {
 				return nil
 			}
 			last = resp.Status
-		} else {
+		} else if ctx.Err() == nil || last == "" {
+			// A request cut short by our own deadline says nothing about
+			// the server: keep the last answer it gave, if any.
 			last = err.Error()
 		}
 		select {
