@@ -82,6 +82,7 @@ func New(cc *grpc.ClientConn, opts Options) *Client {
 
 // Close closes the connection if Dial opened it.
 func (c *Client) Close() error {
+	c.closeData() // the data operations' connection pool (data.go)
 	if c.owned {
 		return c.cc.Close()
 	}

@@ -1,0 +1,253 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/meta"
+)
+
+// BulkOptions configure ApplyBulk. Zero values take the documented
+// defaults.
+type BulkOptions struct {
+	// BudgetBytes bounds the bytes (cell.RowMutation.Size) of mutations in
+	// flight — sent and not yet answered; ApplyBulk blocks while it is
+	// used up. A batch larger than the budget is sent alone, taking all
+	// of it. Default 16 MiB.
+	BudgetBytes int
+	// BatchBytes: the mutations bound for one tablet are sent as one
+	// MutateRows once they hold this many bytes (or 10,000 mutations).
+	// Default 1 MiB, and at most BudgetBytes.
+	BatchBytes int
+}
+
+// maxBatchEntries bounds the mutations of one MutateRows (the API allows
+// 100,000).
+const maxBatchEntries = 10_000
+
+// bulkInFlightHook, when set (by tests), sees the bytes in flight after
+// each acquisition of the budget.
+var bulkInFlightHook func(inFlight int)
+
+// ApplyBulk applies each of rms atomically — but not all of them together
+// — batching them by tablet and sending each batch straight to the
+// tablet's server, with at most BudgetBytes and Options.Concurrency
+// batches in flight. It returns nil, nil when every mutation was applied;
+// otherwise errs holds, at the index of each mutation, its error (nil for
+// those applied) and err summarizes. Mutations that fail because their
+// tablet moved ("not serving") are re-sent to the new location; those
+// answered UNAVAILABLE are retried with backoff if Idempotent.
+func (c *Client) ApplyBulk(ctx context.Context, table string, rms []cell.RowMutation, opts BulkOptions) (errs []error, err error) {
+	id, name, err := c.tableID(table)
+	if err != nil {
+		return nil, err
+	}
+	if opts.BudgetBytes <= 0 {
+		opts.BudgetBytes = 16 << 20
+	}
+	if opts.BatchBytes <= 0 {
+		opts.BatchBytes = 1 << 20
+	}
+	opts.BatchBytes = min(opts.BatchBytes, opts.BudgetBytes)
+	p := c.data()
+	errs = make([]error, len(rms))
+	bud := &budget{total: opts.BudgetBytes, avail: opts.BudgetBytes, wake: make(chan struct{})}
+	slots := make(chan struct{}, c.opts.Concurrency)
+	var wg sync.WaitGroup
+	send := func(b *batch) {
+		n := min(b.bytes, bud.total)
+		if err := bud.acquire(ctx, n); err != nil {
+			for _, i := range b.idx {
+				errs[i] = err
+			}
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			bud.release(n)
+			for _, i := range b.idx {
+				errs[i] = ctx.Err()
+			}
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer bud.release(n)
+			defer func() { <-slots }()
+			p.sendBatch(ctx, id, name, rms, b, errs)
+		}()
+	}
+	pending := map[string]*batch{}
+	var order []string // pending keys in first-use order, for the final flush
+	for i := range rms {
+		loc, err := p.locate(ctx, id, name, rms[i].Row)
+		if err != nil {
+			// Let the single-mutation path retry the lookup.
+			errs[i] = p.applyOne(ctx, id, name, rms[i])
+			continue
+		}
+		k := loc.Server + "\x00" + string(loc.Start)
+		b := pending[k]
+		if b == nil {
+			b = &batch{loc: loc}
+			pending[k] = b
+			order = append(order, k)
+		}
+		b.idx = append(b.idx, i)
+		b.bytes += rms[i].Size()
+		if b.bytes >= opts.BatchBytes || len(b.idx) >= maxBatchEntries {
+			delete(pending, k)
+			send(b)
+		}
+	}
+	for _, k := range order {
+		if b := pending[k]; b != nil {
+			delete(pending, k)
+			send(b)
+		}
+	}
+	wg.Wait()
+	failed := 0
+	var first error
+	for _, e := range errs {
+		if e != nil {
+			if failed == 0 {
+				first = e
+			}
+			failed++
+		}
+	}
+	if failed == 0 {
+		return nil, nil
+	}
+	return errs, fmt.Errorf("client: %d of %d mutations failed, the first: %w", failed, len(rms), first)
+}
+
+// batch is mutations (indexes into ApplyBulk's rms) bound for one tablet.
+type batch struct {
+	loc   meta.Location
+	idx   []int
+	bytes int
+}
+
+// applyOne applies one mutation alone, with Apply's retries.
+func (p *dataPlane) applyOne(ctx context.Context, id meta.TableID, name string, rm cell.RowMutation) error {
+	req := &bigtablepb.MutateRowRequest{TableName: name, RowKey: rm.Row, Mutations: MutationsToPB(rm.Mutations)}
+	return p.do(ctx, id, name, rm.Row, Idempotent(rm), func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		_, err := bigtablepb.NewBigtableClient(cc).MutateRow(ctx, req)
+		return err
+	})
+}
+
+// sendBatch sends b with one MutateRows and records each mutation's
+// outcome in errs. Mutations that fail retryably (not serving; UNAVAILABLE
+// and idempotent) are re-sent one by one through applyOne.
+func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string, rms []cell.RowMutation, b *batch, errs []error) {
+	req := &bigtablepb.MutateRowsRequest{TableName: name}
+	for _, i := range b.idx {
+		req.Entries = append(req.Entries, &bigtablepb.MutateRowsRequest_Entry{RowKey: rms[i].Row, Mutations: MutationsToPB(rms[i].Mutations)})
+	}
+	outcome := make([]error, len(b.idx))
+	answered := make([]bool, len(b.idx))
+	callErr := func() error {
+		cc, err := p.conn(b.loc.Server)
+		if err != nil {
+			return err
+		}
+		st, err := bigtablepb.NewBigtableClient(cc).MutateRows(ctx, req)
+		if err != nil {
+			return err
+		}
+		for {
+			resp, err := st.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			for _, e := range resp.GetEntries() {
+				j := int(e.GetIndex())
+				if j < 0 || j >= len(b.idx) {
+					return status.Errorf(codes.Internal, "client: MutateRows answered for entry %d of %d", j, len(b.idx))
+				}
+				answered[j] = true
+				if s := e.GetStatus(); s.GetCode() != int32(codes.OK) {
+					outcome[j] = status.ErrorProto(s)
+				}
+			}
+		}
+	}()
+	invalidated := false
+	for j, i := range b.idx {
+		err := outcome[j]
+		if !answered[j] {
+			err = callErr
+			if err == nil {
+				err = status.Errorf(codes.Internal, "client: MutateRows did not answer for entry %d", j)
+			}
+		}
+		if err == nil {
+			continue
+		}
+		_, notServing := NotServingDetail(err)
+		if notServing && !invalidated {
+			p.cache.Invalidate(b.loc)
+			invalidated = true
+		}
+		if notServing || status.Code(err) == codes.Unavailable && Idempotent(rms[i]) {
+			err = p.applyOne(ctx, id, name, rms[i])
+		}
+		errs[i] = err
+	}
+}
+
+// budget is a byte semaphore: ApplyBulk's single sender acquires, the
+// batches in flight release.
+type budget struct {
+	total int
+	mu    sync.Mutex
+	avail int
+	wake  chan struct{} // closed and replaced at each release
+}
+
+func (b *budget) acquire(ctx context.Context, n int) error {
+	for {
+		b.mu.Lock()
+		if b.avail >= n {
+			b.avail -= n
+			inFlight := b.total - b.avail
+			b.mu.Unlock()
+			if h := bulkInFlightHook; h != nil {
+				h(inFlight)
+			}
+			return nil
+		}
+		w := b.wake
+		b.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (b *budget) release(n int) {
+	b.mu.Lock()
+	b.avail += n
+	close(b.wake)
+	b.wake = make(chan struct{})
+	b.mu.Unlock()
+}

@@ -1,0 +1,513 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/meta"
+)
+
+// Retry rules of the data operations (see dataPlane.do).
+const (
+	// maxNotServing bounds the "not serving" answers one operation (or one
+	// tablet's part of a scan) absorbs by refreshing its location.
+	maxNotServing = 4
+	// maxUnavailable bounds the UNAVAILABLE retries of an idempotent
+	// operation when its context has no deadline; with one, the deadline
+	// is the bound.
+	maxUnavailable = 8
+	backoffFirst   = 10 * time.Millisecond
+	backoffMax     = time.Second
+)
+
+// dataPlane is the routing state of a Client's data operations: the
+// location cache and a connection per tablet server address. It lives
+// beside the Client (planes) so client.go keeps its shape; Close drops it.
+type dataPlane struct {
+	c     *Client
+	cache *LocationCache
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn // dialed by the pool, closed by Close
+}
+
+var planes sync.Map // *Client → *dataPlane
+
+// data returns the Client's data plane, creating it on first use.
+func (c *Client) data() *dataPlane {
+	if p, ok := planes.Load(c); ok {
+		return p.(*dataPlane)
+	}
+	p, _ := planes.LoadOrStore(c, &dataPlane{c: c, cache: NewLocationCache(LocationCacheOptions{}), conns: map[string]*grpc.ClientConn{}})
+	return p.(*dataPlane)
+}
+
+// closeData closes the connections the pool dialed and forgets the data
+// plane; the Client's own connection is Close's business.
+func (c *Client) closeData() {
+	p, ok := planes.LoadAndDelete(c)
+	if !ok {
+		return
+	}
+	dp := p.(*dataPlane)
+	dp.mu.Lock()
+	defer dp.mu.Unlock()
+	for _, cc := range dp.conns {
+		cc.Close()
+	}
+	dp.conns = nil
+}
+
+// home is the identity of the server behind the client's own connection.
+func (p *dataPlane) home() string { return p.c.cc.Target() }
+
+// conn returns a connection to server: the client's own for its address
+// (or an unnamed server), else one from the pool, dialed on first use and
+// shared by every tablet on that server.
+func (p *dataPlane) conn(server string) (grpc.ClientConnInterface, error) {
+	if server == "" || server == p.home() {
+		return p.c.cc, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		return nil, errors.New("client: closed")
+	}
+	if cc, ok := p.conns[server]; ok {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(server,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", server, err)
+	}
+	p.conns[server] = cc
+	return cc, nil
+}
+
+// tableID resolves a table name as TableName does.
+func (c *Client) tableID(table string) (meta.TableID, string, error) {
+	name := c.TableName(table)
+	id, err := meta.ParseTableName(name)
+	if err != nil {
+		return meta.TableID{}, "", status.Errorf(codes.InvalidArgument, "client: table %q: %v", table, err)
+	}
+	return id, name, nil
+}
+
+// refresh reads every tablet of the table from the locator and caches
+// them all (the prefetch: a scan or batch touching many tablets costs one
+// lookup). A server the locator leaves unnamed is the client's own.
+func (p *dataPlane) refresh(ctx context.Context, id meta.TableID, name string) ([]meta.Location, error) {
+	tabs, err := p.c.loc.tablets(ctx, name, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	locs := make([]meta.Location, len(tabs))
+	for i, t := range tabs {
+		srv := t.server
+		if srv == "" {
+			srv = p.home()
+		}
+		locs[i] = meta.Location{Table: id, Start: t.start, End: t.end, Server: srv}
+	}
+	p.cache.Insert(locs...)
+	return locs, nil
+}
+
+// locate returns the location of the tablet holding row, from the cache
+// or, on a miss, after a refresh.
+func (p *dataPlane) locate(ctx context.Context, id meta.TableID, name string, row []byte) (meta.Location, error) {
+	if l, ok := p.cache.Lookup(id, row); ok {
+		return l, nil
+	}
+	if _, err := p.refresh(ctx, id, name); err != nil {
+		return meta.Location{}, err
+	}
+	if l, ok := p.cache.Lookup(id, row); ok {
+		return l, nil
+	}
+	return meta.Location{}, status.Errorf(codes.Unavailable, "client: no tablet of %s holds row %q", name, row)
+}
+
+// tabletsIn returns the locations covering [start, end) (nil end:
+// unbounded) in row order, refreshing the cache when it does not cover
+// the range.
+func (p *dataPlane) tabletsIn(ctx context.Context, id meta.TableID, name string, start, end []byte) ([]meta.Location, error) {
+	if locs, ok := p.cache.TabletsInRange(id, start, end); ok {
+		return locs, nil
+	}
+	if _, err := p.refresh(ctx, id, name); err != nil {
+		return nil, err
+	}
+	if locs, ok := p.cache.TabletsInRange(id, start, end); ok {
+		return locs, nil
+	}
+	return nil, status.Errorf(codes.Unavailable, "client: the tablets of %s do not cover [%q, %q)", name, start, end)
+}
+
+// retrier carries one operation's retry state.
+type retrier struct {
+	idempotent  bool
+	notServing  int
+	unavailable int
+	backoff     time.Duration
+}
+
+// retry decides whether err, an answer of the server at loc (zero loc:
+// the lookup failed), is retried, invalidating loc or sleeping as needed.
+// It returns err (or the context's error) when it is not.
+//
+// Rules: a FAILED_PRECONDITION carrying a NotServing detail means the
+// server did not apply or read anything, so any operation is retried after
+// dropping the location, at most maxNotServing times. UNAVAILABLE is
+// retried only for idempotent operations (or when the lookup failed, before
+// anything was sent), with exponential backoff from backoffFirst to
+// backoffMax, while the context allows (and at most maxUnavailable times
+// without a deadline); the location is dropped too, as its server may be
+// gone and its tablets reassigned.
+func (r *retrier) retry(ctx context.Context, p *dataPlane, loc meta.Location, err error) error {
+	if _, ok := NotServingDetail(err); ok && r.notServing < maxNotServing {
+		r.notServing++
+		if loc.Server != "" {
+			p.cache.Invalidate(loc)
+		}
+		return nil
+	}
+	if !r.idempotent || status.Code(err) != codes.Unavailable {
+		return err
+	}
+	if loc.Server != "" {
+		p.cache.Invalidate(loc)
+	}
+	if _, ok := ctx.Deadline(); !ok && r.unavailable >= maxUnavailable {
+		return err
+	}
+	r.unavailable++
+	if r.backoff == 0 {
+		r.backoff = backoffFirst
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < r.backoff {
+		return err
+	}
+	t := time.NewTimer(r.backoff)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return err
+	case <-t.C:
+	}
+	r.backoff = min(2*r.backoff, backoffMax)
+	return nil
+}
+
+// do runs fn against the server of the tablet holding row, retrying by
+// the rules of retrier.retry.
+func (p *dataPlane) do(ctx context.Context, id meta.TableID, name string, row []byte, idempotent bool,
+	fn func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
+	r := retrier{idempotent: idempotent}
+	for {
+		loc, err := p.locate(ctx, id, name, row)
+		if err == nil {
+			var cc grpc.ClientConnInterface
+			if cc, err = p.conn(loc.Server); err == nil {
+				if err = fn(ctx, cc); err == nil {
+					return nil
+				}
+			}
+		}
+		lookup := loc.Server == "" // nothing was sent
+		idem := r.idempotent
+		r.idempotent = idem || lookup
+		rerr := r.retry(ctx, p, loc, err)
+		r.idempotent = idem
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// Idempotent reports whether applying rm twice is the same as applying it
+// once: it has no SetCell with cell.ServerTimestamp. Only idempotent
+// mutations are retried after UNAVAILABLE.
+func Idempotent(rm cell.RowMutation) bool {
+	for _, m := range rm.Mutations {
+		if m.Kind == cell.SetCell && m.Timestamp == cell.ServerTimestamp {
+			return false
+		}
+	}
+	return true
+}
+
+// MutationsToPB converts mutations to the wire form.
+func MutationsToPB(ms []cell.Mutation) []*bigtablepb.Mutation {
+	out := make([]*bigtablepb.Mutation, len(ms))
+	for i, m := range ms {
+		switch m.Kind {
+		case cell.SetCell:
+			out[i] = &bigtablepb.Mutation{Mutation: &bigtablepb.Mutation_SetCell_{SetCell: &bigtablepb.Mutation_SetCell{
+				FamilyName: m.Family, ColumnQualifier: m.Qualifier, TimestampMicros: m.Timestamp, Value: m.Value}}}
+		case cell.DeleteFromColumn:
+			out[i] = &bigtablepb.Mutation{Mutation: &bigtablepb.Mutation_DeleteFromColumn_{DeleteFromColumn: &bigtablepb.Mutation_DeleteFromColumn{
+				FamilyName: m.Family, ColumnQualifier: m.Qualifier,
+				TimeRange: &bigtablepb.TimestampRange{StartTimestampMicros: m.StartTimestamp, EndTimestampMicros: m.EndTimestamp}}}}
+		case cell.DeleteFromFamily:
+			out[i] = &bigtablepb.Mutation{Mutation: &bigtablepb.Mutation_DeleteFromFamily_{DeleteFromFamily: &bigtablepb.Mutation_DeleteFromFamily{FamilyName: m.Family}}}
+		default:
+			out[i] = &bigtablepb.Mutation{Mutation: &bigtablepb.Mutation_DeleteFromRow_{DeleteFromRow: &bigtablepb.Mutation_DeleteFromRow{}}}
+		}
+	}
+	return out
+}
+
+// Apply applies rm atomically (the paper's Apply of a RowMutation). It is
+// routed to the server of rm.Row's tablet; "not serving" answers refresh
+// the location and retry; UNAVAILABLE is retried with backoff only when
+// rm is Idempotent.
+func (c *Client) Apply(ctx context.Context, table string, rm cell.RowMutation) error {
+	id, name, err := c.tableID(table)
+	if err != nil {
+		return err
+	}
+	req := &bigtablepb.MutateRowRequest{TableName: name, RowKey: rm.Row, Mutations: MutationsToPB(rm.Mutations)}
+	return c.data().do(ctx, id, name, rm.Row, Idempotent(rm), func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		_, err := bigtablepb.NewBigtableClient(cc).MutateRow(ctx, req)
+		return err
+	})
+}
+
+// CheckAndMutate reads row, applies ifTrue when predicate (a
+// bigtablepb.RowFilter, nil: the row has any cell) yields a cell and
+// ifFalse otherwise, atomically, and reports whether it matched. It is
+// retried only after "not serving" answers (never after UNAVAILABLE: the
+// mutation may have been applied).
+func (c *Client) CheckAndMutate(ctx context.Context, table string, row []byte, predicate *bigtablepb.RowFilter, ifTrue, ifFalse []cell.Mutation) (bool, error) {
+	id, name, err := c.tableID(table)
+	if err != nil {
+		return false, err
+	}
+	req := &bigtablepb.CheckAndMutateRowRequest{TableName: name, RowKey: row, PredicateFilter: predicate,
+		TrueMutations: MutationsToPB(ifTrue), FalseMutations: MutationsToPB(ifFalse)}
+	var matched bool
+	err = c.data().do(ctx, id, name, row, false, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		resp, err := bigtablepb.NewBigtableClient(cc).CheckAndMutateRow(ctx, req)
+		matched = resp.GetPredicateMatched()
+		return err
+	})
+	return matched, err
+}
+
+// ReadModifyWriteRule is one rule of ReadModifyWrite: append Append to the
+// column's latest value, or (Append nil) add Increment to it as a
+// big-endian 64-bit integer (a missing cell counts as 0).
+type ReadModifyWriteRule struct {
+	Family    string
+	Qualifier []byte
+	Append    []byte
+	Increment int64
+}
+
+// ReadModifyWrite applies rules atomically to row and returns the new
+// cells of the columns it changed. Never retried after UNAVAILABLE.
+func (c *Client) ReadModifyWrite(ctx context.Context, table string, row []byte, rules []ReadModifyWriteRule) (cell.Row, error) {
+	id, name, err := c.tableID(table)
+	if err != nil {
+		return cell.Row{}, err
+	}
+	req := &bigtablepb.ReadModifyWriteRowRequest{TableName: name, RowKey: row}
+	for _, r := range rules {
+		pr := &bigtablepb.ReadModifyWriteRule{FamilyName: r.Family, ColumnQualifier: r.Qualifier}
+		if r.Append != nil {
+			pr.Rule = &bigtablepb.ReadModifyWriteRule_AppendValue{AppendValue: r.Append}
+		} else {
+			pr.Rule = &bigtablepb.ReadModifyWriteRule_IncrementAmount{IncrementAmount: r.Increment}
+		}
+		req.Rules = append(req.Rules, pr)
+	}
+	var out cell.Row
+	err = c.data().do(ctx, id, name, row, false, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		resp, err := bigtablepb.NewBigtableClient(cc).ReadModifyWriteRow(ctx, req)
+		if err != nil {
+			return err
+		}
+		out = rowFromPB(resp.GetRow())
+		return nil
+	})
+	return out, err
+}
+
+// Increment adds delta to the counter family:qualifier of row (a 64-bit
+// big-endian integer; missing counts as 0) and returns the new value.
+func (c *Client) Increment(ctx context.Context, table string, row []byte, family string, qualifier []byte, delta int64) (int64, error) {
+	r, err := c.ReadModifyWrite(ctx, table, row, []ReadModifyWriteRule{{Family: family, Qualifier: qualifier, Increment: delta}})
+	if err != nil {
+		return 0, err
+	}
+	if len(r.Cells) == 0 || len(r.Cells[0].Value) != 8 {
+		return 0, status.Errorf(codes.Internal, "client: increment of %q returned no 8-byte cell", row)
+	}
+	var v int64
+	for _, b := range r.Cells[0].Value {
+		v = v<<8 | int64(b)
+	}
+	return v, nil
+}
+
+// rowFromPB converts a whole row (ReadModifyWrite's answer).
+func rowFromPB(r *bigtablepb.Row) cell.Row {
+	out := cell.Row{Key: r.GetKey()}
+	for _, f := range r.GetFamilies() {
+		for _, col := range f.GetColumns() {
+			for _, c := range col.GetCells() {
+				out.Cells = append(out.Cells, cell.Cell{Family: f.GetName(), Qualifier: col.GetQualifier(), Timestamp: c.GetTimestampMicros(), Value: c.GetValue()})
+			}
+		}
+	}
+	return out
+}
+
+// TabletInfo is one tablet of a table: its rows [Start, End) (nil End: the
+// end of the table) and the address of the server holding it. This is
+// what MapReduce and Beam split on.
+type TabletInfo struct {
+	Start, End []byte
+	Server     string
+}
+
+// Tablets lists the table's tablets in row order, read fresh from the
+// locator (which also refreshes the location cache).
+func (c *Client) Tablets(ctx context.Context, table string) ([]TabletInfo, error) {
+	id, name, err := c.tableID(table)
+	if err != nil {
+		return nil, err
+	}
+	locs, err := c.data().refresh(ctx, id, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TabletInfo, len(locs))
+	for i, l := range locs {
+		out[i] = TabletInfo{Start: l.Start, End: l.End, Server: l.Server}
+	}
+	return out, nil
+}
+
+// RowSample is one key of SampleRowKeys: rows before Key hold about
+// Offset bytes of the table.
+type RowSample struct {
+	Key    []byte
+	Offset int64
+}
+
+// SampleRowKeys returns keys splitting the table into pieces of roughly
+// equal size, in order, the last one empty (the end of the table). Each
+// server holding tablets of the table is asked once; the offsets are
+// accumulated across servers in key order.
+func (c *Client) SampleRowKeys(ctx context.Context, table string) ([]RowSample, error) {
+	id, name, err := c.tableID(table)
+	if err != nil {
+		return nil, err
+	}
+	p := c.data()
+	locs, err := p.refresh(ctx, id, name)
+	if err != nil {
+		return nil, err
+	}
+	type piece struct {
+		key  []byte
+		size int64
+	}
+	var pieces []piece
+	seen := map[string]bool{}
+	for _, l := range locs {
+		if seen[l.Server] {
+			continue
+		}
+		seen[l.Server] = true
+		var samples []*bigtablepb.SampleRowKeysResponse
+		err := p.do(ctx, id, name, l.Start, true, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+			samples = samples[:0]
+			st, err := bigtablepb.NewBigtableClient(cc).SampleRowKeys(ctx, &bigtablepb.SampleRowKeysRequest{TableName: name})
+			if err != nil {
+				return err
+			}
+			for {
+				r, err := st.Recv()
+				if err != nil {
+					if errors.Is(err, io.EOF) {
+						return nil
+					}
+					return err
+				}
+				samples = append(samples, r)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		var prev int64
+		for _, s := range samples {
+			pieces = append(pieces, piece{key: s.GetRowKey(), size: s.GetOffsetBytes() - prev})
+			prev = s.GetOffsetBytes()
+		}
+	}
+	// Order by key, the empty key (end of table) last; merge duplicates.
+	sort.SliceStable(pieces, func(i, j int) bool { return cmpEnd(pieces[i].key, pieces[j].key) < 0 })
+	var out []RowSample
+	var off int64
+	for _, pc := range pieces {
+		off += pc.size
+		if n := len(out); n > 0 && bytes.Equal(out[n-1].Key, pc.key) {
+			out[n-1].Offset = off
+			continue
+		}
+		out = append(out, RowSample{Key: pc.key, Offset: off})
+	}
+	return out, nil
+}
+
+// FilterOf returns the RowFilter selecting what opts asks of each row's
+// cells (families, column regex, time range, versions), nil for all.
+func FilterOf(opts ScanOptions) *bigtablepb.RowFilter {
+	var chain []*bigtablepb.RowFilter
+	if len(opts.Families) > 0 {
+		q := make([]string, len(opts.Families))
+		for i, f := range opts.Families {
+			q[i] = regexp.QuoteMeta(f)
+		}
+		chain = append(chain, &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_FamilyNameRegexFilter{FamilyNameRegexFilter: strings.Join(q, "|")}})
+	}
+	if opts.ColumnRegex != "" {
+		chain = append(chain, &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_ColumnQualifierRegexFilter{ColumnQualifierRegexFilter: []byte(opts.ColumnRegex)}})
+	}
+	if opts.StartTime != 0 || opts.EndTime != 0 {
+		chain = append(chain, &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_TimestampRangeFilter{TimestampRangeFilter: &bigtablepb.TimestampRange{
+			StartTimestampMicros: opts.StartTime, EndTimestampMicros: opts.EndTime}}})
+	}
+	if opts.MaxVersions > 0 {
+		chain = append(chain, &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_CellsPerColumnLimitFilter{CellsPerColumnLimitFilter: int32(opts.MaxVersions)}})
+	}
+	switch len(chain) {
+	case 0:
+		return nil
+	case 1:
+		return chain[0]
+	}
+	return &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_Chain_{Chain: &bigtablepb.RowFilter_Chain{Filters: chain}}}
+}

@@ -1,0 +1,313 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/meta"
+)
+
+// ScanOptions select the rows and cells of a Scan (the paper's Scanner).
+// Zero values select everything.
+type ScanOptions struct {
+	// Start and End bound the rows to [Start, End) (nil End: the end of
+	// the table); Prefix, instead, selects the rows starting with it.
+	Start, End, Prefix []byte
+	// Families keeps only cells of these column families.
+	Families []string
+	// ColumnRegex keeps only cells whose qualifier matches this RE2
+	// expression as a whole (Bigtable's column_qualifier_regex_filter).
+	ColumnRegex string
+	// StartTime and EndTime keep only cells with timestamps in
+	// [StartTime, EndTime), microseconds; EndTime 0 is unbounded.
+	StartTime, EndTime int64
+	// MaxVersions keeps only the newest MaxVersions cells of each column;
+	// 0 keeps all.
+	MaxVersions int
+	// Limit stops the scan after this many rows; 0 is unlimited.
+	Limit int64
+	// Reverse returns rows in descending key order.
+	Reverse bool
+}
+
+// Scanner streams the rows of a Scan, tablet by tablet in key order (or
+// reverse key order), each read from the tablet's server. Rows with no
+// cell left after the filters are not returned. On a "not serving" answer
+// the scanner refreshes the tablet's location, and on UNAVAILABLE it backs
+// off, then resumes after the last row it returned, so no row is returned
+// twice or skipped. A Scanner is not safe for concurrent use; Close it (or
+// read it to the end) to release its stream.
+type Scanner struct {
+	c        *Client
+	p        *dataPlane
+	id       meta.TableID
+	name     string
+	opts     ScanOptions
+	filter   *bigtablepb.RowFilter
+	lo, hi   []byte // the rows still to scan: [lo, hi), nil hi unbounded
+	returned int64
+
+	ctx       context.Context    // the caller's
+	cancel    context.CancelFunc // the open stream's
+	exhausted bool
+	stream    grpc.ServerStreamingClient[bigtablepb.ReadRowsResponse]
+	loc       meta.Location // the tablet the stream reads
+	retry     retrier
+	merger    chunkMerger
+	queue     []cell.Row // rows received, not returned yet
+	row       cell.Row
+	err       error
+	done      bool
+}
+
+// Scan starts a scan of table; see ScanOptions and Scanner.
+//
+//	s := c.Scan(ctx, "t", client.ScanOptions{Prefix: []byte("com.")})
+//	defer s.Close()
+//	for s.Next() { use(s.Row()) }
+//	if err := s.Err(); err != nil { … }
+func (c *Client) Scan(ctx context.Context, table string, opts ScanOptions) *Scanner {
+	s := &Scanner{c: c, p: c.data(), opts: opts, filter: FilterOf(opts), retry: retrier{idempotent: true}}
+	s.ctx, s.cancel = ctx, func() {}
+	var err error
+	if s.id, s.name, err = c.tableID(table); err != nil {
+		s.fail(err)
+		return s
+	}
+	s.lo, s.hi = opts.Start, opts.End
+	if len(opts.Prefix) > 0 {
+		if opts.Start != nil || opts.End != nil {
+			s.fail(status.Error(codes.InvalidArgument, "client: Prefix cannot be combined with Start or End"))
+			return s
+		}
+		s.lo, s.hi = opts.Prefix, prefixSuccessor(opts.Prefix)
+	}
+	if len(s.hi) == 0 {
+		s.hi = nil
+	}
+	return s
+}
+
+// ReadRow reads one row with the cells opts selects (its row-range and
+// Limit fields are ignored); ok is false when the row has no such cell.
+func (c *Client) ReadRow(ctx context.Context, table string, row []byte, opts ScanOptions) (r cell.Row, ok bool, err error) {
+	opts.Start, opts.End, opts.Prefix, opts.Limit, opts.Reverse = row, append(bytes.Clone(row), 0), nil, 1, false
+	s := c.Scan(ctx, table, opts)
+	defer s.Close()
+	if s.Next() {
+		return s.Row(), true, nil
+	}
+	return cell.Row{}, false, s.Err()
+}
+
+func (s *Scanner) fail(err error) {
+	s.err, s.done = err, true
+	s.closeStream()
+}
+
+func (s *Scanner) closeStream() {
+	s.cancel()
+	s.stream = nil
+}
+
+// Row returns the row Next moved to; it stays valid after the next call.
+func (s *Scanner) Row() cell.Row { return s.row }
+
+// Err returns the error that ended the scan, nil if it ran to its end or
+// was closed.
+func (s *Scanner) Err() error { return s.err }
+
+// Close ends the scan and releases its stream; Next then returns false.
+func (s *Scanner) Close() {
+	s.done = true
+	s.cancel()
+	s.stream = nil
+}
+
+// finished reports whether no rows remain in [lo, hi).
+func (s *Scanner) finished() bool {
+	return s.exhausted || s.hi != nil && bytes.Compare(s.lo, s.hi) >= 0 || s.opts.Limit > 0 && s.returned >= s.opts.Limit
+}
+
+// Next moves to the next row, reporting false at the end of the scan or
+// on an error (see Err).
+func (s *Scanner) Next() bool {
+	for !s.done {
+		if len(s.queue) > 0 {
+			s.row, s.queue = s.queue[0], s.queue[1:]
+			// Resume after this row if the stream breaks.
+			if s.opts.Reverse {
+				s.hi = s.row.Key
+			} else {
+				s.lo = append(bytes.Clone(s.row.Key), 0)
+			}
+			s.returned++
+			s.retry = retrier{idempotent: true}
+			return true
+		}
+		if s.finished() {
+			s.Close()
+			return false
+		}
+		if s.stream == nil {
+			if err := s.open(); err != nil {
+				if rerr := s.retry.retry(s.ctx, s.p, s.loc, err); rerr != nil {
+					s.fail(rerr)
+				}
+				continue
+			}
+		}
+		resp, err := s.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			// The tablet is done: continue past its end (or before its start).
+			s.closeStream()
+			if err := s.merger.end(); err != nil {
+				s.fail(err)
+				continue
+			}
+			if s.opts.Reverse {
+				if len(s.loc.Start) == 0 || bytes.Compare(s.loc.Start, s.lo) <= 0 {
+					s.exhausted = true
+				} else {
+					s.hi = s.loc.Start
+				}
+			} else {
+				if len(s.loc.End) == 0 || s.hi != nil && bytes.Compare(s.loc.End, s.hi) >= 0 {
+					s.exhausted = true
+				} else {
+					s.lo = s.loc.End
+				}
+			}
+			continue
+		}
+		if err != nil {
+			loc := s.loc
+			s.closeStream()
+			s.merger.reset()
+			s.queue = nil // empty here (drained before each Recv); resume from the last row returned
+			if rerr := s.retry.retry(s.ctx, s.p, loc, err); rerr != nil {
+				s.fail(rerr)
+			}
+			continue
+		}
+		rows, err := s.merger.add(resp.GetChunks())
+		if err != nil {
+			s.fail(err)
+			continue
+		}
+		s.queue = append(s.queue, rows...)
+	}
+	return false
+}
+
+// open starts the stream over the part of [lo, hi) in the first (last,
+// when reversed) tablet it overlaps.
+func (s *Scanner) open() error {
+	locs, err := s.p.tabletsIn(s.ctx, s.id, s.name, s.lo, s.hi)
+	if err != nil {
+		s.loc = meta.Location{}
+		return err
+	}
+	lo, hi := s.lo, s.hi
+	if s.opts.Reverse {
+		s.loc = locs[len(locs)-1]
+		if bytes.Compare(s.loc.Start, lo) > 0 {
+			lo = s.loc.Start
+		}
+	} else {
+		s.loc = locs[0]
+		if len(s.loc.End) > 0 && (hi == nil || bytes.Compare(s.loc.End, hi) < 0) {
+			hi = s.loc.End
+		}
+	}
+	cc, err := s.p.conn(s.loc.Server)
+	if err != nil {
+		return err
+	}
+	rr := &bigtablepb.RowRange{StartKey: &bigtablepb.RowRange_StartKeyClosed{StartKeyClosed: lo}}
+	if hi != nil {
+		rr.EndKey = &bigtablepb.RowRange_EndKeyOpen{EndKeyOpen: hi}
+	}
+	req := &bigtablepb.ReadRowsRequest{TableName: s.name, Rows: &bigtablepb.RowSet{RowRanges: []*bigtablepb.RowRange{rr}},
+		Filter: s.filter, Reversed: s.opts.Reverse}
+	if s.opts.Limit > 0 {
+		req.RowsLimit = s.opts.Limit - s.returned
+	}
+	sctx, cancel := context.WithCancel(s.ctx)
+	st, err := bigtablepb.NewBigtableClient(cc).ReadRows(sctx, req)
+	if err != nil {
+		cancel()
+		return err
+	}
+	s.cancel = cancel
+	s.stream = st
+	s.merger.reset()
+	return nil
+}
+
+// chunkMerger assembles ReadRows chunks into rows.
+type chunkMerger struct {
+	cur     cell.Row
+	inRow   bool
+	partial *cell.Cell // a cell whose value is still arriving
+	family  string
+	qual    []byte
+}
+
+func (m *chunkMerger) reset() { *m = chunkMerger{} }
+
+// end checks that the stream did not stop inside a row.
+func (m *chunkMerger) end() error {
+	if m.inRow {
+		return status.Error(codes.Internal, "client: ReadRows ended inside a row")
+	}
+	return nil
+}
+
+func (m *chunkMerger) add(chunks []*bigtablepb.ReadRowsResponse_CellChunk) ([]cell.Row, error) {
+	var out []cell.Row
+	for _, ch := range chunks {
+		if ch.GetResetRow() {
+			m.reset()
+			continue
+		}
+		if len(ch.GetRowKey()) > 0 {
+			if !m.inRow {
+				m.cur = cell.Row{Key: ch.GetRowKey()}
+				m.inRow = true
+			}
+		} else if !m.inRow {
+			return nil, status.Error(codes.Internal, "client: ReadRows chunk without a row key")
+		}
+		if ch.GetFamilyName() != nil {
+			m.family = ch.GetFamilyName().GetValue()
+		}
+		if ch.GetQualifier() != nil {
+			m.qual = ch.GetQualifier().GetValue()
+		}
+		if m.partial == nil {
+			m.partial = &cell.Cell{Family: m.family, Qualifier: m.qual, Timestamp: ch.GetTimestampMicros()}
+		}
+		m.partial.Value = append(m.partial.Value, ch.GetValue()...)
+		if ch.GetValueSize() == 0 {
+			if m.partial.Value == nil {
+				m.partial.Value = []byte{}
+			}
+			m.cur.Cells = append(m.cur.Cells, *m.partial)
+			m.partial = nil
+		}
+		if ch.GetCommitRow() {
+			out = append(out, m.cur)
+			m.reset()
+		}
+	}
+	return out, nil
+}
