@@ -56,6 +56,7 @@ type Client struct {
 	cc    *grpc.ClientConn
 	owned bool // cc was dialed by Dial: Close closes it
 	loc   locator
+	plane *dataPlane // routing of the data operations (data.go)
 }
 
 // Dial connects to the server at addr (host:port) without TLS, as the
@@ -77,7 +78,9 @@ func Dial(addr string, opts Options) (*Client, error) {
 // accept messages of MaxMessageSize.
 func New(cc *grpc.ClientConn, opts Options) *Client {
 	opts.setDefaults()
-	return &Client{opts: opts, cc: cc, loc: &serverLocator{cc: cc}}
+	c := &Client{opts: opts, cc: cc, loc: &serverLocator{cc: cc}}
+	c.plane = newDataPlane(c)
+	return c
 }
 
 // Close closes the connection if Dial opened it.

@@ -36,8 +36,7 @@ const (
 )
 
 // dataPlane is the routing state of a Client's data operations: the
-// location cache and a connection per tablet server address. It lives
-// beside the Client (planes) so client.go keeps its shape; Close drops it.
+// location cache and a connection per tablet server address.
 type dataPlane struct {
 	c     *Client
 	cache *LocationCache
@@ -46,25 +45,17 @@ type dataPlane struct {
 	conns map[string]*grpc.ClientConn // dialed by the pool, closed by Close
 }
 
-var planes sync.Map // *Client → *dataPlane
-
-// data returns the Client's data plane, creating it on first use.
-func (c *Client) data() *dataPlane {
-	if p, ok := planes.Load(c); ok {
-		return p.(*dataPlane)
-	}
-	p, _ := planes.LoadOrStore(c, &dataPlane{c: c, cache: NewLocationCache(LocationCacheOptions{}), conns: map[string]*grpc.ClientConn{}})
-	return p.(*dataPlane)
+func newDataPlane(c *Client) *dataPlane {
+	return &dataPlane{c: c, cache: NewLocationCache(LocationCacheOptions{}), conns: map[string]*grpc.ClientConn{}}
 }
 
-// closeData closes the connections the pool dialed and forgets the data
-// plane; the Client's own connection is Close's business.
+// data returns the Client's data plane.
+func (c *Client) data() *dataPlane { return c.plane }
+
+// closeData closes the connections the pool dialed; the Client's own
+// connection is Close's business.
 func (c *Client) closeData() {
-	p, ok := planes.LoadAndDelete(c)
-	if !ok {
-		return
-	}
-	dp := p.(*dataPlane)
+	dp := c.plane
 	dp.mu.Lock()
 	defer dp.mu.Unlock()
 	for _, cc := range dp.conns {
