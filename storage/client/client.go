@@ -1,6 +1,15 @@
-// Package client is Tabula's own Go client: what the official Cloud
-// Bigtable clients cannot do, starting with running scripts inside the
-// tablet servers (RunScript, FilterRows).
+// Package client is Tabula's own Go client, with the paper's API: apply a
+// row mutation (Apply, ApplyBulk with bounded memory), scanners over row
+// ranges with family, column regex, time range and version limits,
+// counters (ReadModifyWrite, Increment), CheckAndMutate, SampleRowKeys,
+// the list of a table's tablets (what MapReduce and Beam split on), and
+// what the official Cloud Bigtable clients cannot do: running scripts
+// inside the tablet servers (RunScript, FilterRows).
+//
+// Data operations go to the server that holds the row's tablet, found
+// through a LocationCache; a typed "not serving" answer drops the cached
+// location and retries, UNAVAILABLE is retried with backoff for idempotent
+// operations only.
 //
 // A Client knows one address. A script over a row range runs as the
 // paper's client would run it: find the tablets of the range and their
