@@ -1,0 +1,263 @@
+package master
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/master/assign"
+)
+
+// TabletServers is what the master's control loop asks of tablet servers
+// (implemented over gRPC in the cluster, by fakes in tests). Server names
+// are assign.ServerIDs: the part of a server's key under servers/ after the
+// prefix (coord.ServerID); an implementation finds a server's address in
+// its key's value.
+type TabletServers interface {
+	// List returns the tablets server serves, including every tablet it is
+	// loading from the moment it accepted the Load request and every tablet
+	// it is still unloading. The master relies on this: a tablet a live
+	// server does not report is one the master may assign elsewhere (a
+	// master that took over has no record of its predecessor's requests).
+	List(ctx context.Context, server string) ([]assign.Served, error)
+	// Load asks server to load t, recovering its writes after the redo
+	// point from recoverFrom's commit log when recoverFrom is not empty.
+	// An error does not mean the server will not load t (the request may
+	// have reached it): the master treats the load as still in flight.
+	Load(ctx context.Context, server string, t assign.Tablet, recoverFrom string) error
+	// Unload asks server to compact and unload tabletID.
+	Unload(ctx context.Context, server, tabletID string) error
+}
+
+// Metadata is the master's access to METADATA (served from the METADATA
+// table in the cluster).
+type Metadata interface {
+	// Tablets returns every tablet METADATA holds, root included, with
+	// LastServer set to the server recorded by SetLocation.
+	Tablets(ctx context.Context) ([]assign.Tablet, error)
+	// SetLocation records that server (an assign.ServerID) serves
+	// tabletID under epoch. Epochs a master passes only ever grow, across
+	// masters too.
+	SetLocation(ctx context.Context, tabletID, server string, epoch uint64) error
+}
+
+// KeyEpoch is the coord key holding the next unused assignment epoch (8
+// bytes big-endian). Masters reserve blocks of epochs from it with a
+// compare-and-set, so no two masters, and no master after a failover, ever
+// hand out the same epoch.
+const KeyEpoch = "epoch"
+
+// ControlOptions configure a Control. Coord, Servers and Metadata are
+// required; zero values of the rest take defaults.
+type ControlOptions struct {
+	Coord    coord.Service
+	Servers  TabletServers
+	Metadata Metadata
+	// Name is the master lock's value: the master's address, for clients
+	// and standbys.
+	Name string
+	// Clock measures the age of requests in flight and drives the periodic
+	// round; default coord.RealClock. Tests share a coord.FakeClock with
+	// coord.NewLocal.
+	Clock coord.Clock
+	// Tick is the period of rounds when nothing happens (timeouts, lock
+	// delays ending). Default 1s.
+	Tick time.Duration
+	// Plan tunes the planner. Merges are always off: the loop cannot carry
+	// them out yet.
+	Plan assign.Config
+	// Session configures the master's coord session.
+	Session coord.SessionOptions
+	// EpochBlock is how many epochs are reserved per compare-and-set.
+	// Default 1000.
+	EpochBlock uint64
+	// RPCTimeout bounds each call to a tablet server or METADATA. Default
+	// 10s.
+	RPCTimeout time.Duration
+	Logger     *slog.Logger
+}
+
+// Control is the master's control loop: election through coord.KeyMaster,
+// then the paper's §5.2 startup scan and the assignment loop. Create it
+// with NewControl and call Run.
+//
+// Once elected, a Control watches servers/ (a key locked by its own
+// session is a live server, its value the server's address), asks every
+// live server what it serves, reads METADATA, and each round hands that
+// State to assign.Plan and carries out the actions. A round runs at start,
+// on every change under servers/, every Tick, and at once after a round
+// that sent requests. The safety rules it adds to the planner's:
+//
+//   - A server is declared dead only once the master holds its lock
+//     (TryLockExisting, which waits out the lock-delay) and has deleted its
+//     key; only then are its tablets reassigned, recovering from its log.
+//     Until then a server whose key is released keeps its tablets (its last
+//     report, and METADATA's location for any it never reported) and is
+//     sent nothing.
+//   - Every Load and Unload is recorded in flight before it is sent and
+//     stays so if the call fails (the server may act on it anyway); the
+//     planner resends it to the same server after Plan's LoadTimeout.
+//   - A server whose List fails is taken at its last report; without one
+//     the round is skipped rather than planned on a picture where its
+//     tablets look unserved.
+//   - No request is sent once the session may have lapsed or the lock is
+//     lost; the term ends and Run campaigns again.
+//   - Each completed load is recorded in METADATA with a fresh epoch
+//     (see KeyEpoch), after the load, so that METADATA's location stays the
+//     server whose log to recover from if the load never happened.
+type Control struct {
+	opts ControlOptions
+
+	mu     sync.Mutex
+	splits []assign.Split // reported, not yet seen in METADATA
+}
+
+// NewControl checks opts and returns a Control.
+func NewControl(opts ControlOptions) (*Control, error) {
+	if opts.Coord == nil || opts.Servers == nil || opts.Metadata == nil {
+		return nil, errors.New("master: ControlOptions needs Coord, Servers and Metadata")
+	}
+	if opts.Clock == nil {
+		opts.Clock = coord.RealClock{}
+	}
+	if opts.Tick <= 0 {
+		opts.Tick = time.Second
+	}
+	if opts.EpochBlock == 0 {
+		opts.EpochBlock = 1000
+	}
+	if opts.RPCTimeout <= 0 {
+		opts.RPCTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Session.Name == "" {
+		opts.Session.Name = "master"
+	}
+	opts.Plan.NoMerge = true
+	return &Control{opts: opts}, nil
+}
+
+// ReportSplit records a split a tablet server reports having committed to
+// METADATA. The planner holds the parent back and rereads METADATA until
+// it shows the children. Safe for concurrent use.
+func (c *Control) ReportSplit(s assign.Split) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.splits = append(c.splits, s)
+}
+
+// Run campaigns for the master lock and, while it holds it, runs the
+// control loop. A standby blocks in coord's Lock; an active master whose
+// session lapses or whose lock is lost stops acting at once (no request is
+// sent after it notices) and campaigns again with a new session. Run
+// returns ctx's error when ctx is done, or the service's error if it is
+// closed.
+func (c *Control) Run(ctx context.Context) error {
+	log := c.opts.Logger
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		sess, err := c.opts.Coord.NewSession(ctx, c.opts.Session)
+		if err != nil {
+			if errors.Is(err, coord.ErrClosed) || ctx.Err() != nil {
+				return cmpErr(ctx, err)
+			}
+			log.Warn("master: new session", "err", err)
+			c.pause(ctx)
+			continue
+		}
+		lock, err := sess.Lock(ctx, coord.KeyMaster, []byte(c.opts.Name))
+		if err != nil {
+			destroy(sess)
+			if errors.Is(err, coord.ErrClosed) || ctx.Err() != nil {
+				return cmpErr(ctx, err)
+			}
+			// The session lapsed while waiting (or a transport error):
+			// campaign again with a fresh one.
+			log.Warn("master: campaign", "err", err)
+			continue
+		}
+		log.Info("master: elected", "session", sess.ID())
+		err = c.lead(ctx, sess, lock)
+		log.Info("master: stepped down", "err", err)
+		// Destroy, not Release: the lock-delay then keeps a successor out
+		// for a moment in case a request of ours is still on its way.
+		destroy(sess)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, coord.ErrClosed) {
+			return err
+		}
+	}
+}
+
+func cmpErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+func destroy(s coord.Session) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.Destroy(ctx)
+}
+
+// pause waits a tick (on the control's clock) or until ctx is done, so a
+// failing service is not hammered.
+func (c *Control) pause(ctx context.Context) {
+	ch := make(chan struct{})
+	stop := c.opts.Clock.AfterFunc(c.opts.Tick, func() { close(ch) })
+	defer stop()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}
+
+// epochs hands out assignment epochs from blocks reserved in coord.
+type epochs struct {
+	kv          coord.KV
+	block       uint64
+	next, limit uint64 // [next, limit) reserved and unused
+}
+
+// take returns a fresh epoch, reserving a new block when the current one is
+// used up. The counter only grows, so an epoch is never handed out twice.
+func (e *epochs) take(ctx context.Context) (uint64, error) {
+	for e.next >= e.limit {
+		var cur, index uint64
+		ent, err := e.kv.Get(ctx, KeyEpoch)
+		switch {
+		case errors.Is(err, coord.ErrNotFound):
+			cur, index = 1, 0 // epoch 0 means "never assigned"
+		case err != nil:
+			return 0, err
+		case len(ent.Value) != 8:
+			return 0, fmt.Errorf("master: corrupt %s key: %d bytes", KeyEpoch, len(ent.Value))
+		default:
+			cur, index = binary.BigEndian.Uint64(ent.Value), ent.ModifyIndex
+		}
+		err = e.kv.CAS(ctx, KeyEpoch, binary.BigEndian.AppendUint64(nil, cur+e.block), index)
+		if errors.Is(err, coord.ErrConflict) {
+			continue // another master reserved meanwhile: read again
+		}
+		if err != nil {
+			return 0, err
+		}
+		e.next, e.limit = cur, cur+e.block
+	}
+	e.next++
+	return e.next - 1, nil
+}

@@ -1,0 +1,645 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/master/assign"
+)
+
+const (
+	testLockDelay = 5 * time.Second
+	testTick      = time.Second
+)
+
+// fakeServers plays the tablet servers: a tablet is served as soon as Load
+// returns. It records every call and any moment two live servers hold one
+// tablet.
+type fakeServers struct {
+	svc *coord.Local
+
+	mu         sync.Mutex
+	serving    map[string]map[assign.TabletID]assign.Tablet
+	down       map[string]bool
+	failLoads  map[assign.TabletID]int // failures left per tablet
+	calls      []string
+	lists      int
+	violations []string
+}
+
+func newFakeServers(svc *coord.Local) *fakeServers {
+	return &fakeServers{
+		svc:       svc,
+		serving:   make(map[string]map[assign.TabletID]assign.Tablet),
+		down:      make(map[string]bool),
+		failLoads: make(map[assign.TabletID]int),
+	}
+}
+
+var errDown = errors.New("fake: server down")
+
+func (f *fakeServers) List(_ context.Context, server string) ([]assign.Served, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists++
+	if f.down[server] {
+		return nil, errDown
+	}
+	var out []assign.Served
+	for _, t := range f.serving[server] {
+		out = append(out, assign.Served{ID: t.ID, Table: t.Table, Start: t.Start, End: t.End})
+	}
+	slices.SortFunc(out, func(a, b assign.Served) int { return strings.Compare(string(a.ID), string(b.ID)) })
+	return out, nil
+}
+
+func (f *fakeServers) Load(ctx context.Context, server string, t assign.Tablet, recoverFrom string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf("load %s %s %s", t.ID, server, recoverFrom))
+	if f.down[server] {
+		return errDown
+	}
+	if f.failLoads[t.ID] > 0 {
+		f.failLoads[t.ID]--
+		return errors.New("fake: load failed")
+	}
+	for s, ts := range f.serving {
+		if _, ok := ts[t.ID]; ok && s != server && !f.down[s] {
+			f.violations = append(f.violations, fmt.Sprintf("%s loaded on %s while %s serves it", t.ID, server, s))
+		}
+	}
+	// Recovery from a server's log is safe only once it was declared dead:
+	// its key deleted by the master.
+	if recoverFrom != "" {
+		if _, err := f.svc.Get(ctx, coord.ServerKey(recoverFrom)); !errors.Is(err, coord.ErrNotFound) {
+			f.violations = append(f.violations, fmt.Sprintf("%s recovered from %s whose key still exists (err %v)", t.ID, recoverFrom, err))
+		}
+	}
+	if f.serving[server] == nil {
+		f.serving[server] = make(map[assign.TabletID]assign.Tablet)
+	}
+	f.serving[server][t.ID] = t
+	return nil
+}
+
+func (f *fakeServers) Unload(_ context.Context, server, tabletID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf("unload %s %s", tabletID, server))
+	if f.down[server] {
+		return errDown
+	}
+	delete(f.serving[server], assign.TabletID(tabletID))
+	return nil
+}
+
+// kill stops server: it answers nothing and serves nothing (as after
+// kill -9).
+func (f *fakeServers) kill(server string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down[server] = true
+}
+
+// where returns the live servers serving each tablet.
+func (f *fakeServers) where() map[assign.TabletID][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[assign.TabletID][]string)
+	for s, ts := range f.serving {
+		if f.down[s] {
+			continue
+		}
+		for id := range ts {
+			out[id] = append(out[id], s)
+		}
+	}
+	for _, ss := range out {
+		slices.Sort(ss)
+	}
+	return out
+}
+
+func (f *fakeServers) callsSince(n int) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls[n:])
+}
+
+func (f *fakeServers) ncalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.calls)
+}
+
+// fakeMeta is METADATA in memory.
+type fakeMeta struct {
+	mu      sync.Mutex
+	tablets []assign.Tablet
+	epochs  []uint64 // every SetLocation's, in call order
+}
+
+func (m *fakeMeta) Tablets(context.Context) ([]assign.Tablet, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.tablets), nil
+}
+
+func (m *fakeMeta) SetLocation(_ context.Context, id, server string, epoch uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.epochs = append(m.epochs, epoch)
+	for i := range m.tablets {
+		if m.tablets[i].ID == assign.TabletID(id) {
+			m.tablets[i].LastServer = assign.ServerID(server)
+			return nil
+		}
+	}
+	return fmt.Errorf("fake: no tablet %s", id)
+}
+
+func (m *fakeMeta) location(id assign.TabletID) assign.ServerID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range m.tablets {
+		if t.ID == id {
+			return t.LastServer
+		}
+	}
+	return ""
+}
+
+func (m *fakeMeta) epochList() []uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.epochs)
+}
+
+// testTablets is a root tablet, two METADATA tablets and six user tablets
+// of equal size (so that balance moves nothing).
+func testTablets() []assign.Tablet {
+	ts := []assign.Tablet{
+		{ID: "root", Table: "METADATA", End: "m0", Kind: assign.Root, Size: 100},
+		{ID: "meta0", Table: "METADATA", Start: "m0", End: "m1", Kind: assign.Meta, Size: 100},
+		{ID: "meta1", Table: "METADATA", Start: "m1", Kind: assign.Meta, Size: 100},
+	}
+	for i := range 6 {
+		t := assign.Tablet{ID: assign.TabletID(fmt.Sprintf("u%d", i)), Table: "t", Size: 100}
+		if i > 0 {
+			t.Start = fmt.Sprintf("k%d", i)
+		}
+		if i < 5 {
+			t.End = fmt.Sprintf("k%d", i+1)
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+type cluster struct {
+	t        *testing.T
+	clock    *coord.FakeClock
+	svc      *coord.Local
+	servers  *fakeServers
+	meta     *fakeMeta
+	sessions map[string]coord.Session
+}
+
+func newCluster(t *testing.T, servers ...string) *cluster {
+	t.Helper()
+	clock := coord.NewFakeClock()
+	svc := coord.NewLocal(coord.LocalConfig{Clock: clock, LockDelay: testLockDelay})
+	t.Cleanup(func() { svc.Close() })
+	c := &cluster{
+		t:        t,
+		clock:    clock,
+		svc:      svc,
+		servers:  newFakeServers(svc),
+		meta:     &fakeMeta{tablets: testTablets()},
+		sessions: make(map[string]coord.Session),
+	}
+	for _, s := range servers {
+		sess, err := svc.NewSession(context.Background(), coord.SessionOptions{Name: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sess.TryLock(context.Background(), coord.ServerKey(s), []byte(s+":7000")); err != nil {
+			t.Fatal(err)
+		}
+		c.sessions[s] = sess
+	}
+	return c
+}
+
+// startMaster runs a Control named name until the test ends or stop is
+// called.
+func (c *cluster) startMaster(name string) (stop func()) {
+	c.t.Helper()
+	ctl, err := NewControl(ControlOptions{
+		Coord:    c.svc,
+		Servers:  c.servers,
+		Metadata: c.meta,
+		Name:     name,
+		Clock:    c.clock,
+		Tick:     testTick,
+		Logger:   quietLogger(),
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctl.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				c.t.Errorf("master %s: Run = %v", name, err)
+			}
+		})
+	}
+	c.t.Cleanup(stop)
+	return stop
+}
+
+// kill ends server's process and, as the lock service would after its
+// TTL, its session.
+func (c *cluster) kill(server string) {
+	c.servers.kill(server)
+	c.svc.Expire(c.sessions[server].ID())
+}
+
+// check fails the test if two live servers ever held one tablet.
+func (c *cluster) check() {
+	c.t.Helper()
+	c.servers.mu.Lock()
+	v := slices.Clone(c.servers.violations)
+	c.servers.mu.Unlock()
+	if len(v) > 0 {
+		c.t.Fatalf("safety violated: %v", v)
+	}
+	for id, ss := range c.servers.where() {
+		if len(ss) > 1 {
+			c.t.Fatalf("tablet %s served by %v", id, ss)
+		}
+	}
+}
+
+// waitFor polls cond, checking safety at every step. With advance > 0 the
+// fake clock moves on by advance between polls (for ticks, lock-delays and
+// timeouts).
+func (c *cluster) waitFor(what string, advance time.Duration, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.check()
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("timed out waiting for %s; calls %v; where %v", what, c.servers.callsSince(0), c.servers.where())
+		}
+		if advance > 0 {
+			c.clock.Advance(advance)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// allServed reports whether every METADATA tablet is served by one live
+// server.
+func (c *cluster) allServed() bool {
+	w := c.servers.where()
+	for _, t := range testTablets() {
+		if len(w[t.ID]) != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *cluster) masterName() string {
+	e, err := c.svc.Get(context.Background(), coord.KeyMaster)
+	if err != nil || e.Session == "" {
+		return ""
+	}
+	return string(e.Value)
+}
+
+func TestControlStartupAssignsInOrder(t *testing.T) {
+	c := newCluster(t, "s1", "s2", "s3")
+	c.startMaster("m1")
+	c.waitFor("all tablets served", 0, c.allServed)
+
+	var order []string
+	for _, call := range c.servers.callsSince(0) {
+		f := strings.Fields(call)
+		if f[0] != "load" {
+			t.Fatalf("unexpected call %q", call)
+		}
+		order = append(order, f[1])
+	}
+	if len(order) != len(testTablets()) {
+		t.Fatalf("loads %v, want one per tablet", order)
+	}
+	rank := func(id string) int {
+		switch {
+		case id == "root":
+			return 0
+		case strings.HasPrefix(id, "meta"):
+			return 1
+		}
+		return 2
+	}
+	for i := 1; i < len(order); i++ {
+		if rank(order[i-1]) > rank(order[i]) {
+			t.Fatalf("load order %v: root, then METADATA, then user tablets", order)
+		}
+	}
+	// Spread evenly and recorded in METADATA.
+	count := map[string]int{}
+	for id, ss := range c.servers.where() {
+		count[ss[0]]++
+		if got := c.meta.location(id); string(got) != ss[0] {
+			t.Errorf("METADATA location of %s = %q, served by %s", id, got, ss[0])
+		}
+	}
+	for _, s := range []string{"s1", "s2", "s3"} {
+		if count[s] != 3 {
+			t.Errorf("server tablet counts %v, want 3 each", count)
+		}
+	}
+}
+
+func TestControlReassignsDeadServersTablets(t *testing.T) {
+	c := newCluster(t, "s1", "s2", "s3")
+	c.startMaster("m1")
+	c.waitFor("all tablets served", 0, c.allServed)
+
+	var lost []assign.TabletID
+	for id, ss := range c.servers.where() {
+		if ss[0] == "s2" {
+			lost = append(lost, id)
+		}
+	}
+	slices.Sort(lost)
+	// Watch s2's key to see the master take its lock before deleting it.
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	events, err := c.svc.WatchKey(wctx, coord.ServerKey("s2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-events // its current state
+	n := c.servers.ncalls()
+
+	c.kill("s2")
+	// Within the lock-delay the master cannot take the lock: nothing of
+	// s2's moves.
+	c.clock.Advance(testLockDelay - time.Second)
+	time.Sleep(20 * time.Millisecond)
+	if calls := c.servers.callsSince(n); len(calls) > 0 {
+		t.Fatalf("calls before the master held s2's lock: %v", calls)
+	}
+
+	c.waitFor("s2's tablets served elsewhere", testTick, c.allServed)
+
+	var got []assign.TabletID
+	for _, call := range c.servers.callsSince(n) {
+		f := strings.Fields(call)
+		if f[0] != "load" || len(f) != 4 || f[3] != "s2" || f[2] == "s2" {
+			t.Fatalf("call %q: want loads on survivors recovering from s2", call)
+		}
+		got = append(got, assign.TabletID(f[1]))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, lost) {
+		t.Fatalf("reassigned %v, want exactly s2's tablets %v", got, lost)
+	}
+	if _, err := c.svc.Get(context.Background(), coord.ServerKey("s2")); !errors.Is(err, coord.ErrNotFound) {
+		t.Fatalf("s2's key: err %v, want deleted", err)
+	}
+	// The key's history: released by the expiry, locked by the master,
+	// then deleted.
+	var hist []string
+	for ev := range events {
+		switch {
+		case ev.Kind == coord.EventDelete:
+			hist = append(hist, "delete")
+		case ev.Entry.Session == "":
+			hist = append(hist, "released")
+		default:
+			hist = append(hist, "locked:"+string(ev.Entry.Value))
+		}
+		if ev.Kind == coord.EventDelete {
+			break
+		}
+	}
+	if want := []string{"released", "locked:m1", "delete"}; !slices.Equal(hist, want) {
+		t.Fatalf("s2's key went %v, want %v", hist, want)
+	}
+}
+
+func TestControlRetriesFailedLoadAfterTimeout(t *testing.T) {
+	c := newCluster(t, "s1", "s2")
+	c.servers.failLoads["u3"] = 1
+	c.startMaster("m1")
+	others := func() bool {
+		w := c.servers.where()
+		for _, tb := range testTablets() {
+			if tb.ID != "u3" && len(w[tb.ID]) != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	c.waitFor("every other tablet served", 0, others)
+	loadsOf := func() []string {
+		var out []string
+		for _, call := range c.servers.callsSince(0) {
+			if strings.HasPrefix(call, "load u3 ") {
+				out = append(out, call)
+			}
+		}
+		return out
+	}
+	time.Sleep(20 * time.Millisecond)
+	if l := loadsOf(); len(l) != 1 {
+		t.Fatalf("loads of u3 before the timeout: %v, want the one that failed", l)
+	}
+	// Just short of the planner's 30s timeout: still in flight.
+	c.clock.Advance(29 * time.Second)
+	time.Sleep(20 * time.Millisecond)
+	if l := loadsOf(); len(l) != 1 {
+		t.Fatalf("loads of u3 before the timeout: %v", l)
+	}
+	c.waitFor("u3 served after the timeout", testTick, c.allServed)
+	l := loadsOf()
+	if len(l) != 2 || l[0] != l[1] {
+		t.Fatalf("loads of u3 %v: want the failed one resent to the same server", l)
+	}
+}
+
+func TestControlFailover(t *testing.T) {
+	c := newCluster(t, "s1", "s2", "s3")
+	stops := map[string]func(){"m1": c.startMaster("m1"), "m2": c.startMaster("m2")}
+	c.waitFor("a master", 0, func() bool { return c.masterName() != "" })
+	c.waitFor("all tablets served", 0, c.allServed)
+	active := c.masterName()
+	standby := map[string]string{"m1": "m2", "m2": "m1"}[active]
+	before := c.servers.where()
+	n := c.servers.ncalls()
+	epochsBefore := c.meta.epochList()
+
+	// The active master dies (kill -9): it stops, and its session expires.
+	// (Run, cancelled, destroys its session; expiring it first makes the
+	// destroy a no-op, as when the process is gone.)
+	e, err := c.svc.Get(context.Background(), coord.KeyMaster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.svc.Expire(e.Session)
+	stops[active]()
+	c.servers.mu.Lock()
+	lists := c.servers.lists
+	c.servers.mu.Unlock()
+	c.waitFor("the standby to take over and scan", time.Second, func() bool {
+		c.servers.mu.Lock()
+		defer c.servers.mu.Unlock()
+		return c.masterName() == standby && c.servers.lists >= lists+3
+	})
+	time.Sleep(20 * time.Millisecond)
+	// Nothing served moved: no unload, no load.
+	if calls := c.servers.callsSince(n); len(calls) > 0 {
+		t.Fatalf("calls during failover: %v", calls)
+	}
+	if after := c.servers.where(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("tablets moved in failover: %v → %v", before, after)
+	}
+
+	// The new master carries on: a server dies, its tablets move.
+	c.kill("s1")
+	c.waitFor("s1's tablets served elsewhere", testTick, c.allServed)
+	for _, call := range c.servers.callsSince(n) {
+		if !strings.HasPrefix(call, "load ") || !strings.HasSuffix(call, " s1") {
+			t.Fatalf("call %q after s1 died", call)
+		}
+	}
+	epochs := c.meta.epochList()
+	if len(epochs) <= len(epochsBefore) {
+		t.Fatalf("no new epochs after failover: %v", epochs)
+	}
+	for i := 1; i < len(epochs); i++ {
+		if epochs[i] <= epochs[i-1] {
+			t.Fatalf("epochs %v do not strictly increase", epochs)
+		}
+	}
+}
+
+func TestEpochsNeverReused(t *testing.T) {
+	svc := coord.NewLocal(coord.LocalConfig{Clock: coord.NewFakeClock()})
+	defer svc.Close()
+	ctx := context.Background()
+	a := epochs{kv: svc, block: 3}
+	b := epochs{kv: svc, block: 3}
+	seen := map[uint64]bool{}
+	for i := range 10 {
+		e := &a
+		if i%3 == 0 {
+			e = &b
+		}
+		n, err := e.take(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[n] || n == 0 {
+			t.Fatalf("epoch %d handed out twice (or zero)", n)
+		}
+		seen[n] = true
+	}
+	// A fresh allocator (a new master) starts past everything reserved.
+	c := epochs{kv: svc, block: 3}
+	n, _ := c.take(ctx)
+	for m := range seen {
+		if n <= m {
+			t.Fatalf("new master's first epoch %d not above %d", n, m)
+		}
+	}
+}
+
+// A master whose session lapses, or whose lock key is deleted, stops
+// acting and campaigns again with a new session; re-elected, it carries on
+// from a fresh scan without moving anything.
+func TestControlStepsDownAndCampaignsAgain(t *testing.T) {
+	for _, how := range []string{"session expires", "lock key deleted"} {
+		t.Run(how, func(t *testing.T) {
+			c := newCluster(t, "s1", "s2")
+			c.startMaster("m1")
+			c.waitFor("all tablets served", 0, c.allServed)
+			n := c.servers.ncalls()
+			e, err := c.svc.Get(context.Background(), coord.KeyMaster)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if how == "session expires" {
+				c.svc.Expire(e.Session)
+			} else if err := c.svc.Delete(context.Background(), coord.KeyMaster); err != nil {
+				t.Fatal(err)
+			}
+			c.waitFor("m1 re-elected with a new session", time.Second, func() bool {
+				e2, err := c.svc.Get(context.Background(), coord.KeyMaster)
+				return err == nil && e2.Session != "" && e2.Session != e.Session
+			})
+			c.kill("s1")
+			c.waitFor("s1's tablets served elsewhere", testTick, c.allServed)
+			for _, call := range c.servers.callsSince(n) {
+				if !strings.HasPrefix(call, "load ") || !strings.HasSuffix(call, " s2 s1") {
+					t.Fatalf("call %q: want only loads of s1's tablets on s2", call)
+				}
+			}
+		})
+	}
+}
+
+// A new master that finds a server's key released but still in lock-delay
+// (the server died while no master was active) must not hand out its
+// tablets, although it never heard from it: METADATA's location holds
+// them until the master has taken the lock and deleted the key.
+func TestControlStartupWaitsForReleasedServer(t *testing.T) {
+	c := newCluster(t, "s1", "s2", "s3")
+	stop := c.startMaster("m1")
+	c.waitFor("all tablets served", 0, c.allServed)
+	stop() // destroys its session: the master key is in lock-delay
+	c.clock.Advance(testLockDelay - time.Second)
+	c.kill("s2") // its key stays in lock-delay a second past the master's
+	n := c.servers.ncalls()
+	c.servers.mu.Lock()
+	lists := c.servers.lists
+	c.servers.mu.Unlock()
+
+	c.startMaster("m2")
+	c.waitFor("m2 elected and scanning", 100*time.Millisecond, func() bool {
+		c.servers.mu.Lock()
+		defer c.servers.mu.Unlock()
+		return c.masterName() == "m2" && c.servers.lists >= lists+2
+	})
+	time.Sleep(20 * time.Millisecond)
+	if calls := c.servers.callsSince(n); len(calls) > 0 {
+		t.Fatalf("calls while s2's key is in lock-delay: %v", calls)
+	}
+	c.waitFor("s2's tablets served elsewhere", testTick, c.allServed)
+	for _, call := range c.servers.callsSince(n) {
+		if !strings.HasPrefix(call, "load ") || !strings.HasSuffix(call, " s2") {
+			t.Fatalf("call %q: want only loads recovering s2's tablets", call)
+		}
+	}
+}
