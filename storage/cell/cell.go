@@ -50,3 +50,33 @@ func CompareColumns(famA string, qualA []byte, famB string, qualB []byte) int {
 	}
 	return bytes.Compare(qualA, qualB)
 }
+
+// CompareCells orders two cells of one row as a read presents them: family
+// and qualifier ascending, then timestamp descending (newest first).
+func CompareCells(a, b Cell) int {
+	if c := CompareColumns(a.Family, a.Qualifier, b.Family, b.Qualifier); c != 0 {
+		return c
+	}
+	switch {
+	case a.Timestamp > b.Timestamp:
+		return -1
+	case a.Timestamp < b.Timestamp:
+		return 1
+	}
+	return 0
+}
+
+// PrefixSuccessor returns the smallest row key above every key that starts
+// with prefix — the exclusive end of a prefix scan — or nil when there is
+// none (the prefix is empty or all 0xFF bytes).
+func PrefixSuccessor(prefix []byte) []byte {
+	p := bytes.Clone(prefix)
+	for len(p) > 0 {
+		if p[len(p)-1] != 0xFF {
+			p[len(p)-1]++
+			return p
+		}
+		p = p[:len(p)-1]
+	}
+	return nil
+}

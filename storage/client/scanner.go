@@ -88,7 +88,7 @@ func (c *Client) Scan(ctx context.Context, table string, opts ScanOptions) *Scan
 			s.fail(status.Error(codes.InvalidArgument, "client: Prefix cannot be combined with Start or End"))
 			return s
 		}
-		s.lo, s.hi = opts.Prefix, prefixSuccessor(opts.Prefix)
+		s.lo, s.hi = opts.Prefix, cell.PrefixSuccessor(opts.Prefix)
 	}
 	if len(s.hi) == 0 {
 		s.hi = nil

@@ -106,7 +106,7 @@ func (c *Client) script(ctx context.Context, table, src string, opts ScriptOptio
 		if len(start) > 0 || len(end) > 0 {
 			return nil, errors.New("client: Prefix cannot be combined with Start or End")
 		}
-		start, end = opts.Prefix, prefixSuccessor(opts.Prefix)
+		start, end = opts.Prefix, cell.PrefixSuccessor(opts.Prefix)
 	}
 	if len(end) == 0 {
 		end = nil
@@ -246,18 +246,4 @@ func limitsProto(l scripts.Limits) *scriptpb.Limits {
 		ms = 1
 	}
 	return &scriptpb.Limits{Steps: l.Steps, MemoryBytes: l.Memory, TimeMillis: ms, CallDepth: int32(l.Depth)}
-}
-
-// prefixSuccessor returns the smallest key above every key starting with
-// prefix, nil when there is none (prefix is all 0xFF).
-func prefixSuccessor(prefix []byte) []byte {
-	p := bytes.Clone(prefix)
-	for len(p) > 0 {
-		if p[len(p)-1] != 0xFF {
-			p[len(p)-1]++
-			return p
-		}
-		p = p[:len(p)-1]
-	}
-	return nil
 }

@@ -193,21 +193,6 @@ var labelPattern = regexp.MustCompile(`^[a-z0-9\-]+$`)
 
 const maxLabelLen = 15
 
-// compareCells orders cells as a row presents them: family ↑, qualifier ↑,
-// timestamp ↓.
-func compareCells(a, b *cell.Cell) int {
-	if c := cell.CompareColumns(a.Family, a.Qualifier, b.Family, b.Qualifier); c != 0 {
-		return c
-	}
-	switch {
-	case a.Timestamp > b.Timestamp:
-		return -1
-	case a.Timestamp < b.Timestamp:
-		return 1
-	}
-	return 0
-}
-
 // merge merges two sorted cell lists into one; of equal cells, those of a
 // come first.
 func merge(a, b []LabeledCell) []LabeledCell {
@@ -220,7 +205,7 @@ func merge(a, b []LabeledCell) []LabeledCell {
 	out := make([]LabeledCell, 0, len(a)+len(b))
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
-		if compareCells(&b[j].Cell, &a[i].Cell) < 0 {
+		if cell.CompareCells(b[j].Cell, a[i].Cell) < 0 {
 			out = append(out, b[j])
 			j++
 		} else {

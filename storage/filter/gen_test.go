@@ -36,7 +36,7 @@ func randomRow(r *rand.Rand, key string, maxCells int) cell.Row {
 		seen[k] = true
 		cells = append(cells, c(k.fam, k.qual, k.ts, pick(r, genValues)))
 	}
-	slices.SortFunc(cells, func(a, b cell.Cell) int { return compareCells(&a, &b) })
+	slices.SortFunc(cells, func(a, b cell.Cell) int { return cell.CompareCells(a, b) })
 	return cell.Row{Key: []byte(key), Cells: cells}
 }
 

@@ -427,7 +427,7 @@ func (h *Host) DropRowRange(ctx context.Context, t meta.Table, prefix []byte) er
 	}
 	var start, end []byte
 	if len(prefix) > 0 {
-		start, end = prefix, prefixSuccessor(prefix)
+		start, end = prefix, cell.PrefixSuccessor(prefix)
 	}
 	for {
 		var keys [][]byte
@@ -465,20 +465,6 @@ func (h *Host) DropRowRange(ctx context.Context, t meta.Table, prefix []byte) er
 		}
 		start = append(bytes.Clone(keys[len(keys)-1]), 0)
 	}
-}
-
-// prefixSuccessor returns the smallest key above every key starting with
-// prefix, nil when there is none (prefix is all 0xFF).
-func prefixSuccessor(prefix []byte) []byte {
-	p := bytes.Clone(prefix)
-	for len(p) > 0 {
-		if p[len(p)-1] != 0xFF {
-			p[len(p)-1]++
-			return p
-		}
-		p = p[:len(p)-1]
-	}
-	return nil
 }
 
 // TableTablets returns the open tablets of a table, ordered by range; nil

@@ -263,17 +263,4 @@ func (w *chunkWriter) cells(key []byte, cells []filter.LabeledCell) error {
 
 // sortCells orders cells as a row presents them: family, qualifier
 // ascending, timestamp descending.
-func sortCells(cs []cell.Cell) {
-	slices.SortStableFunc(cs, func(a, b cell.Cell) int {
-		if c := cell.CompareColumns(a.Family, a.Qualifier, b.Family, b.Qualifier); c != 0 {
-			return c
-		}
-		switch {
-		case a.Timestamp > b.Timestamp:
-			return -1
-		case a.Timestamp < b.Timestamp:
-			return 1
-		}
-		return 0
-	})
-}
+func sortCells(cs []cell.Cell) { slices.SortStableFunc(cs, cell.CompareCells) }

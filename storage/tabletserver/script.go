@@ -328,7 +328,7 @@ func scriptRange(req *scriptpb.RunRequest) (start, end []byte, err error) {
 		if len(req.GetStartKey()) > 0 || len(req.GetEndKey()) > 0 {
 			return nil, nil, invalidf("row_prefix", "cannot be combined with start_key or end_key")
 		}
-		return p, prefixSuccessor(p), nil
+		return p, cell.PrefixSuccessor(p), nil
 	}
 	start, end = req.GetStartKey(), req.GetEndKey()
 	if len(end) == 0 {
