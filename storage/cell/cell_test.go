@@ -36,3 +36,25 @@ func TestCompareCells(t *testing.T) {
 		}
 	}
 }
+
+func TestComponentRoundTrip(t *testing.T) {
+	var b []byte
+	vals := [][]byte{[]byte("a\x00b"), {}, []byte("\x00\x00"), []byte("plain")}
+	for _, v := range vals {
+		b = AppendComponent(b, v)
+	}
+	i := 0
+	for _, want := range vals {
+		got, next, ok := ReadComponent(b, i)
+		if !ok || !bytes.Equal(got, want) {
+			t.Fatalf("component at %d: %q %v, want %q", i, got, ok, want)
+		}
+		i = next
+	}
+	if i != len(b) {
+		t.Fatalf("consumed %d of %d bytes", i, len(b))
+	}
+	if _, _, ok := ReadComponent([]byte("ab\x00"), 0); ok {
+		t.Fatal("unterminated component decoded")
+	}
+}

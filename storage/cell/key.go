@@ -125,6 +125,24 @@ func AppendKey(dst []byte, k Key) []byte {
 // EncodeKey returns the encoding of k.
 func EncodeKey(k Key) []byte { return AppendKey(nil, k) }
 
+// AppendComponent appends s as one order-preserving key component: its
+// bytes with 0x00 escaped, then a terminator. Concatenated components
+// compare with bytes.Compare as the tuples of their values do; internal
+// keys and METADATA row keys are built from them.
+func AppendComponent(dst, s []byte) []byte { return appendEscaped(dst, s) }
+
+// ReadComponent decodes the component AppendComponent wrote at b[i:] and
+// returns its value and the index just after it; ok is false when b holds
+// no well-formed component there. The value aliases b unless it contained
+// escaped bytes.
+func ReadComponent(b []byte, i int) (value []byte, next int, ok bool) {
+	end, escaped := skipEscaped(b, i)
+	if end < 0 {
+		return nil, 0, false
+	}
+	return unescape(b, i, end, escaped), end, true
+}
+
 // RowPrefix returns the prefix every entry of row starts with. It is also the
 // smallest possible key of the row, so it serves as the seek key for "row and
 // after", and RowPrefix(end) as the exclusive bound of a row range.

@@ -91,24 +91,13 @@ const (
 // ParseMetadataRowKey, ParseMetadataRow and ParseLocation.
 var ErrMalformedMetadata = errors.New("malformed METADATA row")
 
+// Row keys are cell.AppendComponent-encoded instance and table, then a tag.
 const (
-	escByte    = 0x00
-	escEscaped = 0xFF
-	escTerm    = 0x01
-	tagEnd     = 0x01 // a bounded end row follows
-	tagLast    = 0x02 // the table's last tablet
+	tagEnd  = 0x01 // a bounded end row follows
+	tagLast = 0x02 // the table's last tablet
 )
 
-func appendEscaped(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if s[i] == escByte {
-			dst = append(dst, escByte, escEscaped)
-		} else {
-			dst = append(dst, s[i])
-		}
-	}
-	return append(dst, escByte, escTerm)
-}
+func appendEscaped(dst []byte, s string) []byte { return cell.AppendComponent(dst, []byte(s)) }
 
 // metadataTablePrefix returns escape(instance) escape(table): every row of
 // the table's tablets begins with it.
@@ -215,28 +204,11 @@ func malformedKey(key []byte, why string) error {
 // unescapeAt decodes the escaped component starting at b[i] and returns it
 // (a fresh slice, never nil) and the index after its terminator.
 func unescapeAt(b []byte, i int) ([]byte, int, error) {
-	out := []byte{}
-	for i < len(b) {
-		c := b[i]
-		if c != escByte {
-			out = append(out, c)
-			i++
-			continue
-		}
-		if i+1 >= len(b) {
-			return nil, 0, malformedKey(b, "truncated escape")
-		}
-		switch b[i+1] {
-		case escTerm:
-			return out, i + 2, nil
-		case escEscaped:
-			out = append(out, escByte)
-			i += 2
-		default:
-			return nil, 0, malformedKey(b, fmt.Sprintf("bad escape 0x00 0x%02x", b[i+1]))
-		}
+	v, next, ok := cell.ReadComponent(b, i)
+	if !ok {
+		return nil, 0, malformedKey(b, "malformed or unterminated component")
 	}
-	return nil, 0, malformedKey(b, "unterminated component")
+	return append([]byte{}, v...), next, nil
 }
 
 // Location says where one tablet is served. Start and End bound the
