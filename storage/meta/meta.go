@@ -44,6 +44,9 @@ func ParseInstanceName(name string) (project, instance string, err error) {
 
 // ParseTableName parses projects/P/instances/I/tables/T.
 func ParseTableName(name string) (TableID, error) {
+	if name == MetadataTableName {
+		return MetadataTable, nil
+	}
 	p := strings.Split(name, "/")
 	if len(p) != 6 || p[0] != "projects" || p[2] != "instances" || p[4] != "tables" || p[1] == "" || p[3] == "" || p[5] == "" {
 		return TableID{}, fmt.Errorf("%w: %q is not projects/<project>/instances/<instance>/tables/<table>", ErrBadName, name)
@@ -70,8 +73,12 @@ func ValidateTableName(t string) error {
 	return nil
 }
 
-// FullName returns projects/<project>/instances/<instance>/tables/<table>.
+// FullName returns projects/<project>/instances/<instance>/tables/<table>
+// (MetadataTableName for METADATA).
 func (id TableID) FullName(project string) string {
+	if id == MetadataTable {
+		return MetadataTableName
+	}
 	return "projects/" + project + "/instances/" + id.Instance + "/tables/" + id.Table
 }
 

@@ -39,6 +39,27 @@ import (
 // instance) and sorts its rows first.
 var MetadataTable = TableID{Instance: "", Table: "METADATA"}
 
+// MetadataTableName is METADATA's name on the wire (the Bigtable API's
+// table_name). Instance "-" is not a valid Cloud Bigtable instance ID, so
+// no user table has this name; ParseTableName maps it to MetadataTable.
+const MetadataTableName = "projects/-/instances/-/tables/METADATA"
+
+// MetaTabletID is the tablet ID of METADATA's second tablet, the one the
+// master creates at bootstrap to hold the user tablets' rows:
+// [RootTabletEnd(), end of table).
+const MetaTabletID = "METADATA-meta"
+
+// ServerAddr returns the network address of the tablet server named
+// server. A server's name (its ID under the lock service's servers/, which
+// METADATA's loc:server records) is "<address>/<nonce>": the address for
+// clients, the nonce to tell a restarted server from the one that died
+// (whose commit log may still need replaying). A name without a nonce is
+// returned as it is.
+func ServerAddr(server string) string {
+	addr, _, _ := strings.Cut(server, "/")
+	return addr
+}
+
 // RootTabletID is the tablet ID of the root tablet, METADATA's first
 // tablet. The root tablet never splits; its location (and state) live in
 // the lock service, not in a METADATA row.
