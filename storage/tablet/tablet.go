@@ -320,12 +320,15 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 			return nil, err
 		}
 	}
-	// Save: the families, the drops, and — when the old log was replayed,
-	// so that everything in it is now flushed — a redo point in the new
-	// log. Without LogOptions the redo point stays where it was.
+	// Save: the families, the drops, and a redo point in the new log.
+	// Everything the tablet holds is in SSTables now (what was replayed
+	// was flushed above), so no record before the log's tail concerns it.
+	// This matters also without LogOptions: a tablet moved cleanly from
+	// another server keeps a redo point that is a position in that
+	// server's log; left as is, a crash recovery replaying this server's
+	// log from it would skip this server's records before that position.
 	st = t.state.clone()
-	replayable := opts.LogOptions.Dir != "" || opts.LogOptions.Store != nil
-	if opts.Log != nil && replayable && t.mem.Len() == 0 {
+	if opts.Log != nil && t.mem.Len() == 0 {
 		st.RedoPoint = opts.Log.Tail()
 	}
 	if err := opts.StateStore.Save(ctx, st); err != nil {
