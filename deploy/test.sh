@@ -14,6 +14,11 @@
 #      127.0.0.1 (free ports, temporary data directory), waits until it has
 #      elected itself leader, and exports
 #        TABULA_TEST_CONSUL_ADDR    host:port of its HTTP API
+#      and finds headless Chromium (the browser the status page tests
+#      render in): $TABULA_TEST_CHROMIUM if set, else chromium or
+#      chromium-browser on PATH, else it installs Debian's chromium package
+#      with apt-get (through sudo unless root); it exports
+#        TABULA_TEST_CHROMIUM       path of the browser
 #   3. checks formatting (gofmt -l, generated files excepted) and go vet;
 #   4. runs go test -tags integration -count=1 with the arguments given
 #      (default packages: ./...; give package paths like ./storage/blob/... to
@@ -85,6 +90,45 @@ fi
 
 bash deploy/install.sh minio
 bash deploy/install.sh consul
+
+# ensure_chromium: find a Chromium for the status page tests, installing
+# Debian's package if there is none (about 25 s with a warm mirror; once).
+ensure_chromium() {
+	local c sudo=() start
+	if [[ -n ${TABULA_TEST_CHROMIUM:-} ]]; then
+		c=$(command -v "$TABULA_TEST_CHROMIUM") || {
+			log "TABULA_TEST_CHROMIUM=$TABULA_TEST_CHROMIUM is not an executable"
+			return 1
+		}
+		export TABULA_TEST_CHROMIUM=$c
+		return 0
+	fi
+	for c in chromium chromium-browser; do
+		if command -v "$c" >/dev/null; then
+			export TABULA_TEST_CHROMIUM=$(command -v "$c")
+			return 0
+		fi
+	done
+	command -v apt-get >/dev/null || {
+		log "no chromium on PATH and no apt-get to install it: install Chromium and set TABULA_TEST_CHROMIUM"
+		return 1
+	}
+	if [[ $(id -u) != 0 ]]; then
+		sudo=(sudo)
+	fi
+	log "installing chromium with apt-get (once)"
+	start=$(date +%s.%N)
+	"${sudo[@]}" apt-get update -qq
+	"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+	c=$(command -v chromium) || {
+		log "apt-get installed chromium but it is not on PATH"
+		return 1
+	}
+	export TABULA_TEST_CHROMIUM=$c
+	log "chromium installed in $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')s"
+}
+ensure_chromium
+log "Chromium: $TABULA_TEST_CHROMIUM"
 
 # A helper binary for free ports and health checks (no curl or python needed).
 go build -o "$TMP/testenv" ./deploy/testenv
