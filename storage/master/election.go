@@ -116,6 +116,37 @@ type Control struct {
 
 	mu     sync.Mutex
 	splits []assign.Split // reported, not yet seen in METADATA
+	// leading is set while this Control holds the master lock; observed
+	// is the State of its last round (for status pages).
+	leading  bool
+	since    time.Time
+	observed assign.State
+}
+
+// Leading reports whether the Control holds the master lock now, and
+// since when.
+func (c *Control) Leading() (bool, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leading, c.since
+}
+
+// Observed returns the State the last round planned on (zero before the
+// first round of a term). The caller must not modify it.
+func (c *Control) Observed() assign.State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.observed
+}
+
+func (c *Control) setLeading(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leading = on
+	c.since = c.opts.Clock.Now()
+	if !on {
+		c.observed = assign.State{}
+	}
 }
 
 // NewControl checks opts and returns a Control.
@@ -187,7 +218,9 @@ func (c *Control) Run(ctx context.Context) error {
 			continue
 		}
 		log.Info("master: elected", "session", sess.ID())
+		c.setLeading(true)
 		err = c.lead(ctx, sess, lock)
+		c.setLeading(false)
 		log.Info("master: stepped down", "err", err)
 		// Destroy, not Release: the lock-delay then keeps a successor out
 		// for a moment in case a request of ours is still on its way.

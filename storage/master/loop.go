@@ -328,6 +328,7 @@ func (t *term) observe(ctx context.Context) (assign.State, error) {
 	}
 	t.c.mu.Lock()
 	st.Splits = slices.Clone(t.c.splits)
+	t.c.observed = st
 	t.c.mu.Unlock()
 	return st, nil
 }
