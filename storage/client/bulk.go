@@ -151,8 +151,12 @@ func (p *dataPlane) applyOne(ctx context.Context, id meta.TableID, name string, 
 }
 
 // sendBatch sends b with one MutateRows and records each mutation's
-// outcome in errs. Mutations that fail retryably (not serving; UNAVAILABLE
-// and idempotent) are re-sent one by one through applyOne.
+// outcome in errs. Mutations that fail retryably are re-sent one by one
+// through applyOne, after the batch's location is dropped from the cache:
+// those answered "not serving" (not applied), and those answered
+// UNAVAILABLE when Idempotent or when the MutateRows certainly reached no
+// server (gRPC had no connection for it: trackedConn). A non-idempotent
+// mutation that may have been applied is not re-sent.
 func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string, rms []cell.RowMutation, b *batch, errs []error) {
 	req := &bigtablepb.MutateRowsRequest{TableName: name}
 	for _, i := range b.idx {
@@ -160,12 +164,15 @@ func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string,
 	}
 	outcome := make([]error, len(b.idx))
 	answered := make([]bool, len(b.idx))
+	unsent := true // the request certainly reached no server
 	callErr := func() error {
 		cc, err := p.conn(b.loc.Server)
 		if err != nil {
 			return err
 		}
-		st, err := bigtablepb.NewBigtableClient(cc).MutateRows(ctx, req)
+		tc := &trackedConn{ClientConnInterface: cc}
+		defer func() { unsent = tc.peer.Addr == nil }()
+		st, err := bigtablepb.NewBigtableClient(tc).MutateRows(ctx, req)
 		if err != nil {
 			return err
 		}
@@ -192,21 +199,24 @@ func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string,
 	invalidated := false
 	for j, i := range b.idx {
 		err := outcome[j]
+		certain := false // certainly not applied
 		if !answered[j] {
 			err = callErr
 			if err == nil {
 				err = status.Errorf(codes.Internal, "client: MutateRows did not answer for entry %d", j)
 			}
+			certain = unsent && status.Code(err) == codes.Unavailable
 		}
 		if err == nil {
 			continue
 		}
 		_, notServing := NotServingDetail(err)
-		if notServing && !invalidated {
-			p.cache.Invalidate(b.loc)
+		unavailable := status.Code(err) == codes.Unavailable
+		if (notServing || unavailable) && !invalidated {
+			p.cache.Invalidate(b.loc) // moved, or its server is gone
 			invalidated = true
 		}
-		if notServing || status.Code(err) == codes.Unavailable && Idempotent(rms[i]) {
+		if notServing || unavailable && (certain || Idempotent(rms[i])) {
 			err = p.applyOne(ctx, id, name, rms[i])
 		}
 		errs[i] = err

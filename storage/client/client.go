@@ -11,13 +11,18 @@
 // location and retries, UNAVAILABLE is retried with backoff for idempotent
 // operations only.
 //
-// A Client knows one address. A script over a row range runs as the
-// paper's client would run it: find the tablets of the range and their
-// servers (the locator), group them by server into contiguous spans, send
-// one Run per span, and merge the servers' partial aggregates. Today the
-// locator asks the one server behind the address for the tablets it holds
-// (Scripts.ListTablets); the cluster's client swaps in a location cache
-// over METADATA without changing the fan-out.
+// A Client knows one address. The first time it needs a tablet's location
+// it asks the server there for the root tablet (clusterpb.Locator.GetRoot):
+// a cluster's tablet server answers, and locations come from METADATA
+// through the LocationCache (three levels: the root's location from
+// GetRoot, the root tablet, a METADATA tablet), each server reached by its
+// address through a connection pool; `tabula dev` answers UNIMPLEMENTED,
+// and its one server lists the tablets it holds (Scripts.ListTablets).
+//
+// A script over a row range runs as the paper's client would run it: find
+// the tablets of the range and their servers (the locator), group them by
+// server into contiguous spans, send one Run per span, and merge the
+// servers' partial aggregates.
 package client
 
 import (
@@ -63,9 +68,10 @@ func (o *Options) setDefaults() {
 type Client struct {
 	opts  Options
 	cc    *grpc.ClientConn
-	owned bool // cc was dialed by Dial: Close closes it
-	loc   locator
-	plane *dataPlane // routing of the data operations (data.go)
+	owned bool         // cc was dialed by Dial: Close closes it
+	loc   locator      // the scripts' locator: auto (tests may wrap it)
+	auto  *autoLocator // picks serverLocator or metaLocator on first use
+	plane *dataPlane   // routing of the data operations (data.go)
 }
 
 // Dial connects to the server at addr (host:port) without TLS, as the
@@ -87,8 +93,10 @@ func Dial(addr string, opts Options) (*Client, error) {
 // accept messages of MaxMessageSize.
 func New(cc *grpc.ClientConn, opts Options) *Client {
 	opts.setDefaults()
-	c := &Client{opts: opts, cc: cc, loc: &serverLocator{cc: cc}}
+	c := &Client{opts: opts, cc: cc}
 	c.plane = newDataPlane(c)
+	c.auto = &autoLocator{c: c}
+	c.loc = c.auto
 	return c
 }
 

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/storage/cell"
@@ -69,8 +70,17 @@ func (p *dataPlane) home() string { return p.c.cc.Target() }
 
 // conn returns a connection to server: the client's own for its address
 // (or an unnamed server), else one from the pool, dialed on first use and
-// shared by every tablet on that server.
+// shared by every tablet on that server. A cluster's server names are
+// "<address>/<nonce>"; the connection goes to the address.
 func (p *dataPlane) conn(server string) (grpc.ClientConnInterface, error) {
+	if server == "" || server == p.home() {
+		return p.c.cc, nil
+	}
+	return p.connAddr(meta.ServerAddr(server))
+}
+
+// connAddr returns the connection to the tablet server at addr.
+func (p *dataPlane) connAddr(server string) (grpc.ClientConnInterface, error) {
 	if server == "" || server == p.home() {
 		return p.c.cc, nil
 	}
@@ -102,10 +112,27 @@ func (c *Client) tableID(table string) (meta.TableID, string, error) {
 	return id, name, nil
 }
 
+// cluster returns the METADATA locator when the client talks to a cluster,
+// nil on `tabula dev`.
+func (p *dataPlane) cluster(ctx context.Context) (*metaLocator, error) {
+	_, ml, err := p.c.auto.choose(ctx)
+	return ml, err
+}
+
 // refresh reads every tablet of the table from the locator and caches
 // them all (the prefetch: a scan or batch touching many tablets costs one
-// lookup). A server the locator leaves unnamed is the client's own.
+// lookup). A server the locator leaves unnamed is the client's own. In a
+// cluster the table's cached locations are dropped and read again from
+// METADATA.
 func (p *dataPlane) refresh(ctx context.Context, id meta.TableID, name string) ([]meta.Location, error) {
+	ml, err := p.cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ml != nil {
+		p.cache.RemoveTable(id)
+		return LocateRange(ctx, p.cache, ml.src, id, nil, nil)
+	}
 	tabs, err := p.c.loc.tablets(ctx, name, nil, nil)
 	if err != nil {
 		return nil, err
@@ -123,10 +150,18 @@ func (p *dataPlane) refresh(ctx context.Context, id meta.TableID, name string) (
 }
 
 // locate returns the location of the tablet holding row, from the cache
-// or, on a miss, after a refresh.
+// or, on a miss, after a refresh (in a cluster: a METADATA lookup, retried
+// while the tablet is unassigned; see LocateRange).
 func (p *dataPlane) locate(ctx context.Context, id meta.TableID, name string, row []byte) (meta.Location, error) {
 	if l, ok := p.cache.Lookup(id, row); ok {
 		return l, nil
+	}
+	ml, err := p.cluster(ctx)
+	if err != nil {
+		return meta.Location{}, err
+	}
+	if ml != nil {
+		return locateRetry(ctx, p.cache, ml.src, id, row)
 	}
 	if _, err := p.refresh(ctx, id, name); err != nil {
 		return meta.Location{}, err
@@ -143,6 +178,13 @@ func (p *dataPlane) locate(ctx context.Context, id meta.TableID, name string, ro
 func (p *dataPlane) tabletsIn(ctx context.Context, id meta.TableID, name string, start, end []byte) ([]meta.Location, error) {
 	if locs, ok := p.cache.TabletsInRange(id, start, end); ok {
 		return locs, nil
+	}
+	ml, err := p.cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ml != nil {
+		return LocateRange(ctx, p.cache, ml.src, id, start, end)
 	}
 	if _, err := p.refresh(ctx, id, name); err != nil {
 		return nil, err
@@ -165,15 +207,25 @@ type retrier struct {
 // the lookup failed), is retried, invalidating loc or sleeping as needed.
 // It returns err (or the context's error) when it is not.
 //
-// Rules: a FAILED_PRECONDITION carrying a NotServing detail means the
-// server did not apply or read anything, so any operation is retried after
-// dropping the location, at most maxNotServing times. UNAVAILABLE is
-// retried only for idempotent operations (or when the lookup failed, before
-// anything was sent), with exponential backoff from backoffFirst to
-// backoffMax, while the context allows (and at most maxUnavailable times
-// without a deadline); the location is dropped too, as its server may be
-// gone and its tablets reassigned.
+// Rules:
+//   - a FAILED_PRECONDITION carrying a NotServing detail means the server
+//     did not apply or read anything: any operation is retried after
+//     dropping the location (LocationCache.Invalidate, which walks up the
+//     METADATA hierarchy when the same location fails again), at most
+//     maxNotServing times;
+//   - UNAVAILABLE drops the location too (its server may be dead and its
+//     tablets reassigned) and is retried with exponential backoff from
+//     backoffFirst to backoffMax, while the context allows (and at most
+//     maxUnavailable times without a deadline) — only when r.idempotent:
+//     the caller sets it for idempotent operations and for requests that
+//     certainly reached no server (see do);
+//   - a lookup that failed after its own retries (LocateRange's, in a
+//     cluster) is not retried again; other errors are not retried.
 func (r *retrier) retry(ctx context.Context, p *dataPlane, loc meta.Location, err error) error {
+	var le *locateError
+	if errors.As(err, &le) {
+		return err
+	}
 	if _, ok := NotServingDetail(err); ok && r.notServing < maxNotServing {
 		r.notServing++
 		if loc.Server != "" {
@@ -181,11 +233,14 @@ func (r *retrier) retry(ctx context.Context, p *dataPlane, loc meta.Location, er
 		}
 		return nil
 	}
-	if !r.idempotent || status.Code(err) != codes.Unavailable {
+	if status.Code(err) != codes.Unavailable {
 		return err
 	}
 	if loc.Server != "" {
 		p.cache.Invalidate(loc)
+	}
+	if !r.idempotent {
+		return err
 	}
 	if _, ok := ctx.Deadline(); !ok && r.unavailable >= maxUnavailable {
 		return err
@@ -208,24 +263,54 @@ func (r *retrier) retry(ctx context.Context, p *dataPlane, loc meta.Location, er
 	return nil
 }
 
+// trackedConn wraps a connection to learn whether a call reached the
+// network: gRPC fills a grpc.Peer call option only when the call got a
+// transport stream, so a call that fails UNAVAILABLE with no peer never
+// left the client (no connection to the server could be made — it is dead
+// or gone): a write that certainly was not applied. One call at a time.
+type trackedConn struct {
+	grpc.ClientConnInterface
+	peer peer.Peer
+}
+
+func (t *trackedConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return t.ClientConnInterface.Invoke(ctx, method, args, reply, append(opts, grpc.Peer(&t.peer))...)
+}
+
+func (t *trackedConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return t.ClientConnInterface.NewStream(ctx, desc, method, append(opts, grpc.Peer(&t.peer))...)
+}
+
+// unsent reports whether err, the outcome of the call made through t,
+// certainly reached no server.
+func (t *trackedConn) unsent(err error) bool {
+	return status.Code(err) == codes.Unavailable && t.peer.Addr == nil
+}
+
 // do runs fn against the server of the tablet holding row, retrying by
-// the rules of retrier.retry.
+// the rules of retrier.retry: "not serving" always; UNAVAILABLE when
+// idempotent, or when the request certainly was not sent (the lookup
+// failed before it, or gRPC had no connection to send it on: trackedConn).
+// A non-idempotent request that may have reached the server is never
+// sent twice.
 func (p *dataPlane) do(ctx context.Context, id meta.TableID, name string, row []byte, idempotent bool,
 	fn func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	r := retrier{idempotent: idempotent}
 	for {
+		unsent := true // nothing was sent
 		loc, err := p.locate(ctx, id, name, row)
 		if err == nil {
 			var cc grpc.ClientConnInterface
 			if cc, err = p.conn(loc.Server); err == nil {
-				if err = fn(ctx, cc); err == nil {
+				tc := &trackedConn{ClientConnInterface: cc}
+				if err = fn(ctx, tc); err == nil {
 					return nil
 				}
+				unsent = tc.unsent(err)
 			}
 		}
-		lookup := loc.Server == "" // nothing was sent
 		idem := r.idempotent
-		r.idempotent = idem || lookup
+		r.idempotent = idem || unsent
 		rerr := r.retry(ctx, p, loc, err)
 		r.idempotent = idem
 		if rerr != nil {
@@ -382,7 +467,8 @@ type TabletInfo struct {
 }
 
 // Tablets lists the table's tablets in row order, read fresh from the
-// locator (which also refreshes the location cache).
+// locator (which also refreshes the location cache): in a cluster from
+// METADATA, with each server's address (meta.ServerAddr of its name).
 func (c *Client) Tablets(ctx context.Context, table string) ([]TabletInfo, error) {
 	id, name, err := c.tableID(table)
 	if err != nil {
@@ -392,9 +478,16 @@ func (c *Client) Tablets(ctx context.Context, table string) ([]TabletInfo, error
 	if err != nil {
 		return nil, err
 	}
+	ml, err := c.data().cluster(ctx) // chosen by refresh: no RPC
+	if err != nil {
+		return nil, err
+	}
 	out := make([]TabletInfo, len(locs))
 	for i, l := range locs {
 		out[i] = TabletInfo{Start: l.Start, End: l.End, Server: l.Server}
+		if ml != nil {
+			out[i].Server = meta.ServerAddr(l.Server)
+		}
 	}
 	return out, nil
 }

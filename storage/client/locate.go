@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
+	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
 )
 
@@ -16,16 +19,62 @@ import (
 // and the server that holds it.
 type tabletLoc struct {
 	start, end []byte
-	server     string                   // the server's identity (its address)
+	server     string                   // the server's identity (its address; in a cluster its name, see meta.ServerAddr)
 	conn       grpc.ClientConnInterface // a connection to it
+	loc        meta.Location            // the cached location it came from (zero from serverLocator)
 }
 
-// locator finds the tablets of a row range. It is the one piece the
-// cluster's location cache (METADATA, three levels) replaces.
+// locator finds the tablets of a row range: serverLocator on `tabula dev`,
+// metaLocator (METADATA, three levels, through the LocationCache) in a
+// cluster; autoLocator picks one.
 type locator interface {
 	// tablets returns the tablets that overlap [start, end) (nil end:
 	// unbounded), in key order, covering the range without gaps.
 	tablets(ctx context.Context, table string, start, end []byte) ([]tabletLoc, error)
+}
+
+// autoLocator picks the locator the first time one is needed, by asking
+// the server behind the client's connection for the root tablet
+// (clusterpb.Locator.GetRoot): a cluster's tablet servers answer, and the
+// client reads locations from METADATA (metaLocator); `tabula dev` answers
+// UNIMPLEMENTED, and its one server lists its tablets (serverLocator). The
+// choice is kept; a failed GetRoot (UNAVAILABLE, say) is not a choice and
+// is asked again next time.
+type autoLocator struct {
+	c *Client
+
+	mu     sync.Mutex
+	chosen locator
+	meta   *metaLocator // chosen, in a cluster
+}
+
+// choose returns the locator, and the metaLocator when it is that.
+func (a *autoLocator) choose(ctx context.Context) (locator, *metaLocator, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.chosen != nil {
+		return a.chosen, a.meta, nil
+	}
+	_, err := clusterpb.NewLocatorClient(a.c.cc).GetRoot(ctx, &clusterpb.GetRootRequest{})
+	switch status.Code(err) {
+	case codes.OK:
+		p := a.c.plane
+		a.meta = &metaLocator{cache: p.cache, src: NewMetadataSource(a.c.cc, p.connAddr), conn: p.conn}
+		a.chosen = a.meta
+	case codes.Unimplemented:
+		a.chosen = &serverLocator{cc: a.c.cc}
+	default:
+		return nil, nil, fmt.Errorf("client: asking %s for the root tablet: %w", a.c.cc.Target(), err)
+	}
+	return a.chosen, a.meta, nil
+}
+
+func (a *autoLocator) tablets(ctx context.Context, table string, start, end []byte) ([]tabletLoc, error) {
+	l, _, err := a.choose(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.tablets(ctx, table, start, end)
 }
 
 // serverLocator is the single-server locator: the server behind the
@@ -64,6 +113,7 @@ type span struct {
 	tablets    int
 	server     string
 	conn       grpc.ClientConnInterface
+	locs       []meta.Location // the cached locations of its tablets (a cluster's)
 }
 
 // spans clips the tablets to [start, end) and merges neighbours on the
@@ -78,12 +128,16 @@ func spans(tabs []tabletLoc, start, end []byte) ([]span, error) {
 			return nil, status.Errorf(codes.Unavailable, "no tablet holds the rows from %q to %q", next, t.start)
 		}
 		s := span{start: next, end: t.end, tablets: 1, server: t.server, conn: t.conn}
+		if t.loc.Server != "" {
+			s.locs = []meta.Location{t.loc}
+		}
 		if end != nil && (s.end == nil || bytes.Compare(end, s.end) < 0) {
 			s.end = end
 		}
 		if n := len(out); n > 0 && out[n-1].server == s.server {
 			out[n-1].end = s.end
 			out[n-1].tablets++
+			out[n-1].locs = append(out[n-1].locs, s.locs...)
 		} else {
 			out = append(out, s)
 		}

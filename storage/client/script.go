@@ -15,6 +15,7 @@ import (
 
 	"github.com/tabuladb/tabula/scripts"
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
 )
 
@@ -150,7 +151,7 @@ func (c *Client) script(ctx context.Context, table, src string, opts ScriptOptio
 	if fn != nil {
 		// Kept rows come back in key order: one span after the other.
 		for _, s := range sp {
-			err := runSpan(ctx, s, req, merge, fn)
+			err := c.runSpanRetry(ctx, s, req, merge, fn)
 			if errors.Is(err, errStopped) {
 				return nil, nil
 			}
@@ -182,13 +183,60 @@ func (c *Client) fanOut(ctx context.Context, sp []span, req *scriptpb.RunRequest
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := runSpan(ctx, s, req, merge, nil); err != nil {
+			if err := c.runSpanRetry(ctx, s, req, merge, nil); err != nil {
 				once.Do(func() { first = err; cancel(err) })
 			}
 		}()
 	}
 	wg.Wait()
 	return first
+}
+
+// runSpanRetry runs req over s with runSpan. When a Run fails with "not
+// serving" (the tablet moved) or UNAVAILABLE (its server died) before it
+// delivered anything — no kept row handed to fn, no partial merged — the
+// span's cached locations are dropped, its rows looked up again and run
+// over the new spans, in key order: with the data operations' retry rules
+// (retrier; a Run is a read, so running it again is safe), under the
+// caller's deadline. A Run that failed after delivering rows fails the
+// call: its rows cannot be taken back.
+func (c *Client) runSpanRetry(ctx context.Context, s span, req *scriptpb.RunRequest, merge func(*scriptpb.RunResponse) error, fn func(Row) bool) error {
+	r := retrier{idempotent: true}
+	queue := []span{s}
+	for len(queue) > 0 {
+		cur := queue[0]
+		delivered := false
+		f := fn
+		if fn != nil {
+			f = func(row Row) bool { delivered = true; return fn(row) }
+		}
+		m := func(resp *scriptpb.RunResponse) error { delivered = true; return merge(resp) }
+		err := runSpan(ctx, cur, req, m, f)
+		if err == nil {
+			queue = queue[1:]
+			continue
+		}
+		_, notServing := NotServingDetail(err)
+		if delivered || !notServing && status.Code(err) != codes.Unavailable {
+			return err
+		}
+		for _, l := range cur.locs {
+			c.plane.cache.Invalidate(l)
+		}
+		if rerr := r.retry(ctx, c.plane, meta.Location{}, err); rerr != nil {
+			return rerr
+		}
+		tabs, err := c.loc.tablets(ctx, req.GetTableName(), cur.start, cur.end)
+		if err != nil {
+			return err
+		}
+		sub, err := spans(tabs, cur.start, cur.end)
+		if err != nil {
+			return err
+		}
+		queue = append(sub, queue[1:]...)
+	}
+	return nil
 }
 
 // runSpan runs req over one span and hands its partial to merge and its

@@ -1,0 +1,257 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tablet"
+)
+
+// metadataSource is the cluster's MetadataSource: the root's location from
+// any tablet server's Locator service, METADATA rows by ReadRows from the
+// server holding the METADATA tablet.
+type metadataSource struct {
+	entry grpc.ClientConnInterface
+	dial  func(addr string) (grpc.ClientConnInterface, error)
+}
+
+// NewMetadataSource returns the MetadataSource of a cluster: Root asks the
+// tablet server behind entry (clusterpb.Locator.GetRoot; a root not
+// assigned yet is a location with Server "", which Locate reports as
+// ErrUnassigned), and ScanMetadata reads METADATA rows with ReadRows from
+// the server holding the METADATA tablet, reached through
+// dial(meta.ServerAddr(server)). dial is called for every scan: it should
+// return a pooled connection.
+//
+// ScanMetadata reports as tablet.ErrNotServing (so that Locate invalidates
+// the METADATA tablet and goes up the hierarchy) a FAILED_PRECONDITION
+// with a tabletpb.NotServing detail, UNAVAILABLE (the server is gone), and
+// NOT_FOUND (the server does not hold METADATA at all: a restarted server
+// at the same address); the gRPC status stays in the error's chain.
+func NewMetadataSource(entry grpc.ClientConnInterface, dial func(addr string) (grpc.ClientConnInterface, error)) MetadataSource {
+	return &metadataSource{entry: entry, dial: dial}
+}
+
+func (s *metadataSource) Root(ctx context.Context) (meta.Location, error) {
+	resp, err := clusterpb.NewLocatorClient(s.entry).GetRoot(ctx, &clusterpb.GetRootRequest{})
+	if err != nil {
+		return meta.Location{}, err
+	}
+	if len(resp.GetRootJson()) == 0 {
+		return meta.RootLocation("", 0), nil
+	}
+	var l meta.Location
+	if err := json.Unmarshal(resp.GetRootJson(), &l); err != nil {
+		return meta.Location{}, status.Errorf(codes.Internal, "client: the root location %q: %v", resp.GetRootJson(), err)
+	}
+	return l, nil
+}
+
+// metadataFilter keeps the cells ParseLocation needs: loc:server,
+// loc:epoch, state:id and state:start, newest version only. The rest of
+// state (file lists) and the log family can be large.
+var metadataFilter = &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_Chain_{Chain: &bigtablepb.RowFilter_Chain{Filters: []*bigtablepb.RowFilter{
+	{Filter: &bigtablepb.RowFilter_FamilyNameRegexFilter{FamilyNameRegexFilter: meta.FamilyLoc + "|" + meta.FamilyState}},
+	{Filter: &bigtablepb.RowFilter_ColumnQualifierRegexFilter{ColumnQualifierRegexFilter: []byte(
+		meta.QualServer + "|" + meta.QualEpoch + "|" + meta.QualID + "|" + meta.QualStart)}},
+	{Filter: &bigtablepb.RowFilter_CellsPerColumnLimitFilter{CellsPerColumnLimitFilter: 1}},
+}}}}
+
+func (s *metadataSource) ScanMetadata(ctx context.Context, tab meta.Location, from []byte, limit int) ([]meta.Location, error) {
+	cc, err := s.dial(meta.ServerAddr(tab.Server))
+	if err != nil {
+		return nil, err
+	}
+	rr := &bigtablepb.RowRange{StartKey: &bigtablepb.RowRange_StartKeyClosed{StartKeyClosed: from}}
+	if len(tab.End) > 0 {
+		if bytes.Compare(from, tab.End) >= 0 {
+			return nil, nil
+		}
+		rr.EndKey = &bigtablepb.RowRange_EndKeyOpen{EndKeyOpen: tab.End}
+	}
+	req := &bigtablepb.ReadRowsRequest{TableName: meta.MetadataTableName, Rows: &bigtablepb.RowSet{RowRanges: []*bigtablepb.RowRange{rr}},
+		Filter: metadataFilter, RowsLimit: int64(limit)}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := bigtablepb.NewBigtableClient(cc).ReadRows(ctx, req)
+	if err != nil {
+		return nil, metadataReadError(tab, err)
+	}
+	var m chunkMerger
+	var out []meta.Location
+	for {
+		resp, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			if err := m.end(); err != nil {
+				return nil, err
+			}
+			return out, nil
+		}
+		if err != nil {
+			return nil, metadataReadError(tab, err)
+		}
+		rows, err := m.add(resp.GetChunks())
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			l, err := meta.ParseLocation(r)
+			if err != nil {
+				return nil, status.Errorf(codes.Internal, "client: METADATA tablet %s on %s: %v", tab.TabletID, tab.Server, err)
+			}
+			out = append(out, l)
+		}
+	}
+}
+
+// metadataReadError maps the answers that mean "look this METADATA tablet
+// up again" to tablet.ErrNotServing, keeping the status in the chain.
+func metadataReadError(tab meta.Location, err error) error {
+	_, ns := NotServingDetail(err)
+	switch c := status.Code(err); {
+	case ns, c == codes.Unavailable, c == codes.NotFound:
+		return fmt.Errorf("client: METADATA tablet %s on %s: %w (%w)", tab.TabletID, tab.Server, tablet.ErrNotServing, err)
+	}
+	return err
+}
+
+// Retries of a location lookup that found the tablet unassigned, no tablet,
+// or kept meeting "not serving" servers: a tablet being moved or split is
+// unassigned for a moment, and a dead server's tablets are reassigned once
+// the master has taken its lock.
+const (
+	locateBackoffFirst = 20 * time.Millisecond
+	locateBackoffMax   = time.Second
+	// locateMaxRetries bounds the retries when the context has no
+	// deadline (about 5 s of backoff); with one, the deadline bounds them.
+	locateMaxRetries = 10
+)
+
+// locateError is a lookup that failed after its retries: it carries a gRPC
+// code (NOT_FOUND for ErrNoTablet, UNAVAILABLE otherwise) and wraps the
+// Locate error, so that both status.Code and errors.Is work on it. The
+// data operations do not retry it again.
+type locateError struct {
+	code codes.Code
+	err  error
+}
+
+func (e *locateError) Error() string              { return e.err.Error() }
+func (e *locateError) Unwrap() error              { return e.err }
+func (e *locateError) GRPCStatus() *status.Status { return status.New(e.code, e.err.Error()) }
+
+// transientLocate reports whether a Locate error is retried with backoff.
+func transientLocate(err error) bool {
+	return errors.Is(err, ErrUnassigned) || errors.Is(err, ErrNoTablet) || errors.Is(err, tablet.ErrNotServing)
+}
+
+// locateRetry is cache.Locate, retried with backoff (locateBackoffFirst
+// doubling to locateBackoffMax) while the error is transient and the
+// context allows. A transient error that outlives the retries comes back
+// as a *locateError.
+func locateRetry(ctx context.Context, cache *LocationCache, src MetadataSource, table meta.TableID, row []byte) (meta.Location, error) {
+	backoff := locateBackoffFirst
+	for retries := 0; ; retries++ {
+		l, err := cache.Locate(ctx, src, table, row)
+		if err == nil {
+			return l, nil
+		}
+		if !transientLocate(err) {
+			return meta.Location{}, err
+		}
+		final := func() error {
+			code := codes.Unavailable
+			if errors.Is(err, ErrNoTablet) {
+				code = codes.NotFound
+			}
+			return &locateError{code: code, err: err}
+		}
+		dl, ok := ctx.Deadline()
+		if !ok && retries >= locateMaxRetries || ok && time.Until(dl) < backoff {
+			return meta.Location{}, final()
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return meta.Location{}, final()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, locateBackoffMax)
+	}
+}
+
+// LocateRange returns the locations of the tablets of table covering
+// [start, end) (empty end: to the end of the table), in row order and
+// without gaps: from the cache when it covers the range, else by walking
+// cache.Locate from start, each next lookup at the previous tablet's end.
+// Lookups that find a tablet unassigned (ErrUnassigned), no tablet
+// (ErrNoTablet) or only servers answering "not serving" are retried with
+// backoff from 20 ms doubling to 1 s, until the context's deadline (about
+// 5 s of backoff without one); the error then matches the cause
+// (errors.Is) and carries a gRPC code: NOT_FOUND for ErrNoTablet,
+// UNAVAILABLE otherwise. Other errors of src are returned as they are.
+//
+// Locations read at different times may overlap when the tablets changed
+// during the walk (a merge); each one holds the row it was looked up for.
+func LocateRange(ctx context.Context, cache *LocationCache, src MetadataSource, table meta.TableID, start, end []byte) ([]meta.Location, error) {
+	if locs, ok := cache.TabletsInRange(table, start, end); ok {
+		return locs, nil
+	}
+	var out []meta.Location
+	row := start
+	for {
+		l, err := locateRetry(ctx, cache, src, table, row)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+		if len(l.End) == 0 || len(end) > 0 && bytes.Compare(l.End, end) >= 0 {
+			return out, nil
+		}
+		row = l.End
+	}
+}
+
+// metaLocator is the cluster's locator: tablet locations from METADATA
+// through the client's LocationCache.
+type metaLocator struct {
+	cache *LocationCache
+	src   MetadataSource
+	conn  func(server string) (grpc.ClientConnInterface, error) // the client's pool
+}
+
+func (l *metaLocator) tablets(ctx context.Context, table string, start, end []byte) ([]tabletLoc, error) {
+	id, err := meta.ParseTableName(table)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "client: table %q: %v", table, err)
+	}
+	locs, err := LocateRange(ctx, l.cache, l.src, id, start, end)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]tabletLoc, len(locs))
+	for i, loc := range locs {
+		cc, err := l.conn(loc.Server)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = tabletLoc{start: loc.Start, end: loc.End, server: loc.Server, conn: cc, loc: loc}
+		if len(out[i].end) == 0 {
+			out[i].end = nil
+		}
+	}
+	return out, nil
+}
