@@ -27,7 +27,24 @@
 //   - With HostOptions.Lease (the server's lock-service session), a write
 //     is applied only while the lease is valid and acknowledged only if it
 //     is still valid once the write is durable (lease.go); reads are
-//     served regardless. Without one (tabula dev) nothing is checked.
+//     served regardless. Tablet states are saved only while it is valid,
+//     so that a server whose lease lapsed cannot overwrite the state of a
+//     tablet the master may have given to another server. Without one
+//     (tabula dev) nothing is checked.
+//
+// Cluster mode (HostOptions.Partial): the master assigns individual
+// tablets, which the cluster's tablet server loads and unloads through
+// LoadTablet and UnloadTablet (host_tablets.go) instead of OpenTable and
+// DropTable, so a table's routing may have gaps. A row in a gap answers
+// tablet.NotServingError at once — no retry: the row is served elsewhere
+// and only the client's location cache can find it — and a scan answers it
+// at the first row of the range no local tablet covers, after the rows
+// before it, never silently skipping rows. The retries for a tablet that
+// stopped serving (split, close) remain. A split is reported through
+// HostOptions.OnSplit, retried in the background until it is accepted, so
+// that the master and METADATA learn of it; METADATA's tablets never split.
+// ServedTablets answers the master's question of what this server holds,
+// including tablets being loaded and unloaded.
 package tabletserver
 
 import (
@@ -109,7 +126,21 @@ type HostOptions struct {
 	// explicit timestamps (and for deletes), not for server timestamps,
 	// appends or increments. Reads are served regardless: the role closes
 	// the Host (Close) when its lock key is gone. See ErrLeaseLapsed.
+	// Tablet states (StateStore.Save) are saved only while the lease is
+	// valid too (see fenceStateStore).
 	Lease Lease
+	// Partial is cluster mode: the Host serves only the tablets loaded
+	// with LoadTablet, so a table's routing may have gaps, and a request
+	// for a row in a gap answers tablet.NotServingError at once. False
+	// (tabula dev): OpenTable serves whole tables.
+	Partial bool
+	// OnSplit, when set, is called after the Host split a tablet (the
+	// background splitter or SplitTablet), once the children serve, with
+	// the children in order. The cluster commits the split to METADATA and
+	// reports it to the master. An error is retried in the background
+	// (backoff from 100 ms doubling to 5 s) until it returns nil or the
+	// Host closes; serving never waits for it. It must be idempotent.
+	OnSplit func(ctx context.Context, table meta.TableID, parent string, children []TabletInfo) error
 }
 
 func (o *HostOptions) setDefaults() {
@@ -161,11 +192,16 @@ type servedTable struct {
 	meta    atomic.Pointer[meta.Table]
 	routes  atomic.Pointer[routing]
 	dropped bool // under mu
+	// gone is set (under mu) when UnloadTablet removed the table's last
+	// tablet: the entry is being removed from Host.tables, and a tablet
+	// loaded meanwhile goes into a fresh entry.
+	gone atomic.Bool
 }
 
 // routing is an immutable list of a table's tablets, ordered by range and
-// covering all rows, with their ranges copied once so that lookups do not
-// allocate. A split replaces the whole routing.
+// covering all rows (in Partial mode: not overlapping, with gaps), with
+// their ranges copied once so that lookups do not allocate. A split,
+// load or unload replaces the whole routing.
 type routing struct {
 	tabs         []*tablet.Tablet
 	starts, ends [][]byte // ends[i] nil: the end of the table
@@ -188,8 +224,8 @@ func (r *routing) find(row []byte) *tablet.Tablet {
 	i := sort.Search(len(r.tabs), func(i int) bool {
 		return r.ends[i] == nil || bytes.Compare(row, r.ends[i]) < 0
 	})
-	if i == len(r.tabs) {
-		return nil
+	if i == len(r.tabs) || bytes.Compare(row, r.starts[i]) < 0 {
+		return nil // past the last tablet, or in a gap (Partial mode)
 	}
 	return r.tabs[i]
 }
@@ -204,10 +240,22 @@ type Host struct {
 	mu     sync.RWMutex
 	tables map[meta.TableID]*servedTable
 	closed bool
-	// opening counts OpenTable calls under way: their tablets may replay
-	// log records no open tablet's redo point covers, so the log is not
-	// truncated meanwhile.
+	// opening counts OpenTable, LoadTablet and UnloadTablet calls under
+	// way: their tablets may replay log records no open tablet's redo
+	// point covers, or (unloading) are out of the routing but not yet
+	// flushed, so the log is not truncated meanwhile.
 	opening atomic.Int32
+	// loads are the LoadTablet calls under way by tablet ID (also the
+	// split children a load claimed), unloads the UnloadTablet calls,
+	// splitting the tablets SplitTablet is splitting; all under mu.
+	loads     map[string]*loadOp
+	unloads   map[string]*unloadOp
+	splitting map[string]bool
+	// reports tracks the goroutines retrying OnSplit; Add only under mu
+	// while not closed. bgCtx ends at Close.
+	reports  sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 
 	// noSplit remembers tablets found too small to split (their own
 	// bytes below SplitBytes although their shared files are larger) or
@@ -228,15 +276,22 @@ func NewHost(ctx context.Context, opts HostOptions) (*Host, error) {
 		return nil, errors.New("tabletserver: HostOptions.Store is required")
 	}
 	opts.setDefaults()
-	h := &Host{
-		opts:    opts,
-		log:     opts.Logger,
-		tables:  make(map[meta.TableID]*servedTable),
-		noSplit: make(map[*tablet.Tablet]int64),
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+	if opts.Lease != nil {
+		opts.StateStore = fenceStateStore(opts.StateStore, opts.Lease)
 	}
+	h := &Host{
+		opts:      opts,
+		log:       opts.Logger,
+		tables:    make(map[meta.TableID]*servedTable),
+		loads:     make(map[string]*loadOp),
+		unloads:   make(map[string]*unloadOp),
+		splitting: make(map[string]bool),
+		noSplit:   make(map[*tablet.Tablet]int64),
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	h.bgCtx, h.bgCancel = context.WithCancel(context.Background())
 	m, err := newMetrics(h, opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -246,8 +301,16 @@ func NewHost(ctx context.Context, opts HostOptions) (*Host, error) {
 	return h, nil
 }
 
-// tabletDir is the object-name prefix of a table's SSTables.
-func tabletDir(id meta.TableID) string { return "tables/" + id.Instance + "/" + id.Table }
+// tabletDir is the object-name prefix of a table's SSTables. METADATA's
+// empty instance would make an empty path segment, which stores refuse: it
+// is "-", as in METADATA's wire name.
+func tabletDir(id meta.TableID) string {
+	inst := id.Instance
+	if inst == "" {
+		inst = "-"
+	}
+	return meta.TableDirPrefix + inst + "/" + id.Table
+}
 
 // tabletOptions returns the options to open tablet id of table t.
 func (h *Host) tabletOptions(t meta.Table, id string, start, end []byte) tablet.Options {
@@ -477,12 +540,17 @@ func (h *Host) TableTablets(id meta.TableID) []TabletInfo {
 	tabs := st.list()
 	out := make([]TabletInfo, 0, len(tabs))
 	for _, tb := range tabs {
-		start, end := tb.Range()
-		s := tb.Stats()
-		own, _ := tabletBytes(tb) // zero for a tablet closed meanwhile
-		out = append(out, TabletInfo{ID: tb.ID(), Start: start, End: end, Bytes: own, Stats: s})
+		out = append(out, tabletInfo(tb))
 	}
 	return out
+}
+
+// tabletInfo describes an open tablet.
+func tabletInfo(tb *tablet.Tablet) TabletInfo {
+	start, end := tb.Range()
+	s := tb.Stats()
+	own, _ := tabletBytes(tb) // zero for a tablet closed meanwhile
+	return TabletInfo{ID: tb.ID(), Start: start, End: end, Bytes: own, Stats: s}
 }
 
 // Tables returns the IDs of the open tables, sorted.
@@ -569,6 +637,11 @@ func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn f
 		}
 		tb := st.routes.Load().find(row)
 		if tb == nil {
+			if h.opts.Partial {
+				// Served elsewhere (or nowhere yet): waiting would
+				// not help, the client must look the row up again.
+				return &tablet.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet of this server holds the row"}
+			}
 			err = &tablet.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet holds the row"}
 		} else if err = fn(tb); !errors.Is(err, tablet.ErrNotServing) {
 			return err
@@ -617,7 +690,10 @@ var errStopScan = errors.New("stop scan")
 // unbounded) in key order, descending with reverse, stitching the tablets
 // together. A tablet that stops serving mid-scan (split) is looked up again
 // and the scan resumes after the last row returned, so fn sees each row
-// once. fn's errors stop the scan and are returned.
+// once. fn's errors stop the scan and are returned. In Partial mode, a
+// part of the range no local tablet covers ends the scan, once the rows
+// before it were passed to fn, with a *tablet.NotServingError naming the
+// first row of that part (see scanTablets).
 func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, reverse bool, ro tablet.ReadOptions, fn func(cell.Row) error) error {
 	var last []byte // last row passed to fn
 	backoff := notServingBackoff
@@ -635,11 +711,16 @@ func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, rev
 				lo = append(bytes.Clone(last), 0)
 			}
 		}
-		err = scanTablets(ctx, st.routes.Load(), lo, hi, reverse, ro, func(r cell.Row) error {
+		err = scanTablets(ctx, st.routes.Load(), lo, hi, reverse, h.opts.Partial, ro, func(r cell.Row) error {
 			last = r.Key
 			retries = 0
 			return fn(r)
 		})
+		var gap *gapError
+		if errors.As(err, &gap) {
+			gap.err.Tablet = id.String()
+			return gap.err // served elsewhere: retrying would not help
+		}
 		if !errors.Is(err, tablet.ErrNotServing) {
 			return err
 		}
@@ -654,25 +735,64 @@ func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, rev
 	}
 }
 
-// scanTablets scans the tablets of tabs that overlap [lo, hi) in order.
-func scanTablets(ctx context.Context, rt *routing, lo, hi []byte, reverse bool, ro tablet.ReadOptions, fn func(cell.Row) error) error {
+// gapError is scanTablets' error for a part of the range no tablet of the
+// routing covers (Partial mode); scan answers err without retrying.
+type gapError struct{ err *tablet.NotServingError }
+
+func (e *gapError) Error() string { return e.err.Error() }
+func (e *gapError) Unwrap() error { return e.err }
+
+// scanTablets scans the tablets of rt that overlap [lo, hi) in order. With
+// partial, the routing may have gaps: reaching one in [lo, hi) ends the
+// scan with a *gapError naming the gap's first row (also in a reverse
+// scan, where it is the last row of the gap the scan reached that can be
+// named: the gap's start).
+func scanTablets(ctx context.Context, rt *routing, lo, hi []byte, reverse, partial bool, ro tablet.ReadOptions, fn func(cell.Row) error) error {
 	if hi != nil && bytes.Compare(lo, hi) >= 0 {
 		return nil
 	}
-	var sel []*tablet.Tablet
-	for i, tb := range rt.tabs {
+	var sel []int
+	for i := range rt.tabs {
 		s, e := rt.starts[i], rt.ends[i]
 		if (e == nil || bytes.Compare(lo, e) < 0) && (hi == nil || bytes.Compare(s, hi) < 0) {
-			sel = append(sel, tb)
+			sel = append(sel, i)
 		}
 	}
 	if reverse {
 		slices.Reverse(sel)
 	}
-	for _, tb := range sel {
+	gap := func(row []byte) error {
+		return &gapError{&tablet.NotServingError{Row: append([]byte{}, row...),
+			Reason: "no tablet of this server holds the row (the scan's range continues elsewhere)"}}
+	}
+	// The rows scanned so far, as a range: forward [lo, next), next nil
+	// (atEnd) once the end of the table was reached; in reverse [prev,
+	// hi), prev nil (atTop) until a tablet was scanned if hi is nil.
+	next, atEnd := lo, false
+	prev, atTop := hi, hi == nil
+	for _, i := range sel {
+		tb, s, e := rt.tabs[i], rt.starts[i], rt.ends[i]
+		if partial {
+			if !reverse && bytes.Compare(s, next) > 0 {
+				return gap(next)
+			}
+			if reverse && e != nil && (atTop || bytes.Compare(e, prev) < 0) {
+				return gap(e)
+			}
+		}
 		err := tb.Scan(ctx, tablet.ScanOptions{Start: lo, End: hi, Reverse: reverse, ReadOptions: ro}, fn)
 		if err != nil {
 			return err
+		}
+		next, atEnd = e, e == nil
+		prev, atTop = s, false
+	}
+	if partial {
+		if !reverse && !atEnd && (hi == nil || bytes.Compare(next, hi) < 0) {
+			return gap(next)
+		}
+		if reverse && (atTop || bytes.Compare(prev, lo) > 0) {
+			return gap(lo)
 		}
 	}
 	return nil
@@ -739,6 +859,9 @@ func (h *Host) splitBig(ctx context.Context) {
 	}
 	h.mu.RUnlock()
 	for _, st := range tables {
+		if h.opts.Partial && st.meta.Load().ID == meta.MetadataTable {
+			continue // METADATA's tablets do not split (in this version)
+		}
 		for _, tb := range st.list() {
 			if ctx.Err() != nil {
 				return
@@ -784,26 +907,52 @@ func (h *Host) splitBig(ctx context.Context) {
 
 // SplitTablet splits an open tablet of a table at a middle key, opens its
 // children and swaps them in for it. Requests that meet the parent while it
-// splits wait for the children (see withTablet).
+// splits wait for the children (see withTablet). With HostOptions.OnSplit
+// the split is then reported (see reportSplit). In Partial mode the
+// tablets of METADATA are not split (an error matching
+// tablet.ErrCannotSplit).
 func (h *Host) SplitTablet(ctx context.Context, id meta.TableID, tabletID string) error {
-	st, err := h.table(id)
+	if h.opts.Partial && id == meta.MetadataTable {
+		return fmt.Errorf("tablet %s: METADATA tablets do not split: %w", tabletID, tablet.ErrCannotSplit)
+	}
+	children, err := h.splitTablet(ctx, id, tabletID)
 	if err != nil {
 		return err
 	}
+	if h.opts.OnSplit != nil {
+		h.reportSplit(ctx, id, tabletID, children)
+	}
+	return nil
+}
+
+// splitTablet is SplitTablet without the report: it returns the children.
+func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string) ([]TabletInfo, error) {
+	st, err := h.table(id)
+	if err != nil {
+		return nil, err
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.dropped {
-		return fmt.Errorf("%w: %s", ErrTableNotFound, id)
+	if st.dropped || st.gone.Load() {
+		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, id)
 	}
 	tabs := st.list()
 	i := slices.IndexFunc(tabs, func(tb *tablet.Tablet) bool { return tb.ID() == tabletID })
 	if i < 0 {
-		return fmt.Errorf("tablet %s of table %s is not open here", tabletID, id)
+		return nil, fmt.Errorf("tablet %s of table %s is not open here", tabletID, id)
 	}
 	parent := tabs[i]
+	h.mu.Lock()
+	h.splitting[tabletID] = true
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.splitting, tabletID)
+		h.mu.Unlock()
+	}()
 	res, err := parent.Split(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	h.forgetNoSplit(parent)
 	t := *st.meta.Load()
@@ -818,14 +967,18 @@ func (h *Host) SplitTablet(ctx context.Context, id meta.TableID, tabletID string
 				_ = c.Close()
 			}
 			h.log.Error("opening split children failed; table partly unavailable", "tablet", tabletID, "err", err)
-			return err
+			return nil, err
 		}
 	}
 	st.set(slices.Concat(tabs[:i], children, tabs[i+1:]))
 	h.metrics.splits.Inc()
 	h.log.Info("tablet split", "table", id.String(), "tablet", tabletID, "key", string(res.Key),
 		"left", res.Left.ID, "right", res.Right.ID)
-	return nil
+	infos := make([]TabletInfo, 0, len(children))
+	for _, c := range children {
+		infos = append(infos, tabletInfo(c))
+	}
+	return infos, nil
 }
 
 // TruncateLog deletes the commit log's segments that no open tablet needs:
@@ -867,6 +1020,8 @@ func (h *Host) Close() error {
 	h.mu.Unlock()
 	close(h.stop)
 	<-h.done
+	h.bgCancel()
+	h.reports.Wait()
 	var errs []error
 	for _, st := range tables {
 		st.mu.Lock()

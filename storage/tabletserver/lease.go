@@ -3,6 +3,7 @@ package tabletserver
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -118,4 +119,29 @@ func (h *Host) writeTablet(ctx context.Context, id meta.TableID, row []byte, fn 
 		return err
 	}
 	return h.checkLease(1, true)
+}
+
+// fenceStateStore wraps the tablets' StateStore so that a state is saved
+// only while lease is valid; otherwise Save fails with an error matching
+// ErrLeaseLapsed and nothing is saved. Background compactions and flushes
+// save states at any time: a server whose lease lapsed must not overwrite
+// the state of a tablet the master may have assigned to another server
+// meanwhile. (A save that began while the lease was valid may still
+// complete after it lapsed; the master reassigns a dead server's tablets
+// only after holding its lock, a full lock-delay later.) Loads are not
+// fenced.
+func fenceStateStore(s tablet.StateStore, lease Lease) tablet.StateStore {
+	return &fencedStateStore{StateStore: s, lease: lease}
+}
+
+type fencedStateStore struct {
+	tablet.StateStore
+	lease Lease
+}
+
+func (f *fencedStateStore) Save(ctx context.Context, st tablet.State) error {
+	if !f.lease.Valid() {
+		return fmt.Errorf("tablet %s: state not saved: %w", st.ID, ErrLeaseLapsed)
+	}
+	return f.StateStore.Save(ctx, st)
 }

@@ -160,6 +160,12 @@ func TestLeaseCoordLapse(t *testing.T) {
 	if v := counterValue(t, e.host.metrics.lease.refused.WithLabelValues("before_ack")); v != 0 {
 		t.Fatalf("unacknowledged writes counted %v, want 0", v)
 	}
+
+	// Tablet states are fenced too: closing flushes nothing into them
+	// (the tablets' next server replays the log instead).
+	if err := e.host.Close(); !errors.Is(err, ErrLeaseLapsed) {
+		t.Fatalf("Close after the lapse: %v, want ErrLeaseLapsed from the fenced state saves", err)
+	}
 }
 
 // flipLease is valid for its first allow calls of Valid, then lapsed.

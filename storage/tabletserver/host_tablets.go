@@ -1,0 +1,475 @@
+package tabletserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tablet"
+)
+
+// This file is the Host's cluster mode (HostOptions.Partial): the master
+// assigns individual tablets, which the tablet server loads and unloads
+// one by one, and the Host reports what it holds and the splits it made.
+
+// ServedTablet describes a tablet the Host serves, is loading or is
+// unloading (ServedTablets).
+type ServedTablet struct {
+	Table meta.TableID
+	ID    string
+	// Start and End bound the tablet's rows to [Start, End); nil End is
+	// the end of the table. For a tablet being loaded they are the range
+	// LoadTablet was given.
+	Start, End []byte
+	// Bytes estimates the tablet's own rows, as TabletInfo.Bytes; zero
+	// while loading.
+	Bytes int64
+	// Loading: LoadTablet was called and has not returned. Unloading:
+	// UnloadTablet was called and has not returned (the tablet no longer
+	// serves; it is being flushed and closed). Splitting: the Host is
+	// splitting the tablet.
+	Loading, Unloading, Splitting bool
+}
+
+// errHostClosed is returned by the calls that open tablets on a closed Host.
+var errHostClosed = errors.New("tabletserver: host closed")
+
+// loadOp is a LoadTablet call under way.
+type loadOp struct {
+	table      meta.TableID
+	id         string // the tablet asked for (its split children share the op)
+	start, end []byte
+	done       chan struct{}
+	err        error // set before done is closed
+}
+
+// unloadOp is an UnloadTablet call under way.
+type unloadOp struct {
+	table meta.TableID
+	tb    *tablet.Tablet
+	done  chan struct{}
+}
+
+// LoadTablet starts serving tablet ref of table t: it opens the tablet
+// (with t's schema) and adds it to the table's routing, creating the
+// table's entry if this is its first tablet here. recover names the commit
+// log to replay from the tablet's redo point: the log of the server that
+// served the tablet last if it died; the zero value when the tablet was
+// unloaded cleanly (flushed), or is new. A tablet whose state says it was
+// split is not served: its children are loaded instead (recursively).
+//
+// LoadTablet is idempotent: a tablet already served (or whose split
+// children are) returns nil; a tablet being loaded by another call waits
+// for that load and returns its outcome; a tablet being unloaded is
+// loaded once the unload finished. A t newer (Generation) than the entry
+// the Host holds replaces it, and its schema is set on the table's other
+// tablets, as UpdateSchema does. The commit log is not truncated while a
+// load is under way (the tablet may need records before every open
+// tablet's redo point).
+func (h *Host) LoadTablet(ctx context.Context, t meta.Table, ref meta.TabletRef, recover commitlog.Options) error {
+	if err := tablet.ValidateID(ref.ID); err != nil {
+		return err
+	}
+	for {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return errHostClosed
+		}
+		if op := h.loads[ref.ID]; op != nil {
+			h.mu.Unlock()
+			if err := waitDone(ctx, op.done); err != nil {
+				return err
+			}
+			if op.id != ref.ID {
+				// Loaded as a split child of another load: look again.
+				continue
+			}
+			return op.err
+		}
+		if u := h.unloads[ref.ID]; u != nil {
+			h.mu.Unlock()
+			if err := waitDone(ctx, u.done); err != nil {
+				return err
+			}
+			continue
+		}
+		if h.servesLocked(t.ID, ref.ID) {
+			h.mu.Unlock()
+			return h.updateMeta(ctx, t)
+		}
+		op := &loadOp{table: t.ID, id: ref.ID, start: bytes.Clone(ref.Start), end: bytes.Clone(ref.End), done: make(chan struct{})}
+		h.loads[ref.ID] = op
+		h.opening.Add(1)
+		h.mu.Unlock()
+
+		op.err = h.load(ctx, t, ref, recover, op)
+		h.mu.Lock()
+		for id, o := range h.loads {
+			if o == op {
+				delete(h.loads, id)
+			}
+		}
+		h.mu.Unlock()
+		h.opening.Add(-1)
+		close(op.done)
+		return op.err
+	}
+}
+
+func waitDone(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// servesLocked reports whether tablet id of table is in the table's
+// routing. Called under h.mu.
+func (h *Host) servesLocked(table meta.TableID, id string) bool {
+	st := h.tables[table]
+	return st != nil && !st.gone.Load() &&
+		slices.ContainsFunc(st.list(), func(tb *tablet.Tablet) bool { return tb.ID() == id })
+}
+
+// updateMeta stores t as the table's entry if it is newer than the one
+// held, and sets its schema on the table's tablets.
+func (h *Host) updateMeta(ctx context.Context, t meta.Table) error {
+	st, err := h.table(t.ID)
+	if err != nil {
+		return nil // unloaded meanwhile: nothing to update
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if t.Generation <= st.meta.Load().Generation {
+		return nil
+	}
+	st.meta.Store(&t)
+	var errs []error
+	for _, tb := range st.list() {
+		errs = append(errs, tb.SetSchema(ctx, t.Schema()))
+	}
+	return errors.Join(errs...)
+}
+
+// load opens ref (or its split children) for op and inserts the tablets
+// into the routing.
+func (h *Host) load(ctx context.Context, t meta.Table, ref meta.TabletRef, recover commitlog.Options, op *loadOp) error {
+	tabs, err := h.openForLoad(ctx, t, ref.ID, ref.Start, ref.End, recover, op, nil)
+	if err != nil {
+		closeAll(tabs)
+		return err
+	}
+	if len(tabs) == 0 {
+		return nil // split, and the children are served already
+	}
+	if err := h.insertTablets(ctx, t, tabs); err != nil {
+		closeAll(tabs)
+		return err
+	}
+	h.log.Info("tablet loaded", "table", t.ID.String(), "tablet", ref.ID, "tablets", len(tabs),
+		"recovered", recover.Dir != "" || recover.Store != nil)
+	return nil
+}
+
+func closeAll(tabs []*tablet.Tablet) {
+	for _, tb := range tabs {
+		_ = tb.Close()
+	}
+}
+
+// openForLoad opens tablet id with the commit log recover to replay, or,
+// when it was split, those of its children no other call serves or loads
+// (claimed for op, so that no tablet is ever opened twice), appending
+// them to out in range order.
+func (h *Host) openForLoad(ctx context.Context, t meta.Table, id string, start, end []byte, recover commitlog.Options, op *loadOp, out []*tablet.Tablet) ([]*tablet.Tablet, error) {
+	opts := h.tabletOptions(t, id, start, end)
+	opts.LogOptions = recover
+	tb, err := tablet.Open(ctx, opts)
+	var se *tablet.SplitError
+	if errors.As(err, &se) {
+		for _, child := range se.Children {
+			if !h.claim(t.ID, child, op) {
+				continue
+			}
+			// The children's states carry their ranges.
+			if out, err = h.openForLoad(ctx, t, child, nil, nil, recover, op, out); err != nil {
+				return out, err
+			}
+		}
+		return out, nil
+	}
+	if err != nil {
+		return out, fmt.Errorf("load tablet %s of table %s: %w", id, t.ID, err)
+	}
+	return append(out, tb), nil
+}
+
+// claim records that op opens tablet id; false when the tablet is served
+// or being loaded or unloaded already.
+func (h *Host) claim(table meta.TableID, id string, op *loadOp) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.loads[id] != nil || h.unloads[id] != nil || h.servesLocked(table, id) {
+		return false
+	}
+	h.loads[id] = op
+	return true
+}
+
+// insertTablets adds opened tablets to the routing of table t, creating
+// the table's entry when needed. The tablets must not overlap the ones
+// served; on error the caller closes them.
+func (h *Host) insertTablets(ctx context.Context, t meta.Table, tabs []*tablet.Tablet) error {
+	for {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return errHostClosed
+		}
+		st := h.tables[t.ID]
+		if st == nil || st.gone.Load() {
+			st = &servedTable{}
+			st.meta.Store(&t)
+			st.set(nil)
+			h.tables[t.ID] = st
+		}
+		h.mu.Unlock()
+
+		st.mu.Lock()
+		if st.dropped || st.gone.Load() {
+			// Dropped, closed or emptied since: the loop sees the
+			// Host closed or makes a fresh entry.
+			st.mu.Unlock()
+			continue
+		}
+		err := h.insertLocked(ctx, st, t, tabs)
+		st.mu.Unlock()
+		return err
+	}
+}
+
+// insertLocked is insertTablets under st.mu.
+func (h *Host) insertLocked(ctx context.Context, st *servedTable, t meta.Table, tabs []*tablet.Tablet) error {
+	merged := slices.Concat(st.list(), tabs)
+	slices.SortFunc(merged, func(a, b *tablet.Tablet) int {
+		as, _ := a.Range()
+		bs, _ := b.Range()
+		return bytes.Compare(as, bs)
+	})
+	for i := 1; i < len(merged); i++ {
+		_, prevEnd := merged[i-1].Range()
+		start, _ := merged[i].Range()
+		if prevEnd == nil || bytes.Compare(prevEnd, start) > 0 {
+			return fmt.Errorf("tablet %s of table %s overlaps tablet %s served here", merged[i].ID(), t.ID, merged[i-1].ID())
+		}
+	}
+	cur := *st.meta.Load()
+	switch {
+	case t.Generation > cur.Generation:
+		st.meta.Store(&t)
+		for _, tb := range st.list() {
+			if err := tb.SetSchema(ctx, t.Schema()); err != nil {
+				h.log.Error("setting a newer schema failed", "tablet", tb.ID(), "err", err)
+			}
+		}
+	case t.Generation < cur.Generation:
+		// Opened with an older schema than the table's others.
+		for _, tb := range tabs {
+			if err := tb.SetSchema(ctx, cur.Schema()); err != nil {
+				return err
+			}
+		}
+	}
+	st.set(merged)
+	return nil
+}
+
+// UnloadTablet stops serving a tablet: it leaves the routing first (new
+// requests for its rows answer tablet.NotServingError), then is closed,
+// which flushes its memtable, so that its next server need not replay this
+// server's log. The table's entry goes with its last tablet. A tablet
+// being loaded is unloaded once loaded; an unknown tablet is not an error
+// (nor a tablet split meanwhile: its children stay, and are reported
+// through HostOptions.OnSplit).
+func (h *Host) UnloadTablet(ctx context.Context, tabletID string) error {
+	for {
+		h.mu.Lock()
+		if op := h.loads[tabletID]; op != nil {
+			h.mu.Unlock()
+			if err := waitDone(ctx, op.done); err != nil {
+				return err
+			}
+			continue
+		}
+		if u := h.unloads[tabletID]; u != nil {
+			h.mu.Unlock()
+			return waitDone(ctx, u.done)
+		}
+		var st *servedTable
+		var tb *tablet.Tablet
+		for _, s := range h.tables {
+			if i := slices.IndexFunc(s.list(), func(tb *tablet.Tablet) bool { return tb.ID() == tabletID }); i >= 0 {
+				st, tb = s, s.list()[i]
+				break
+			}
+		}
+		if tb == nil {
+			h.mu.Unlock()
+			return nil
+		}
+		u := &unloadOp{table: st.meta.Load().ID, tb: tb, done: make(chan struct{})}
+		h.unloads[tabletID] = u
+		// Out of the routing but not yet flushed: the log must stay.
+		h.opening.Add(1)
+		h.mu.Unlock()
+
+		err := h.unload(st, tabletID)
+		h.mu.Lock()
+		delete(h.unloads, tabletID)
+		h.mu.Unlock()
+		h.opening.Add(-1)
+		close(u.done)
+		return err
+	}
+}
+
+// unload removes tablet id from st's routing and closes it.
+func (h *Host) unload(st *servedTable, id string) error {
+	st.mu.Lock()
+	tabs := st.list()
+	i := slices.IndexFunc(tabs, func(tb *tablet.Tablet) bool { return tb.ID() == id })
+	if i < 0 || st.dropped {
+		st.mu.Unlock()
+		return nil // split, dropped or closed meanwhile
+	}
+	tb := tabs[i]
+	rest := slices.Delete(slices.Clone(tabs), i, i+1)
+	st.set(rest)
+	if len(rest) == 0 {
+		st.gone.Store(true)
+	}
+	st.mu.Unlock()
+	table := st.meta.Load().ID
+	if len(rest) == 0 {
+		h.mu.Lock()
+		if h.tables[table] == st {
+			delete(h.tables, table)
+		}
+		h.mu.Unlock()
+	}
+	h.forgetNoSplit(tb)
+	// Close flushes the memtable (and saves the state) after the writes
+	// under way: the next server opens the tablet without this log.
+	if err := tb.Close(); err != nil {
+		return fmt.Errorf("unload tablet %s of table %s: %w", id, table, err)
+	}
+	h.log.Info("tablet unloaded", "table", table.String(), "tablet", id)
+	return nil
+}
+
+// ServedTablets returns every tablet the Host serves, is loading (from
+// the moment LoadTablet is called) or is unloading, sorted by table
+// (TableID.String) then start.
+func (h *Host) ServedTablets() []ServedTablet {
+	h.mu.RLock()
+	tables := make(map[meta.TableID]*servedTable, len(h.tables))
+	for id, st := range h.tables {
+		tables[id] = st
+	}
+	var out []ServedTablet
+	for id, op := range h.loads {
+		if id == op.id {
+			out = append(out, ServedTablet{Table: op.table, ID: id, Start: bytes.Clone(op.start), End: bytes.Clone(op.end), Loading: true})
+		}
+	}
+	unloads := make(map[string]*unloadOp, len(h.unloads))
+	for id, u := range h.unloads {
+		unloads[id] = u
+	}
+	splitting := make(map[string]bool, len(h.splitting))
+	for id := range h.splitting {
+		splitting[id] = true
+	}
+	h.mu.RUnlock()
+
+	describe := func(table meta.TableID, tb *tablet.Tablet) ServedTablet {
+		start, end := tb.Range()
+		own, _ := tabletBytes(tb) // zero for a tablet closed meanwhile
+		return ServedTablet{Table: table, ID: tb.ID(), Start: start, End: end, Bytes: own, Splitting: splitting[tb.ID()]}
+	}
+	for id, st := range tables {
+		for _, tb := range st.list() {
+			s := describe(id, tb)
+			if _, ok := unloads[tb.ID()]; ok {
+				s.Unloading = true
+				delete(unloads, tb.ID())
+			}
+			out = append(out, s)
+		}
+	}
+	for _, u := range unloads {
+		s := describe(u.table, u.tb)
+		s.Unloading = true
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b ServedTablet) int {
+		if c := cmpString(a.Table.String(), b.Table.String()); c != 0 {
+			return c
+		}
+		if c := bytes.Compare(a.Start, b.Start); c != 0 {
+			return c
+		}
+		return cmpString(a.ID, b.ID)
+	})
+	return out
+}
+
+// Backoff of the retries of HostOptions.OnSplit.
+const (
+	onSplitFirstBackoff = 100 * time.Millisecond
+	onSplitMaxBackoff   = 5 * time.Second
+)
+
+// reportSplit calls HostOptions.OnSplit for a split the Host made; if it
+// fails, a goroutine retries it with backoff until it succeeds or the Host
+// closes, so that neither serving nor the splitter waits for the master.
+func (h *Host) reportSplit(ctx context.Context, table meta.TableID, parent string, children []TabletInfo) {
+	err := h.opts.OnSplit(ctx, table, parent, children)
+	if err == nil {
+		return
+	}
+	h.log.Warn("reporting a split failed; retrying in the background", "table", table.String(), "tablet", parent, "err", err)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.reports.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.reports.Done()
+		backoff := onSplitFirstBackoff
+		for {
+			if sleepCtx(h.bgCtx, backoff) != nil {
+				return
+			}
+			err := h.opts.OnSplit(h.bgCtx, table, parent, children)
+			if err == nil {
+				return
+			}
+			if h.bgCtx.Err() != nil {
+				return
+			}
+			backoff = min(2*backoff, onSplitMaxBackoff)
+			h.log.Warn("reporting a split failed", "table", table.String(), "tablet", parent, "err", err, "retry_in", backoff)
+		}
+	}()
+}

@@ -1,0 +1,486 @@
+package tabletserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tablet"
+)
+
+// partialTable is a table of three tablets: [, h), [h, p), [p, ).
+func partialTable(name string) meta.Table {
+	return meta.Table{
+		ID:       meta.TableID{Instance: testInstance, Table: name},
+		Families: map[string]tablet.Family{"f": {}},
+		Tablets: []meta.TabletRef{
+			{ID: name + "-0", End: []byte("h")},
+			{ID: name + "-1", Start: []byte("h"), End: []byte("p")},
+			{ID: name + "-2", Start: []byte("p")},
+		},
+		Generation: 1,
+	}
+}
+
+// newPartialHost returns a Partial Host on store with its own commit log
+// in a temporary directory, and that log's options (what a recovering
+// server replays). The Host is closed at the end of the test unless
+// abandon is set (a server that died).
+func newPartialHost(t *testing.T, store blob.Store, abandon bool, edit func(*HostOptions)) (*Host, commitlog.Options) {
+	t.Helper()
+	ctx := context.Background()
+	logOpts := commitlog.Options{Dir: filepath.Join(t.TempDir(), "log")}
+	lg, err := commitlog.Open(ctx, logOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ho := HostOptions{Store: store, Log: lg, Partial: true, Logger: quietLogger(), SplitCheckInterval: time.Hour}
+	if edit != nil {
+		edit(&ho)
+	}
+	h, err := NewHost(ctx, ho)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		err := h.Close()
+		if err != nil && !abandon {
+			t.Errorf("host close: %v", err)
+		}
+		_ = lg.Close()
+	})
+	return h, logOpts
+}
+
+func loadAll(t *testing.T, h *Host, tbl meta.Table, recover commitlog.Options, which ...int) {
+	t.Helper()
+	for _, i := range which {
+		if err := h.LoadTablet(context.Background(), tbl, tbl.Tablets[i], recover); err != nil {
+			t.Fatalf("load %s: %v", tbl.Tablets[i].ID, err)
+		}
+	}
+}
+
+func putRow(h *Host, id meta.TableID, row string) error {
+	ctx := context.Background()
+	return h.writeTablet(ctx, id, []byte(row), func(tb *tablet.Tablet) error {
+		return tb.Apply(ctx, cell.RowMutation{Row: []byte(row), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("v-"+row))}})
+	})
+}
+
+func getRow(t *testing.T, h *Host, id meta.TableID, row string) {
+	t.Helper()
+	r, ok, err := h.readRow(context.Background(), id, []byte(row), tablet.ReadOptions{})
+	if err != nil || !ok || len(r.Cells) != 1 || string(r.Cells[0].Value) != "v-"+row {
+		t.Fatalf("read %q: %+v, found %v, err %v", row, r, ok, err)
+	}
+}
+
+// scanRows scans [start, end) and returns the keys seen and the error.
+func scanRows(h *Host, id meta.TableID, start, end string, reverse bool) (string, error) {
+	var lo, hi []byte
+	if start != "" {
+		lo = []byte(start)
+	}
+	if end != "" {
+		hi = []byte(end)
+	}
+	var keys []string
+	err := h.scan(context.Background(), id, lo, hi, reverse, tablet.ReadOptions{MaxVersions: 1}, func(r cell.Row) error {
+		keys = append(keys, string(r.Key))
+		return nil
+	})
+	return strings.Join(keys, " "), err
+}
+
+// wantNotServing checks that err is the not-serving error for row, as the
+// DataService answers it (FAILED_PRECONDITION with the detail).
+func wantNotServing(t *testing.T, h *Host, err error, row string) {
+	t.Helper()
+	if !errors.Is(err, tablet.ErrNotServing) {
+		t.Fatalf("got %v, want not serving", err)
+	}
+	if d := notServingOf(t, h.toStatus(err)); string(d.GetRowKey()) != row {
+		t.Fatalf("not-serving detail names row %q, want %q (%v)", d.GetRowKey(), row, d)
+	}
+}
+
+func servedIDs(h *Host) string {
+	var out []string
+	for _, s := range h.ServedTablets() {
+		id := s.ID
+		switch {
+		case s.Loading:
+			id += "(loading)"
+		case s.Unloading:
+			id += "(unloading)"
+		case s.Splitting:
+			id += "(splitting)"
+		}
+		out = append(out, id)
+	}
+	return strings.Join(out, " ")
+}
+
+// TestPartialServesOnlyLoadedTablets loads two of three tablets: their rows
+// are served, the third's answer not-serving at once, and scans stop at the
+// gap with the rows before it and the gap's first row named.
+func TestPartialServesOnlyLoadedTablets(t *testing.T) {
+	h, _ := newPartialHost(t, blob.NewMemory(), false, nil)
+	tbl := partialTable("pt")
+	loadAll(t, h, tbl, commitlog.Options{}, 0, 2)
+	loadAll(t, h, tbl, commitlog.Options{}, 0) // idempotent
+	if got := servedIDs(h); got != "pt-0 pt-2" {
+		t.Fatalf("served %q", got)
+	}
+	for _, row := range []string{"a", "b", "p", "z"} {
+		if err := putRow(h, tbl.ID, row); err != nil {
+			t.Fatalf("write %q: %v", row, err)
+		}
+		getRow(t, h, tbl.ID, row)
+	}
+	for _, row := range []string{"h", "k", "o\xff"} {
+		start := time.Now()
+		err := putRow(h, tbl.ID, row)
+		wantNotServing(t, h, err, row)
+		_, _, err = h.readRow(context.Background(), tbl.ID, []byte(row), tablet.ReadOptions{})
+		wantNotServing(t, h, err, row)
+		// Without the retries that wait out a split (seconds).
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Fatalf("row %q in a gap answered after %v", row, d)
+		}
+	}
+
+	for _, c := range []struct {
+		start, end string
+		reverse    bool
+		keys, gap  string // gap "": no error
+	}{
+		{"", "", false, "a b", "h"},
+		{"", "", true, "z p", "h"},
+		{"", "h", false, "a b", ""},
+		{"p", "", false, "p z", ""},
+		{"p", "", true, "z p", ""},
+		{"c", "q", false, "", "h"},
+		{"i", "k", false, "", "i"},
+		{"i", "k", true, "", "i"},
+		{"a", "c", true, "b a", ""},
+	} {
+		keys, err := scanRows(h, tbl.ID, c.start, c.end, c.reverse)
+		if keys != c.keys {
+			t.Errorf("scan [%q, %q) reverse %v: rows %q, want %q", c.start, c.end, c.reverse, keys, c.keys)
+		}
+		if c.gap == "" {
+			if err != nil {
+				t.Errorf("scan [%q, %q) reverse %v: %v", c.start, c.end, c.reverse, err)
+			}
+			continue
+		}
+		wantNotServing(t, h, err, c.gap)
+	}
+
+	// A table with no tablet here.
+	if err := putRow(h, meta.TableID{Instance: testInstance, Table: "other"}, "a"); !errors.Is(err, ErrTableNotFound) {
+		t.Fatalf("write to a table not served: %v", err)
+	}
+}
+
+// TestPartialUnloadReload unloads a tablet (writes to it are refused) and
+// loads it on another Host sharing the store, without log replay: every
+// write is there, because unloading flushed.
+func TestPartialUnloadReload(t *testing.T) {
+	ctx := context.Background()
+	store := blob.NewMemory()
+	a, _ := newPartialHost(t, store, false, nil)
+	b, _ := newPartialHost(t, store, false, nil)
+	tbl := partialTable("mv")
+	loadAll(t, a, tbl, commitlog.Options{}, 0, 1, 2)
+	rows := []string{"a", "i", "k", "o", "z"}
+	for _, row := range rows {
+		if err := putRow(a, tbl.ID, row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.UnloadTablet(ctx, "mv-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.UnloadTablet(ctx, "mv-1"); err != nil {
+		t.Fatalf("unloading again: %v", err)
+	}
+	if err := a.UnloadTablet(ctx, "nope"); err != nil {
+		t.Fatalf("unloading an unknown tablet: %v", err)
+	}
+	wantNotServing(t, a, putRow(a, tbl.ID, "k"), "k")
+	if got := servedIDs(a); got != "mv-0 mv-2" {
+		t.Fatalf("A serves %q", got)
+	}
+
+	loadAll(t, b, tbl, commitlog.Options{}, 1)
+	for _, row := range []string{"i", "k", "o"} {
+		getRow(t, b, tbl.ID, row)
+	}
+	if err := putRow(b, tbl.ID, "j"); err != nil {
+		t.Fatal(err)
+	}
+	wantNotServing(t, b, putRow(b, tbl.ID, "a"), "a")
+
+	// The last tablet takes the table's entry with it.
+	for _, id := range []string{"mv-0", "mv-2"} {
+		if err := a.UnloadTablet(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := a.Tables(); len(got) != 0 {
+		t.Fatalf("A still has tables %v", got)
+	}
+	// And it comes back with a load.
+	loadAll(t, a, tbl, commitlog.Options{}, 2)
+	getRow(t, a, tbl.ID, "z")
+}
+
+// TestPartialCrashRecovery: Host A writes without flushing and dies; Host
+// B loads the tablets replaying A's log and sees every write. A's lease
+// lapsed, so A (still running, as a partitioned server is) cannot save
+// tablet states over B's.
+func TestPartialCrashRecovery(t *testing.T) {
+	store := blob.NewMemory()
+	var valid atomic.Bool
+	valid.Store(true)
+	a, aLog := newPartialHost(t, store, true, func(o *HostOptions) {
+		o.Lease = leaseFunc(valid.Load)
+		o.MemtableBytes = 64 << 20
+	})
+	b, _ := newPartialHost(t, store, false, nil)
+	tbl := partialTable("cr")
+	loadAll(t, a, tbl, commitlog.Options{}, 0, 1, 2)
+	var rows []string
+	for i := range 60 {
+		row := fmt.Sprintf("%c%02d", 'a'+i%26, i)
+		rows = append(rows, row)
+		if err := putRow(a, tbl.ID, row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	valid.Store(false) // A is cut off; it never closes its tablets cleanly
+
+	// A fresh reader of A's log, as the master hands it to B.
+	recover := commitlog.Options{Dir: aLog.Dir}
+	loadAll(t, b, tbl, recover, 0, 1, 2)
+	for _, row := range rows {
+		getRow(t, b, tbl.ID, row)
+	}
+	// A's flush (its Close, or a compaction) is fenced: B's states stay.
+	states := func() string {
+		var out []string
+		for _, ref := range tbl.Tablets {
+			st, err := b.opts.StateStore.Load(context.Background(), ref.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%+v", st))
+		}
+		return strings.Join(out, "\n")
+	}
+	before := states()
+	if err := a.Close(); !errors.Is(err, ErrLeaseLapsed) {
+		t.Fatalf("closing A with a lapsed lease: %v", err)
+	}
+	if after := states(); after != before {
+		t.Fatalf("A overwrote tablet states after its lease lapsed:\n%s\nbecame\n%s", before, after)
+	}
+	if err := putRow(b, tbl.ID, "after"); err != nil {
+		t.Fatal(err)
+	}
+	getRow(t, b, tbl.ID, "after")
+}
+
+// TestPartialOnSplit checks that a split is reported with the children,
+// and retried after an error; that a split parent's load loads its
+// children; and that METADATA's tablets do not split.
+func TestPartialOnSplit(t *testing.T) {
+	ctx := context.Background()
+	store := blob.NewMemory()
+	type call struct {
+		parent   string
+		children []TabletInfo
+	}
+	var mu sync.Mutex
+	var calls []call
+	a, _ := newPartialHost(t, store, false, func(o *HostOptions) {
+		o.OnSplit = func(ctx context.Context, table meta.TableID, parent string, children []TabletInfo) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, call{parent, children})
+			if len(calls) == 1 {
+				return errors.New("master unreachable")
+			}
+			return nil
+		}
+	})
+	tbl := partialTable("sp")
+	loadAll(t, a, tbl, commitlog.Options{}, 1)
+	for _, row := range []string{"h1", "i", "j", "k", "l", "m", "n"} {
+		if err := putRow(a, tbl.ID, row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.SplitTablet(ctx, tbl.ID, "sp-1"); err != nil {
+		t.Fatal(err)
+	}
+	served := a.ServedTablets()
+	if len(served) != 2 {
+		t.Fatalf("after the split: %+v", served)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(calls)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("OnSplit called %d times, want a retry", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	for _, c := range calls {
+		if c.parent != "sp-1" || len(c.children) != 2 || c.children[0].ID != served[0].ID || c.children[1].ID != served[1].ID ||
+			string(c.children[0].Start) != "h" || !bytes.Equal(c.children[0].End, c.children[1].Start) || string(c.children[1].End) != "p" {
+			t.Fatalf("OnSplit(%s, %+v), served %+v", c.parent, c.children, served)
+		}
+	}
+	mu.Unlock()
+
+	// Another server asked for the parent (the master did not know of
+	// the split yet) serves the children.
+	for _, s := range served {
+		if err := a.UnloadTablet(ctx, s.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := newPartialHost(t, store, false, nil)
+	loadAll(t, b, tbl, commitlog.Options{}, 1)
+	if got, want := servedIDs(b), served[0].ID+" "+served[1].ID; got != want {
+		t.Fatalf("B serves %q, want the children %q", got, want)
+	}
+	loadAll(t, b, tbl, commitlog.Options{}, 1) // idempotent through the split
+	if got := len(b.ServedTablets()); got != 2 {
+		t.Fatalf("B serves %d tablets after loading the parent again", got)
+	}
+	for _, row := range []string{"h1", "k", "n"} {
+		getRow(t, b, tbl.ID, row)
+	}
+
+	// METADATA does not split.
+	mt := meta.Table{ID: meta.MetadataTable, Families: map[string]tablet.Family{"f": {}},
+		Tablets: []meta.TabletRef{{ID: "meta-root"}}}
+	loadAll(t, b, mt, commitlog.Options{}, 0)
+	for _, row := range []string{"a", "b", "c"} {
+		if err := putRow(b, meta.MetadataTable, row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.SplitTablet(ctx, meta.MetadataTable, "meta-root"); !errors.Is(err, tablet.ErrCannotSplit) {
+		t.Fatalf("splitting METADATA: %v", err)
+	}
+}
+
+// blockingStates blocks loading the state of one tablet until released.
+type blockingStates struct {
+	tablet.StateStore
+	id      string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingStates) Load(ctx context.Context, id string) (tablet.State, error) {
+	if id == b.id {
+		close(b.entered)
+		<-b.release
+	}
+	return b.StateStore.Load(ctx, id)
+}
+
+// TestPartialServedTabletsLoading: a tablet being loaded is reported as
+// Loading, a second LoadTablet waits for the first, and the log is not
+// truncated meanwhile.
+func TestPartialServedTabletsLoading(t *testing.T) {
+	store := blob.NewMemory()
+	states := &blockingStates{StateStore: tablet.NewBlobStateStore(store, "state"), id: "ld-1",
+		entered: make(chan struct{}), release: make(chan struct{})}
+	h, _ := newPartialHost(t, store, false, func(o *HostOptions) { o.StateStore = states })
+	tbl := partialTable("ld")
+	loadAll(t, h, tbl, commitlog.Options{}, 0)
+	errs := make(chan error, 2)
+	go func() { errs <- h.LoadTablet(context.Background(), tbl, tbl.Tablets[1], commitlog.Options{}) }()
+	<-states.entered
+	go func() { errs <- h.LoadTablet(context.Background(), tbl, tbl.Tablets[1], commitlog.Options{}) }()
+
+	got := h.ServedTablets()
+	want := []ServedTablet{
+		{Table: tbl.ID, ID: "ld-0", End: []byte("h")},
+		{Table: tbl.ID, ID: "ld-1", Start: []byte("h"), End: []byte("p"), Loading: true},
+	}
+	if !slices.EqualFunc(got, want, func(a, b ServedTablet) bool {
+		return a.Table == b.Table && a.ID == b.ID && bytes.Equal(a.Start, b.Start) && bytes.Equal(a.End, b.End) &&
+			a.Loading == b.Loading && a.Unloading == b.Unloading && a.Splitting == b.Splitting
+	}) {
+		t.Fatalf("ServedTablets while loading:\n got %+v\nwant %+v", got, want)
+	}
+	if n := h.opening.Load(); n != 1 {
+		t.Fatalf("opening = %d while a tablet loads, want 1 (log truncation waits)", n)
+	}
+	wantNotServing(t, h, putRow(h, tbl.ID, "k"), "k")
+	select {
+	case err := <-errs:
+		t.Fatalf("a load returned before the state loaded: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(states.release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := servedIDs(h); got != "ld-0 ld-1" {
+		t.Fatalf("served %q", got)
+	}
+	if err := putRow(h, tbl.ID, "k"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFenceStateStore: with a lapsed lease no tablet state is saved.
+func TestFenceStateStore(t *testing.T) {
+	ctx := context.Background()
+	var valid atomic.Bool
+	inner := tablet.NewBlobStateStore(blob.NewMemory(), "state")
+	s := fenceStateStore(inner, leaseFunc(valid.Load))
+	if err := s.Save(ctx, tablet.State{ID: "x"}); !errors.Is(err, ErrLeaseLapsed) {
+		t.Fatalf("save with a lapsed lease: %v", err)
+	}
+	if _, err := s.Load(ctx, "x"); !errors.Is(err, tablet.ErrStateNotFound) {
+		t.Fatalf("a fenced save was stored: %v", err)
+	}
+	valid.Store(true)
+	if err := s.Save(ctx, tablet.State{ID: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+}
