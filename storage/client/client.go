@@ -8,8 +8,12 @@
 //
 // Data operations go to the server that holds the row's tablet, found
 // through a LocationCache; a typed "not serving" answer drops the cached
-// location and retries, UNAVAILABLE is retried with backoff for idempotent
-// operations only.
+// location and retries (the server applied nothing); UNAVAILABLE drops it
+// too and is retried with backoff under the caller's deadline for reads,
+// idempotent writes, and writes that certainly reached no server (gRPC had
+// no connection to send them on) — never a write that may have been
+// applied. A lookup that finds a tablet unassigned is retried with backoff
+// (LocateRange).
 //
 // A Client knows one address. The first time it needs a tablet's location
 // it asks the server there for the root tablet (clusterpb.Locator.GetRoot):
@@ -18,6 +22,7 @@
 // GetRoot, the root tablet, a METADATA tablet), each server reached by its
 // address through a connection pool; `tabula dev` answers UNIMPLEMENTED,
 // and its one server lists the tablets it holds (Scripts.ListTablets).
+// Options.Metadata skips the question.
 //
 // A script over a row range runs as the paper's client would run it: find
 // the tablets of the range and their servers (the locator), group them by
@@ -49,6 +54,13 @@ type Options struct {
 	// Concurrency bounds the Runs of one aggregate script in flight at
 	// once; default 8.
 	Concurrency int
+	// Metadata, when set, is where tablet locations come from (the
+	// cluster's own processes pass one reading the root's location from
+	// the lock service): the client reads METADATA through it without
+	// asking the server for the root (Locator.GetRoot). Default: ask the
+	// server behind the connection — a cluster's tablet servers answer
+	// (NewMetadataSource over the connection), `tabula dev` does not.
+	Metadata MetadataSource
 }
 
 func (o *Options) setDefaults() {

@@ -354,8 +354,8 @@ func MutationsToPB(ms []cell.Mutation) []*bigtablepb.Mutation {
 
 // Apply applies rm atomically (the paper's Apply of a RowMutation). It is
 // routed to the server of rm.Row's tablet; "not serving" answers refresh
-// the location and retry; UNAVAILABLE is retried with backoff only when
-// rm is Idempotent.
+// the location and retry; UNAVAILABLE is retried with backoff when rm is
+// Idempotent, or when the request certainly reached no server.
 func (c *Client) Apply(ctx context.Context, table string, rm cell.RowMutation) error {
 	id, name, err := c.tableID(table)
 	if err != nil {
@@ -371,8 +371,9 @@ func (c *Client) Apply(ctx context.Context, table string, rm cell.RowMutation) e
 // CheckAndMutate reads row, applies ifTrue when predicate (a
 // bigtablepb.RowFilter, nil: the row has any cell) yields a cell and
 // ifFalse otherwise, atomically, and reports whether it matched. It is
-// retried only after "not serving" answers (never after UNAVAILABLE: the
-// mutation may have been applied).
+// retried after "not serving" answers, and after UNAVAILABLE only when
+// the request certainly reached no server (otherwise the mutation may
+// have been applied).
 func (c *Client) CheckAndMutate(ctx context.Context, table string, row []byte, predicate *bigtablepb.RowFilter, ifTrue, ifFalse []cell.Mutation) (bool, error) {
 	id, name, err := c.tableID(table)
 	if err != nil {
@@ -400,7 +401,8 @@ type ReadModifyWriteRule struct {
 }
 
 // ReadModifyWrite applies rules atomically to row and returns the new
-// cells of the columns it changed. Never retried after UNAVAILABLE.
+// cells of the columns it changed. Retried after UNAVAILABLE only when the
+// request certainly reached no server.
 func (c *Client) ReadModifyWrite(ctx context.Context, table string, row []byte, rules []ReadModifyWriteRule) (cell.Row, error) {
 	id, name, err := c.tableID(table)
 	if err != nil {

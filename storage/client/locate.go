@@ -39,7 +39,8 @@ type locator interface {
 // client reads locations from METADATA (metaLocator); `tabula dev` answers
 // UNIMPLEMENTED, and its one server lists its tablets (serverLocator). The
 // choice is kept; a failed GetRoot (UNAVAILABLE, say) is not a choice and
-// is asked again next time.
+// is asked again next time. Options.Metadata chooses the metaLocator
+// without asking.
 type autoLocator struct {
 	c *Client
 
@@ -55,10 +56,15 @@ func (a *autoLocator) choose(ctx context.Context) (locator, *metaLocator, error)
 	if a.chosen != nil {
 		return a.chosen, a.meta, nil
 	}
+	p := a.c.plane
+	if src := a.c.opts.Metadata; src != nil {
+		a.meta = &metaLocator{cache: p.cache, src: src, conn: p.conn}
+		a.chosen = a.meta
+		return a.chosen, a.meta, nil
+	}
 	_, err := clusterpb.NewLocatorClient(a.c.cc).GetRoot(ctx, &clusterpb.GetRootRequest{})
 	switch status.Code(err) {
 	case codes.OK:
-		p := a.c.plane
 		a.meta = &metaLocator{cache: p.cache, src: NewMetadataSource(a.c.cc, p.connAddr), conn: p.conn}
 		a.chosen = a.meta
 	case codes.Unimplemented:

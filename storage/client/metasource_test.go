@@ -742,3 +742,57 @@ func TestDevFallsBackToServerLocator(t *testing.T) {
 		t.Fatalf("Tablets = %+v, %v", tabs, err)
 	}
 }
+
+// fixedRoot is a MetadataSource whose root's location is given (as the
+// cluster's processes read it from the lock service).
+type fixedRoot struct {
+	MetadataSource
+	root meta.Location
+}
+
+func (f fixedRoot) Root(context.Context) (meta.Location, error) { return f.root, nil }
+
+// TestClientMetadataOption: with Options.Metadata the client never asks
+// GetRoot, and reads and writes METADATA itself like any table.
+func TestClientMetadataOption(t *testing.T) {
+	tc := startCluster(t)
+	tc.loc.mu.Lock()
+	root := *tc.loc.root
+	tc.loc.root = nil // GetRoot would say "unassigned"
+	tc.loc.mu.Unlock()
+	cc, err := grpc.NewClient(tc.servers[1].addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	c := New(cc, Options{Metadata: fixedRoot{MetadataSource: tc.source(), root: root}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Apply(ctx, "d", cell.RowMutation{Row: []byte("z9"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("v"))}}); err != nil {
+		t.Fatal(err)
+	}
+	if !contains(tc.rowsOn(0), "z9") {
+		t.Fatal("z9 not on server 0")
+	}
+	var rows []cell.Row
+	sc := c.Scan(ctx, meta.MetadataTableName, ScanOptions{})
+	for sc.Next() {
+		rows = append(rows, sc.Row())
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 6 { // the meta tablet's row and five of table d
+		t.Fatalf("METADATA scan: %d rows", len(rows))
+	}
+	if l, err := meta.ParseLocation(rows[0]); err != nil || l.TabletID != meta.MetaTabletID {
+		t.Fatalf("first METADATA row: %+v, %v", l, err)
+	}
+	rm := meta.LocationMutation(dTable, nil, tc.servers[1].name, 99, tc.ts.Add(1000))
+	if err := c.Apply(ctx, meta.MetadataTableName, rm); err != nil {
+		t.Fatalf("Apply to METADATA: %v", err)
+	}
+	if tabs, err := c.Tablets(ctx, "d"); err != nil || tabs[4].Server != tc.servers[1].addr {
+		t.Fatalf("Tablets after the METADATA write = %+v, %v", tabs, err)
+	}
+}

@@ -211,7 +211,17 @@ func (s *Scanner) Next() bool {
 // open starts the stream over the part of [lo, hi) in the first (last,
 // when reversed) tablet it overlaps.
 func (s *Scanner) open() error {
-	locs, err := s.p.tabletsIn(s.ctx, s.id, s.name, s.lo, s.hi)
+	var locs []meta.Location
+	var err error
+	if s.opts.Reverse {
+		locs, err = s.p.tabletsIn(s.ctx, s.id, s.name, s.lo, s.hi)
+	} else {
+		// Only the first tablet: a scan of many tablets looks each up
+		// when it gets there (the cache prefetches its neighbours).
+		var l meta.Location
+		l, err = s.p.locate(s.ctx, s.id, s.name, s.lo)
+		locs = []meta.Location{l}
+	}
 	if err != nil {
 		s.loc = meta.Location{}
 		return err
