@@ -164,14 +164,13 @@ func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string,
 	}
 	outcome := make([]error, len(b.idx))
 	answered := make([]bool, len(b.idx))
-	unsent := true // the request certainly reached no server
+	var tc *trackedConn // nil: nothing was sent
 	callErr := func() error {
 		cc, err := p.conn(b.loc.Server)
 		if err != nil {
 			return err
 		}
-		tc := &trackedConn{ClientConnInterface: cc}
-		defer func() { unsent = tc.peer.Addr == nil }()
+		tc = &trackedConn{ClientConnInterface: cc}
 		st, err := bigtablepb.NewBigtableClient(tc).MutateRows(ctx, req)
 		if err != nil {
 			return err
@@ -196,6 +195,9 @@ func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string,
 			}
 		}
 	}()
+	// The request certainly reached no server. (The peer is read only
+	// after an UNAVAILABLE: gRPC has finished the stream then.)
+	unsent := status.Code(callErr) == codes.Unavailable && (tc == nil || tc.unsent(callErr))
 	invalidated := false
 	for j, i := range b.idx {
 		err := outcome[j]
@@ -205,7 +207,7 @@ func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string,
 			if err == nil {
 				err = status.Errorf(codes.Internal, "client: MutateRows did not answer for entry %d", j)
 			}
-			certain = unsent && status.Code(err) == codes.Unavailable
+			certain = unsent
 		}
 		if err == nil {
 			continue

@@ -282,7 +282,9 @@ func (t *trackedConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, meth
 }
 
 // unsent reports whether err, the outcome of the call made through t,
-// certainly reached no server.
+// certainly reached no server. The peer is read only after an UNAVAILABLE
+// outcome, when gRPC has finished the call (a stream's context watcher may
+// otherwise still write it).
 func (t *trackedConn) unsent(err error) bool {
 	return status.Code(err) == codes.Unavailable && t.peer.Addr == nil
 }
