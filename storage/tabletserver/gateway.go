@@ -1,0 +1,659 @@
+package tabletserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/prometheus/client_golang/prometheus"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
+)
+
+// GatewayLocator finds tablet locations (the cluster implements it with the
+// client's METADATA location cache).
+type GatewayLocator interface {
+	// Tablets returns the locations of table's tablets overlapping
+	// [start, end) (nil end: unbounded), in key order, covering the range
+	// without gaps. Errors that are gRPC statuses reach the caller as
+	// they are; others become UNAVAILABLE.
+	Tablets(ctx context.Context, table meta.TableID, start, end []byte) ([]meta.Location, error)
+	// Invalidate drops a location found stale (its server answered "not
+	// serving").
+	Invalidate(loc meta.Location)
+}
+
+// GatewayOptions configure NewGateway.
+type GatewayOptions struct {
+	// Self is this server's address: a location whose
+	// meta.ServerAddr(loc.Server) == Self is served by the local
+	// DataService. Required.
+	Self string
+	// Locator finds the owners of rows. Required.
+	Locator GatewayLocator
+	// Dial returns a connection to the tablet server at addr. The
+	// connections are cached and owned by the caller: the Gateway never
+	// closes them. Required.
+	Dial func(addr string) (grpc.ClientConnInterface, error)
+	// Registerer receives the gateway's metrics; nil: not registered.
+	Registerer prometheus.Registerer
+	// Logger; default the local DataService's.
+	Logger *slog.Logger
+}
+
+// Retries of a sub-request whose owner answered "not serving": the
+// location is invalidated, looked up again and the sub-request retried,
+// with a backoff doubling from gatewayBackoff to gatewayMaxBackoff.
+const (
+	gatewayAttempts   = 5
+	gatewayBackoff    = 10 * time.Millisecond
+	gatewayMaxBackoff = 500 * time.Millisecond
+)
+
+// GatewayForwardedKey is the gRPC metadata key a Gateway sets on the
+// requests it forwards. A Gateway serves such a request with its local
+// DataService, without routing it again: an owner that no longer holds the
+// tablet answers "not serving" to the Gateway that forwarded, which looks
+// the rows up again, rather than forwarding once more (two servers with
+// stale caches would pass a request back and forth until its deadline).
+const GatewayForwardedKey = "x-tabula-forwarded"
+
+// isForwarded reports whether the request of ctx came from a Gateway.
+func isForwarded(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && len(md.Get(GatewayForwardedKey)) > 0
+}
+
+// forwardContext marks the outgoing request of ctx as forwarded. The
+// caller's deadline carries over.
+func forwardContext(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, GatewayForwardedKey, "1")
+}
+
+// Routes of tabula_gateway_requests_total.
+const (
+	routeLocal     = "local"
+	routeForwarded = "forwarded"
+)
+
+// Gateway is the google.bigtable.v2.Bigtable service of a tablet server in
+// a cluster: it answers the whole data API for every table, serving the
+// rows of the tablets this server holds through the local DataService and
+// forwarding the rest to their owners, so that a client that knows one
+// server's address (BIGTABLE_EMULATOR_HOST) reaches the whole cluster.
+// Register it in place of the DataService, with the same server options.
+//
+// Routing, per method (Cloud Bigtable's semantics are kept; the owners
+// implement them):
+//   - MutateRow, CheckAndMutateRow, ReadModifyWriteRow go to the owner of
+//     the row's tablet, unchanged, with the caller's deadline.
+//   - MutateRows groups its entries by owner and sends the groups
+//     concurrently; the response carries one status per original entry
+//     (an error of a whole group becomes the status of each of its
+//     entries). The request-wide limits (no entries, total mutations) are
+//     checked here, before splitting.
+//   - ReadRows splits the row set by tablet and reads the tablets one
+//     after the other in key order (reverse order when reversed), each
+//     through one sub-request restricted to the tablet's part, with the
+//     filter unchanged and rows_limit reduced by the rows already
+//     returned. The owners' responses are relayed as they arrive, so each
+//     still ends at a row boundary. request_stats are dropped;
+//     last_scanned_row_key is passed through.
+//   - SampleRowKeys asks each owner once and keeps, for each tablet, the
+//     owner's samples within it; offsets are re-based so that they add up
+//     across tablets; every tablet boundary is a sample, and the last
+//     sample is the empty key with the table's total size.
+//   - Every other method (PingAndWarm, ExecuteQuery, ...) is the local
+//     DataService's.
+//
+// Forwarded requests carry the metadata key GatewayForwardedKey, and a
+// Gateway serves a request carrying it locally, whatever its locations
+// say: a request is forwarded at most once.
+//
+// When a sub-request (local or forwarded) fails with FAILED_PRECONDITION
+// carrying a tabletpb.NotServing detail, or the location names no server,
+// the Gateway invalidates the location, looks the rows up again and
+// retries, up to 5 attempts with a backoff doubling from 10 ms to 500 ms,
+// and never past the request's deadline: then the last not-serving status
+// is returned. A ReadRows retry resumes after the last row already sent;
+// attempts that returned rows do not count. Every other error (of the
+// owners, of Dial, of the connection) is returned unchanged; errors of the
+// Locator that are not gRPC statuses become UNAVAILABLE.
+//
+// Metrics: tabula_gateway_requests_total{method, route} counts
+// sub-requests by route ("local" or "forwarded"),
+// tabula_gateway_retries_total the not-serving retries.
+type Gateway struct {
+	bigtablepb.UnimplementedBigtableServer
+	local     *DataService
+	opts      GatewayOptions
+	log       *slog.Logger
+	metrics   gatewayMetrics
+	forwarded atomic.Int64
+}
+
+type gatewayMetrics struct {
+	requests *prometheus.CounterVec
+	retries  prometheus.Counter
+}
+
+// NewGateway returns the gateway over local, the DataService of this
+// server's Host.
+func NewGateway(local *DataService, opts GatewayOptions) (*Gateway, error) {
+	switch {
+	case local == nil:
+		return nil, errors.New("tabletserver: NewGateway: nil DataService")
+	case opts.Self == "":
+		return nil, errors.New("tabletserver: NewGateway: GatewayOptions.Self is required")
+	case opts.Locator == nil:
+		return nil, errors.New("tabletserver: NewGateway: GatewayOptions.Locator is required")
+	case opts.Dial == nil:
+		return nil, errors.New("tabletserver: NewGateway: GatewayOptions.Dial is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = local.log
+	}
+	g := &Gateway{local: local, opts: opts, log: opts.Logger}
+	g.metrics.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tabula_gateway_requests_total",
+		Help: "Sub-requests of the data API gateway, by method and route (local or forwarded to the owner).",
+	}, []string{"method", "route"})
+	g.metrics.retries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tabula_gateway_retries_total",
+		Help: "Sub-requests of the data API gateway retried after their tablet's server answered not serving.",
+	})
+	if r := opts.Registerer; r != nil {
+		var err error
+		if g.metrics.requests, err = registerOrExisting(r, g.metrics.requests); err != nil {
+			return nil, err
+		}
+		if g.metrics.retries, err = registerOrExisting(r, g.metrics.retries); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// registerOrExisting registers c, or returns the collector already
+// registered under its name (a second Gateway on one registry).
+func registerOrExisting[C prometheus.Collector](r prometheus.Registerer, c C) (C, error) {
+	if err := r.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if ex, ok := are.ExistingCollector.(C); ok {
+				return ex, nil
+			}
+		}
+		return c, fmt.Errorf("tabletserver: registering gateway metrics: %w", err)
+	}
+	return c, nil
+}
+
+// Forwarded returns the number of sub-requests sent to other servers.
+func (g *Gateway) Forwarded() int64 { return g.forwarded.Load() }
+
+// route reports whether loc is served here, counting the sub-request.
+func (g *Gateway) route(method string, loc meta.Location) bool {
+	if meta.ServerAddr(loc.Server) == g.opts.Self {
+		g.countLocal(method)
+		return true
+	}
+	g.metrics.requests.WithLabelValues(method, routeForwarded).Inc()
+	g.forwarded.Add(1)
+	return false
+}
+
+// countLocal counts a sub-request served by the local DataService.
+func (g *Gateway) countLocal(method string) {
+	g.metrics.requests.WithLabelValues(method, routeLocal).Inc()
+}
+
+// client returns a Bigtable client to loc's server.
+func (g *Gateway) client(loc meta.Location) (bigtablepb.BigtableClient, error) {
+	addr := meta.ServerAddr(loc.Server)
+	conn, err := g.opts.Dial(addr)
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return nil, err
+		}
+		return nil, status.Errorf(codes.Unavailable, "connecting to tablet server %s: %v", addr, err)
+	}
+	return bigtablepb.NewBigtableClient(conn), nil
+}
+
+// parseTable parses a request's table_name.
+func parseTable(name string) (meta.TableID, error) {
+	if name == "" {
+		return meta.TableID{}, invalidf("table_name", "required (authorized views and materialized views are not supported)")
+	}
+	id, err := meta.ParseTableName(name)
+	if err != nil {
+		return meta.TableID{}, invalidf("table_name", "%v", err)
+	}
+	return id, nil
+}
+
+// locatorError makes a Locator's error a status.
+func locatorError(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Errorf(codes.Unavailable, "locating tablets: %v", err)
+}
+
+// tablets returns the locations covering [start, end).
+func (g *Gateway) tablets(ctx context.Context, table meta.TableID, start, end []byte) ([]meta.Location, error) {
+	locs, err := g.opts.Locator.Tablets(ctx, table, start, end)
+	if err != nil {
+		return nil, locatorError(err)
+	}
+	if len(locs) == 0 {
+		return nil, status.Errorf(codes.Unavailable, "no tablet of %s found for [%q, %q)", table, start, end)
+	}
+	return locs, nil
+}
+
+// locateRow returns the location of the tablet holding row.
+func (g *Gateway) locateRow(ctx context.Context, table meta.TableID, row []byte) (meta.Location, error) {
+	locs, err := g.tablets(ctx, table, row, append(bytes.Clone(row), 0))
+	if err != nil {
+		return meta.Location{}, err
+	}
+	for _, l := range locs {
+		if l.Contains(row) {
+			return l, nil
+		}
+	}
+	return meta.Location{}, status.Errorf(codes.Unavailable, "no tablet of %s found for row %q", table, row)
+}
+
+// unassigned is the retryable error of a location without a server.
+func unassigned(loc meta.Location) error {
+	return status.Errorf(codes.Unavailable, "tablet %s of %s [%q, %q) is not assigned to a server", loc.TabletID, loc.Table, loc.Start, loc.End)
+}
+
+// notServing reports whether err is a tablet server's "not serving"
+// answer: FAILED_PRECONDITION with a tabletpb.NotServing detail.
+func notServing(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && statusNotServing(st)
+}
+
+func statusNotServing(st *status.Status) bool {
+	if st.Code() != codes.FailedPrecondition {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*tabletpb.NotServing); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// retryable reports whether a sub-request sent for loc should be retried
+// after a new lookup.
+func retryable(loc meta.Location, err error) bool {
+	return loc.Server == "" || notServing(err)
+}
+
+// errNoTime is returned by backoff when the deadline would pass first.
+var errNoTime = errors.New("deadline before the next attempt")
+
+// backoff waits before attempt (1, 2, ...), counting the retry. It fails
+// when the context ends or its deadline comes before the wait would.
+func (g *Gateway) backoff(ctx context.Context, attempt int) error {
+	d := min(gatewayBackoff<<(attempt-1), gatewayMaxBackoff)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return errNoTime
+	}
+	g.metrics.retries.Inc()
+	return sleepCtx(ctx, d)
+}
+
+// routeRow runs a single-row request: locally when this server holds the
+// row's tablet, else through the owner, retrying not-serving answers.
+func routeRow[R any](ctx context.Context, g *Gateway, method, tableName string, row []byte,
+	local func(context.Context) (R, error), remote func(context.Context, bigtablepb.BigtableClient) (R, error)) (R, error) {
+	var zero R
+	if isForwarded(ctx) {
+		g.countLocal(method)
+		return local(ctx)
+	}
+	table, err := parseTable(tableName)
+	if err != nil {
+		return zero, err
+	}
+	for attempt := 1; ; attempt++ {
+		loc, err := g.locateRow(ctx, table, row)
+		if err != nil {
+			return zero, err
+		}
+		var resp R
+		switch {
+		case loc.Server == "":
+			err = unassigned(loc)
+		case g.route(method, loc):
+			resp, err = local(ctx)
+		default:
+			var c bigtablepb.BigtableClient
+			if c, err = g.client(loc); err == nil {
+				resp, err = remote(forwardContext(ctx), c)
+			}
+		}
+		if err == nil || !retryable(loc, err) || attempt >= gatewayAttempts {
+			return resp, err
+		}
+		g.opts.Locator.Invalidate(loc)
+		g.log.Debug("gateway retry", "method", method, "server", loc.Server, "tablet", loc.TabletID, "err", err)
+		if berr := g.backoff(ctx, attempt); berr != nil {
+			return zero, err
+		}
+	}
+}
+
+// MutateRow applies the mutations of one row on the row's owner.
+func (g *Gateway) MutateRow(ctx context.Context, req *bigtablepb.MutateRowRequest) (*bigtablepb.MutateRowResponse, error) {
+	return routeRow(ctx, g, "MutateRow", req.GetTableName(), req.GetRowKey(),
+		func(ctx context.Context) (*bigtablepb.MutateRowResponse, error) { return g.local.MutateRow(ctx, req) },
+		func(ctx context.Context, c bigtablepb.BigtableClient) (*bigtablepb.MutateRowResponse, error) {
+			return c.MutateRow(ctx, req)
+		})
+}
+
+// CheckAndMutateRow runs the conditional mutation on the row's owner.
+func (g *Gateway) CheckAndMutateRow(ctx context.Context, req *bigtablepb.CheckAndMutateRowRequest) (*bigtablepb.CheckAndMutateRowResponse, error) {
+	return routeRow(ctx, g, "CheckAndMutateRow", req.GetTableName(), req.GetRowKey(),
+		func(ctx context.Context) (*bigtablepb.CheckAndMutateRowResponse, error) {
+			return g.local.CheckAndMutateRow(ctx, req)
+		},
+		func(ctx context.Context, c bigtablepb.BigtableClient) (*bigtablepb.CheckAndMutateRowResponse, error) {
+			return c.CheckAndMutateRow(ctx, req)
+		})
+}
+
+// ReadModifyWriteRow runs the rules on the row's owner. A not-serving
+// answer means nothing was applied, so the retry does not apply twice.
+func (g *Gateway) ReadModifyWriteRow(ctx context.Context, req *bigtablepb.ReadModifyWriteRowRequest) (*bigtablepb.ReadModifyWriteRowResponse, error) {
+	return routeRow(ctx, g, "ReadModifyWriteRow", req.GetTableName(), req.GetRowKey(),
+		func(ctx context.Context) (*bigtablepb.ReadModifyWriteRowResponse, error) {
+			return g.local.ReadModifyWriteRow(ctx, req)
+		},
+		func(ctx context.Context, c bigtablepb.BigtableClient) (*bigtablepb.ReadModifyWriteRowResponse, error) {
+			return c.ReadModifyWriteRow(ctx, req)
+		})
+}
+
+// mutateRowsCapture is the stream a local MutateRows sub-request answers
+// into. The DataService uses only its Context and Send.
+type mutateRowsCapture struct {
+	grpc.ServerStream // nil
+	ctx               context.Context
+	resps             []*bigtablepb.MutateRowsResponse
+}
+
+func (c *mutateRowsCapture) Context() context.Context { return c.ctx }
+
+func (c *mutateRowsCapture) Send(r *bigtablepb.MutateRowsResponse) error {
+	c.resps = append(c.resps, r)
+	return nil
+}
+
+// MutateRows applies each entry on its row's owner; see Gateway.
+func (g *Gateway) MutateRows(req *bigtablepb.MutateRowsRequest, stream bigtablepb.Bigtable_MutateRowsServer) error {
+	ctx := stream.Context()
+	if isForwarded(ctx) {
+		g.countLocal("MutateRows")
+		return g.local.MutateRows(req, stream)
+	}
+	table, err := parseTable(req.GetTableName())
+	if err != nil {
+		return err
+	}
+	entries := req.GetEntries()
+	if len(entries) == 0 {
+		return invalidf("entries", "no entries given")
+	}
+	total := 0
+	for _, e := range entries {
+		total += len(e.GetMutations())
+	}
+	if lim := g.local.host.opts.Limits.MaxMutations; total > lim {
+		return invalidf("entries", "%d mutations in the request, the limit is %d", total, lim)
+	}
+	statuses := make([]*statuspb.Status, len(entries))
+	pending := make([]int, len(entries))
+	for i := range pending {
+		pending[i] = i
+	}
+	for attempt := 1; ; attempt++ {
+		retry, stale := g.mutateRowsRound(ctx, table, req, pending, statuses)
+		if len(retry) == 0 || attempt >= gatewayAttempts {
+			break
+		}
+		for _, loc := range stale {
+			g.opts.Locator.Invalidate(loc)
+		}
+		g.log.Debug("gateway retry", "method", "MutateRows", "entries", len(retry))
+		if g.backoff(ctx, attempt) != nil {
+			break
+		}
+		pending = retry
+	}
+	resp := &bigtablepb.MutateRowsResponse{Entries: make([]*bigtablepb.MutateRowsResponse_Entry, len(entries))}
+	for i, st := range statuses {
+		resp.Entries[i] = &bigtablepb.MutateRowsResponse_Entry{Index: int64(i), Status: st}
+	}
+	return stream.Send(resp)
+}
+
+// mutateRowsRound sends the entries idx of req to their owners and sets
+// their statuses. It returns the entries to retry (their owner answered
+// "not serving", or their tablet has no server), in request order, and the
+// locations to invalidate.
+func (g *Gateway) mutateRowsRound(ctx context.Context, table meta.TableID, req *bigtablepb.MutateRowsRequest, idx []int, statuses []*statuspb.Status) (retry []int, stale []meta.Location) {
+	entries := req.GetEntries()
+	type group struct {
+		loc meta.Location // the first of the server's locations
+		idx []int
+	}
+	var groups []*group
+	byServer := make(map[string]*group)
+	locs := make(map[int]meta.Location, len(idx))
+	// Locate in key order, reusing the previous location while it
+	// contains the row: entries clustered in a tablet cost one lookup.
+	sorted := slices.Clone(idx)
+	slices.SortStableFunc(sorted, func(a, b int) int { return bytes.Compare(entries[a].GetRowKey(), entries[b].GetRowKey()) })
+	var loc meta.Location
+	have := false
+	for _, i := range sorted {
+		row := entries[i].GetRowKey()
+		if !have || !loc.Contains(row) {
+			l, err := g.locateRow(ctx, table, row)
+			if err != nil {
+				statuses[i] = status.Convert(err).Proto()
+				have = false
+				continue
+			}
+			loc, have = l, true
+		}
+		locs[i] = loc
+		if loc.Server == "" {
+			statuses[i] = status.Convert(unassigned(loc)).Proto()
+			continue
+		}
+		addr := meta.ServerAddr(loc.Server)
+		gr := byServer[addr]
+		if gr == nil {
+			gr = &group{loc: loc}
+			byServer[addr] = gr
+			groups = append(groups, gr)
+		}
+		gr.idx = append(gr.idx, i)
+	}
+	var wg sync.WaitGroup
+	for _, gr := range groups {
+		slices.Sort(gr.idx) // request order: entries of one row keep theirs
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sub := &bigtablepb.MutateRowsRequest{
+				TableName:          req.GetTableName(),
+				AuthorizedViewName: req.GetAuthorizedViewName(),
+				AppProfileId:       req.GetAppProfileId(),
+				Entries:            make([]*bigtablepb.MutateRowsRequest_Entry, len(gr.idx)),
+			}
+			for j, i := range gr.idx {
+				sub.Entries[j] = entries[i]
+			}
+			res, err := g.mutateRowsGroup(ctx, gr.loc, sub)
+			for j, i := range gr.idx {
+				st := res[j]
+				if st == nil {
+					e := err
+					if e == nil {
+						e = status.Errorf(codes.Internal, "tablet server %s returned no status for the entry", gr.loc.Server)
+					}
+					st = status.Convert(e).Proto()
+				} else if st.GetCode() != int32(codes.OK) {
+					st = renumberEntry(st, j, i)
+				}
+				statuses[i] = st // distinct i per goroutine
+			}
+		}()
+	}
+	wg.Wait()
+	seen := make(map[string]bool)
+	for _, i := range idx {
+		l, ok := locs[i]
+		if !ok || (l.Server != "" && !statusNotServing(status.FromProto(statuses[i]))) {
+			continue
+		}
+		retry = append(retry, i)
+		if k := l.TabletID + "\x00" + l.Server; !seen[k] {
+			seen[k] = true
+			stale = append(stale, l)
+		}
+	}
+	return retry, stale
+}
+
+// mutateRowsGroup sends sub to loc's server and returns the status of each
+// of its entries (nil where none came back) and the error that ended the
+// call, if any.
+func (g *Gateway) mutateRowsGroup(ctx context.Context, loc meta.Location, sub *bigtablepb.MutateRowsRequest) ([]*statuspb.Status, error) {
+	res := make([]*statuspb.Status, len(sub.Entries))
+	collect := func(r *bigtablepb.MutateRowsResponse) {
+		for _, e := range r.GetEntries() {
+			if j := e.GetIndex(); j >= 0 && j < int64(len(res)) {
+				st := e.GetStatus()
+				if st == nil {
+					st = &statuspb.Status{}
+				}
+				res[j] = st
+			}
+		}
+	}
+	if g.route("MutateRows", loc) {
+		capture := &mutateRowsCapture{ctx: ctx}
+		err := g.local.MutateRows(sub, capture)
+		for _, r := range capture.resps {
+			collect(r)
+		}
+		return res, err
+	}
+	c, err := g.client(loc)
+	if err != nil {
+		return res, err
+	}
+	ctx, cancel := context.WithCancel(forwardContext(ctx))
+	defer cancel()
+	st, err := c.MutateRows(ctx, sub)
+	if err != nil {
+		return res, err
+	}
+	for {
+		r, err := st.Recv()
+		if err == io.EOF {
+			return res, nil
+		}
+		if err != nil {
+			return res, err
+		}
+		collect(r)
+	}
+}
+
+// renumberEntry rewrites "entries[j]" at the start of an entry's error
+// message to the entry's index in the caller's request.
+func renumberEntry(st *statuspb.Status, j, i int) *statuspb.Status {
+	from := fmt.Sprintf("entries[%d]", j)
+	if i == j || !strings.HasPrefix(st.GetMessage(), from) {
+		return st
+	}
+	st = proto.Clone(st).(*statuspb.Status)
+	st.Message = fmt.Sprintf("entries[%d]", i) + st.Message[len(from):]
+	return st
+}
+
+// PingAndWarm is the local DataService's.
+func (g *Gateway) PingAndWarm(ctx context.Context, req *bigtablepb.PingAndWarmRequest) (*bigtablepb.PingAndWarmResponse, error) {
+	return g.local.PingAndWarm(ctx, req)
+}
+
+// GenerateInitialChangeStreamPartitions is the local DataService's.
+func (g *Gateway) GenerateInitialChangeStreamPartitions(req *bigtablepb.GenerateInitialChangeStreamPartitionsRequest, stream bigtablepb.Bigtable_GenerateInitialChangeStreamPartitionsServer) error {
+	return g.local.GenerateInitialChangeStreamPartitions(req, stream)
+}
+
+// ReadChangeStream is the local DataService's.
+func (g *Gateway) ReadChangeStream(req *bigtablepb.ReadChangeStreamRequest, stream bigtablepb.Bigtable_ReadChangeStreamServer) error {
+	return g.local.ReadChangeStream(req, stream)
+}
+
+// PrepareQuery is the local DataService's.
+func (g *Gateway) PrepareQuery(ctx context.Context, req *bigtablepb.PrepareQueryRequest) (*bigtablepb.PrepareQueryResponse, error) {
+	return g.local.PrepareQuery(ctx, req)
+}
+
+// ExecuteQuery is the local DataService's.
+func (g *Gateway) ExecuteQuery(req *bigtablepb.ExecuteQueryRequest, stream bigtablepb.Bigtable_ExecuteQueryServer) error {
+	return g.local.ExecuteQuery(req, stream)
+}
+
+// GetClientConfiguration is the local DataService's.
+func (g *Gateway) GetClientConfiguration(ctx context.Context, req *bigtablepb.GetClientConfigurationRequest) (*bigtablepb.ClientConfiguration, error) {
+	return g.local.GetClientConfiguration(ctx, req)
+}
+
+// OpenTable is the local DataService's.
+func (g *Gateway) OpenTable(stream bigtablepb.Bigtable_OpenTableServer) error {
+	return g.local.OpenTable(stream)
+}
+
+// OpenAuthorizedView is the local DataService's.
+func (g *Gateway) OpenAuthorizedView(stream bigtablepb.Bigtable_OpenAuthorizedViewServer) error {
+	return g.local.OpenAuthorizedView(stream)
+}

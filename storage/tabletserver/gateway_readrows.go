@@ -1,0 +1,414 @@
+package tabletserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"slices"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/storage/meta"
+)
+
+// ReadRows reads the row set tablet after tablet from the owners; see
+// Gateway.
+func (g *Gateway) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablepb.Bigtable_ReadRowsServer) error {
+	ctx := stream.Context()
+	if isForwarded(ctx) {
+		g.countLocal("ReadRows")
+		return g.local.ReadRows(req, stream)
+	}
+	table, err := parseTable(req.GetTableName())
+	if err != nil {
+		return err
+	}
+	if req.GetRowsLimit() < 0 {
+		return invalidf("rows_limit", "must not be negative, got %d", req.GetRowsLimit())
+	}
+	ranges, err := rowRanges(req.GetRows())
+	if err != nil {
+		return err
+	}
+	r := &readRelay{out: stream, reverse: req.GetReversed(), limit: req.GetRowsLimit()}
+	attempt := 0
+	for {
+		ranges = r.remaining(ranges)
+		if len(ranges) == 0 || r.done() {
+			return nil
+		}
+		locs, err := g.tablets(ctx, table, ranges[0].start, ranges[len(ranges)-1].end)
+		if err != nil {
+			return err
+		}
+		if r.reverse {
+			slices.Reverse(locs)
+		}
+		loc, err := g.readTablets(ctx, req, locs, ranges, r)
+		if err == nil {
+			return nil
+		}
+		if r.sendErr != nil || !retryable(loc, err) {
+			return err
+		}
+		if r.progressed {
+			attempt = 0
+		}
+		r.progressed = false
+		attempt++
+		if attempt >= gatewayAttempts {
+			return err
+		}
+		g.opts.Locator.Invalidate(loc)
+		g.log.Debug("gateway retry", "method", "ReadRows", "server", loc.Server, "tablet", loc.TabletID, "err", err)
+		if g.backoff(ctx, attempt) != nil {
+			return err
+		}
+	}
+}
+
+// readTablets reads ranges from locs in order until the rows limit is met;
+// on error it returns the location whose sub-request failed.
+func (g *Gateway) readTablets(ctx context.Context, req *bigtablepb.ReadRowsRequest, locs []meta.Location, ranges []keyRange, r *readRelay) (meta.Location, error) {
+	for _, loc := range locs {
+		part := clipRanges(ranges, loc.Start, loc.End)
+		if len(part) == 0 {
+			continue
+		}
+		if r.done() {
+			return loc, nil
+		}
+		sub := proto.Clone(req).(*bigtablepb.ReadRowsRequest)
+		sub.Rows = rowSet(part)
+		if r.limit > 0 {
+			sub.RowsLimit = r.limit - r.rows
+		}
+		if loc.Server == "" {
+			return loc, unassigned(loc)
+		}
+		if err := g.readTablet(ctx, loc, sub, r); err != nil {
+			return loc, err
+		}
+	}
+	return meta.Location{}, nil
+}
+
+// readTablet runs one sub-request, relaying its responses.
+func (g *Gateway) readTablet(ctx context.Context, loc meta.Location, sub *bigtablepb.ReadRowsRequest, r *readRelay) error {
+	if g.route("ReadRows", loc) {
+		err := g.local.ReadRows(sub, &readRowsCapture{ctx: ctx, send: r.relay})
+		if r.sendErr != nil {
+			return r.sendErr
+		}
+		return err
+	}
+	c, err := g.client(loc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(forwardContext(ctx))
+	defer cancel()
+	st, err := c.ReadRows(ctx, sub)
+	if err != nil {
+		return err
+	}
+	for {
+		resp, err := st.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := r.relay(resp); err != nil {
+			return err
+		}
+		if r.done() {
+			return nil // the owner stops too: its limit was ours
+		}
+	}
+}
+
+// readRowsCapture is the stream a local ReadRows sub-request answers
+// into. The DataService uses only its Context and Send.
+type readRowsCapture struct {
+	grpc.ServerStream // nil
+	ctx               context.Context
+	send              func(*bigtablepb.ReadRowsResponse) error
+}
+
+func (c *readRowsCapture) Context() context.Context                  { return c.ctx }
+func (c *readRowsCapture) Send(r *bigtablepb.ReadRowsResponse) error { return c.send(r) }
+
+// readRelay passes the owners' responses to the caller, counting the
+// committed rows and remembering the last, where a retry resumes.
+type readRelay struct {
+	out     bigtablepb.Bigtable_ReadRowsServer
+	reverse bool
+	limit   int64
+
+	rows       int64  // committed rows sent
+	last       []byte // key of the last row sent (or scanned), nil before
+	cur        []byte // key of the row the chunks are at
+	progressed bool   // rows sent since the last failure
+	sendErr    error  // the caller's stream failed
+}
+
+func (r *readRelay) done() bool { return r.limit > 0 && r.rows >= r.limit }
+
+// relay sends resp to the caller without its request stats (each
+// sub-request would have its own).
+func (r *readRelay) relay(resp *bigtablepb.ReadRowsResponse) error {
+	if r.sendErr != nil {
+		return r.sendErr
+	}
+	resp.RequestStats = nil
+	if len(resp.Chunks) == 0 && len(resp.LastScannedRowKey) == 0 {
+		return nil
+	}
+	var last []byte
+	rows := int64(0)
+	for _, ch := range resp.Chunks {
+		if len(ch.RowKey) > 0 {
+			r.cur = ch.RowKey
+		}
+		if ch.GetCommitRow() {
+			rows++
+			last = r.cur
+		}
+	}
+	if len(resp.LastScannedRowKey) > 0 {
+		last = resp.LastScannedRowKey // after every row of the response
+	}
+	if err := r.out.Send(resp); err != nil {
+		r.sendErr = err
+		return err
+	}
+	r.rows += rows
+	if last != nil {
+		r.last = bytes.Clone(last)
+		r.progressed = true
+	}
+	return nil
+}
+
+// remaining returns the part of ranges (ascending) not yet read: after the
+// last row sent in scan order.
+func (r *readRelay) remaining(ranges []keyRange) []keyRange {
+	if r.last == nil {
+		return ranges
+	}
+	if r.reverse {
+		return clipRanges(ranges, nil, r.last)
+	}
+	return clipRanges(ranges, append(bytes.Clone(r.last), 0), nil)
+}
+
+// clipRanges returns the parts of ranges (ascending, disjoint) within
+// [start, end); nil end is unbounded.
+func clipRanges(ranges []keyRange, start, end []byte) []keyRange {
+	var out []keyRange
+	for _, kr := range ranges {
+		s, e := kr.start, kr.end
+		if bytes.Compare(s, start) < 0 {
+			s = start
+		}
+		if len(end) > 0 && (e == nil || bytes.Compare(e, end) > 0) {
+			e = end
+		}
+		if e != nil && bytes.Compare(s, e) >= 0 {
+			continue
+		}
+		if s == nil {
+			s = []byte{}
+		}
+		out = append(out, keyRange{start: s, end: e})
+	}
+	return out
+}
+
+// rowSet is the RowSet of ranges: one-row ranges as row keys.
+func rowSet(ranges []keyRange) *bigtablepb.RowSet {
+	rs := &bigtablepb.RowSet{}
+	for _, kr := range ranges {
+		if kr.isPoint() {
+			rs.RowKeys = append(rs.RowKeys, kr.start)
+			continue
+		}
+		rr := &bigtablepb.RowRange{StartKey: &bigtablepb.RowRange_StartKeyClosed{StartKeyClosed: kr.start}}
+		if kr.end != nil {
+			rr.EndKey = &bigtablepb.RowRange_EndKeyOpen{EndKeyOpen: kr.end}
+		}
+		rs.RowRanges = append(rs.RowRanges, rr)
+	}
+	return rs
+}
+
+// sampleCapture is the stream a local SampleRowKeys answers into.
+type sampleCapture struct {
+	grpc.ServerStream // nil
+	ctx               context.Context
+	resps             []*bigtablepb.SampleRowKeysResponse
+}
+
+func (c *sampleCapture) Context() context.Context { return c.ctx }
+
+func (c *sampleCapture) Send(r *bigtablepb.SampleRowKeysResponse) error {
+	c.resps = append(c.resps, r)
+	return nil
+}
+
+// SampleRowKeys merges the samples of the table's owners; see Gateway.
+func (g *Gateway) SampleRowKeys(req *bigtablepb.SampleRowKeysRequest, stream bigtablepb.Bigtable_SampleRowKeysServer) error {
+	ctx := stream.Context()
+	if isForwarded(ctx) {
+		g.countLocal("SampleRowKeys")
+		return g.local.SampleRowKeys(req, stream)
+	}
+	table, err := parseTable(req.GetTableName())
+	if err != nil {
+		return err
+	}
+	var out []*bigtablepb.SampleRowKeysResponse
+	for attempt := 1; ; attempt++ {
+		var stale []meta.Location
+		out, stale, err = g.sampleTable(ctx, table, req)
+		if err == nil || len(stale) == 0 || attempt >= gatewayAttempts {
+			break
+		}
+		for _, l := range stale {
+			g.opts.Locator.Invalidate(l)
+		}
+		g.log.Debug("gateway retry", "method", "SampleRowKeys", "err", err)
+		if g.backoff(ctx, attempt) != nil {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range out {
+		if err := stream.Send(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sampleTable asks every owner of table's tablets for its samples once and
+// merges them in tablet order. On a retryable failure it returns the
+// locations to invalidate.
+func (g *Gateway) sampleTable(ctx context.Context, table meta.TableID, req *bigtablepb.SampleRowKeysRequest) ([]*bigtablepb.SampleRowKeysResponse, []meta.Location, error) {
+	locs, err := g.tablets(ctx, table, []byte{}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	// One call per server: its answer covers every tablet it holds.
+	samples := make(map[string][]*bigtablepb.SampleRowKeysResponse)
+	for _, loc := range locs {
+		if loc.Server == "" {
+			return nil, []meta.Location{loc}, unassigned(loc)
+		}
+		addr := meta.ServerAddr(loc.Server)
+		if _, ok := samples[addr]; ok {
+			continue
+		}
+		s, err := g.sampleServer(ctx, loc, req)
+		if err != nil {
+			var stale []meta.Location
+			if notServing(err) {
+				for _, l := range locs {
+					if meta.ServerAddr(l.Server) == addr {
+						stale = append(stale, l)
+					}
+				}
+			}
+			return nil, stale, err
+		}
+		samples[addr] = s
+	}
+	// A server's offsets add up over its own tablets; a sample's share
+	// is its offset minus the previous sample's (every tablet end is a
+	// sample, so no share spans two tablets of a server).
+	var out []*bigtablepb.SampleRowKeysResponse
+	var total int64
+	var prev []byte
+	add := func(key []byte, size int64) {
+		total += size
+		if len(key) > 0 && prev != nil && bytes.Compare(key, prev) <= 0 {
+			if n := len(out); n > 0 {
+				out[n-1].OffsetBytes = total
+			}
+			return
+		}
+		prev = key
+		out = append(out, &bigtablepb.SampleRowKeysResponse{RowKey: key, OffsetBytes: total})
+	}
+	for _, loc := range locs {
+		s := samples[meta.ServerAddr(loc.Server)]
+		var base int64
+		sawEnd := false
+		for _, smp := range s {
+			key := smp.GetRowKey()
+			size := smp.GetOffsetBytes() - base
+			base = smp.GetOffsetBytes()
+			// The sample key is the exclusive end of the piece before
+			// it: it belongs to the tablet (start, end] (the empty key,
+			// the table's end, to the last tablet).
+			if len(key) == 0 {
+				if len(loc.End) == 0 {
+					add([]byte{}, size)
+					sawEnd = true
+				}
+				continue
+			}
+			if bytes.Compare(key, loc.Start) <= 0 || (len(loc.End) > 0 && bytes.Compare(key, loc.End) > 0) {
+				continue
+			}
+			add(key, size)
+			if len(loc.End) > 0 && bytes.Equal(key, loc.End) {
+				sawEnd = true
+			}
+		}
+		if !sawEnd {
+			add(slices.Clip(loc.End), 0) // a tablet boundary is always a sample
+		}
+	}
+	if n := len(out); n == 0 || len(out[n-1].RowKey) > 0 {
+		out = append(out, &bigtablepb.SampleRowKeysResponse{RowKey: []byte{}, OffsetBytes: total})
+	}
+	return out, nil, nil
+}
+
+// sampleServer returns the samples of loc's server.
+func (g *Gateway) sampleServer(ctx context.Context, loc meta.Location, req *bigtablepb.SampleRowKeysRequest) ([]*bigtablepb.SampleRowKeysResponse, error) {
+	if g.route("SampleRowKeys", loc) {
+		c := &sampleCapture{ctx: ctx}
+		err := g.local.SampleRowKeys(req, c)
+		return c.resps, err
+	}
+	c, err := g.client(loc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(forwardContext(ctx))
+	defer cancel()
+	st, err := c.SampleRowKeys(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var out []*bigtablepb.SampleRowKeysResponse
+	for {
+		r, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+}
