@@ -106,7 +106,9 @@ const (
 //   - MutateRows groups its entries by owner and sends the groups
 //     concurrently; the response carries one status per original entry
 //     (an error of a whole group becomes the status of each of its
-//     entries). The request-wide limits (no entries, total mutations) are
+//     entries; an owner's "entries[j]" in a message is renumbered to the
+//     caller's index). Only the entries that met "not serving" are
+//     retried. The request-wide limits (no entries, total mutations) are
 //     checked here, before splitting.
 //   - ReadRows splits the row set by tablet and reads the tablets one
 //     after the other in key order (reverse order when reversed), each
@@ -118,7 +120,8 @@ const (
 //   - SampleRowKeys asks each owner once and keeps, for each tablet, the
 //     owner's samples within it; offsets are re-based so that they add up
 //     across tablets; every tablet boundary is a sample, and the last
-//     sample is the empty key with the table's total size.
+//     sample is the empty key with the table's total size. A not-serving
+//     answer retries the whole sample.
 //   - Every other method (PingAndWarm, ExecuteQuery, ...) is the local
 //     DataService's.
 //
@@ -131,7 +134,7 @@ const (
 // the Gateway invalidates the location, looks the rows up again and
 // retries, up to 5 attempts with a backoff doubling from 10 ms to 500 ms,
 // and never past the request's deadline: then the last not-serving status
-// is returned. A ReadRows retry resumes after the last row already sent;
+// (UNAVAILABLE for an unassigned tablet) is returned. A ReadRows retry resumes after the last row already sent;
 // attempts that returned rows do not count. Every other error (of the
 // owners, of Dial, of the connection) is returned unchanged; errors of the
 // Locator that are not gRPC statuses become UNAVAILABLE.
