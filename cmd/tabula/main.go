@@ -18,6 +18,8 @@ func main() {
 	}
 	root.AddCommand(newDemoCommand())
 	root.AddCommand(newDevCommand())
+	root.AddCommand(newMasterCommand())
+	root.AddCommand(newTabletServerCommand())
 	root.AddCommand(newCLICommands()...)
 	root.AddCommand(newEmulatorCommand())
 	root.AddCommand(newLoadCommand())

@@ -106,6 +106,12 @@ func (h *Host) lookupTable(name string) (meta.Table, error) {
 	}
 	t, err := h.tableMeta(id)
 	if err != nil {
+		if h.opts.Partial {
+			// In a cluster the table exists elsewhere (or nowhere: the
+			// client learns that from METADATA): a caller whose location
+			// is stale must look it up again, not give up.
+			return meta.Table{}, h.toStatus(&tablet.NotServingError{Tablet: id.String(), Reason: "no tablet of the table is served here"})
+		}
 		return meta.Table{}, status.Errorf(codes.NotFound, "table %q not found", name)
 	}
 	return t, nil

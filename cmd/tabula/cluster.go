@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/cluster"
+	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/tabletserver"
+)
+
+// roleFlags are the flags both cluster roles take.
+type roleFlags struct {
+	consul, store, addr, cluster, http, logFormat string
+	sessionTTL, lockDelay                         time.Duration
+}
+
+func (r *roleFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&r.consul, "consul", "", "Consul agent address host:port (required)")
+	f.StringVar(&r.store, "store", "", "object store URL: s3://BUCKET?endpoint=HOST:PORT&secure=false or file:///path (required)")
+	f.StringVar(&r.addr, "addr", defaultAddr, "gRPC listen address host:port (port 0 picks a free port)")
+	f.StringVar(&r.cluster, "cluster", coord.DefaultCluster, "cluster name: the Consul key prefix tabula/<name>/")
+	f.StringVar(&r.http, "http", "", "HTTP listen address for /metrics, /debug/pprof/, /healthz and /status (off when empty)")
+	f.StringVar(&r.logFormat, "log-format", "json", "log format on stderr: json or text")
+	f.DurationVar(&r.sessionTTL, "session-ttl", cluster.DefaultSessionTTL, "Consul session TTL (10s to 24h)")
+	f.DurationVar(&r.lockDelay, "lock-delay", cluster.DefaultLockDelay, "Consul lock-delay after a session ends")
+	_ = cmd.MarkFlagRequired("consul")
+	_ = cmd.MarkFlagRequired("store")
+}
+
+// open returns the logger, the lock service and the store the flags name.
+func (r *roleFlags) open(ctx context.Context, stderr io.Writer) (*slog.Logger, coord.Service, blob.Store, error) {
+	var h slog.Handler
+	switch r.logFormat {
+	case "json":
+		h = slog.NewJSONHandler(stderr, nil)
+	case "text":
+		h = slog.NewTextHandler(stderr, nil)
+	default:
+		return nil, nil, nil, fmt.Errorf("--log-format: %q is neither json nor text", r.logFormat)
+	}
+	if r.sessionTTL < 10*time.Second {
+		return nil, nil, nil, fmt.Errorf("--session-ttl: %v is below Consul's minimum of 10s", r.sessionTTL)
+	}
+	store, err := blob.OpenURL(ctx, r.store)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--store: %w", err)
+	}
+	svc, err := coord.NewConsul(coord.ConsulConfig{Address: r.consul, Prefix: coord.ClusterPrefix(r.cluster), SessionTTL: r.sessionTTL, LockDelay: r.lockDelay})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--consul: %w", err)
+	}
+	return slog.New(h), svc, store, nil
+}
+
+func newMasterCommand() *cobra.Command {
+	var r roleFlags
+	var splitBytes int64
+	var gcInterval, gcGrace time.Duration
+	cmd := &cobra.Command{
+		Use:   "master",
+		Short: "Run a cluster master: admin API, tablet assignment, failure detection, garbage collection",
+		Long: `master runs one master of a Tabula cluster. Several may run: one holds the
+master lock in Consul and acts, the others wait on it and take over when it
+dies. Every master serves the table admin API; tablet servers forward admin
+calls to the active one. When it listens it prints "ready <addr>" on stdout;
+SIGTERM or SIGINT stops it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log, svc, store, err := r.open(ctx, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer svc.Close()
+			m, err := cluster.StartMaster(ctx, cluster.MasterConfig{
+				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
+				SplitBytes: splitBytes, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
+				GCInterval: gcInterval, GCGrace: gcGrace, Logger: log,
+			})
+			if err != nil {
+				return err
+			}
+			if a := m.HTTPAddr(); a != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "http %s\n", a)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "ready %s\n", m.Addr())
+			<-ctx.Done()
+			m.Close()
+			return nil
+		},
+	}
+	r.register(cmd)
+	f := cmd.Flags()
+	f.Int64Var(&splitBytes, "split-size", tabletserver.DefaultSplitBytes, "the tablet servers' split size, which balancing weighs tablets by")
+	f.DurationVar(&gcInterval, "gc-interval", cluster.DefaultGCInterval, "how often unreferenced SSTables are collected")
+	f.DurationVar(&gcGrace, "gc-grace", cluster.DefaultGCGrace, "files younger than this are never collected (longer than any compaction)")
+	return cmd
+}
+
+func newTabletServerCommand() *cobra.Command {
+	var r roleFlags
+	var memtableBytes, splitBytes, blockCacheBytes int64
+	cmd := &cobra.Command{
+		Use:   "tabletserver",
+		Short: "Run a cluster tablet server: serves the tablets the master assigns, and the whole data API",
+		Long: `tabletserver runs one tablet server of a Tabula cluster. It registers in
+Consul, keeps its commit log and SSTables in the object store, serves the
+tablets the master gives it, and answers the whole Cloud Bigtable API:
+requests for tablets elsewhere are routed to their servers, admin calls to
+the master. Point the official clients at any tablet server with
+BIGTABLE_EMULATOR_HOST=<addr>. When it serves it prints "ready <addr>" on
+stdout. It exits non-zero when its Consul lease lapses or the master
+declares it dead; SIGTERM or SIGINT stops it cleanly, handing its tablets
+back.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log, svc, store, err := r.open(ctx, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer svc.Close()
+			s, err := cluster.StartTabletServer(ctx, cluster.ServerConfig{
+				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
+				MemtableBytes: memtableBytes, SplitBytes: splitBytes, BlockCacheBytes: blockCacheBytes,
+				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Logger: log,
+			})
+			if err != nil {
+				return err
+			}
+			if a := s.HTTPAddr(); a != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "http %s\n", a)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "ready %s\n", s.Addr())
+			select {
+			case <-ctx.Done():
+				return s.Close()
+			case <-s.Done():
+				if err := s.Err(); err != nil {
+					return err
+				}
+				return errors.New("tablet server stopped")
+			}
+		},
+	}
+	r.register(cmd)
+	f := cmd.Flags()
+	f.Int64Var(&memtableBytes, "memtable-size", 64<<20, "memtable size in bytes that triggers a minor compaction")
+	f.Int64Var(&splitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
+	f.Int64Var(&blockCacheBytes, "block-cache-size", 64<<20, "SSTable block cache in bytes")
+	return cmd
+}

@@ -1,0 +1,343 @@
+//go:build integration
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tabuladb/tabula/storage/cluster/statuspage"
+)
+
+// The cluster acceptance tests run the real tabula binary as master and
+// tablet server processes against the Consul agent and the MinIO server
+// deploy/test.sh started (TABULA_TEST_CONSUL_ADDR, TABULA_TEST_S3_*). Each
+// cluster gets its own Consul prefix and bucket.
+
+var (
+	clusterBinOnce sync.Once
+	clusterBin     string
+	clusterBinErr  error
+)
+
+// tabulaBinary builds the binary once per test process.
+func tabulaBinary(t *testing.T) string {
+	t.Helper()
+	clusterBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tabula-bin-")
+		if err != nil {
+			clusterBinErr = err
+			return
+		}
+		clusterBin = filepath.Join(dir, "tabula")
+		out, err := exec.Command("go", "build", "-o", clusterBin, ".").CombinedOutput()
+		if err != nil {
+			clusterBinErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if clusterBinErr != nil {
+		t.Fatal(clusterBinErr)
+	}
+	return clusterBin
+}
+
+func requireEnv(t *testing.T, names ...string) []string {
+	t.Helper()
+	var out []string
+	for _, n := range names {
+		v := os.Getenv(n)
+		if v == "" {
+			t.Fatalf("%s is not set: run the tests through deploy/test.sh, which starts Consul and MinIO", n)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// clusterOptions tune a test cluster.
+type clusterOptions struct {
+	masters, servers int
+	splitSize        int64
+	memtableSize     int64
+	extraMaster      []string
+}
+
+type testCluster struct {
+	t                  *testing.T
+	bin, consul, store string
+	name, dir          string
+	env                []string
+	opts               clusterOptions
+	mu                 sync.Mutex
+	masters, servers   []*roleProc
+}
+
+// roleProc is one running master or tablet server process.
+type roleProc struct {
+	role, addr, http, logPath string
+	cmd                       *exec.Cmd
+	done                      chan struct{}
+	err                       error
+}
+
+func (p *roleProc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func newTestCluster(t *testing.T, opts clusterOptions) *testCluster {
+	t.Helper()
+	env := requireEnv(t, "TABULA_TEST_CONSUL_ADDR", "TABULA_TEST_S3_ENDPOINT", "TABULA_TEST_S3_ACCESS_KEY", "TABULA_TEST_S3_SECRET_KEY")
+	c := &testCluster{
+		t: t, bin: tabulaBinary(t), consul: env[0],
+		name: "t" + randomHex(6), dir: t.TempDir(), opts: opts,
+		env: append(os.Environ(), "AWS_ACCESS_KEY_ID="+env[2], "AWS_SECRET_ACCESS_KEY="+env[3]),
+	}
+	c.store = fmt.Sprintf("s3://tabula-%s?endpoint=%s&secure=false", c.name, env[1])
+	t.Cleanup(c.stopAll)
+	for range opts.masters {
+		c.startMaster()
+	}
+	for range opts.servers {
+		c.startServer()
+	}
+	return c
+}
+
+func (c *testCluster) start(role string, args ...string) *roleProc {
+	c.t.Helper()
+	c.mu.Lock()
+	n := len(c.masters) + len(c.servers)
+	c.mu.Unlock()
+	logPath := filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", role, n))
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	base := []string{role, "--consul", c.consul, "--store", c.store, "--cluster", c.name, "--addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-format", "text"}
+	cmd := exec.Command(c.bin, append(base, args...)...)
+	cmd.Env = c.env
+	cmd.Stderr = logFile
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	p := &roleProc{role: role, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) == 2 && f[0] == "http" {
+				p.http = f[1]
+			}
+			if len(f) == 2 && f[0] == "ready" {
+				p.addr = f[1]
+				close(ready)
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	select {
+	case <-ready:
+	case <-p.done:
+		c.t.Fatalf("%s exited before ready: %v\n%s", role, p.err, logTail(logPath))
+	case <-time.After(60 * time.Second):
+		c.t.Fatalf("%s not ready after 60s\n%s", role, logTail(logPath))
+	}
+	return p
+}
+
+func (c *testCluster) startMaster() *roleProc {
+	args := []string{"--gc-interval", "2s", "--gc-grace", "1m"}
+	if c.opts.splitSize > 0 {
+		args = append(args, "--split-size", fmt.Sprint(c.opts.splitSize))
+	}
+	p := c.start("master", append(args, c.opts.extraMaster...)...)
+	c.mu.Lock()
+	c.masters = append(c.masters, p)
+	c.mu.Unlock()
+	return p
+}
+
+func (c *testCluster) startServer() *roleProc {
+	var args []string
+	if c.opts.splitSize > 0 {
+		args = append(args, "--split-size", fmt.Sprint(c.opts.splitSize))
+	}
+	if c.opts.memtableSize > 0 {
+		args = append(args, "--memtable-size", fmt.Sprint(c.opts.memtableSize))
+	}
+	p := c.start("tabletserver", args...)
+	c.mu.Lock()
+	c.servers = append(c.servers, p)
+	c.mu.Unlock()
+	return p
+}
+
+// kill sends SIGKILL and waits for the process to go.
+func (c *testCluster) kill(p *roleProc) {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func (c *testCluster) stopAll() {
+	c.mu.Lock()
+	procs := append(append([]*roleProc(nil), c.servers...), c.masters...)
+	c.mu.Unlock()
+	for _, p := range procs {
+		if p.alive() {
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+		}
+	}
+	if c.t.Failed() {
+		for _, p := range procs {
+			c.t.Logf("--- %s %s log tail:\n%s", p.role, p.addr, logTail(p.logPath))
+		}
+	}
+}
+
+func logTail(path string) string {
+	b, _ := os.ReadFile(path)
+	return tail(string(b), 6000)
+}
+
+// liveServers returns the running tablet servers.
+func (c *testCluster) liveServers() []*roleProc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*roleProc
+	for _, p := range c.servers {
+		if p.alive() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// activeMaster returns the master whose status says it is active, nil if none.
+func (c *testCluster) activeMaster() (*roleProc, statuspage.MasterStatus) {
+	c.mu.Lock()
+	ms := append([]*roleProc(nil), c.masters...)
+	c.mu.Unlock()
+	for _, m := range ms {
+		if !m.alive() {
+			continue
+		}
+		var st statuspage.MasterStatus
+		if err := getJSON(m.http+"/status?format=json", &st); err == nil && st.Active {
+			return m, st
+		}
+	}
+	return nil, statuspage.MasterStatus{}
+}
+
+func getJSON(hostport string, v any) error {
+	resp, err := http.Get("http://" + hostport)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", hostport, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// waitFor polls cond every 200ms until it returns true or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	last := ""
+	for time.Since(start) < timeout {
+		ok, why := cond()
+		if ok {
+			return time.Since(start)
+		}
+		last = why
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: not after %v (%s)", what, timeout, last)
+	return 0
+}
+
+// clients returns the official data and admin clients pointed at server
+// addr, as BIGTABLE_EMULATOR_HOST would.
+func officialClients(t *testing.T, ctx context.Context, addr string) (*bigtable.Client, *bigtable.AdminClient) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	cl, err := bigtable.NewClientWithConfig(ctx, "p", "i", bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}}, option.WithGRPCConn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ad, err := bigtable.NewAdminClient(ctx, "p", "i", option.WithGRPCConn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close(); ad.Close() })
+	return cl, ad
+}
+
+// waitAllServed waits until the active master sees every tablet served and
+// none unassigned, and returns the status.
+func (c *testCluster) waitAllServed(timeout time.Duration, minTablets int) statuspage.MasterStatus {
+	var st statuspage.MasterStatus
+	waitFor(c.t, timeout, "every tablet served", func() (bool, string) {
+		var m *roleProc
+		m, st = c.activeMaster()
+		if m == nil {
+			return false, "no active master"
+		}
+		n := 0
+		for _, s := range st.Servers {
+			n += len(s.Tablets)
+		}
+		if len(st.Unassigned) > 0 || n < minTablets {
+			return false, fmt.Sprintf("%d served, %d unassigned", n, len(st.Unassigned))
+		}
+		return true, ""
+	})
+	return st
+}

@@ -1,0 +1,252 @@
+//go:build integration
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/tabuladb/tabula/storage/client"
+	"github.com/tabuladb/tabula/storage/cluster/statuspage"
+)
+
+// spreadKey spreads rows over the key space, so that splits happen
+// everywhere rather than only at the end.
+func spreadKey(prefix string, i int) string {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s%d", prefix, i)
+	return fmt.Sprintf("%08x-%s%06d", h.Sum32(), prefix, i)
+}
+
+// writeRows writes n rows of about valueBytes each through cl, 100 per
+// bulk call, with explicit timestamps (so retries are idempotent).
+func writeRows(t *testing.T, ctx context.Context, tbl *bigtable.Table, prefix string, n, valueBytes int) {
+	t.Helper()
+	val := []byte(strings.Repeat("v", valueBytes))
+	for i := 0; i < n; i += 100 {
+		var keys []string
+		var muts []*bigtable.Mutation
+		for j := i; j < min(i+100, n); j++ {
+			m := bigtable.NewMutation()
+			m.Set("f", "c", bigtable.Timestamp(1000), val)
+			keys = append(keys, spreadKey(prefix, j))
+			muts = append(muts, m)
+		}
+		errs, err := tbl.ApplyBulk(ctx, keys, muts)
+		if err != nil {
+			t.Fatalf("ApplyBulk rows %d..: %v", i, err)
+		}
+		for k, e := range errs {
+			if e != nil {
+				t.Fatalf("ApplyBulk row %s: %v", keys[k], e)
+			}
+		}
+	}
+}
+
+// userTablets counts each server's tablets of user tables.
+func userTablets(st statuspage.MasterStatus) map[string]int {
+	out := make(map[string]int)
+	for _, s := range st.Servers {
+		out[s.ID] = 0
+		for _, tb := range s.Tablets {
+			if !strings.Contains(tb.Table, "METADATA") {
+				out[s.ID]++
+			}
+		}
+	}
+	return out
+}
+
+// gatewayCounts sums, over the servers, tabula_gateway_requests_total by
+// route ("local", "forwarded").
+func gatewayCounts(t *testing.T, servers []*roleProc) map[string]float64 {
+	t.Helper()
+	out := make(map[string]float64)
+	for _, s := range servers {
+		resp, err := http.Get("http://" + s.http + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.HasPrefix(line, "tabula_gateway_requests_total{") {
+				continue
+			}
+			i := strings.LastIndexByte(line, ' ')
+			v, err := strconv.ParseFloat(line[i+1:], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, route := range []string{"local", "forwarded"} {
+				if strings.Contains(line, `route="`+route+`"`) {
+					out[route] += v
+				}
+			}
+		}
+		resp.Body.Close()
+	}
+	return out
+}
+
+// TestClusterSplitSpreadScanAndRecover: three tablet servers, a table
+// loaded with a small split size splits into at least 20 tablets spread
+// within ±30% of even; a scan through the Go client reaches each owner
+// directly (no gateway hop); kill -9 of a server during continuous writes
+// gets its tablets served elsewhere, and every acknowledged write reads
+// back.
+func TestClusterSplitSpreadScanAndRecover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c := newTestCluster(t, clusterOptions{masters: 1, servers: 3, splitSize: 48 << 10, memtableSize: 32 << 10})
+	entry := c.servers[0]
+	cl, admin := officialClients(t, ctx, entry.addr)
+	if err := admin.CreateTable(ctx, "t"); err != nil {
+		t.Fatalf("CreateTable through a tablet server: %v", err)
+	}
+	if err := admin.CreateColumnFamily(ctx, "t", "f"); err != nil {
+		t.Fatal(err)
+	}
+	tbl := cl.Open("t")
+	const rows = 2500
+	writeRows(t, ctx, tbl, "r", rows, 1000)
+
+	// Splits and balance.
+	var spread map[string]int
+	took := waitFor(t, 120*time.Second, "≥20 tablets within ±30% over 3 servers", func() (bool, string) {
+		_, st := c.activeMaster()
+		spread = userTablets(st)
+		total := 0
+		for _, n := range spread {
+			total += n
+		}
+		if len(spread) != 3 || total < 20 || len(st.Unassigned) > 0 {
+			return false, fmt.Sprintf("%v, %d unassigned", spread, len(st.Unassigned))
+		}
+		mean := float64(total) / 3
+		for _, n := range spread {
+			if float64(n) < 0.7*mean || float64(n) > 1.3*mean {
+				return false, fmt.Sprintf("%v: unbalanced", spread)
+			}
+		}
+		return true, ""
+	})
+	t.Logf("tablets per server %v after %v", spread, took.Round(time.Millisecond))
+
+	// A scan through the Go client goes to the owners directly.
+	gc, err := client.Dial(entry.addr, client.Options{Project: "p", Instance: "i"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	tabs, err := gc.Tablets(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tabs) < 20 {
+		t.Fatalf("client lists %d tablets, want ≥20", len(tabs))
+	}
+	before := gatewayCounts(t, c.servers)
+	s := gc.Scan(ctx, "t", client.ScanOptions{})
+	n := 0
+	for s.Next() {
+		n++
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	after := gatewayCounts(t, c.servers)
+	if n != rows {
+		t.Fatalf("scan returned %d rows, want %d", n, rows)
+	}
+	if after["forwarded"] != before["forwarded"] {
+		t.Fatalf("the scan made %v gateway hops, want 0", after["forwarded"]-before["forwarded"])
+	}
+	if after["local"]-before["local"] < float64(len(tabs))/2 {
+		t.Fatalf("only %v local requests for %d tablets", after["local"]-before["local"], len(tabs))
+	}
+	t.Logf("scan of %d rows over %d tablets: %v local requests, 0 forwarded", n, len(tabs), after["local"]-before["local"])
+
+	// kill -9 of a tablet server during continuous writes.
+	victim := c.servers[2]
+	writer := c.servers[0]
+	wcl, _ := officialClients(t, ctx, writer.addr)
+	wtbl := wcl.Open("t")
+	var mu sync.Mutex
+	var acked []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := spreadKey(fmt.Sprintf("w%d-", w), i)
+				m := bigtable.NewMutation()
+				m.Set("f", "c", bigtable.Timestamp(2000), []byte(key))
+				wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+				err := wtbl.Apply(wctx, key, m)
+				wcancel()
+				if err == nil {
+					mu.Lock()
+					acked = append(acked, key)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	c.kill(victim)
+	killed := time.Now()
+	recovered := waitFor(t, 60*time.Second, "the killed server's tablets served elsewhere", func() (bool, string) {
+		_, st := c.activeMaster()
+		for _, s := range st.Servers {
+			if strings.HasPrefix(s.ID, victim.addr+"/") {
+				return false, "victim still listed"
+			}
+		}
+		if len(st.Unassigned) > 0 {
+			return false, fmt.Sprintf("%d unassigned", len(st.Unassigned))
+		}
+		return len(st.Servers) == 2, fmt.Sprintf("%d servers", len(st.Servers))
+	})
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("tablets of the killed server served elsewhere %v after kill -9; %d writes acknowledged meanwhile", recovered.Round(time.Millisecond), len(acked))
+	if time.Since(killed) > 0 && recovered > 30*time.Second {
+		t.Errorf("recovery took %v, want < 30s", recovered)
+	}
+	for _, key := range acked {
+		r, err := wtbl.ReadRow(ctx, key)
+		if err != nil {
+			t.Fatalf("read %s: %v", key, err)
+		}
+		if len(r["f"]) == 0 || string(r["f"][0].Value) != key {
+			t.Fatalf("acknowledged write %s lost: %v", key, r)
+		}
+	}
+	count := 0
+	if err := wtbl.ReadRows(ctx, bigtable.PrefixRange(""), func(r bigtable.Row) bool { count++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if count != rows+len(acked) {
+		t.Fatalf("table has %d rows, want %d", count, rows+len(acked))
+	}
+}

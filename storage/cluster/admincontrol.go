@@ -1,0 +1,159 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/client"
+	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
+	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/master"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tablet"
+)
+
+// adminControl is the admin API's master.TabletControl in a cluster: a new
+// table becomes METADATA rows of unassigned tablets (the control loop
+// assigns them), a dropped one loses its rows and is unloaded, schema
+// changes and row-range drops go to every live server.
+type adminControl struct {
+	kv      coord.KV
+	md      *metadataStore
+	servers *serverClient
+}
+
+var _ master.TabletControl = (*adminControl)(nil)
+
+func (a *adminControl) OpenTable(ctx context.Context, t meta.Table) error {
+	rows, err := a.md.tableRows(ctx, t.ID)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "reading METADATA: %v", err)
+	}
+	if len(rows) > 0 {
+		return a.UpdateSchema(ctx, t)
+	}
+	for _, ref := range t.Tablets {
+		rm, err := meta.StateMutation(t.ID, tablet.State{ID: ref.ID, Start: ref.Start, End: ref.End}, cell.ServerTimestamp)
+		if err != nil {
+			return err
+		}
+		if err := a.md.cl.Apply(ctx, meta.MetadataTableName, rm); err != nil {
+			return status.Errorf(codes.Unavailable, "writing METADATA: %v", err)
+		}
+	}
+	return nil
+}
+
+func (a *adminControl) DropTable(ctx context.Context, t meta.Table) error {
+	rows, err := a.md.tableRows(ctx, t.ID)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "reading METADATA: %v", err)
+	}
+	for _, l := range rows {
+		if err := a.md.cl.Apply(ctx, meta.MetadataTableName, cell.RowMutation{Row: l.MetadataKey(), Mutations: []cell.Mutation{cell.DeleteRow()}}); err != nil {
+			return status.Errorf(codes.Unavailable, "writing METADATA: %v", err)
+		}
+	}
+	// The rows are gone, so the control loop no longer assigns the
+	// tablets; unload them where they are served.
+	return a.eachServer(ctx, func(ctx context.Context, c clusterpb.TabletControlClient) error {
+		resp, err := c.ListTablets(ctx, &clusterpb.ListTabletsRequest{})
+		if err != nil {
+			return err
+		}
+		for _, st := range resp.GetTablets() {
+			if st.GetTable() != t.ID.String() {
+				continue
+			}
+			if _, err := c.UnloadTablet(ctx, &clusterpb.UnloadTabletRequest{TabletId: st.GetTabletId()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (a *adminControl) UpdateSchema(ctx context.Context, t meta.Table) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	return a.eachServer(ctx, func(ctx context.Context, c clusterpb.TabletControlClient) error {
+		_, err := c.UpdateSchema(ctx, &clusterpb.UpdateSchemaRequest{TableJson: b})
+		return err
+	})
+}
+
+// DropRowRange deletes the rows through the cluster's data path, so
+// every tablet of the range is reached wherever it is served (also one
+// moving meanwhile: the client follows it).
+func (a *adminControl) DropRowRange(ctx context.Context, t meta.Table, prefix []byte) error {
+	name := t.ID.FullName("-")
+	for {
+		s := a.md.cl.Scan(ctx, name, client.ScanOptions{Prefix: prefix, MaxVersions: 1, ColumnRegex: "", Limit: dropBatch})
+		var keys [][]byte
+		for s.Next() {
+			keys = append(keys, s.Row().Key)
+		}
+		s.Close()
+		if err := s.Err(); err != nil {
+			return status.Errorf(codes.Unavailable, "scanning %s: %v", t.ID, err)
+		}
+		for _, k := range keys {
+			if err := a.md.cl.Apply(ctx, name, cell.RowMutation{Row: k, Mutations: []cell.Mutation{cell.DeleteRow()}}); err != nil {
+				return status.Errorf(codes.Unavailable, "deleting row %q of %s: %v", k, t.ID, err)
+			}
+		}
+		if len(keys) < dropBatch {
+			return nil
+		}
+	}
+}
+
+// dropBatch is how many rows DropRowRange reads before deleting them.
+const dropBatch = 1000
+
+// eachServer calls fn for every live tablet server (a key under servers/
+// held by a session) and joins the errors.
+func (a *adminControl) eachServer(ctx context.Context, fn func(context.Context, clusterpb.TabletControlClient) error) error {
+	names, err := liveServers(ctx, a.kv)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "listing tablet servers: %v", err)
+	}
+	var errs []error
+	for _, name := range names {
+		c, err := a.servers.control(name)
+		if err == nil {
+			err = fn(ctx, c)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tablet server %s: %w", name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return status.Errorf(codes.Unavailable, "%v", err)
+	}
+	return nil
+}
+
+// liveServers returns the names of the servers whose key under servers/ is
+// locked by a session.
+func liveServers(ctx context.Context, kv coord.KV) ([]string, error) {
+	ents, err := kv.List(ctx, coord.PrefixServers)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if id, ok := coord.ServerID(e.Key); ok && e.Session != "" {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}

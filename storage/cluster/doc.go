@@ -1,0 +1,51 @@
+// Package cluster assembles the distributed Tabula of the paper's section 5
+// from the pieces below it: the tablet server role (a tabletserver.Host in
+// partial mode behind a coord session, its commit log in the object store,
+// the gateway and the TabletControl service), and the master role (the
+// master.Control loop, the admin API over a catalog kept in the lock
+// service, METADATA access and file garbage collection).
+//
+// The names a reader should know:
+//
+//   - A tablet server's name (its key under coord's servers/, and what
+//     METADATA's loc:server records) is "<address>/<nonce>"
+//     (NewServerName): clients dial meta.ServerAddr(name), and the nonce
+//     tells a restarted server from the dead one whose commit log, under
+//     LogPrefix(name), may still need replaying.
+//   - The root tablet's location is the JSON of a meta.Location in coord's
+//     `root` key; the rows of METADATA's other tablets are in the root
+//     tablet, the rows of user tablets in those (meta.MetadataRowKey).
+//   - SSTable lists and redo points live in per-tablet state objects in
+//     the object store (tablet.NewBlobStateStore under StatePrefix), written
+//     only by the tablet's current server while its lease is valid;
+//     METADATA rows hold each tablet's ID, range, location, epoch and event
+//     log.
+//   - Table schemas live in the lock service (coord.SchemaKey), as the
+//     paper keeps them in Chubby (NewCoordCatalog).
+package cluster
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+)
+
+// Object-store prefixes of a cluster's data.
+const (
+	// StatePrefix holds one state object per tablet.
+	StatePrefix = "state"
+	// LogsPrefix holds one commit log per tablet server (LogPrefix).
+	LogsPrefix = "logs/"
+)
+
+// NewServerName returns a fresh name for a tablet server listening on addr.
+func NewServerName(addr string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return addr + "/" + hex.EncodeToString(b[:])
+}
+
+// LogPrefix is the object-name prefix of server's commit log.
+func LogPrefix(server string) string {
+	return LogsPrefix + strings.ReplaceAll(server, "/", "_")
+}

@@ -1,0 +1,248 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/client"
+	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
+	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/master"
+	"github.com/tabuladb/tabula/storage/master/assign"
+	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletserver"
+)
+
+// Defaults of MasterConfig.
+const (
+	DefaultGCInterval = time.Minute
+	// DefaultGCGrace spares files younger than this: a compaction may be
+	// writing a file nobody has reported yet. It must exceed the longest
+	// compaction.
+	DefaultGCGrace = 15 * time.Minute
+)
+
+// MasterConfig configures a master. Coord and Store are required.
+type MasterConfig struct {
+	Coord coord.Service
+	Store blob.Store
+	// Addr is the gRPC listen address; the address is also the master
+	// lock's value, which tablet servers forward admin calls to.
+	Addr     string
+	HTTPAddr string
+	Cluster  string
+	// SplitBytes is the tablet servers' split size, which the planner
+	// uses to weigh tablets (0: its default).
+	SplitBytes int64
+	// SessionTTL and LockDelay configure the master's lease.
+	SessionTTL, LockDelay time.Duration
+	// Tick is the control loop's period; default 1s.
+	Tick time.Duration
+	// GCInterval is how often the active master collects garbage files
+	// (DefaultGCInterval); GCGrace spares young files (DefaultGCGrace).
+	GCInterval, GCGrace time.Duration
+	Logger              *slog.Logger
+}
+
+// Master is a running master: it serves the admin API, campaigns for the
+// master lock and, while it holds it, runs the control loop and collects
+// garbage files.
+type Master struct {
+	cfg      MasterConfig
+	addr     string
+	log      *slog.Logger
+	lis      net.Listener
+	httpLis  net.Listener
+	grpc     *grpc.Server
+	http     *http.Server
+	conns    *conns
+	self     *grpc.ClientConn
+	cl       *client.Client
+	md       *metadataStore
+	control  *master.Control
+	states   tablet.StateStore
+	registry *prometheus.Registry
+	events   *eventRing
+	gcMu     sync.Mutex
+	gcStats  gcStats
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// StartMaster starts a master: it listens at once (a standby serves the
+// admin API too) and campaigns in the background.
+func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
+	if cfg.Coord == nil || cfg.Store == nil {
+		return nil, errors.New("cluster: MasterConfig needs Coord and Store")
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.LockDelay == 0 {
+		cfg.LockDelay = DefaultLockDelay
+	}
+	if cfg.GCInterval <= 0 {
+		cfg.GCInterval = DefaultGCInterval
+	}
+	if cfg.GCGrace <= 0 {
+		cfg.GCGrace = DefaultGCGrace
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	m := &Master{cfg: cfg, conns: newConns(), registry: prometheus.NewRegistry(), events: newEventRing(200),
+		states: tablet.NewBlobStateStore(cfg.Store, StatePrefix)}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	if m.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
+		return nil, err
+	}
+	m.addr = m.lis.Addr().String()
+	m.log = cfg.Logger.With("master", m.addr)
+	if m.self, err = grpc.NewClient(m.addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		return nil, err
+	}
+	m.cl = client.New(m.self, client.Options{Metadata: coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(m.self, m.conns.get)}})
+	m.md = newMetadataStore(cfg.Coord, m.cl)
+	catalog := NewCoordCatalog(cfg.Coord)
+	servers := &serverClient{conns: m.conns, catalog: catalog}
+	if m.control, err = master.NewControl(master.ControlOptions{
+		Coord:    cfg.Coord,
+		Servers:  &eventServers{inner: servers, events: m.events},
+		Metadata: m.md,
+		Name:     m.addr,
+		Tick:     cfg.Tick,
+		Plan:     assign.Config{SplitSize: cfg.SplitBytes},
+		Session:  coord.SessionOptions{Name: "master " + m.addr, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay},
+		Logger:   m.log,
+	}); err != nil {
+		return nil, err
+	}
+	admin, err := master.NewAdminService(master.Options{
+		Catalog: catalog,
+		Control: &adminControl{kv: cfg.Coord, md: m.md, servers: servers},
+		Logger:  m.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registerMetrics()
+	m.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes))
+	admin.Register(m.grpc)
+	clusterpb.RegisterMasterControlServer(m.grpc, &masterControlService{m: m})
+	healthpb.RegisterHealthServer(m.grpc, health.NewServer())
+	go func() { _ = m.grpc.Serve(m.lis) }()
+	if cfg.HTTPAddr != "" {
+		if m.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return nil, err
+		}
+		m.http = &http.Server{Handler: m.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = m.http.Serve(m.httpLis) }()
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
+	m.wg.Add(2)
+	go func() {
+		defer m.wg.Done()
+		if err := m.control.Run(runCtx); err != nil && runCtx.Err() == nil {
+			m.log.Error("control loop ended", "err", err)
+		}
+	}()
+	go func() {
+		defer m.wg.Done()
+		m.gcLoop(runCtx)
+	}()
+	m.log.Info("master started", "addr", m.addr)
+	return m, nil
+}
+
+// Addr returns the master's gRPC address.
+func (m *Master) Addr() string { return m.addr }
+
+// HTTPAddr returns the HTTP listen address, "" without one.
+func (m *Master) HTTPAddr() string {
+	if m.httpLis == nil {
+		return ""
+	}
+	return m.httpLis.Addr().String()
+}
+
+// Leading reports whether this master is the active one.
+func (m *Master) Leading() bool {
+	on, _ := m.control.Leading()
+	return on
+}
+
+// Close stops the master; its session is destroyed, so a standby takes
+// over after the lock-delay.
+func (m *Master) Close() {
+	if m.cancel != nil {
+		m.cancel()
+		m.wg.Wait()
+	}
+	if m.grpc != nil {
+		m.grpc.Stop()
+	}
+	if m.http != nil {
+		_ = m.http.Close()
+	}
+	if m.cl != nil {
+		_ = m.cl.Close()
+	}
+	if m.self != nil {
+		_ = m.self.Close()
+	}
+	m.conns.close()
+}
+
+// masterControlService receives the tablet servers' split reports.
+type masterControlService struct {
+	clusterpb.UnimplementedMasterControlServer
+	m *Master
+}
+
+func (s *masterControlService) ReportSplit(ctx context.Context, req *clusterpb.ReportSplitRequest) (*clusterpb.ReportSplitResponse, error) {
+	sp := assign.Split{Server: assign.ServerID(req.GetServerId()), Table: req.GetTable(), Parent: assign.TabletID(req.GetParentId())}
+	for _, c := range req.GetChildIds() {
+		sp.Children = append(sp.Children, assign.TabletID(c))
+	}
+	s.m.control.ReportSplit(sp)
+	s.m.events.add(event{Kind: "split", Tablet: req.GetParentId(), Server: req.GetServerId(), Detail: fmt.Sprintf("into %v", req.GetChildIds())})
+	return &clusterpb.ReportSplitResponse{}, nil
+}
+
+func (m *Master) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/status", m.statusHandler())
+	mux.Handle("/{$}", http.RedirectHandler("/status", http.StatusFound))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	return mux
+}

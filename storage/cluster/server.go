@@ -1,0 +1,427 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/client"
+	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
+	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/sstable"
+	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletserver"
+	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
+)
+
+// Defaults of the roles' session settings: Consul's minimum TTL, and a
+// lock-delay long enough for a cut-off holder to notice its lapse (it
+// lapses one TTL after its last renewal, Consul expires it after two) yet
+// short enough to keep failover well under 30 s.
+const (
+	DefaultSessionTTL = 10 * time.Second
+	DefaultLockDelay  = 3 * time.Second
+)
+
+// ServerConfig configures a tablet server. Coord and Store are required.
+type ServerConfig struct {
+	// Coord is the lock service, with the cluster's prefix.
+	Coord coord.Service
+	// Store holds SSTables, tablet states and commit logs.
+	Store blob.Store
+	// Addr is the gRPC listen address (host:port; port 0 picks one). The
+	// address clients are told is the listener's.
+	Addr string
+	// HTTPAddr, when set, serves /metrics, /debug/pprof/, /healthz and
+	// /status.
+	HTTPAddr string
+	// Cluster names the cluster on the status page.
+	Cluster string
+	// MemtableBytes and SplitBytes tune the tablets (defaults of
+	// tabletserver.HostOptions).
+	MemtableBytes, SplitBytes int64
+	// BlockCacheBytes sizes the block cache; default 64 MiB.
+	BlockCacheBytes int64
+	// SessionTTL and LockDelay configure the server's lease; defaults
+	// DefaultSessionTTL and DefaultLockDelay.
+	SessionTTL, LockDelay time.Duration
+	Logger                *slog.Logger
+}
+
+// TabletServer is a running tablet server: it holds its key under servers/
+// while its session lives, serves the tablets the master gives it, and
+// stops by itself (Done) when its lease lapses or its key is gone.
+type TabletServer struct {
+	cfg   ServerConfig
+	name  string
+	addr  string
+	log   *slog.Logger
+	start time.Time
+
+	lis      net.Listener
+	httpLis  net.Listener
+	grpc     *grpc.Server
+	http     *http.Server
+	sess     coord.Session
+	lock     coord.Lock
+	commit   *commitlog.Log
+	host     *tabletserver.Host
+	gateway  *tabletserver.Gateway
+	conns    *conns
+	self     *grpc.ClientConn
+	cl       *client.Client
+	cache    *client.LocationCache
+	src      client.MetadataSource
+	blocks   *sstable.Cache
+	scans    *tablet.ScanCache
+	registry *prometheus.Registry
+
+	stopOnce sync.Once
+	done     chan struct{}
+	err      error
+}
+
+// StartTabletServer starts a tablet server and returns once it listens and
+// holds its key. It runs until Close, or until it stops by itself (Done).
+func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, err error) {
+	if cfg.Coord == nil || cfg.Store == nil {
+		return nil, errors.New("cluster: ServerConfig needs Coord and Store")
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.LockDelay == 0 {
+		cfg.LockDelay = DefaultLockDelay
+	}
+	if cfg.BlockCacheBytes == 0 {
+		cfg.BlockCacheBytes = 64 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	s := &TabletServer{cfg: cfg, start: time.Now(), done: make(chan struct{}), conns: newConns(), registry: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			s.shutdown(false)
+		}
+	}()
+	if s.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
+		return nil, err
+	}
+	s.addr = s.lis.Addr().String()
+	s.name = NewServerName(s.addr)
+	s.log = cfg.Logger.With("server", s.name)
+
+	if s.sess, err = cfg.Coord.NewSession(ctx, coord.SessionOptions{Name: "tabletserver " + s.name, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay}); err != nil {
+		return nil, fmt.Errorf("cluster: session: %w", err)
+	}
+	if s.lock, err = s.sess.TryLock(ctx, coord.ServerKey(s.name), []byte(s.addr)); err != nil {
+		return nil, fmt.Errorf("cluster: locking %s: %w", coord.ServerKey(s.name), err)
+	}
+	if s.commit, err = commitlog.Open(ctx, commitlog.Options{Store: cfg.Store, Prefix: LogPrefix(s.name)}); err != nil {
+		return nil, fmt.Errorf("cluster: commit log: %w", err)
+	}
+	if s.self, err = grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxMessageSize), grpc.MaxCallSendMsgSize(client.MaxMessageSize))); err != nil {
+		return nil, err
+	}
+	s.src = coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(s.self, s.conns.get)}
+	s.cache = client.NewLocationCache(client.LocationCacheOptions{})
+	s.cl = client.New(s.self, client.Options{Metadata: s.src})
+
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.blocks = sstable.NewCache(cfg.BlockCacheBytes)
+	if s.scans, err = tablet.NewScanCache(16 << 20); err != nil {
+		return nil, err
+	}
+	if s.host, err = tabletserver.NewHost(ctx, tabletserver.HostOptions{
+		Store:         cfg.Store,
+		Log:           s.commit,
+		Cache:         s.blocks,
+		ScanCache:     s.scans,
+		StateStore:    tablet.NewBlobStateStore(cfg.Store, StatePrefix),
+		MemtableBytes: cfg.MemtableBytes,
+		SplitBytes:    cfg.SplitBytes,
+		Logger:        s.log,
+		Registerer:    s.registry,
+		Lease:         s.sess,
+		Partial:       true,
+		OnSplit:       s.commitSplit,
+	}); err != nil {
+		return nil, err
+	}
+	data := tabletserver.NewDataService(s.host, tabletserver.DataOptions{Logger: s.log})
+	if s.gateway, err = tabletserver.NewGateway(data, tabletserver.GatewayOptions{
+		Self: s.addr, Locator: gatewayLocator{cache: s.cache, src: s.src}, Dial: s.conns.get, Registerer: s.registry, Logger: s.log,
+	}); err != nil {
+		return nil, err
+	}
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes),
+		grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes),
+		grpc.ChainUnaryInterceptor(s.host.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(s.host.StreamInterceptor()),
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
+		grpc.ForceServerCodec(proxyCodec{}),
+		// The admin API (and anything else not served here) goes to the
+		// active master.
+		grpc.UnknownServiceHandler(forwardUnknown(s.masterConn)),
+	)
+	bigtablepb.RegisterBigtableServer(s.grpc, s.gateway)
+	scriptpb.RegisterScriptsServer(s.grpc, tabletserver.NewScriptService(s.host, tabletserver.ScriptOptions{Logger: s.log}))
+	clusterpb.RegisterTabletControlServer(s.grpc, &controlService{s: s})
+	clusterpb.RegisterLocatorServer(s.grpc, &locatorService{kv: cfg.Coord})
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, hs)
+	go func() {
+		if err := s.grpc.Serve(s.lis); err != nil {
+			s.stop(fmt.Errorf("cluster: serving gRPC: %w", err))
+		}
+	}()
+	if cfg.HTTPAddr != "" {
+		if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return nil, err
+		}
+		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = s.http.Serve(s.httpLis) }()
+	}
+	go s.watchLease()
+	s.log.Info("tablet server started", "addr", s.addr, "name", s.name)
+	return s, nil
+}
+
+// Name returns the server's name (its key under servers/).
+func (s *TabletServer) Name() string { return s.name }
+
+// Addr returns the gRPC address clients dial.
+func (s *TabletServer) Addr() string { return s.addr }
+
+// HTTPAddr returns the HTTP listen address, "" without one.
+func (s *TabletServer) HTTPAddr() string {
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
+
+// Done is closed when the server stopped: Close, or by itself because its
+// lease lapsed or its key is gone; Err then says why.
+func (s *TabletServer) Done() <-chan struct{} { return s.done }
+
+// Err returns why the server stopped by itself, nil after Close or while
+// it runs.
+func (s *TabletServer) Err() error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// watchLease stops the server as soon as its lease may have lapsed or its
+// lock is lost (the master deleted its key): from then on another server
+// may serve its tablets, so it must not serve even reads, as the paper's
+// tablet server kills itself.
+func (s *TabletServer) watchLease() {
+	select {
+	case <-s.sess.Lapsed():
+		s.stop(fmt.Errorf("cluster: lease lapsed: %w", coord.ErrSessionLapsed))
+	case <-s.lock.Lost():
+		s.stop(errors.New("cluster: lost the server lock (key deleted or taken)"))
+	case <-s.done:
+	}
+}
+
+// stop ends the server abruptly because of err.
+func (s *TabletServer) stop(err error) {
+	s.stopOnce.Do(func() {
+		s.err = err
+		s.log.Error("tablet server stopping", "err", err)
+		s.shutdown(false)
+		close(s.done)
+	})
+}
+
+// Close stops the server cleanly: every tablet is unloaded (compacted, so
+// that the next server replays nothing), then the key is released without
+// lock-delay, which tells the master at once.
+func (s *TabletServer) Close() error {
+	var err error
+	s.stopOnce.Do(func() {
+		s.shutdown(true)
+		close(s.done)
+	})
+	return err
+}
+
+func (s *TabletServer) shutdown(clean bool) {
+	if s.grpc != nil {
+		if clean {
+			done := make(chan struct{})
+			go func() { s.grpc.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				s.grpc.Stop()
+			}
+		} else {
+			s.grpc.Stop()
+		}
+	}
+	if s.http != nil {
+		_ = s.http.Close()
+	}
+	if s.host != nil {
+		if clean {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			for _, t := range s.host.ServedTablets() {
+				if err := s.host.UnloadTablet(ctx, t.ID); err != nil {
+					s.log.Warn("unload at shutdown", "tablet", t.ID, "err", err)
+				}
+			}
+			cancel()
+		}
+		_ = s.host.Close()
+	}
+	if s.commit != nil {
+		_ = s.commit.Close()
+	}
+	if s.sess != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if clean && s.lock != nil {
+			_ = s.lock.Release(ctx)
+		}
+		_ = s.sess.Destroy(ctx)
+		cancel()
+	}
+	if s.cl != nil {
+		_ = s.cl.Close()
+	}
+	if s.self != nil {
+		_ = s.self.Close()
+	}
+	s.conns.close()
+	if s.lis != nil {
+		_ = s.lis.Close()
+	}
+}
+
+// masterConn returns a connection to the active master (coord's master
+// key names its address).
+func (s *TabletServer) masterConn(ctx context.Context) (grpc.ClientConnInterface, error) {
+	e, err := s.cfg.Coord.Get(ctx, coord.KeyMaster)
+	if err != nil || e.Session == "" || len(e.Value) == 0 {
+		return nil, status.Error(codes.Unavailable, "no active master")
+	}
+	return s.conns.get(string(e.Value))
+}
+
+// commitSplit records a split in METADATA (tabletserver.HostOptions.OnSplit):
+// the right child's row replaces the parent's (same end row), then the
+// left child's row is added, both located here with the parent's epoch.
+// In between METADATA shows a gap, never the parent: a parent in METADATA
+// that nobody serves would be assigned again. The master is told last.
+func (s *TabletServer) commitSplit(ctx context.Context, table meta.TableID, parent string, children []tabletserver.TabletInfo) error {
+	if len(children) == 0 {
+		return nil
+	}
+	last := children[len(children)-1]
+	epoch := uint64(0)
+	row, ok, err := s.cl.ReadRow(ctx, meta.MetadataTableName, meta.MetadataRowKey(table, last.End), client.ScanOptions{Families: []string{meta.FamilyLoc, meta.FamilyState}, MaxVersions: 1})
+	if err != nil {
+		return err
+	}
+	if ok {
+		if l, err := meta.ParseLocation(row); err == nil {
+			if l.TabletID != parent && l.TabletID != last.ID {
+				return fmt.Errorf("cluster: METADATA row of split tablet %s names tablet %s", parent, l.TabletID)
+			}
+			epoch = l.Epoch
+		}
+	}
+	now := time.Now()
+	for i := len(children) - 1; i >= 0; i-- {
+		c := children[i]
+		rm, err := meta.StateMutation(table, tablet.State{ID: c.ID, Start: c.Start, End: c.End, Parent: parent}, cell.ServerTimestamp)
+		if err != nil {
+			return err
+		}
+		loc := locationWithEvent(meta.Location{Table: table, Start: c.Start, End: c.End, TabletID: c.ID, Server: s.name, Epoch: epoch}, meta.EventSplit, "from "+parent, now)
+		rm.Mutations = append(rm.Mutations, loc.Mutations...)
+		if err := s.cl.Apply(ctx, meta.MetadataTableName, rm); err != nil {
+			return err
+		}
+	}
+	s.log.Info("split committed", "table", table.String(), "parent", parent, "children", len(children))
+	if cc, err := s.masterConn(ctx); err == nil {
+		ids := make([]string, len(children))
+		for i, c := range children {
+			ids[i] = c.ID
+		}
+		_, _ = clusterpb.NewMasterControlClient(cc).ReportSplit(ctx, &clusterpb.ReportSplitRequest{ServerId: s.name, Table: table.String(), ParentId: parent, ChildIds: ids})
+	}
+	return nil
+}
+
+// gatewayLocator is the gateway's view of tablet locations: the client's
+// location cache over METADATA.
+type gatewayLocator struct {
+	cache *client.LocationCache
+	src   client.MetadataSource
+}
+
+func (g gatewayLocator) Tablets(ctx context.Context, table meta.TableID, start, end []byte) ([]meta.Location, error) {
+	return client.LocateRange(ctx, g.cache, g.src, table, start, end)
+}
+
+func (g gatewayLocator) Invalidate(loc meta.Location) { g.cache.Invalidate(loc) }
+
+func (s *TabletServer) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/status", s.statusHandler())
+	mux.Handle("/{$}", http.RedirectHandler("/status", http.StatusFound))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-s.done:
+			http.Error(w, "stopped", http.StatusServiceUnavailable)
+			return
+		default:
+		}
+		if !s.sess.Valid() {
+			http.Error(w, "lease not valid", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
