@@ -60,7 +60,7 @@ func (m *Master) gcLoop(ctx context.Context) {
 // compactions under way. Any error reading a state aborts the round:
 // a state left out would lose its files.
 func (m *Master) CollectGarbage(ctx context.Context) ([]string, error) {
-	tablets, err := m.md.Tablets(ctx)
+	tablets, err := m.md.allTablets(ctx)
 	if err != nil {
 		return nil, err
 	}

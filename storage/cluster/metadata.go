@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -57,6 +58,9 @@ func readRoot(ctx context.Context, kv coord.KV) (meta.Location, uint64, error) {
 	return l, e.ModifyIndex, nil
 }
 
+// metadataScanTimeout bounds one read of a METADATA tablet's rows.
+const metadataScanTimeout = 3 * time.Second
+
 // metadataStore is the master's view of METADATA (master.Metadata): the
 // root's location in the lock service, the other tablets' rows read and
 // written through a client whose locator walks the hierarchy.
@@ -64,6 +68,7 @@ type metadataStore struct {
 	kv  coord.KV
 	cl  *client.Client
 	now func() time.Time
+	log *slog.Logger
 
 	mu   sync.Mutex
 	rows map[string]meta.Location // tablet ID → its row as last read
@@ -75,18 +80,37 @@ func newMetadataStore(kv coord.KV, cl *client.Client) *metadataStore {
 
 // Tablets implements master.Metadata. It creates what a new cluster lacks
 // on the way: the root key, then (once the root tablet is served) the row
-// of METADATA's second tablet. Only the ranges of served METADATA tablets
-// are read, so a round never waits for an unassigned one: the planner
-// assigns METADATA tablets before user tablets.
+// of METADATA's second tablet. Only the ranges of assigned METADATA tablets
+// are read, and a METADATA tablet that cannot be read (it is moving, its
+// server died) leaves its rows out rather than failing the round: the
+// planner must still be able to assign it, and it leaves alone whatever
+// servers report that METADATA lacks. Garbage collection, which must see
+// every tablet, uses allTablets.
 func (m *metadataStore) Tablets(ctx context.Context) ([]assign.Tablet, error) {
+	ts, _, err := m.read(ctx)
+	return ts, err
+}
+
+// allTablets is Tablets that fails unless every METADATA tablet was read.
+func (m *metadataStore) allTablets(ctx context.Context) ([]assign.Tablet, error) {
+	ts, complete, err := m.read(ctx)
+	if err == nil && !complete {
+		err = errors.New("cluster: METADATA not wholly readable (a METADATA tablet is unassigned or moving)")
+	}
+	return ts, err
+}
+
+// read returns the tablets METADATA lists and whether every METADATA
+// tablet could be read.
+func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete bool, _ error) {
 	root, index, err := readRoot(ctx, m.kv)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if index == 0 {
 		b, _ := json.Marshal(root)
 		if err := m.kv.CAS(ctx, coord.KeyRoot, b, 0); err != nil && !errors.Is(err, coord.ErrConflict) {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	rows := map[string]meta.Location{meta.RootTabletID: root}
@@ -97,41 +121,54 @@ func (m *metadataStore) Tablets(ctx context.Context) ([]assign.Tablet, error) {
 		m.mu.Unlock()
 	}()
 	if root.Server == "" {
-		return out, nil
+		return out, false, nil
 	}
 	metas, err := m.scan(ctx, nil, meta.RootTabletEnd())
 	if err != nil {
-		return nil, fmt.Errorf("reading the root tablet: %w", err)
+		m.warn("reading the root tablet", err)
+		return out, false, nil
 	}
 	if len(metas) == 0 {
 		// A new cluster: METADATA's second tablet holds every user row.
 		st := tablet.State{ID: meta.MetaTabletID, Start: meta.RootTabletEnd()}
 		rm, err := meta.StateMutation(meta.MetadataTable, st, cell.ServerTimestamp)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if err := m.cl.Apply(ctx, meta.MetadataTableName, rm); err != nil {
-			return nil, fmt.Errorf("creating METADATA's first tablet row: %w", err)
+			return nil, false, fmt.Errorf("creating METADATA's first tablet row: %w", err)
 		}
 		metas = []meta.Location{{Table: meta.MetadataTable, Start: st.Start, TabletID: st.ID}}
 	}
+	complete = true
 	for _, l := range metas {
 		rows[l.TabletID] = l
 		out = append(out, assignTablet(l, assign.Meta))
 		if l.Server == "" {
+			complete = false
 			continue
 		}
 		start := bytes.Clone(l.Start)
 		users, err := m.scan(ctx, start, l.End)
 		if err != nil {
-			return nil, fmt.Errorf("reading METADATA tablet %s: %w", l.TabletID, err)
+			m.warn("reading METADATA tablet "+l.TabletID, err)
+			complete = false
+			continue
 		}
 		for _, u := range users {
 			rows[u.TabletID] = u
 			out = append(out, assignTablet(u, assign.User))
 		}
 	}
-	return out, nil
+	return out, complete, nil
+}
+
+// warn logs a METADATA tablet that could not be read, at most every few
+// seconds per message.
+func (m *metadataStore) warn(what string, err error) {
+	if m.log != nil {
+		m.log.Warn("METADATA read incomplete", "what", what, "err", err)
+	}
 }
 
 func assignTablet(l meta.Location, k assign.Kind) assign.Tablet {
@@ -140,6 +177,11 @@ func assignTablet(l meta.Location, k assign.Kind) assign.Tablet {
 
 // scan reads the METADATA rows in [start, end) as locations.
 func (m *metadataStore) scan(ctx context.Context, start, end []byte) ([]meta.Location, error) {
+	// A METADATA tablet that is moving answers "not serving" until the
+	// master itself reassigns it: fail soon rather than retry for the
+	// whole round.
+	ctx, cancel := context.WithTimeout(ctx, metadataScanTimeout)
+	defer cancel()
 	s := m.cl.Scan(ctx, meta.MetadataTableName, client.ScanOptions{Start: start, End: end, Families: []string{meta.FamilyLoc, meta.FamilyState}, MaxVersions: 1})
 	defer s.Close()
 	var out []meta.Location

@@ -192,11 +192,11 @@ func (p *planner) bestSwap(meanC, meanB float64) (*tab, *tab, *srv, *srv) {
 			}
 			base := cost(sa.count, sa.bytes, meanC, meanB) + cost(sb.count, sb.bytes, meanC, meanB)
 			for _, a := range sa.held {
-				if !a.movable(false) {
+				if !a.movable(false) || a.Kind != User {
 					continue
 				}
 				for _, b := range sb.held {
-					if !b.movable(false) || a.size == b.size {
+					if !b.movable(false) || b.Kind != User || a.size == b.size {
 						continue
 					}
 					d := cost(sa.count, sa.bytes-a.size+b.size, meanC, meanB) +
@@ -226,7 +226,10 @@ func (p *planner) bestMove(meanC, meanB float64, allowSplitting bool) (*tab, *sr
 		fromIn := inBand(from, meanC, meanB, tol)
 		base := cost(from.count, from.bytes, meanC, meanB)
 		for _, t := range from.held {
-			if !t.movable(allowSplitting) {
+			// METADATA tablets are not moved for balance: every move
+			// makes every client walk the hierarchy again, and the
+			// master's own reads of METADATA wait for it.
+			if !t.movable(allowSplitting) || t.Kind != User {
 				continue
 			}
 			fromAfter := cost(from.count-1, from.bytes-t.size, meanC, meanB) - base
