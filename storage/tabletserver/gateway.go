@@ -61,7 +61,7 @@ type GatewayOptions struct {
 // location is invalidated, looked up again and the sub-request retried,
 // with a backoff doubling from gatewayBackoff to gatewayMaxBackoff.
 const (
-	gatewayAttempts   = 5
+	gatewayAttempts   = 20
 	gatewayBackoff    = 10 * time.Millisecond
 	gatewayMaxBackoff = 500 * time.Millisecond
 )
@@ -132,7 +132,7 @@ const (
 // When a sub-request (local or forwarded) fails with FAILED_PRECONDITION
 // carrying a tabletpb.NotServing detail, or the location names no server,
 // the Gateway invalidates the location, looks the rows up again and
-// retries, up to 5 attempts with a backoff doubling from 10 ms to 500 ms,
+// retries, up to 20 attempts (about 9 s: a tablet moving or splitting is unserved for a moment) with a backoff doubling from 10 ms to 500 ms,
 // and never past the request's deadline: then the last not-serving status
 // (UNAVAILABLE for an unassigned tablet) is returned. A ReadRows retry resumes after the last row already sent;
 // attempts that returned rows do not count. Every other error (of the
@@ -211,9 +211,13 @@ func registerOrExisting[C prometheus.Collector](r prometheus.Registerer, c C) (C
 // Forwarded returns the number of sub-requests sent to other servers.
 func (g *Gateway) Forwarded() int64 { return g.forwarded.Load() }
 
-// route reports whether loc is served here, counting the sub-request.
+// route reports whether loc is served here, counting the sub-request. A
+// tablet a partial (cluster) Host serves is served here whatever the
+// location says:
+// the gateway's cache may be older than the client's, and a request that
+// reached the tablet's server must not make a hop.
 func (g *Gateway) route(method string, loc meta.Location) bool {
-	if meta.ServerAddr(loc.Server) == g.opts.Self {
+	if meta.ServerAddr(loc.Server) == g.opts.Self || (g.local.host.opts.Partial && g.local.host.servesTablet(loc.Table, loc.TabletID)) {
 		g.countLocal(method)
 		return true
 	}

@@ -740,7 +740,7 @@ func TestGatewayRetriesStaleLocation(t *testing.T) {
 	}
 	wantStale("SampleRowKeys", 5)
 
-	// A location that stays stale: 5 attempts, then the owner's answer.
+	// A location that stays stale: gatewayAttempts attempts, then the owner's answer.
 	c.loc.setStale(c.c.name, true)
 	calls := c.c.fault.calls.Load()
 	err = c.a.gw.checkRow(ctx, "zzz")

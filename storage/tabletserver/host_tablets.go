@@ -473,3 +473,18 @@ func (h *Host) reportSplit(ctx context.Context, table meta.TableID, parent strin
 		}
 	}()
 }
+
+// servesTablet reports whether tablet id of table is open here and in the
+// table's routing.
+func (h *Host) servesTablet(table meta.TableID, id string) bool {
+	st, err := h.table(table)
+	if err != nil {
+		return false
+	}
+	for _, tb := range st.list() {
+		if tb.ID() == id {
+			return true
+		}
+	}
+	return false
+}
