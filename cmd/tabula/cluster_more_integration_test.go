@@ -306,6 +306,9 @@ func TestClusterGarbageCollection(t *testing.T) {
 	tbl := cl.Open("t")
 	writeRows(t, ctx, tbl, "r", 600, 500)
 
+	keys := requireEnv(t, "TABULA_TEST_S3_ACCESS_KEY", "TABULA_TEST_S3_SECRET_KEY")
+	t.Setenv("AWS_ACCESS_KEY_ID", keys[0])
+	t.Setenv("AWS_SECRET_ACCESS_KEY", keys[1])
 	store, err := blob.OpenURL(ctx, c.store)
 	if err != nil {
 		t.Fatal(err)
