@@ -33,6 +33,12 @@ func (g *Gateway) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablepb.Bi
 	if err != nil {
 		return err
 	}
+	if g.local.host.opts.Partial && g.local.host.coversRanges(table, ranges) {
+		// The caller found the owner (a client with a fresh location):
+		// no lookup, whatever this server's own cache says.
+		g.countLocal("ReadRows")
+		return g.local.ReadRows(req, stream)
+	}
 	r := &readRelay{out: stream, reverse: req.GetReversed(), limit: req.GetRowsLimit()}
 	attempt := 0
 	for {

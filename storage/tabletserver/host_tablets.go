@@ -488,3 +488,28 @@ func (h *Host) servesTablet(table meta.TableID, id string) bool {
 	}
 	return false
 }
+
+// coversRanges reports whether the tablets open here hold every row of
+// ranges (keyRange end nil: unbounded).
+func (h *Host) coversRanges(table meta.TableID, ranges []keyRange) bool {
+	st, err := h.table(table)
+	if err != nil {
+		return false
+	}
+	rt := st.routes.Load()
+	for _, r := range ranges {
+		at := r.start
+		for {
+			tb := rt.find(at)
+			if tb == nil {
+				return false
+			}
+			_, end := tb.Range()
+			if end == nil || (r.end != nil && bytes.Compare(end, r.end) >= 0) {
+				break
+			}
+			at = end
+		}
+	}
+	return true
+}
