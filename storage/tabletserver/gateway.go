@@ -323,7 +323,7 @@ func statusNotServing(st *status.Status) bool {
 // retryable reports whether a sub-request sent for loc should be retried
 // after a new lookup.
 func retryable(loc meta.Location, err error) bool {
-	return loc.Server == "" || notServing(err)
+	return loc.Server == "" || notServing(err) || ownerGone(loc, err)
 }
 
 // errNoTime is returned by backoff when the deadline would pass first.
@@ -663,4 +663,13 @@ func (g *Gateway) OpenTable(stream bigtablepb.Bigtable_OpenTableServer) error {
 // OpenAuthorizedView is the local DataService's.
 func (g *Gateway) OpenAuthorizedView(stream bigtablepb.Bigtable_OpenAuthorizedViewServer) error {
 	return g.local.OpenAuthorizedView(stream)
+}
+
+// ownerGone reports an UNAVAILABLE answer for a location on another
+// server: the server died or is unreachable, so the location is stale
+// once the master reassigns its tablets. Retrying a write that may have
+// reached it is the same unknown outcome a client retry of UNAVAILABLE
+// has.
+func ownerGone(loc meta.Location, err error) bool {
+	return status.Code(err) == codes.Unavailable && loc.Server != ""
 }

@@ -325,7 +325,7 @@ func (g *Gateway) sampleTable(ctx context.Context, table meta.TableID, req *bigt
 		s, err := g.sampleServer(ctx, loc, req)
 		if err != nil {
 			var stale []meta.Location
-			if notServing(err) {
+			if notServing(err) || ownerGone(loc, err) {
 				for _, l := range locs {
 					if meta.ServerAddr(l.Server) == addr {
 						stale = append(stale, l)
