@@ -12,18 +12,9 @@ import (
 	"github.com/tabuladb/tabula/storage/tablet"
 )
 
-// gcStats counts the master's garbage collection, for metrics.
-type gcStats struct {
-	runs, deleted, failures int64
-	last                    time.Time
-}
-
 func (m *Master) registerMetrics() {
-	m.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tabula_master_gc_deleted_files_total", Help: "SSTables deleted by garbage collection."}, func() float64 {
-		m.gcMu.Lock()
-		defer m.gcMu.Unlock()
-		return float64(m.gcStats.deleted)
-	}))
+	m.gcDeleted = prometheus.NewCounter(prometheus.CounterOpts{Name: "tabula_master_gc_deleted_files_total", Help: "SSTables deleted by garbage collection."})
+	m.registry.MustRegister(m.gcDeleted)
 	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tabula_master_leading", Help: "1 while this master holds the master lock."}, func() float64 {
 		if m.Leading() {
 			return 1
@@ -78,14 +69,7 @@ func (m *Master) CollectGarbage(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	deleted, err := tablet.CollectGarbage(ctx, m.cfg.Store, tablet.GCOptions{Prefix: meta.TableDirPrefix, Live: live, Grace: m.cfg.GCGrace})
-	m.gcMu.Lock()
-	m.gcStats.runs++
-	m.gcStats.deleted += int64(len(deleted))
-	if err != nil {
-		m.gcStats.failures++
-	}
-	m.gcStats.last = time.Now()
-	m.gcMu.Unlock()
+	m.gcDeleted.Add(float64(len(deleted)))
 	if len(deleted) > 0 {
 		m.log.Info("garbage collected", "files", len(deleted))
 		m.events.add(event{Kind: "gc", Detail: fmt.Sprintf("%d files deleted", len(deleted))})

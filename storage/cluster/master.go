@@ -7,14 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -65,23 +63,22 @@ type MasterConfig struct {
 // master lock and, while it holds it, runs the control loop and collects
 // garbage files.
 type Master struct {
-	cfg      MasterConfig
-	addr     string
-	log      *slog.Logger
-	lis      net.Listener
-	httpLis  net.Listener
-	grpc     *grpc.Server
-	http     *http.Server
-	conns    *conns
-	self     *grpc.ClientConn
-	cl       *client.Client
-	md       *metadataStore
-	control  *master.Control
-	states   tablet.StateStore
-	registry *prometheus.Registry
-	events   *eventRing
-	gcMu     sync.Mutex
-	gcStats  gcStats
+	cfg       MasterConfig
+	addr      string
+	log       *slog.Logger
+	lis       net.Listener
+	httpLis   net.Listener
+	grpc      *grpc.Server
+	http      *http.Server
+	conns     *conns
+	self      *grpc.ClientConn
+	cl        *client.Client
+	md        *metadataStore
+	control   *master.Control
+	states    tablet.StateStore
+	registry  *prometheus.Registry
+	events    *eventRing
+	gcDeleted prometheus.Counter
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -235,15 +232,5 @@ func (s *masterControlService) ReportSplit(ctx context.Context, req *clusterpb.R
 }
 
 func (m *Master) httpHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.Handle("/status", m.statusHandler())
-	mux.Handle("/{$}", http.RedirectHandler("/status", http.StatusFound))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
-	return mux
+	return opsHandler(m.registry, m.statusHandler(), func() error { return nil })
 }

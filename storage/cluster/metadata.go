@@ -163,8 +163,7 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 	return out, complete, nil
 }
 
-// warn logs a METADATA tablet that could not be read, at most every few
-// seconds per message.
+// warn logs a METADATA tablet that could not be read.
 func (m *metadataStore) warn(what string, err error) {
 	if m.log != nil {
 		m.log.Warn("METADATA read incomplete", "what", what, "err", err)

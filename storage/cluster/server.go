@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"runtime"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -270,12 +268,11 @@ func (s *TabletServer) stop(err error) {
 // that the next server replays nothing), then the key is released without
 // lock-delay, which tells the master at once.
 func (s *TabletServer) Close() error {
-	var err error
 	s.stopOnce.Do(func() {
 		s.shutdown(true)
 		close(s.done)
 	})
-	return err
+	return nil
 }
 
 func (s *TabletServer) shutdown(clean bool) {
@@ -401,27 +398,15 @@ func (g gatewayLocator) Tablets(ctx context.Context, table meta.TableID, start, 
 func (g gatewayLocator) Invalidate(loc meta.Location) { g.cache.Invalidate(loc) }
 
 func (s *TabletServer) httpHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.Handle("/status", s.statusHandler())
-	mux.Handle("/{$}", http.RedirectHandler("/status", http.StatusFound))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	return opsHandler(s.registry, s.statusHandler(), func() error {
 		select {
 		case <-s.done:
-			http.Error(w, "stopped", http.StatusServiceUnavailable)
-			return
+			return errors.New("stopped")
 		default:
 		}
 		if !s.sess.Valid() {
-			http.Error(w, "lease not valid", http.StatusServiceUnavailable)
-			return
+			return errors.New("lease not valid")
 		}
-		fmt.Fprintln(w, "ok")
+		return nil
 	})
-	return mux
 }
