@@ -36,6 +36,10 @@ const (
 	StatePrefix = "state"
 	// LogsPrefix holds one commit log per tablet server (LogPrefix).
 	LogsPrefix = "logs/"
+	// SortedLogsPrefix holds the sorted copies of dead servers' commit
+	// logs (SortedLogPrefix), made once for a recovery that loads many of
+	// a dead server's tablets.
+	SortedLogsPrefix = "sortedlogs/"
 )
 
 // NewServerName returns a fresh name for a tablet server listening on addr.
@@ -48,4 +52,10 @@ func NewServerName(addr string) string {
 // LogPrefix is the object-name prefix of server's commit log.
 func LogPrefix(server string) string {
 	return LogsPrefix + strings.ReplaceAll(server, "/", "_")
+}
+
+// SortedLogPrefix is the object-name prefix of the sorted copy of server's
+// commit log.
+func SortedLogPrefix(server string) string {
+	return SortedLogsPrefix + strings.ReplaceAll(server, "/", "_")
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/master/assign"
 )
 
@@ -57,11 +58,14 @@ func (e *eventServers) List(ctx context.Context, server string) ([]assign.Served
 	return e.inner.List(ctx, server)
 }
 
-func (e *eventServers) Load(ctx context.Context, server string, t assign.Tablet, recoverFrom string) error {
-	err := e.inner.Load(ctx, server, t, recoverFrom)
+func (e *eventServers) Load(ctx context.Context, server string, t assign.Tablet, rec master.Recovery) error {
+	err := e.inner.Load(ctx, server, t, rec)
 	detail := t.Table
-	if recoverFrom != "" {
-		detail += ", recovering from " + recoverFrom
+	if rec.From != "" {
+		detail += ", recovering from " + rec.From
+		if rec.Sorted {
+			detail += " (sorted log)"
+		}
 	}
 	if err != nil {
 		detail += fmt.Sprintf(": %v", err)
@@ -77,5 +81,15 @@ func (e *eventServers) Unload(ctx context.Context, server, tabletID string) erro
 		detail = err.Error()
 	}
 	e.events.add(event{Kind: "unload", Tablet: tabletID, Server: server, Detail: detail})
+	return err
+}
+
+func (e *eventServers) SortLog(ctx context.Context, dead string, sorters []string) error {
+	err := e.inner.SortLog(ctx, dead, sorters)
+	detail := fmt.Sprintf("%d sorters", len(sorters))
+	if err != nil {
+		detail += fmt.Sprintf(": %v", err)
+	}
+	e.events.add(event{Kind: "sortlog", Server: dead, Detail: detail})
 	return err
 }

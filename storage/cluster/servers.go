@@ -3,9 +3,11 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
+	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
 )
@@ -59,7 +61,7 @@ func (s *serverClient) tableEntry(ctx context.Context, table string) (meta.Table
 	return s.catalog.Get(ctx, id)
 }
 
-func (s *serverClient) Load(ctx context.Context, server string, t assign.Tablet, recoverFrom string) error {
+func (s *serverClient) Load(ctx context.Context, server string, t assign.Tablet, rec master.Recovery) error {
 	entry, err := s.tableEntry(ctx, t.Table)
 	if err != nil {
 		return err
@@ -72,8 +74,13 @@ func (s *serverClient) Load(ctx context.Context, server string, t assign.Tablet,
 	if err != nil {
 		return err
 	}
-	_, err = c.LoadTablet(ctx, &clusterpb.LoadTabletRequest{TableJson: b, TabletId: string(t.ID), StartKey: []byte(t.Start), EndKey: []byte(t.End), RecoverFrom: recoverFrom})
+	_, err = c.LoadTablet(ctx, &clusterpb.LoadTabletRequest{TableJson: b, TabletId: string(t.ID), StartKey: []byte(t.Start), EndKey: []byte(t.End), RecoverFrom: rec.From})
 	return err
+}
+
+// SortLog is not built yet: the master then recovers from the unsorted log.
+func (s *serverClient) SortLog(ctx context.Context, dead string, sorters []string) error {
+	return errors.New("cluster: log sorting is not implemented")
 }
 
 func (s *serverClient) Unload(ctx context.Context, server, tabletID string) error {

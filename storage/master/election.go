@@ -27,12 +27,26 @@ type TabletServers interface {
 	// master that took over has no record of its predecessor's requests).
 	List(ctx context.Context, server string) ([]assign.Served, error)
 	// Load asks server to load t, recovering its writes after the redo
-	// point from recoverFrom's commit log when recoverFrom is not empty.
-	// An error does not mean the server will not load t (the request may
-	// have reached it): the master treats the load as still in flight.
-	Load(ctx context.Context, server string, t assign.Tablet, recoverFrom string) error
+	// point as rec says. An error does not mean the server will not load t
+	// (the request may have reached it): the master treats the load as
+	// still in flight.
+	Load(ctx context.Context, server string, t assign.Tablet, rec Recovery) error
 	// Unload asks server to compact and unload tabletID.
 	Unload(ctx context.Context, server, tabletID string) error
+	// SortLog sorts dead's commit log by (tablet, sequence), sharing the
+	// work out among sorters (live servers), and returns once the sorted
+	// copy is complete and durable: from then on a Load with
+	// Recovery.Sorted reads only its own tablet's records from it. Sorting
+	// again (after a master failover, say) rewrites the same copy.
+	SortLog(ctx context.Context, dead string, sorters []string) error
+}
+
+// Recovery says where a loading tablet's writes after its redo point are:
+// in the commit log of From, its last owner (a dead server), or nowhere
+// when From is empty. Sorted says From's log has been sorted (SortLog).
+type Recovery struct {
+	From   string
+	Sorted bool
 }
 
 // Metadata is the master's access to METADATA (served from the METADATA

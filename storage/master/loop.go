@@ -410,7 +410,7 @@ func (t *term) execute(ctx context.Context, tablets map[assign.TabletID]assign.T
 		// tablet elsewhere, whatever the call returns.
 		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: a.Tablet, Server: a.Server}, sent: now}
 		rctx, cancel := t.rpcCtx(ctx)
-		err := t.c.opts.Servers.Load(rctx, string(a.Server), tb, string(a.RecoverFrom))
+		err := t.c.opts.Servers.Load(rctx, string(a.Server), tb, Recovery{From: string(a.RecoverFrom), Sorted: a.SortedLog})
 		cancel()
 		if err != nil {
 			// The outcome is unknown (the server may be loading): the

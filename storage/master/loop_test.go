@@ -60,7 +60,8 @@ func (f *fakeServers) List(_ context.Context, server string) ([]assign.Served, e
 	return out, nil
 }
 
-func (f *fakeServers) Load(ctx context.Context, server string, t assign.Tablet, recoverFrom string) error {
+func (f *fakeServers) Load(ctx context.Context, server string, t assign.Tablet, rec Recovery) error {
+	recoverFrom := rec.From
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("load %s %s %s", t.ID, server, recoverFrom))
@@ -642,4 +643,11 @@ func TestControlStartupWaitsForReleasedServer(t *testing.T) {
 			t.Fatalf("call %q: want only loads recovering s2's tablets", call)
 		}
 	}
+}
+
+func (f *fakeServers) SortLog(_ context.Context, dead string, sorters []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf("sortlog %s %v", dead, sorters))
+	return errors.New("fake: no sorter")
 }
