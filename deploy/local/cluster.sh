@@ -2,7 +2,8 @@
 # A local Tabula cluster on loopback, for people (tests start their own
 # servers through deploy/test.sh):
 #
-#   deploy/local/cluster.sh up [--deps-only]   start it and print how to use it
+#   deploy/local/cluster.sh up [--deps-only] [--tabletservers N] [--split-size B]
+#                                              start it and print how to use it
 #   deploy/local/cluster.sh status             each process: alive or dead, pid, addresses
 #   deploy/local/cluster.sh down               stop it (idempotent)
 #
@@ -15,7 +16,8 @@
 #        minio           with random root credentials, which the Tabula
 #                        processes get as AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
 #        master-1, master-2                      tabula master
-#        tabletserver-1 .. tabletserver-3        tabula tabletserver
+#        tabletserver-1 .. tabletserver-N        tabula tabletserver (N: 3, or
+#                                                --tabletservers N)
 #      each in the background, detached from the terminal, with its log in
 #      NAME.log and "pid exe addr http" in NAME.proc;
 #   3. waits until Consul has a leader, MinIO is live and every tablet
@@ -25,7 +27,10 @@
 #   If a step fails, up stops what it started and shows the failing log.
 #   --deps-only starts Consul and MinIO alone, for running the Tabula roles
 #   by hand (from a debugger, say) against them: source env for their
-#   addresses.
+#   addresses. --tabletservers N starts N tablet servers instead of 3;
+#   --split-size B makes tablets split past B bytes (the tablet servers'
+#   and masters' --split-size) instead of the default, so that a small
+#   table spreads over the servers.
 #
 # Consul's -dev mode keeps its state in memory, so the lock service starts
 # empty on every up; the object store is emptied too, since tablet data
@@ -34,7 +39,9 @@
 #
 # Environment: TABULA_CLUSTER_DIR (state directory),
 # TABULA_CLUSTER_START_TIMEOUT (seconds to wait for each server, default 60),
-# TABULA_CLUSTER_BINARY (a tabula binary to run instead of building one).
+# TABULA_CLUSTER_BINARY (a tabula binary to run instead of building one),
+# TABULA_CLUSTER_TABLETSERVERS and TABULA_CLUSTER_SPLIT_SIZE (defaults of
+# --tabletservers and --split-size).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -44,7 +51,8 @@ TIMEOUT=${TABULA_CLUSTER_START_TIMEOUT:-60}
 CLUSTER=local
 BUCKET=tabula
 MASTERS=2
-TABLETSERVERS=3
+TABLETSERVERS=${TABULA_CLUSTER_TABLETSERVERS:-3}
+SPLIT_SIZE=${TABULA_CLUSTER_SPLIT_SIZE:-}
 STOP_GRACE=10 # seconds between SIGTERM and SIGKILL
 TABULA=$BIN/tabula
 
@@ -54,12 +62,17 @@ die() {
 	exit 1
 }
 
-# The processes in start order; down stops them in reverse.
+# The processes in start order; down stops them in reverse. Tablet servers
+# beyond TABLETSERVERS count while their .proc files exist, so that status
+# and down see every server of a cluster started with more.
 names() {
 	local i
 	echo consul minio
 	for ((i = 1; i <= MASTERS; i++)); do echo "master-$i"; done
-	for ((i = 1; i <= TABLETSERVERS; i++)); do echo "tabletserver-$i"; done
+	for ((i = 1; ; i++)); do
+		((i <= TABLETSERVERS)) || [[ -f $DIR/tabletserver-$i.proc ]] || break
+		echo "tabletserver-$i"
+	done
 }
 
 # proc NAME: set PID EXE ADDR HTTP from NAME.proc; false if there is none.
@@ -227,18 +240,38 @@ start_minio() {
 # start_role ROLE NAME PORT HTTPPORT: start tabula master or tabletserver.
 start_role() {
 	local role=$1 name=$2 addr=127.0.0.1:$3 http=127.0.0.1:$4
+	local -a extra=()
+	# Both roles take it: the masters weigh tablets by it when balancing.
+	[[ -n $SPLIT_SIZE ]] && extra+=(--split-size "$SPLIT_SIZE")
 	launch "$name" "$addr" "$http" "$TABULA" "$role" \
 		--consul "$CONSUL" --store "$STORE" \
-		--addr "$addr" --cluster "$CLUSTER" --http "$http"
+		--addr "$addr" --cluster "$CLUSTER" --http "$http" "${extra[@]}"
 }
 
 cmd_up() {
 	local deps_only=false name i
-	case ${1:-} in
-	"") ;;
-	--deps-only) deps_only=true ;;
-	*) die "usage: $0 up [--deps-only]" ;;
-	esac
+	local usage="usage: $0 up [--deps-only] [--tabletservers N] [--split-size BYTES]"
+	while (($# > 0)); do
+		case $1 in
+		--deps-only) deps_only=true ;;
+		--tabletservers)
+			(($# >= 2)) || die "$usage"
+			TABLETSERVERS=$2
+			shift
+			;;
+		--split-size)
+			(($# >= 2)) || die "$usage"
+			SPLIT_SIZE=$2
+			shift
+			;;
+		--tabletservers=*) TABLETSERVERS=${1#*=} ;;
+		--split-size=*) SPLIT_SIZE=${1#*=} ;;
+		*) die "$usage" ;;
+		esac
+		shift
+	done
+	[[ $TABLETSERVERS =~ ^[1-9][0-9]*$ ]] || die "--tabletservers: want a positive number, not '$TABLETSERVERS'"
+	[[ -z $SPLIT_SIZE || $SPLIT_SIZE =~ ^[1-9][0-9]*$ ]] || die "--split-size: want a positive number of bytes, not '$SPLIT_SIZE'"
 	mkdir -p "$DIR"
 	for name in $(names); do
 		if alive "$name"; then
@@ -306,13 +339,15 @@ cmd_up() {
 		proc tabletserver-1
 		echo "Clients (cbt, the Cloud Bigtable clients):"
 		echo "  export BIGTABLE_EMULATOR_HOST=$ADDR"
+		echo "The tabula CLI (tabula ls, tabula bench, ...):"
+		echo "  export TABULA_ADDR=$ADDR"
 		echo
 		echo "Status pages:"
 		for name in $(names); do
 			case $name in
 			master-* | tabletserver-*)
 				proc "$name"
-				printf '  %-15s http://%s/\n' "$name" "$HTTP"
+				printf '  %-15s http://%s/status\n' "$name" "$HTTP"
 				;;
 			esac
 		done
@@ -331,6 +366,7 @@ write_env() {
 		if ! $1; then
 			proc tabletserver-1
 			echo "export BIGTABLE_EMULATOR_HOST=$ADDR"
+			echo "export TABULA_ADDR=$ADDR # the tabula CLI's --addr"
 		fi
 		echo "export CONSUL_HTTP_ADDR=$CONSUL"
 		echo "export TABULA_CONSUL=$CONSUL"
@@ -355,7 +391,7 @@ cmd_status() {
 			dead=$((dead + 1))
 		fi
 		[[ $HTTP == - ]] && HTTP=
-		printf '%-15s %-6s %-8s %-22s %s\n' "$name" "$state" "$PID" "$ADDR" "${HTTP:+http://$HTTP/}"
+		printf '%-15s %-6s %-8s %-22s %s\n' "$name" "$state" "$PID" "$ADDR" "${HTTP:+http://$HTTP/status}"
 	done
 	if ! $any; then
 		echo "no cluster in $DIR (start one with $0 up)"
@@ -385,7 +421,7 @@ main() {
 	status) cmd_status ;;
 	down) cmd_down ;;
 	*)
-		echo "usage: $0 up [--deps-only] | status | down" >&2
+		echo "usage: $0 up [--deps-only] [--tabletservers N] [--split-size BYTES] | status | down" >&2
 		exit 2
 		;;
 	esac
