@@ -423,6 +423,31 @@ func (c *Consul) NewSession(ctx context.Context, opts SessionOptions) (Session, 
 	return s, nil
 }
 
+// EndSession implements Service. The TTL is read from the session before
+// it is destroyed; a session destroyed in between is gone all the same.
+func (c *Consul) EndSession(ctx context.Context, id string) (time.Duration, error) {
+	ctx, done, err := c.opCtx(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	entry, _, err := c.client.Session().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return 0, c.wrap("session info", id, ctx, err)
+	}
+	if entry == nil {
+		return 0, ErrSessionGone
+	}
+	ttl, err := time.ParseDuration(entry.TTL)
+	if err != nil {
+		return 0, fmt.Errorf("coord: session %s has TTL %q: %w", id, entry.TTL, err)
+	}
+	if _, err := c.client.Session().Destroy(id, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		return 0, c.wrap("destroy session", id, ctx, err)
+	}
+	return ttl, nil
+}
+
 type consulSession struct {
 	c          *Consul
 	id         string

@@ -106,6 +106,17 @@ type Service interface {
 	// unreachable, TTL out of range) and the context's.
 	NewSession(ctx context.Context, opts SessionOptions) (Session, error)
 
+	// EndSession ends another holder's session id, as the master ends the
+	// session of a tablet server it has been unable to reach (the paper's
+	// master deleting the server's file): its locks are released, their
+	// keys stay and enter the session's lock-delay, and the holder learns
+	// of it when it next renews. It returns the session's TTL, because the
+	// holder may go on believing its lease valid for up to a TTL after
+	// EndSession returns (see "Lease lapse"): nobody may act on the locks
+	// it held before that has passed. It fails with ErrSessionGone if the
+	// session does not exist (expired, destroyed or never created).
+	EndSession(ctx context.Context, id string) (ttl time.Duration, err error)
+
 	// Close stops every background renewal and watch started through the
 	// service and releases its resources. It does not destroy sessions: a
 	// session of a closed service is left to expire, as if the process had

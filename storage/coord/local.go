@@ -109,6 +109,20 @@ func (l *Local) Expire(id string) {
 	}
 }
 
+// EndSession implements Service.
+func (l *Local) EndSession(ctx context.Context, id string) (time.Duration, error) {
+	if err := l.begin(ctx); err != nil {
+		return 0, err
+	}
+	defer l.mu.Unlock()
+	s := l.sessions[id]
+	if s == nil {
+		return 0, ErrSessionGone
+	}
+	l.endSessionLocked(s, ErrSessionGone)
+	return s.ttl, nil
+}
+
 func (l *Local) broadcastLocked() {
 	close(l.changed)
 	l.changed = make(chan struct{})

@@ -47,6 +47,7 @@ func Run(t *testing.T, newService func(t *testing.T) coord.Service) {
 		{"LockBlocking", testLockBlocking},
 		{"LockExisting", testLockExisting},
 		{"LockDelayAfterDestroy", testLockDelay},
+		{"EndSession", testEndSession},
 		{"LockLostOnDelete", testLockLostOnDelete},
 		{"SessionExpiry", testSessionExpiry},
 		{"SessionRenewedSurvivesTTL", testSessionRenewed},
@@ -529,6 +530,50 @@ func testLockDelay(e *env) {
 	}
 	if err := s1.Destroy(ctx); err != nil {
 		t.Fatalf("second Destroy: %v, want nil", err)
+	}
+}
+
+// testEndSession: ending another holder's session releases its locks into
+// lock-delay, reports the session's TTL, and tells the holder.
+func testEndSession(e *env) {
+	t := e.t
+	ctx := e.ctx()
+	holder := e.session(coord.SessionOptions{Name: "unreachable", TTL: 2 * TTL})
+	master := e.session(coord.SessionOptions{Name: "master"})
+	key := coord.ServerKey("ts-ended")
+	l := e.lock(holder, key, "ts:1")
+
+	ttl, err := e.svc.EndSession(ctx, holder.ID())
+	if err != nil {
+		t.Fatalf("EndSession: %v", err)
+	}
+	if ttl != 2*TTL {
+		t.Fatalf("EndSession returned TTL %v, want the holder's %v", ttl, 2*TTL)
+	}
+	if ent := e.get(key); ent.Session != "" || string(ent.Value) != "ts:1" {
+		t.Fatalf("entry after EndSession = %+v, want value kept and no session", ent)
+	}
+	_, err = master.TryLockExisting(ctx, key, []byte("master"))
+	wantErr(t, "TryLockExisting during lock-delay", err, coord.ErrLocked)
+	if !e.closedWithin(l.Lost(), 5*time.Second) {
+		t.Fatal("the holder's lock was not lost after its session was ended")
+	}
+	if !e.closedWithin(holder.Done(), TTL) || holder.Valid() {
+		t.Fatalf("holder after EndSession: done %v valid %v; want done and invalid", isClosed(holder.Done()), holder.Valid())
+	}
+	_, err = e.svc.EndSession(ctx, holder.ID())
+	wantErr(t, "second EndSession", err, coord.ErrSessionGone)
+	e.pass(LockDelay)
+	deadline := time.Now().Add(LockDelay + 15*time.Second)
+	for {
+		_, err = master.TryLockExisting(ctx, key, []byte("master"))
+		if err == nil || !errors.Is(err, coord.ErrLocked) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("TryLockExisting after the lock-delay: %v", err)
 	}
 }
 
