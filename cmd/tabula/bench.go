@@ -60,6 +60,7 @@ type benchConfig struct {
 	concurrency     int
 	batch           int
 	valueSize       int
+	presplit        int // tablets at creation: N-1 split keys evenly over the rows; 0 and 1 none
 	workloads       []string
 	compareEmulator bool
 	json            bool
@@ -88,7 +89,9 @@ Each reports ops/s (rows/s), MB/s of values, and p50/p99 latency per request.
 --compare-emulator starts the Cloud Bigtable emulator in a separate process,
 runs the same workloads against it and prints the ratio server/emulator.
 The table (--table) is dropped and re-created at the start and deleted at
-the end unless --keep.`,
+the end unless --keep. --presplit N creates it with N-1 initial split keys
+spread evenly over the rows, so that a cluster serves it from N tablets
+(the emulator ignores splits).`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b.workloads = splitList(workloads)
@@ -105,6 +108,7 @@ the end unless --keep.`,
 	cmd.Flags().IntVar(&b.concurrency, "concurrency", 32, "concurrent requests")
 	cmd.Flags().IntVar(&b.batch, "batch", 100, "rows per write request (1: single-row Apply)")
 	cmd.Flags().IntVar(&b.valueSize, "value-size", 1000, "bytes per value")
+	cmd.Flags().IntVar(&b.presplit, "presplit", 1, "tablets to create the table with (N-1 split keys evenly spaced over the rows)")
 	cmd.Flags().StringVar(&workloads, "workloads", strings.Join(allWorkloads, ","), "comma-separated workloads to run")
 	cmd.Flags().BoolVar(&b.compareEmulator, "compare-emulator", false, "also run against the Cloud Bigtable emulator in a subprocess and print ratios")
 	cmd.Flags().BoolVar(&b.json, "json", false, "print the results as JSON")
@@ -140,6 +144,7 @@ type benchReport struct {
 	Concurrency int            `json:"concurrency"`
 	Batch       int            `json:"batch"`
 	ValueSize   int            `json:"value_size"`
+	Presplit    int            `json:"presplit"`
 	Targets     []targetReport `json:"targets"`
 	// Ratios are server ops/s over emulator ops/s per workload, present
 	// with --compare-emulator.
@@ -149,6 +154,12 @@ type benchReport struct {
 func (b benchConfig) validate() error {
 	if b.rows < 1 || b.concurrency < 1 || b.batch < 1 || b.valueSize < 1 {
 		return fmt.Errorf("--rows, --concurrency, --batch and --value-size must be ≥ 1")
+	}
+	if b.presplit < 0 {
+		return fmt.Errorf("--presplit %d: want a number of tablets ≥ 0 (0 and 1: no splits)", b.presplit)
+	}
+	if b.presplit > b.rows {
+		return fmt.Errorf("--presplit %d: more tablets than --rows %d", b.presplit, b.rows)
 	}
 	if len(b.workloads) == 0 {
 		return fmt.Errorf("--workloads names no workload; want some of %s", strings.Join(allWorkloads, ","))
@@ -167,7 +178,7 @@ func runBench(ctx context.Context, b benchConfig, out, progress io.Writer) error
 	if err := b.validate(); err != nil {
 		return err
 	}
-	rep := benchReport{Rows: b.rows, Concurrency: b.concurrency, Batch: b.batch, ValueSize: b.valueSize}
+	rep := benchReport{Rows: b.rows, Concurrency: b.concurrency, Batch: b.batch, ValueSize: b.valueSize, Presplit: max(1, b.presplit)}
 	tr, err := benchTarget(ctx, b, "server", b.conn, progress)
 	if err != nil {
 		return err
@@ -212,7 +223,7 @@ func benchTarget(ctx context.Context, b benchConfig, target string, cf connFlags
 		return tr, err
 	}
 	defer c.Close()
-	inMemory, err := createBenchTable(ctx, c, b.table)
+	inMemory, err := createBenchTable(ctx, c, b.table, benchSplits(b.rows, b.presplit))
 	if err != nil {
 		return tr, fmt.Errorf("%s %s: %w", target, cf.addr, err)
 	}
@@ -261,15 +272,15 @@ func benchTarget(ctx context.Context, b benchConfig, target string, cf connFlags
 	return tr, nil
 }
 
-// createBenchTable drops and re-creates the table so every run starts
-// from the same empty state, with the mem family in an in-memory locality
-// group when the server has Tabula's extension. It reports whether it
-// could make that group.
-func createBenchTable(ctx context.Context, c *conn, table string) (bool, error) {
+// createBenchTable drops and re-creates the table, split at splits, so
+// every run starts from the same empty state, with the mem family in an
+// in-memory locality group when the server has Tabula's extension. It
+// reports whether it could make that group.
+func createBenchTable(ctx context.Context, c *conn, table string, splits []string) (bool, error) {
 	if err := c.admin.DeleteTable(ctx, table); err != nil && status.Code(err) != codes.NotFound {
 		return false, fmt.Errorf("drop %s: %w", table, describe(err))
 	}
-	err := c.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: table, ColumnFamilies: map[string]bigtable.Family{
+	err := c.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: table, SplitKeys: splits, ColumnFamilies: map[string]bigtable.Family{
 		benchFamily: {GCPolicy: bigtable.MaxVersionsPolicy(1)},
 	}})
 	if err != nil {
@@ -287,6 +298,17 @@ func createBenchTable(ctx context.Context, c *conn, table string) (bool, error) 
 
 // benchKey is row i's key: fixed width so keys sort as numbers.
 func benchKey(i int) string { return fmt.Sprintf("row%010d", i) }
+
+// benchSplits returns the tablets-1 increasing keys that cut rows
+// 0..rows-1 into that many ranges of nearly equal row counts (none for
+// one tablet).
+func benchSplits(rows, tablets int) []string {
+	var keys []string
+	for k := 1; k < tablets; k++ {
+		keys = append(keys, benchKey(k*rows/tablets))
+	}
+	return keys
+}
 
 // valuePool is random bytes that values are cut from at random offsets,
 // so values are distinct and incompressible without generating each.
@@ -520,7 +542,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // printBenchReport prints one line per workload, with the emulator's
 // numbers and the ratio when there are two targets.
 func printBenchReport(w io.Writer, rep benchReport) {
-	fmt.Fprintf(w, "rows %d, concurrency %d, batch %d, value size %d B\n", rep.Rows, rep.Concurrency, rep.Batch, rep.ValueSize)
+	fmt.Fprintf(w, "rows %d, concurrency %d, batch %d, value size %d B, presplit %d\n", rep.Rows, rep.Concurrency, rep.Batch, rep.ValueSize, rep.Presplit)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	head := "workload\t"
 	for _, t := range rep.Targets {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,7 @@ func TestBenchWorkloads(t *testing.T) {
 	if out, _, _ := runTabula(t, "ls", "--addr", addr); out != "tabula-bench\n" {
 		t.Errorf("tables after bench --keep: %q", out)
 	}
-	for _, bad := range [][]string{{"--workloads", "nope"}, {"--rows", "0"}, {"--workloads", ""}} {
+	for _, bad := range [][]string{{"--workloads", "nope"}, {"--rows", "0"}, {"--workloads", ""}, {"--presplit", "-1"}, {"--rows", "5", "--presplit", "6"}} {
 		if _, _, err := runTabula(t, append([]string{"bench", "--addr", addr}, bad...)...); err == nil {
 			t.Errorf("bench %v succeeded, want an error", bad)
 		}
@@ -151,6 +152,54 @@ func TestBenchCompareEmulator(t *testing.T) {
 		t.Errorf("JSON report: %d targets, ratios %v", len(rep.Targets), rep.Ratios)
 	}
 	checkResults(t, rep.Targets[1], cfg.workloads, 60)
+}
+
+func TestBenchSplits(t *testing.T) {
+	for _, tc := range []struct {
+		rows, tablets int
+		want          []string
+	}{
+		{100, 0, nil},
+		{100, 1, nil},
+		{100, 2, []string{benchKey(50)}},
+		{100, 4, []string{benchKey(25), benchKey(50), benchKey(75)}},
+		{10, 3, []string{benchKey(3), benchKey(6)}},
+		{3, 3, []string{benchKey(1), benchKey(2)}},
+	} {
+		if got := benchSplits(tc.rows, tc.tablets); !slices.Equal(got, tc.want) {
+			t.Errorf("benchSplits(%d, %d) = %q, want %q", tc.rows, tc.tablets, got, tc.want)
+		}
+	}
+}
+
+// TestBenchPresplit runs bench --presplit against tabula dev, which
+// creates the table with the initial splits, and keeps the table to
+// look at its tablets.
+func TestBenchPresplit(t *testing.T) {
+	addr := startTabula(t)
+	out, _, err := runTabula(t, "bench", "--addr", addr, "--rows", "90", "--concurrency", "3",
+		"--value-size", "100", "--presplit", "3", "--workloads", "seqwrite,scan", "--keep", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("bad JSON %v:\n%s", err, out)
+	}
+	if rep.Presplit != 3 {
+		t.Errorf("report presplit = %d, want 3", rep.Presplit)
+	}
+	checkResults(t, rep.Targets[0], []string{wlSeqWrite, wlScan}, 90)
+	c := dialTest(t, addr)
+	keys, err := c.data.Open("tabula-bench").SampleRowKeys(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{benchKey(30), benchKey(60)} {
+		if !slices.Contains(keys, k) {
+			t.Errorf("SampleRowKeys %q lacks the split %q", keys, k)
+		}
+	}
 }
 
 func TestPercentile(t *testing.T) {
