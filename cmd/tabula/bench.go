@@ -223,7 +223,8 @@ func benchTarget(ctx context.Context, b benchConfig, target string, cf connFlags
 		return tr, err
 	}
 	defer c.Close()
-	inMemory, err := createBenchTable(ctx, c, b.table, benchSplits(b.rows, b.presplit))
+	splits := benchSplits(b.rows, b.presplit)
+	inMemory, err := createBenchTable(ctx, c, b.table, splits)
 	if err != nil {
 		return tr, fmt.Errorf("%s %s: %w", target, cf.addr, err)
 	}
@@ -240,6 +241,9 @@ func benchTarget(ctx context.Context, b benchConfig, target string, cf connFlags
 		memNote = "no in-memory locality groups on this server (no tabula.admin.v1.LocalityGroups); fell back to a normal family"
 	}
 	r := &benchRunner{cfg: b, tbl: c.data.Open(b.table), progress: progress, target: target, pool: valuePool(b.valueSize)}
+	if err := r.awaitTablets(ctx, append([]string{benchKey(0)}, splits...)); err != nil {
+		return tr, fmt.Errorf("%s %s: %w", target, cf.addr, err)
+	}
 	selected := func(w string) bool { return slices.Contains(b.workloads, w) }
 	for _, w := range allWorkloads {
 		if !selected(w) {
@@ -360,6 +364,21 @@ func (r *benchRunner) write(ctx context.Context, rng *rand.Rand, family string, 
 		n += int64(len(v))
 	}
 	return n, bulkWriter{tbl: r.tbl}.apply(ctx, keys, muts)
+}
+
+// awaitTablets reads the row at each key, untimed, so that the first
+// workload does not time the wait for a new table's tablets: a cluster's
+// master assigns them only after CreateTable returns, and requests until
+// then are retried. keys are the tablets' start keys.
+func (r *benchRunner) awaitTablets(ctx context.Context, keys []string) error {
+	start := time.Now()
+	for _, k := range keys {
+		if _, err := r.tbl.ReadRow(ctx, k); err != nil {
+			return fmt.Errorf("waiting for the tablet of %s: %w", k, describe(err))
+		}
+	}
+	fmt.Fprintf(r.progress, "%s: %d tablet(s) served after %v\n", r.target, len(keys), time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // fill writes every row of family, untimed, so read workloads have data.
