@@ -33,7 +33,7 @@ func (r *roleFlags) register(cmd *cobra.Command) {
 	f.StringVar(&r.cluster, "cluster", coord.DefaultCluster, "cluster name: the Consul key prefix tabula/<name>/")
 	f.StringVar(&r.http, "http", "", "HTTP listen address for /metrics, /debug/pprof/, /healthz and /status (off when empty)")
 	f.StringVar(&r.logFormat, "log-format", "json", "log format on stderr: json or text")
-	f.DurationVar(&r.sessionTTL, "session-ttl", cluster.DefaultSessionTTL, "Consul session TTL (10s to 24h)")
+	f.DurationVar(&r.sessionTTL, "session-ttl", cluster.DefaultSessionTTL, "Consul session TTL (10s to 24h); give every process of a cluster the same: a new master waits this long before declaring dead a server whose session it finds ended")
 	f.DurationVar(&r.lockDelay, "lock-delay", cluster.DefaultLockDelay, "Consul lock-delay after a session ends")
 	_ = cmd.MarkFlagRequired("consul")
 	_ = cmd.MarkFlagRequired("store")

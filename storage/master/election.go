@@ -94,6 +94,28 @@ type ControlOptions struct {
 	// RPCTimeout bounds each call to a tablet server or METADATA. Default
 	// 10s.
 	RPCTimeout time.Duration
+	// ListTimeout bounds the List call that asks a server what it serves,
+	// made of every server every round, in parallel. Default 5s.
+	ListTimeout time.Duration
+	// UnreachableAfter is how long, and over at least three rounds, a
+	// server's List must keep failing before the master ends the server's
+	// session (coord.Service.EndSession; the paper's master deletes the
+	// server's file when it cannot reach the server "during its last
+	// several attempts") rather than wait for the lock service to expire
+	// it. Default 4s; negative turns it off. The master does so only while
+	// some other server answers, so a master cut off from the servers
+	// does not end them all.
+	UnreachableAfter time.Duration
+	// ServerTTL is the longest session TTL of any tablet server: a term
+	// that starts and finds a server's key released (by a predecessor's
+	// EndSession, perhaps, whose wait it cannot know) waits that long
+	// before taking the key. Default: the master's own session TTL.
+	ServerTTL time.Duration
+	// LoadParallelism bounds the Load and Unload requests a round has
+	// outstanding at once. Default 8.
+	LoadParallelism int
+	// SortTimeout bounds one SortLog call. Default 5m.
+	SortTimeout time.Duration
 	Logger     *slog.Logger
 }
 
@@ -111,6 +133,16 @@ type ControlOptions struct {
 //   - A server is declared dead only once the master holds its lock
 //     (TryLockExisting, which waits out the lock-delay) and has deleted its
 //     key; only then are its tablets reassigned, recovering from its log.
+//     The lock comes free when the lock service expires the server's
+//     session, or sooner when the master ends it (EndSession) after the
+//     server failed to answer List for UnreachableAfter; the master then
+//     waits a further session TTL (plus a tenth) before taking the key, as
+//     the server may believe its lease valid that long. A term that starts
+//     with a server's key already released waits the same, not knowing
+//     when its predecessor ended it.
+//   - Lists go to all servers at once; Loads and Unloads go out in
+//     parallel; a dead server's log is sorted (SortLog) in the background
+//     while its user tablets wait.
 //     Until then a server whose key is released keeps its tablets (its last
 //     report, and METADATA's location for any it never reported) and is
 //     sent nothing.
@@ -179,6 +211,18 @@ func NewControl(opts ControlOptions) (*Control, error) {
 	}
 	if opts.RPCTimeout <= 0 {
 		opts.RPCTimeout = 10 * time.Second
+	}
+	if opts.ListTimeout <= 0 {
+		opts.ListTimeout = 5 * time.Second
+	}
+	if opts.UnreachableAfter == 0 {
+		opts.UnreachableAfter = 4 * time.Second
+	}
+	if opts.LoadParallelism <= 0 {
+		opts.LoadParallelism = 8
+	}
+	if opts.SortTimeout <= 0 {
+		opts.SortTimeout = 5 * time.Minute
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -275,14 +319,19 @@ func (c *Control) pause(ctx context.Context) {
 
 // epochs hands out assignment epochs from blocks reserved in coord.
 type epochs struct {
-	kv          coord.KV
-	block       uint64
+	kv    coord.KV
+	block uint64
+
+	mu          sync.Mutex
 	next, limit uint64 // [next, limit) reserved and unused
 }
 
 // take returns a fresh epoch, reserving a new block when the current one is
 // used up. The counter only grows, so an epoch is never handed out twice.
+// It is safe for concurrent use (loads complete in parallel).
 func (e *epochs) take(ctx context.Context) (uint64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for e.next >= e.limit {
 		var cur, index uint64
 		ent, err := e.kv.Get(ctx, KeyEpoch)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/tabuladb/tabula/storage/coord"
@@ -38,6 +39,29 @@ type term struct {
 	// released holds, for the current round, the servers whose key is
 	// released but not yet the master's: nothing is sent to them.
 	released map[assign.ServerID]bool
+	// unreachable holds the servers whose List has been failing, since
+	// when and how many times in a row.
+	unreachable map[assign.ServerID]*failing
+	// fenced holds, by server key, the time before which the master must
+	// not take a key whose session it ended (or found released at the
+	// start of the term): the holder may believe its lease valid until
+	// then.
+	fenced map[string]time.Time
+	// serverTTL is ControlOptions.ServerTTL, resolved.
+	serverTTL time.Duration
+	// sorted receives the outcome of the SortLog calls under way.
+	sorted chan sortOutcome
+}
+
+type failing struct {
+	key   string
+	since time.Time
+	count int
+}
+
+type sortOutcome struct {
+	dead assign.ServerID
+	err  error
 }
 
 type request struct {
@@ -67,8 +91,15 @@ func (c *Control) lead(ctx context.Context, sess coord.Session, lock coord.Lock)
 		ep:       epochs{kv: c.opts.Coord, block: c.opts.EpochBlock},
 		keys:     make(map[string]coord.Entry),
 		reports:  make(map[assign.ServerID][]assign.Served),
-		dead:     make(map[assign.ServerID]assign.LogState),
-		inflight: make(map[assign.TabletID]*request),
+		dead:        make(map[assign.ServerID]assign.LogState),
+		inflight:    make(map[assign.TabletID]*request),
+		unreachable: make(map[assign.ServerID]*failing),
+		fenced:      make(map[string]time.Time),
+		serverTTL:   c.opts.ServerTTL,
+		sorted:      make(chan sortOutcome, 16),
+	}
+	if t.serverTTL <= 0 {
+		t.serverTTL = sess.TTL()
 	}
 	err := t.run(ctx)
 	if t.lost() {
@@ -101,8 +132,13 @@ func (t *term) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	start := t.c.opts.Clock.Now()
 	for _, e := range entries {
 		t.keys[e.Key] = e
+		if _, ok := coord.ServerID(e.Key); ok && e.Session == "" {
+			// A predecessor may have ended this session moments ago.
+			t.fenced[e.Key] = start.Add(fenceWait(t.serverTTL))
+		}
 	}
 
 	wake := make(chan struct{}, 1)
@@ -139,6 +175,8 @@ func (t *term) run(ctx context.Context) error {
 				return errors.New("master: servers/ watch ended")
 			}
 			t.apply(ev)
+		case r := <-t.sorted:
+			t.sortDone(r)
 		case <-wake:
 		}
 		stop()
@@ -157,6 +195,11 @@ func (t *term) run(ctx context.Context) error {
 		}
 	}
 }
+
+// fenceWait is how long after ending a session of the given TTL the master
+// waits before taking its keys: the TTL, plus a tenth for the holder's
+// clock running slow and the EndSession call's own latency.
+func fenceWait(ttl time.Duration) time.Duration { return ttl + ttl/10 }
 
 // apply folds a watch event into the picture of servers/.
 func (t *term) apply(ev coord.Event) {
@@ -195,6 +238,9 @@ func (t *term) detectDeaths(ctx context.Context) error {
 		if t.lost() {
 			return errLost
 		}
+		if until, ok := t.fenced[key]; ok && t.c.opts.Clock.Now().Before(until) {
+			continue // the holder of an ended session may still act
+		}
 		if e.Session != t.sess.ID() {
 			_, err := t.sess.TryLockExisting(ctx, key, []byte(t.c.opts.Name))
 			switch {
@@ -207,21 +253,69 @@ func (t *term) detectDeaths(ctx context.Context) error {
 				return fmt.Errorf("master: lock %s: %w", key, err)
 			}
 		}
-		// The lock is ours: the server cannot serve any more.
-		t.dead[assign.ServerID(id)] = assign.LogUnsorted
+		// The lock is ours: the server cannot serve any more. (A stale
+		// watch event may show the key again after its delete: the log's
+		// state, a sort under way or done, stays.)
+		if _, known := t.dead[assign.ServerID(id)]; !known {
+			t.dead[assign.ServerID(id)] = assign.LogUnsorted
+		}
 		if err := t.c.opts.Coord.Delete(ctx, key); err != nil {
 			// Still dead (we hold its lock); the delete is retried next
 			// round, the key being locked by our session.
 			return fmt.Errorf("master: delete %s: %w", key, err)
 		}
 		delete(t.keys, key)
+		delete(t.fenced, key)
 		t.c.opts.Logger.Info("master: server dead", "server", id)
 	}
 	return nil
 }
 
-// round gathers a State, plans, and carries the actions out. progressed
-// says whether it sent requests.
+// fenceUnreachable ends the session of every server whose List has failed
+// for UnreachableAfter over at least three rounds, so that it can be
+// declared dead a TTL later instead of when the lock service expires the
+// session (up to twice the TTL on Consul) plus the lock-delay. It does
+// nothing unless some other server answered this round: a master that
+// reaches no server is more likely cut off itself.
+func (t *term) fenceUnreachable(ctx context.Context, answered int) {
+	if t.c.opts.UnreachableAfter < 0 || answered == 0 {
+		return
+	}
+	now := t.c.opts.Clock.Now()
+	for id, f := range t.unreachable {
+		if f.count < 3 || now.Sub(f.since) < t.c.opts.UnreachableAfter {
+			continue
+		}
+		key := f.key
+		e, ok := t.keys[key]
+		if !ok || e.Session == "" || e.Session == t.sess.ID() {
+			continue
+		}
+		if t.lost() {
+			return
+		}
+		ttl, err := t.c.opts.Coord.EndSession(ctx, e.Session)
+		switch {
+		case errors.Is(err, coord.ErrSessionGone):
+			// Expired meanwhile: the watch will show the key released, and
+			// the lock service waited at least a TTL.
+			continue
+		case err != nil:
+			t.c.opts.Logger.Warn("master: end session", "server", id, "err", err)
+			continue
+		}
+		t.fenced[key] = t.c.opts.Clock.Now().Add(fenceWait(ttl))
+		e.Session = ""
+		t.keys[key] = e
+		delete(t.unreachable, id)
+		t.c.opts.Logger.Info("master: server unreachable, session ended", "server", id,
+			"failing_for", now.Sub(f.since).String(), "attempts", f.count, "declare_dead_in", fenceWait(ttl).String())
+	}
+}
+
+// round gathers a State, plans, and carries the actions out: loads and
+// unloads in parallel (up to LoadParallelism at once), log sorts in the
+// background. progressed says whether it sent requests.
 func (t *term) round(ctx context.Context) (progressed bool, err error) {
 	if err := t.detectDeaths(ctx); err != nil {
 		return false, err
@@ -234,17 +328,45 @@ func (t *term) round(ctx context.Context) (progressed bool, err error) {
 	for _, tb := range st.Tablets {
 		tablets[tb.ID] = tb
 	}
+	var calls []call
 	for _, a := range assign.Plan(st, t.c.opts.Plan) {
 		if t.lost() {
 			return progressed, errLost
 		}
-		again, err := t.execute(ctx, tablets, a)
-		progressed = progressed || again
-		if err != nil {
-			t.c.opts.Logger.Warn("master: action", "action", a.String(), "err", err)
+		if c := t.prepare(ctx, st, tablets, a); c.run != nil {
+			calls = append(calls, c)
 		}
 	}
-	return progressed, ctx.Err()
+	t.send(ctx, calls)
+	return progressed || len(calls) > 0, ctx.Err()
+}
+
+// call is a request to a tablet server that prepare has recorded in
+// flight and send carries out.
+type call struct {
+	action assign.Action
+	run    func(context.Context) error
+}
+
+// send runs calls, LoadParallelism at a time, and logs their failures. A
+// failed call stays in flight (its outcome is unknown); the planner resends
+// it after its timeout.
+func (t *term) send(ctx context.Context, calls []call) {
+	sem := make(chan struct{}, t.c.opts.LoadParallelism)
+	var wg sync.WaitGroup
+	for _, c := range calls {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if t.lost() {
+				return
+			}
+			if err := c.run(ctx); err != nil {
+				t.c.opts.Logger.Warn("master: action", "action", c.action.String(), "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // observe builds the State: live servers and what they report, servers
@@ -264,6 +386,35 @@ func (t *term) observe(ctx context.Context) (assign.State, error) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	// Ask every server with a session what it serves, all at once: one
+	// that does not answer costs the round ListTimeout, not one each.
+	type listed struct {
+		served []assign.Served
+		err    error
+	}
+	answers := make(map[assign.ServerID]*listed)
+	var wg sync.WaitGroup
+	for _, key := range keys {
+		e := t.keys[key]
+		sid, ok := coord.ServerID(key)
+		if !ok || e.Session == "" {
+			continue
+		}
+		if _, isDead := t.dead[assign.ServerID(sid)]; isDead {
+			continue
+		}
+		l := &listed{}
+		answers[assign.ServerID(sid)] = l
+		wg.Go(func() {
+			lctx, cancel := context.WithTimeout(ctx, t.c.opts.ListTimeout)
+			defer cancel()
+			l.served, l.err = t.c.opts.Servers.List(lctx, sid)
+		})
+	}
+	wg.Wait()
+	now := t.c.opts.Clock.Now()
+	answered := 0
+	var skip error
 	for _, key := range keys {
 		e := t.keys[key]
 		sid, ok := coord.ServerID(key)
@@ -278,8 +429,10 @@ func (t *term) observe(ctx context.Context) (assign.State, error) {
 		srv := assign.Server{ID: id, Addr: string(e.Value)}
 		if e.Session == "" {
 			t.released[id] = true
-			// Released but not yet ours (lock-delay): the server may still
-			// be serving until its lease runs out. Keep its tablets where
+			delete(t.unreachable, id)
+			// Released but not yet ours (lock-delay, or the wait after
+			// the master ended its session): the server may still be
+			// serving until its lease runs out. Keep its tablets where
 			// they are (its last report, and METADATA's location for any
 			// it never reported) and give it nothing: Draining keeps new
 			// tablets off it, and unloads to it are not sent.
@@ -293,23 +446,41 @@ func (t *term) observe(ctx context.Context) (assign.State, error) {
 			st.Live = append(st.Live, srv)
 			continue
 		}
-		rctx, cancel := t.rpcCtx(ctx)
-		served, err := t.c.opts.Servers.List(rctx, sid)
-		cancel()
-		if err != nil {
+		a := answers[id]
+		served := a.served
+		if a.err != nil {
+			f := t.unreachable[id]
+			if f == nil {
+				f = &failing{key: key, since: now}
+				t.unreachable[id] = f
+			}
+			f.count++
 			prev, known := t.reports[id]
 			if !known {
 				// Without any report, its tablets would look unserved and
-				// be assigned twice: skip this round.
-				return st, fmt.Errorf("master: list %s: %w", sid, err)
+				// be assigned twice: skip this round (after fencing).
+				skip = fmt.Errorf("master: list %s: %w", sid, a.err)
+				continue
 			}
 			// A stale report plus the requests in flight is still a safe
 			// picture: nothing it served is given away.
 			served = prev
+		} else {
+			answered++
+			delete(t.unreachable, id)
 		}
 		t.reports[id] = served
 		srv.Serving = served
 		st.Live = append(st.Live, srv)
+	}
+	for id := range t.unreachable {
+		if !present[id] {
+			delete(t.unreachable, id)
+		}
+	}
+	t.fenceUnreachable(ctx, answered)
+	if skip != nil {
+		return st, skip
 	}
 	for id := range t.reports {
 		if !present[id] {
@@ -320,7 +491,6 @@ func (t *term) observe(ctx context.Context) (assign.State, error) {
 	for id, log := range t.dead {
 		st.Dead = append(st.Dead, assign.DeadServer{ID: id, Log: log})
 	}
-	now := t.c.opts.Clock.Now()
 	for _, r := range t.inflight {
 		in := r.InFlight
 		in.Age = now.Sub(r.sent)
@@ -394,9 +564,12 @@ func (t *term) settle(st assign.State) {
 	t.c.mu.Unlock()
 }
 
-// execute carries out one action. again says the state changed so that
-// planning again at once may yield more (a request was sent).
-func (t *term) execute(ctx context.Context, tablets map[assign.TabletID]assign.Tablet, a assign.Action) (again bool, err error) {
+// prepare does the bookkeeping of one action in the loop's goroutine and
+// returns the request to send, if any. Loads and unloads are recorded in
+// flight before they are sent: from then on the planner must not place the
+// tablet elsewhere, whatever the call returns. A log sort starts in the
+// background; its outcome arrives on t.sorted.
+func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.TabletID]assign.Tablet, a assign.Action) call {
 	now := t.c.opts.Clock.Now()
 	switch a.Kind {
 	case assign.Assign:
@@ -404,53 +577,99 @@ func (t *term) execute(ctx context.Context, tablets map[assign.TabletID]assign.T
 		if !ok || t.released[a.Server] {
 			// A resend to a server that may be dying waits: once the master
 			// holds its lock the load is void and the tablet goes elsewhere.
-			return false, nil
+			return call{}
 		}
-		// Record before sending: from now on the planner must not place the
-		// tablet elsewhere, whatever the call returns.
 		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: a.Tablet, Server: a.Server}, sent: now}
-		rctx, cancel := t.rpcCtx(ctx)
-		err := t.c.opts.Servers.Load(rctx, string(a.Server), tb, Recovery{From: string(a.RecoverFrom), Sorted: a.SortedLog})
-		cancel()
-		if err != nil {
-			// The outcome is unknown (the server may be loading): the
-			// record stays and the planner resends after the timeout.
-			return true, fmt.Errorf("load %s on %s: %w", a.Tablet, a.Server, err)
-		}
-		if t.lost() {
-			return true, errLost
-		}
-		epoch, err := t.ep.take(ctx)
-		if err != nil {
-			return true, err
-		}
-		rctx, cancel = t.rpcCtx(ctx)
-		defer cancel()
-		if err := t.c.opts.Metadata.SetLocation(rctx, string(a.Tablet), string(a.Server), epoch); err != nil {
-			return true, fmt.Errorf("set location of %s: %w", a.Tablet, err)
-		}
-		return true, nil
+		rec := Recovery{From: string(a.RecoverFrom), Sorted: a.SortedLog}
+		return call{action: a, run: func(ctx context.Context) error { return t.load(ctx, tb, a.Server, rec) }}
 	case assign.Unassign:
 		if t.released[a.Server] {
-			return false, nil // it may be dying: nothing is sent to it
+			return call{} // it may be dying: nothing is sent to it
 		}
 		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.UnloadRequest, Tablet: a.Tablet, Server: a.Server, To: a.To}, sent: now}
-		rctx, cancel := t.rpcCtx(ctx)
-		defer cancel()
-		if err := t.c.opts.Servers.Unload(rctx, string(a.Server), string(a.Tablet)); err != nil {
-			return true, fmt.Errorf("unload %s from %s: %w", a.Tablet, a.Server, err)
-		}
-		return true, nil
+		return call{action: a, run: func(ctx context.Context) error {
+			rctx, cancel := t.rpcCtx(ctx)
+			defer cancel()
+			if err := t.c.opts.Servers.Unload(rctx, string(a.Server), string(a.Tablet)); err != nil {
+				return fmt.Errorf("unload %s from %s: %w", a.Tablet, a.Server, err)
+			}
+			return nil
+		}}
 	case assign.SortLog:
-		// No log sorter yet: recover from the unsorted log rather than
-		// hold the dead server's tablets back for a sort that never comes.
-		if _, ok := t.dead[a.Server]; ok {
-			t.dead[a.Server] = assign.LogSortFailed
-		}
-		return true, nil // plan again now: the tablets it held back can go
+		t.startSort(ctx, st, a.Server)
 	case assign.Rescan:
 		// METADATA is read afresh every round.
-		return false, nil
 	}
-	return false, nil
+	return call{}
+}
+
+// load asks server to load tb and, once it has, records the new location
+// in METADATA under a fresh epoch.
+func (t *term) load(ctx context.Context, tb assign.Tablet, server assign.ServerID, rec Recovery) error {
+	rctx, cancel := t.rpcCtx(ctx)
+	err := t.c.opts.Servers.Load(rctx, string(server), tb, rec)
+	cancel()
+	if err != nil {
+		// The outcome is unknown (the server may be loading): the record
+		// stays and the planner resends after the timeout.
+		return fmt.Errorf("load %s on %s: %w", tb.ID, server, err)
+	}
+	if t.lost() {
+		return errLost
+	}
+	epoch, err := t.ep.take(ctx)
+	if err != nil {
+		return err
+	}
+	rctx, cancel = t.rpcCtx(ctx)
+	defer cancel()
+	if err := t.c.opts.Metadata.SetLocation(rctx, string(tb.ID), string(server), epoch); err != nil {
+		return fmt.Errorf("set location of %s: %w", tb.ID, err)
+	}
+	return nil
+}
+
+// startSort starts sorting dead's log on the active live servers, unless
+// a sort is under way or done. Without a server to sort on, the log is
+// recovered from unsorted.
+func (t *term) startSort(ctx context.Context, st assign.State, dead assign.ServerID) {
+	if t.dead[dead] != assign.LogUnsorted {
+		return
+	}
+	var sorters []string
+	for _, s := range st.Live {
+		if !s.Draining && !t.released[s.ID] && t.unreachable[s.ID] == nil {
+			sorters = append(sorters, string(s.ID))
+		}
+	}
+	if len(sorters) == 0 {
+		t.dead[dead] = assign.LogSortFailed
+		return
+	}
+	t.dead[dead] = assign.LogSorting
+	t.c.opts.Logger.Info("master: sorting log", "server", dead, "sorters", len(sorters))
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, t.c.opts.SortTimeout)
+		defer cancel()
+		err := t.c.opts.Servers.SortLog(sctx, string(dead), sorters)
+		select {
+		case t.sorted <- sortOutcome{dead: dead, err: err}:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// sortDone records the outcome of a sort: the dead server's tablets are
+// then loaded from the sorted log, or from the unsorted one if it failed.
+func (t *term) sortDone(r sortOutcome) {
+	if t.dead[r.dead] != assign.LogSorting {
+		return // its tablets were recovered meanwhile, or it is forgotten
+	}
+	if r.err != nil {
+		t.c.opts.Logger.Warn("master: sorting log failed; recovering from the unsorted log", "server", r.dead, "err", r.err)
+		t.dead[r.dead] = assign.LogSortFailed
+		return
+	}
+	t.c.opts.Logger.Info("master: log sorted", "server", r.dead)
+	t.dead[r.dead] = assign.LogSorted
 }

@@ -32,10 +32,19 @@ type fakeServers struct {
 	calls      []string
 	lists      int
 	violations []string
+	// loadDelay is real time each Load takes; loading and maxLoading
+	// count the Loads under way.
+	loadDelay           time.Duration
+	loading, maxLoading int
+	// sortErr is what SortLog returns; sortedLoads records the loads
+	// that were sent with a sorted log.
+	sortErr     error
+	sortedLoads []string
 }
 
 func newFakeServers(svc *coord.Local) *fakeServers {
 	return &fakeServers{
+		sortErr:   errors.New("fake: no sorter"),
 		svc:       svc,
 		serving:   make(map[string]map[assign.TabletID]assign.Tablet),
 		down:      make(map[string]bool),
@@ -62,9 +71,24 @@ func (f *fakeServers) List(_ context.Context, server string) ([]assign.Served, e
 
 func (f *fakeServers) Load(ctx context.Context, server string, t assign.Tablet, rec Recovery) error {
 	recoverFrom := rec.From
+	if f.loadDelay > 0 {
+		f.mu.Lock()
+		f.loading++
+		f.maxLoading = max(f.maxLoading, f.loading)
+		f.mu.Unlock()
+		time.Sleep(f.loadDelay)
+		defer func() {
+			f.mu.Lock()
+			f.loading--
+			f.mu.Unlock()
+		}()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("load %s %s %s", t.ID, server, recoverFrom))
+	if rec.Sorted {
+		f.sortedLoads = append(f.sortedLoads, string(t.ID))
+	}
 	if f.down[server] {
 		return errDown
 	}
@@ -241,10 +265,10 @@ func newCluster(t *testing.T, servers ...string) *cluster {
 }
 
 // startMaster runs a Control named name until the test ends or stop is
-// called.
-func (c *cluster) startMaster(name string) (stop func()) {
+// called. tune, if given, adjusts its options.
+func (c *cluster) startMaster(name string, tune ...func(*ControlOptions)) (stop func()) {
 	c.t.Helper()
-	ctl, err := NewControl(ControlOptions{
+	opts := ControlOptions{
 		Coord:    c.svc,
 		Servers:  c.servers,
 		Metadata: c.meta,
@@ -252,7 +276,11 @@ func (c *cluster) startMaster(name string) (stop func()) {
 		Clock:    c.clock,
 		Tick:     testTick,
 		Logger:   quietLogger(),
-	})
+	}
+	for _, f := range tune {
+		f(&opts)
+	}
+	ctl, err := NewControl(opts)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -539,9 +567,19 @@ func TestControlFailover(t *testing.T) {
 	if len(epochs) <= len(epochsBefore) {
 		t.Fatalf("no new epochs after failover: %v", epochs)
 	}
-	for i := 1; i < len(epochs); i++ {
-		if epochs[i] <= epochs[i-1] {
-			t.Fatalf("epochs %v do not strictly increase", epochs)
+	// Loads complete in parallel, so SetLocation calls may come out of
+	// epoch order; what must hold is that no epoch is handed out twice and
+	// that the new master's are all above its predecessor's.
+	seen := make(map[uint64]bool)
+	for _, e := range epochs {
+		if seen[e] {
+			t.Fatalf("epoch %d handed out twice: %v", e, epochs)
+		}
+		seen[e] = true
+	}
+	for _, e := range epochs[len(epochsBefore):] {
+		if e <= slices.Max(epochsBefore) {
+			t.Fatalf("epoch %d after failover is not above every epoch before it (%v)", e, epochsBefore)
 		}
 	}
 }
@@ -649,5 +687,171 @@ func (f *fakeServers) SortLog(_ context.Context, dead string, sorters []string) 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("sortlog %s %v", dead, sorters))
-	return errors.New("fake: no sorter")
+	return f.sortErr
+}
+
+// A server that stops answering, its session still alive (a process killed
+// on a machine whose lock-service session has not expired yet, or one
+// paused), has its session ended by the master after UnreachableAfter; its
+// tablets move a session TTL later, not before.
+func TestControlEndsSessionOfUnreachableServer(t *testing.T) {
+	c := newCluster(t, "s1", "s2", "s3")
+	c.startMaster("m1")
+	c.waitFor("all tablets served", 0, c.allServed)
+	n := c.servers.ncalls()
+	killed := c.clock.Now()
+	c.servers.kill("s2") // no Expire: only the master can end its session
+	sess := c.sessions["s2"]
+
+	// Until the master ends the session, nothing of s2's moves.
+	for !isDone(sess) {
+		if c.clock.Now().Sub(killed) > time.Minute {
+			t.Fatal("the master never ended the unreachable server's session")
+		}
+		if calls := c.servers.callsSince(n); len(calls) > 0 {
+			t.Fatalf("calls before s2's session ended: %v", calls)
+		}
+		c.clock.Advance(250 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+	}
+	ended := c.clock.Now()
+	if after := ended.Sub(killed); after < 4*time.Second {
+		t.Fatalf("session ended %v after the server stopped answering, before UnreachableAfter (4s)", after)
+	}
+	// For a TTL after that, s2 may still think its lease valid: nothing
+	// of its tablets moves.
+	for c.clock.Now().Sub(ended) < sess.TTL() {
+		if calls := c.servers.callsSince(n); len(calls) > 0 {
+			t.Fatalf("calls %v after %v, within the TTL (%v) of ending s2's session", calls, c.clock.Now().Sub(ended), sess.TTL())
+		}
+		c.clock.Advance(250 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+	}
+	c.waitFor("s2's tablets served elsewhere", testTick, c.allServed)
+	for _, call := range c.servers.callsSince(n) {
+		if f := strings.Fields(call); f[0] != "load" || len(f) != 4 || f[3] != "s2" {
+			t.Fatalf("call %q: want loads recovering from s2", call)
+		}
+	}
+	if took := c.clock.Now().Sub(killed); took > 25*time.Second {
+		t.Fatalf("tablets moved %v after the server stopped answering; want about UnreachableAfter + 1.1×TTL", took)
+	}
+}
+
+// A master that reaches no server at all ends nobody's session: it is more
+// likely cut off itself.
+func TestControlEndsNoSessionWhenNoServerAnswers(t *testing.T) {
+	c := newCluster(t, "s1", "s2")
+	c.startMaster("m1")
+	c.waitFor("all tablets served", 0, c.allServed)
+	c.servers.kill("s1")
+	c.servers.kill("s2")
+	for range 120 {
+		c.clock.Advance(500 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+	}
+	for _, s := range []string{"s1", "s2"} {
+		if isDone(c.sessions[s]) {
+			t.Fatalf("%s's session was ended while no server answered", s)
+		}
+	}
+}
+
+// A new master that finds a server's key released does not take it for a
+// server TTL: its predecessor may have just ended the session.
+func TestControlWaitsOutReleasedKeyAtStart(t *testing.T) {
+	c := newCluster(t, "s1", "s2")
+	stop := c.startMaster("m1")
+	c.waitFor("all tablets served", 0, c.allServed)
+	stop()
+	c.servers.kill("s2")
+	if _, err := c.svc.EndSession(context.Background(), c.sessions["s2"].ID()); err != nil {
+		t.Fatal(err)
+	}
+	start := c.clock.Now()
+	c.startMaster("m2")
+	n := c.servers.ncalls()
+	for c.clock.Now().Sub(start) < 10*time.Second {
+		if calls := c.servers.callsSince(n); len(calls) > 0 {
+			t.Fatalf("calls %v %v after the new master started, within the server TTL", calls, c.clock.Now().Sub(start))
+		}
+		c.clock.Advance(250 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+	}
+	c.waitFor("s2's tablets served elsewhere", testTick, c.allServed)
+}
+
+// A round's loads go out in parallel.
+func TestControlLoadsInParallel(t *testing.T) {
+	c := newCluster(t, "s1", "s2")
+	c.servers.loadDelay = 100 * time.Millisecond
+	c.startMaster("m1")
+	c.waitFor("all tablets served", 0, c.allServed)
+	c.servers.mu.Lock()
+	most := c.servers.maxLoading
+	c.servers.mu.Unlock()
+	if most < 2 {
+		t.Fatalf("at most %d loads under way at once; want the six user tablets loaded in parallel", most)
+	}
+}
+
+// When many of a dead server's tablets wait, its log is sorted first and
+// they load from the sorted log; if sorting fails, from the unsorted one.
+func TestControlSortsDeadServersLog(t *testing.T) {
+	for _, sortFails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sortFails=%v", sortFails), func(t *testing.T) {
+			c := newCluster(t, "s1", "s2")
+			if !sortFails {
+				c.servers.sortErr = nil
+			}
+			c.startMaster("m1", func(o *ControlOptions) { o.Plan.SortLogMin = 2 })
+			c.waitFor("all tablets served", 0, c.allServed)
+			var lost []string
+			for id, ss := range c.servers.where() {
+				if ss[0] == "s2" && strings.HasPrefix(string(id), "u") {
+					lost = append(lost, string(id))
+				}
+			}
+			if len(lost) < 2 {
+				t.Fatalf("s2 serves user tablets %v; the test needs at least 2", lost)
+			}
+			n := c.servers.ncalls()
+			c.kill("s2")
+			c.waitFor("s2's tablets served elsewhere", testTick, c.allServed)
+			calls := c.servers.callsSince(n)
+			sorts := 0
+			for _, call := range calls {
+				if call == "sortlog s2 [s1]" {
+					sorts++
+				} else if strings.HasPrefix(call, "load u") && sorts == 0 {
+					t.Fatalf("calls after s2 died = %v: a user tablet loaded before the sort", calls)
+				}
+			}
+			if sorts != 1 {
+				t.Fatalf("calls after s2 died = %v, want one sort of its log on s1", calls)
+			}
+			c.servers.mu.Lock()
+			sorted := slices.Sorted(slices.Values(c.servers.sortedLoads))
+			c.servers.mu.Unlock()
+			slices.Sort(lost)
+			want := lost
+			if sortFails {
+				want = nil
+			}
+			// Root and METADATA tablets never wait for a sort.
+			sorted = slices.DeleteFunc(sorted, func(id string) bool { return !strings.HasPrefix(id, "u") })
+			if !slices.Equal(sorted, want) {
+				t.Fatalf("loads from the sorted log %v, want %v", sorted, want)
+			}
+		})
+	}
+}
+
+func isDone(s coord.Session) bool {
+	select {
+	case <-s.Done():
+		return true
+	default:
+		return false
+	}
 }
