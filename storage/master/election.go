@@ -116,7 +116,7 @@ type ControlOptions struct {
 	LoadParallelism int
 	// SortTimeout bounds one SortLog call. Default 5m.
 	SortTimeout time.Duration
-	Logger     *slog.Logger
+	Logger      *slog.Logger
 }
 
 // Control is the master's control loop: election through coord.KeyMaster,

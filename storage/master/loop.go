@@ -85,12 +85,12 @@ func (c *Control) lead(ctx context.Context, sess coord.Session, lock coord.Lock)
 		cancel()
 	}()
 	t := &term{
-		c:        c,
-		sess:     sess,
-		lock:     lock,
-		ep:       epochs{kv: c.opts.Coord, block: c.opts.EpochBlock},
-		keys:     make(map[string]coord.Entry),
-		reports:  make(map[assign.ServerID][]assign.Served),
+		c:           c,
+		sess:        sess,
+		lock:        lock,
+		ep:          epochs{kv: c.opts.Coord, block: c.opts.EpochBlock},
+		keys:        make(map[string]coord.Entry),
+		reports:     make(map[assign.ServerID][]assign.Served),
 		dead:        make(map[assign.ServerID]assign.LogState),
 		inflight:    make(map[assign.TabletID]*request),
 		unreachable: make(map[assign.ServerID]*failing),
