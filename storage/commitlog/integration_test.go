@@ -20,6 +20,9 @@ func TestS3(t *testing.T) {
 		"SegmentRollover":  testSegmentRollover,
 		"Truncate":         testTruncate,
 		"GroupCommit":      testGroupCommit,
+		"SortedReplay":     testSortedReplayMatchesLog,
+		"SortCorruption":   testSortFailsOnCorruption,
+		"SortedMissing":    testReplaySortedMissingSegment,
 	} {
 		t.Run(name, func(t *testing.T) { test(t, s3) })
 	}

@@ -1,6 +1,7 @@
 package commitlog
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -48,21 +49,9 @@ func listObjects(ctx context.Context, store blob.Store, prefix string) ([]logObj
 	}
 	var objs []logObject
 	for _, a := range attrs {
-		rest := strings.TrimPrefix(a.Name, prefix)
-		segStr, offStr, ok := strings.Cut(rest, "/")
-		if !ok || len(segStr) != 20 {
-			continue
+		if o, ok := parseObjectName(prefix, a); ok {
+			objs = append(objs, o)
 		}
-		offStr, ok = strings.CutSuffix(offStr, ".log")
-		if !ok || len(offStr) != 20 {
-			continue
-		}
-		seg, err1 := strconv.ParseUint(segStr, 10, 64)
-		off, err2 := strconv.ParseInt(offStr, 10, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		objs = append(objs, logObject{name: a.Name, seg: seg, off: off, size: a.Size})
 	}
 	// Zero-padded names already sort in log order; sorting by number
 	// keeps that true whatever order a Store lists in.
@@ -70,6 +59,43 @@ func listObjects(ctx context.Context, store blob.Store, prefix string) ([]logObj
 		return Position{a.seg, a.off}.Compare(Position{b.seg, b.off})
 	})
 	return objs, nil
+}
+
+// listSegmentObjects returns the objects of segment seg of the log under
+// prefix, in log order. It lists only that segment's names.
+func listSegmentObjects(ctx context.Context, store blob.Store, prefix string, seg uint64) ([]logObject, error) {
+	segPrefix := prefix + segmentName(seg) + "/"
+	attrs, err := store.List(ctx, segPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("commitlog: listing %q: %w", segPrefix, err)
+	}
+	var objs []logObject
+	for _, a := range attrs {
+		if o, ok := parseObjectName(prefix, a); ok && o.seg == seg {
+			objs = append(objs, o)
+		}
+	}
+	slices.SortFunc(objs, func(a, b logObject) int { return cmp.Compare(a.off, b.off) })
+	return objs, nil
+}
+
+// parseObjectName recognises a log object of the log under prefix.
+func parseObjectName(prefix string, a blob.Attrs) (logObject, bool) {
+	rest := strings.TrimPrefix(a.Name, prefix)
+	segStr, offStr, ok := strings.Cut(rest, "/")
+	if !ok || len(segStr) != 20 {
+		return logObject{}, false
+	}
+	offStr, ok = strings.CutSuffix(offStr, ".log")
+	if !ok || len(offStr) != 20 {
+		return logObject{}, false
+	}
+	seg, err1 := strconv.ParseUint(segStr, 10, 64)
+	off, err2 := strconv.ParseInt(offStr, 10, 64)
+	if err1 != nil || err2 != nil {
+		return logObject{}, false
+	}
+	return logObject{name: a.Name, seg: seg, off: off, size: a.Size}, true
 }
 
 // openObject starts a new segment after every existing one. Objects are

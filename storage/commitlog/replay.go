@@ -274,34 +274,44 @@ const replayPrefetch = 8
 // consumer, and returns a function that yields their contents in order.
 // Cancelling ctx stops it.
 func prefetch(ctx context.Context, store blob.Store, objs []logObject) func() ([]byte, error) {
+	return fetchAhead(ctx, len(objs), replayPrefetch, func(ctx context.Context, i int) ([]byte, error) {
+		return store.Get(ctx, objs[i].name)
+	})
+}
+
+// fetchAhead runs fetch(ctx, i) for i in [0, n), at most ahead of them
+// started and not yet consumed, and returns a function that yields their
+// results in order of i; it must be called at most n times. Cancelling ctx
+// stops starting more.
+func fetchAhead[T any](ctx context.Context, n, ahead int, fetch func(context.Context, int) (T, error)) func() (T, error) {
 	type fetched struct {
-		data []byte
-		err  error
+		v   T
+		err error
 	}
-	results := make([]chan fetched, len(objs))
+	results := make([]chan fetched, n)
 	for i := range results {
 		results[i] = make(chan fetched, 1) // fetchers never block
 	}
-	slots := make(chan struct{}, replayPrefetch)
+	slots := make(chan struct{}, ahead)
 	go func() {
-		for i, o := range objs {
+		for i := range n {
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
 				return
 			}
 			go func() {
-				data, err := store.Get(ctx, o.name)
-				results[i] <- fetched{data, err}
+				v, err := fetch(ctx, i)
+				results[i] <- fetched{v, err}
 			}()
 		}
 	}()
 	i := 0
-	return func() ([]byte, error) {
+	return func() (T, error) {
 		f := <-results[i]
 		<-slots
 		i++
-		return f.data, f.err
+		return f.v, f.err
 	}
 }
 
@@ -338,6 +348,9 @@ type segReader struct {
 	size   int64
 	buf    []byte
 	bufOff int64
+	// maxPayload bounds a frame's payload; zero means MaxRecordBytes.
+	// Sorted copies wrap records in slightly larger payloads.
+	maxPayload int64
 }
 
 const readWindow = 1 << 20
@@ -381,10 +394,14 @@ func (s *segReader) header(off int64) (n int, crc uint32, reason string, err err
 	}
 	length := binary.LittleEndian.Uint32(h)
 	crc = binary.LittleEndian.Uint32(h[4:])
+	limit := s.maxPayload
+	if limit == 0 {
+		limit = MaxRecordBytes
+	}
 	switch left := s.size - off - frameHeaderLen; {
 	case length == 0:
 		return 0, 0, "empty frame", nil
-	case length > MaxRecordBytes:
+	case int64(length) > limit:
 		return 0, 0, fmt.Sprintf("frame length %d over the limit", length), nil
 	case int64(length) > left:
 		return 0, 0, fmt.Sprintf("frame length %d runs past the end (%d bytes left)", length, left), nil
