@@ -1,0 +1,278 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
+)
+
+// notProto is bytes no protobuf decoder accepts (a truncated varint field),
+// so a proxy that decoded them would fail.
+var notProto = []byte{0x08, 0xff, 0xff, 0xff}
+
+func TestProxyCodec(t *testing.T) {
+	c := proxyCodec{}
+	if c.Name() != "proto" {
+		t.Fatalf("Name = %q: it must replace gRPC's proto codec", c.Name())
+	}
+	got, err := c.Marshal(&frame{data: notProto})
+	if err != nil || !bytes.Equal(got, notProto) {
+		t.Fatalf("Marshal(frame) = %x, %v; want the frame's bytes", got, err)
+	}
+
+	src := bytes.Clone(notProto)
+	var f frame
+	if err := c.Unmarshal(src, &f); err != nil {
+		t.Fatal(err)
+	}
+	src[0] = 0 // gRPC may reuse its buffer once Unmarshal returns
+	if !bytes.Equal(f.data, notProto) {
+		t.Fatalf("frame holds %x after its source changed, want a copy %x", f.data, notProto)
+	}
+	if err := c.Unmarshal([]byte{1}, &f); err != nil || !bytes.Equal(f.data, []byte{1}) {
+		t.Fatalf("reused frame holds %x, %v; want 01", f.data, err)
+	}
+
+	msg := &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}
+	b, err := c.Marshal(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := proto.Marshal(msg); !bytes.Equal(b, want) {
+		t.Fatalf("Marshal(proto) = %x, want %x", b, want)
+	}
+	var back healthpb.HealthCheckResponse
+	if err := c.Unmarshal(b, &back); err != nil || back.GetStatus() != msg.GetStatus() {
+		t.Fatalf("Unmarshal(proto) = %v, %v", &back, err)
+	}
+
+	if _, err := c.Marshal("a string"); status.Code(err) != codes.Internal {
+		t.Fatalf("Marshal(string): %v, want Internal", err)
+	}
+	var s string
+	if err := c.Unmarshal(b, &s); status.Code(err) != codes.Internal {
+		t.Fatalf("Unmarshal into *string: %v, want Internal", err)
+	}
+}
+
+// rawBackend is the master's side in the proxy tests: it serves any
+// method as raw frames and records what it received.
+type rawBackend struct {
+	mu          sync.Mutex
+	got         [][]byte
+	md          metadata.MD
+	hasDeadline bool
+}
+
+func (b *rawBackend) handle(_ any, ss grpc.ServerStream) error {
+	method, _ := grpc.MethodFromServerStream(ss)
+	md, _ := metadata.FromIncomingContext(ss.Context())
+	_, dl := ss.Context().Deadline()
+	b.mu.Lock()
+	b.md, b.hasDeadline = md, dl
+	b.mu.Unlock()
+	if method == "/test.Raw/Fail" {
+		ss.SetTrailer(metadata.Pairs("why", "asked to"))
+		return status.Error(codes.NotFound, "no such thing")
+	}
+	if err := ss.SendHeader(metadata.Pairs("hdr", "h1")); err != nil {
+		return err
+	}
+	ss.SetTrailer(metadata.Pairs("trl", "t1"))
+	for {
+		f := &frame{}
+		err := ss.RecvMsg(f)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		b.mu.Lock()
+		b.got = append(b.got, bytes.Clone(f.data))
+		b.mu.Unlock()
+		// Answer with the bytes reversed: not an echo the proxy could fake.
+		if err := ss.SendMsg(&frame{data: reversed(f.data)}); err != nil {
+			return err
+		}
+	}
+}
+
+func reversed(b []byte) []byte {
+	out := bytes.Clone(b)
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+// serve starts srv on an in-memory listener and returns a client of it.
+func serve(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// proxySetup is a backend (the master, serving raw frames and the health
+// service) behind a front server (a tablet server forwarding what it does
+// not serve), and a client of the front.
+func proxySetup(t *testing.T, target func(ctx context.Context) (grpc.ClientConnInterface, error)) (*rawBackend, *grpc.ClientConn) {
+	t.Helper()
+	b := &rawBackend{}
+	back := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(b.handle))
+	hs := health.NewServer()
+	hs.SetServingStatus("backend", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(back, hs)
+	backCC := serve(t, back)
+	if target == nil {
+		target = func(context.Context) (grpc.ClientConnInterface, error) { return backCC, nil }
+	}
+	front := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(forwardUnknown(target)))
+	return b, serve(t, front)
+}
+
+func TestForwardUnknownUnaryBytes(t *testing.T) {
+	b, cc := proxySetup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-caller", "me")
+	var out frame
+	var hdr, trl metadata.MD
+	if err := cc.Invoke(ctx, "/test.Raw/Echo", &frame{data: notProto}, &out, grpc.ForceCodec(proxyCodec{}), grpc.Header(&hdr), grpc.Trailer(&trl)); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.got) != 1 || !bytes.Equal(b.got[0], notProto) {
+		t.Fatalf("backend received %x, want exactly %x", b.got, notProto)
+	}
+	if !bytes.Equal(out.data, reversed(notProto)) {
+		t.Fatalf("client received %x, want exactly %x", out.data, reversed(notProto))
+	}
+	if got := b.md.Get("x-caller"); len(got) != 1 || got[0] != "me" {
+		t.Fatalf("backend saw metadata %v, want the caller's x-caller", b.md)
+	}
+	if !b.hasDeadline {
+		t.Fatal("the caller's deadline did not reach the backend")
+	}
+	if got := hdr.Get("hdr"); len(got) != 1 || got[0] != "h1" {
+		t.Fatalf("header %v, want the backend's", hdr)
+	}
+	if got := trl.Get("trl"); len(got) != 1 || got[0] != "t1" {
+		t.Fatalf("trailer %v, want the backend's", trl)
+	}
+}
+
+func TestForwardUnknownStream(t *testing.T) {
+	b, cc := proxySetup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.Raw/Chat", grpc.ForceCodec(proxyCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := [][]byte{notProto, {}, bytes.Repeat([]byte{0xab, 0xcd}, 100_000)}
+	for _, m := range sent {
+		if err := cs.SendMsg(&frame{data: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cs.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var got [][]byte
+	for {
+		f := &frame{}
+		err := cs.RecvMsg(f)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f.data)
+	}
+	if len(got) != len(sent) {
+		t.Fatalf("received %d messages, want %d", len(got), len(sent))
+	}
+	for i := range sent {
+		if !bytes.Equal(got[i], reversed(sent[i])) {
+			t.Fatalf("message %d changed on the way back", i)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range sent {
+		if !bytes.Equal(b.got[i], sent[i]) {
+			t.Fatalf("message %d changed on the way to the backend", i)
+		}
+	}
+	if got := cs.Trailer().Get("trl"); len(got) != 1 {
+		t.Fatalf("trailer %v, want the backend's", cs.Trailer())
+	}
+}
+
+func TestForwardUnknownStatus(t *testing.T) {
+	_, cc := proxySetup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var trl metadata.MD
+	err := cc.Invoke(ctx, "/test.Raw/Fail", &frame{data: []byte{1}}, &frame{}, grpc.ForceCodec(proxyCodec{}), grpc.Trailer(&trl))
+	if s := status.Convert(err); s.Code() != codes.NotFound || s.Message() != "no such thing" {
+		t.Fatalf("err = %v, want the backend's NotFound", err)
+	}
+	if got := trl.Get("why"); len(got) != 1 {
+		t.Fatalf("trailer %v, want the backend's", trl)
+	}
+}
+
+// TestForwardUnknownProto: a client using ordinary protobuf messages (as
+// the admin API's clients do) is answered through the proxy.
+func TestForwardUnknownProto(t *testing.T) {
+	_, cc := proxySetup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: "backend"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("status %v, want the backend's NOT_SERVING", resp.GetStatus())
+	}
+}
+
+func TestForwardUnknownNoTarget(t *testing.T) {
+	_, cc := proxySetup(t, func(context.Context) (grpc.ClientConnInterface, error) {
+		return nil, status.Error(codes.Unavailable, "no active master")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := cc.Invoke(ctx, "/test.Raw/Echo", &frame{data: []byte{1}}, &frame{}, grpc.ForceCodec(proxyCodec{}))
+	if s := status.Convert(err); s.Code() != codes.Unavailable || s.Message() != "no active master" {
+		t.Fatalf("err = %v, want Unavailable from the target", err)
+	}
+}
