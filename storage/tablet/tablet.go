@@ -43,6 +43,13 @@ type Options struct {
 	// that last served the tablet (which may be Log's own directory). The
 	// zero value replays nothing.
 	LogOptions commitlog.Options
+	// SortedLog, when its Store is set, is the sorted copy of the log
+	// LogOptions describe (commitlog.SortSegment; LogOptions must then be
+	// an object-store log): Open reads only this tablet's records from it
+	// (commitlog.ReplaySorted) instead of the whole log. What is replayed
+	// is the same: records from the redo point on, above the flushed
+	// sequence. A segment the copy lacks fails Open.
+	SortedLog commitlog.SortedLog
 
 	// Cache is the block cache shared by the server's SSTables; nil means
 	// none.
@@ -270,7 +277,7 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 	// Replay the log into the memtable.
 	replayed := 0
 	if opts.LogOptions.Dir != "" || opts.LogOptions.Store != nil {
-		res, err := commitlog.Replay(ctx, opts.LogOptions, st.RedoPoint, func(_ commitlog.Position, rec commitlog.Record) error {
+		apply := func(_ commitlog.Position, rec commitlog.Record) error {
 			if rec.Tablet != opts.ID {
 				return nil
 			}
@@ -282,7 +289,14 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 			lastSeq = max(lastSeq, last)
 			replayed++
 			return nil
-		})
+		}
+		var res commitlog.ReplayResult
+		var err error
+		if opts.SortedLog.Store != nil {
+			res, err = commitlog.ReplaySorted(ctx, opts.LogOptions, opts.SortedLog, opts.ID, st.RedoPoint, apply)
+		} else {
+			res, err = commitlog.Replay(ctx, opts.LogOptions, st.RedoPoint, apply)
+		}
 		if err != nil {
 			release()
 			return nil, fmt.Errorf("tablet %s: replaying the commit log: %w", opts.ID, err)
@@ -314,7 +328,7 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 	release() // the version holds its own references now
 
 	if replayed > 0 {
-		opts.Logger.Info("replayed commit log", "tablet", opts.ID, "records", replayed)
+		opts.Logger.Info("replayed commit log", "tablet", opts.ID, "records", replayed, "sorted", opts.SortedLog.Store != nil)
 		if _, err := t.flushLocked(ctx); err != nil {
 			t.release()
 			return nil, err
