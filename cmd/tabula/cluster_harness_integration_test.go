@@ -117,9 +117,17 @@ func (p *roleProc) alive() bool {
 func newTestCluster(t *testing.T, opts clusterOptions) *testCluster {
 	t.Helper()
 	env := requireEnv(t, "TABULA_TEST_CONSUL_ADDR", "TABULA_TEST_S3_ENDPOINT", "TABULA_TEST_S3_ACCESS_KEY", "TABULA_TEST_S3_SECRET_KEY")
+	dir := t.TempDir()
+	if keep := os.Getenv("TABULA_TEST_CLUSTER_LOGS"); keep != "" {
+		// For a person investigating: the roles' logs outlive the test.
+		dir = filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_"))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c := &testCluster{
 		t: t, bin: tabulaBinary(t), consul: env[0],
-		name: "t" + randomHex(6), dir: t.TempDir(), opts: opts,
+		name: "t" + randomHex(6), dir: dir, opts: opts,
 		env: append(os.Environ(), "AWS_ACCESS_KEY_ID="+env[2], "AWS_SECRET_ACCESS_KEY="+env[3]),
 	}
 	c.store = fmt.Sprintf("s3://tabula-%s?endpoint=%s&secure=false", c.name, env[1])
