@@ -55,13 +55,32 @@ type unloadOp struct {
 	done  chan struct{}
 }
 
+// Recovery says where a loading tablet's writes after its redo point are
+// (LoadTablet).
+type Recovery struct {
+	// Log is the commit log to replay from the tablet's redo point: the
+	// log of the server that served the tablet last, if it died. The zero
+	// value replays nothing: the tablet was unloaded cleanly (flushed), or
+	// is new.
+	Log commitlog.Options
+	// Sorted, when its Store is set, is the sorted copy of Log (made by
+	// commitlog.SortSegment for every segment, as the master has the dead
+	// server's log sorted when it recovers many of its tablets): the
+	// tablet then reads only its own records from it instead of the whole
+	// log (tablet.Options.SortedLog). A segment the copy lacks fails the
+	// load (commitlog.ErrNotSorted).
+	Sorted commitlog.SortedLog
+}
+
+// recovers reports whether rec names a log to replay.
+func (rec Recovery) recovers() bool { return rec.Log.Dir != "" || rec.Log.Store != nil }
+
 // LoadTablet starts serving tablet ref of table t: it opens the tablet
 // (with t's schema) and adds it to the table's routing, creating the
-// table's entry if this is its first tablet here. recover names the commit
-// log to replay from the tablet's redo point: the log of the server that
-// served the tablet last if it died; the zero value when the tablet was
-// unloaded cleanly (flushed), or is new. A tablet whose state says it was
-// split is not served: its children are loaded instead (recursively).
+// table's entry if this is its first tablet here. recover says which
+// commit log to replay from the tablet's redo point, and whether from its
+// sorted copy. A tablet whose state says it was split is not served: its
+// children are loaded instead (recursively), recovering from the same log.
 //
 // LoadTablet is idempotent: a tablet already served (or whose split
 // children are) returns nil; a tablet being loaded by another call waits
@@ -71,7 +90,7 @@ type unloadOp struct {
 // tablets, as UpdateSchema does. The commit log is not truncated while a
 // load is under way (the tablet may need records before every open
 // tablet's redo point).
-func (h *Host) LoadTablet(ctx context.Context, t meta.Table, ref meta.TabletRef, recover commitlog.Options) error {
+func (h *Host) LoadTablet(ctx context.Context, t meta.Table, ref meta.TabletRef, recover Recovery) error {
 	if err := tablet.ValidateID(ref.ID); err != nil {
 		return err
 	}
@@ -161,7 +180,7 @@ func (h *Host) updateMeta(ctx context.Context, t meta.Table) error {
 
 // load opens ref (or its split children) for op and inserts the tablets
 // into the routing.
-func (h *Host) load(ctx context.Context, t meta.Table, ref meta.TabletRef, recover commitlog.Options, op *loadOp) error {
+func (h *Host) load(ctx context.Context, t meta.Table, ref meta.TabletRef, recover Recovery, op *loadOp) error {
 	tabs, err := h.openForLoad(ctx, t, ref.ID, ref.Start, ref.End, recover, op, nil)
 	if err != nil {
 		closeAll(tabs)
@@ -175,7 +194,7 @@ func (h *Host) load(ctx context.Context, t meta.Table, ref meta.TabletRef, recov
 		return err
 	}
 	h.log.Info("tablet loaded", "table", t.ID.String(), "tablet", ref.ID, "tablets", len(tabs),
-		"recovered", recover.Dir != "" || recover.Store != nil)
+		"recovered", recover.recovers(), "sorted", recover.Sorted.Store != nil)
 	return nil
 }
 
@@ -185,13 +204,13 @@ func closeAll(tabs []*tablet.Tablet) {
 	}
 }
 
-// openForLoad opens tablet id with the commit log recover to replay, or,
+// openForLoad opens tablet id recovering as recover says, or,
 // when it was split, those of its children no other call serves or loads
 // (claimed for op, so that no tablet is ever opened twice), appending
 // them to out in range order.
-func (h *Host) openForLoad(ctx context.Context, t meta.Table, id string, start, end []byte, recover commitlog.Options, op *loadOp, out []*tablet.Tablet) ([]*tablet.Tablet, error) {
+func (h *Host) openForLoad(ctx context.Context, t meta.Table, id string, start, end []byte, recover Recovery, op *loadOp, out []*tablet.Tablet) ([]*tablet.Tablet, error) {
 	opts := h.tabletOptions(t, id, start, end)
-	opts.LogOptions = recover
+	opts.LogOptions, opts.SortedLog = recover.Log, recover.Sorted
 	tb, err := tablet.Open(ctx, opts)
 	var se *tablet.SplitError
 	if errors.As(err, &se) {

@@ -64,7 +64,7 @@ func newPartialHost(t *testing.T, store blob.Store, abandon bool, edit func(*Hos
 	return h, logOpts
 }
 
-func loadAll(t *testing.T, h *Host, tbl meta.Table, recover commitlog.Options, which ...int) {
+func loadAll(t *testing.T, h *Host, tbl meta.Table, recover Recovery, which ...int) {
 	t.Helper()
 	for _, i := range which {
 		if err := h.LoadTablet(context.Background(), tbl, tbl.Tablets[i], recover); err != nil {
@@ -140,8 +140,8 @@ func servedIDs(h *Host) string {
 func TestPartialServesOnlyLoadedTablets(t *testing.T) {
 	h, _ := newPartialHost(t, blob.NewMemory(), false, nil)
 	tbl := partialTable("pt")
-	loadAll(t, h, tbl, commitlog.Options{}, 0, 2)
-	loadAll(t, h, tbl, commitlog.Options{}, 0) // idempotent
+	loadAll(t, h, tbl, Recovery{}, 0, 2)
+	loadAll(t, h, tbl, Recovery{}, 0) // idempotent
 	if got := servedIDs(h); got != "pt-0 pt-2" {
 		t.Fatalf("served %q", got)
 	}
@@ -206,7 +206,7 @@ func TestPartialUnloadReload(t *testing.T) {
 	a, _ := newPartialHost(t, store, false, nil)
 	b, _ := newPartialHost(t, store, false, nil)
 	tbl := partialTable("mv")
-	loadAll(t, a, tbl, commitlog.Options{}, 0, 1, 2)
+	loadAll(t, a, tbl, Recovery{}, 0, 1, 2)
 	rows := []string{"a", "i", "k", "o", "z"}
 	for _, row := range rows {
 		if err := putRow(a, tbl.ID, row); err != nil {
@@ -227,7 +227,7 @@ func TestPartialUnloadReload(t *testing.T) {
 		t.Fatalf("A serves %q", got)
 	}
 
-	loadAll(t, b, tbl, commitlog.Options{}, 1)
+	loadAll(t, b, tbl, Recovery{}, 1)
 	for _, row := range []string{"i", "k", "o"} {
 		getRow(t, b, tbl.ID, row)
 	}
@@ -246,7 +246,7 @@ func TestPartialUnloadReload(t *testing.T) {
 		t.Fatalf("A still has tables %v", got)
 	}
 	// And it comes back with a load.
-	loadAll(t, a, tbl, commitlog.Options{}, 2)
+	loadAll(t, a, tbl, Recovery{}, 2)
 	getRow(t, a, tbl.ID, "z")
 }
 
@@ -264,7 +264,7 @@ func TestPartialCrashRecovery(t *testing.T) {
 	})
 	b, _ := newPartialHost(t, store, false, nil)
 	tbl := partialTable("cr")
-	loadAll(t, a, tbl, commitlog.Options{}, 0, 1, 2)
+	loadAll(t, a, tbl, Recovery{}, 0, 1, 2)
 	var rows []string
 	for i := range 60 {
 		row := fmt.Sprintf("%c%02d", 'a'+i%26, i)
@@ -276,7 +276,7 @@ func TestPartialCrashRecovery(t *testing.T) {
 	valid.Store(false) // A is cut off; it never closes its tablets cleanly
 
 	// A fresh reader of A's log, as the master hands it to B.
-	recover := commitlog.Options{Dir: aLog.Dir}
+	recover := Recovery{Log: commitlog.Options{Dir: aLog.Dir}}
 	loadAll(t, b, tbl, recover, 0, 1, 2)
 	for _, row := range rows {
 		getRow(t, b, tbl.ID, row)
@@ -306,6 +306,69 @@ func TestPartialCrashRecovery(t *testing.T) {
 	getRow(t, b, tbl.ID, "after")
 }
 
+// TestPartialCrashRecoverySorted is TestPartialCrashRecovery with A's log
+// in the object store and sorted before B loads A's tablets from the
+// sorted copy, as the master has it done when it recovers many tablets of
+// a dead server. A copy missing a segment fails the load.
+func TestPartialCrashRecoverySorted(t *testing.T) {
+	ctx := context.Background()
+	store := blob.NewMemory()
+	var valid atomic.Bool
+	valid.Store(true)
+	aLog := commitlog.Options{Store: store, Prefix: "logs/a", SegmentBytes: 2 << 10}
+	lg, err := commitlog.Open(ctx, aLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	a, err := NewHost(ctx, HostOptions{Store: store, Log: lg, Partial: true, Logger: quietLogger(),
+		SplitCheckInterval: time.Hour, Lease: leaseFunc(valid.Load), MemtableBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	tbl := partialTable("srt")
+	loadAll(t, a, tbl, Recovery{}, 0, 1, 2)
+	var rows []string
+	for i := range 90 {
+		row := fmt.Sprintf("%c%02d", 'a'+i%26, i)
+		rows = append(rows, row)
+		if err := putRow(a, tbl.ID, row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	valid.Store(false) // A is cut off; it never closes its tablets cleanly
+
+	sorted := commitlog.SortedLog{Store: store, Prefix: "sortedlogs/a"}
+	stats, err := commitlog.Sort(ctx, aLog, sorted)
+	if err != nil || len(stats) < 2 {
+		t.Fatalf("sorting A's log: %d segments, %v", len(stats), err)
+	}
+
+	// A copy without its last segment cannot recover the tablets.
+	last := fmt.Sprintf("sortedlogs/a/%020d.sorted", stats[len(stats)-1].Segment)
+	data, err := store.Get(ctx, last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := newPartialHost(t, store, false, nil)
+	if err := c.LoadTablet(ctx, tbl, tbl.Tablets[0], Recovery{Log: aLog, Sorted: sorted}); !errors.Is(err, commitlog.ErrNotSorted) {
+		t.Fatalf("load from an incomplete sorted copy: %v, want ErrNotSorted", err)
+	}
+	if err := store.Put(ctx, last, data); err != nil {
+		t.Fatal(err)
+	}
+
+	b, _ := newPartialHost(t, store, false, nil)
+	loadAll(t, b, tbl, Recovery{Log: aLog, Sorted: sorted}, 0, 1, 2)
+	for _, row := range rows {
+		getRow(t, b, tbl.ID, row)
+	}
+}
+
 // TestPartialOnSplit checks that a split is reported with the children,
 // and retried after an error; that a split parent's load loads its
 // children; and that METADATA's tablets do not split.
@@ -330,7 +393,7 @@ func TestPartialOnSplit(t *testing.T) {
 		}
 	})
 	tbl := partialTable("sp")
-	loadAll(t, a, tbl, commitlog.Options{}, 1)
+	loadAll(t, a, tbl, Recovery{}, 1)
 	for _, row := range []string{"h1", "i", "j", "k", "l", "m", "n"} {
 		if err := putRow(a, tbl.ID, row); err != nil {
 			t.Fatal(err)
@@ -373,11 +436,11 @@ func TestPartialOnSplit(t *testing.T) {
 		}
 	}
 	b, _ := newPartialHost(t, store, false, nil)
-	loadAll(t, b, tbl, commitlog.Options{}, 1)
+	loadAll(t, b, tbl, Recovery{}, 1)
 	if got, want := servedIDs(b), served[0].ID+" "+served[1].ID; got != want {
 		t.Fatalf("B serves %q, want the children %q", got, want)
 	}
-	loadAll(t, b, tbl, commitlog.Options{}, 1) // idempotent through the split
+	loadAll(t, b, tbl, Recovery{}, 1) // idempotent through the split
 	if got := len(b.ServedTablets()); got != 2 {
 		t.Fatalf("B serves %d tablets after loading the parent again", got)
 	}
@@ -388,7 +451,7 @@ func TestPartialOnSplit(t *testing.T) {
 	// METADATA does not split.
 	mt := meta.Table{ID: meta.MetadataTable, Families: map[string]tablet.Family{"f": {}},
 		Tablets: []meta.TabletRef{{ID: "meta-root"}}}
-	loadAll(t, b, mt, commitlog.Options{}, 0)
+	loadAll(t, b, mt, Recovery{}, 0)
 	for _, row := range []string{"a", "b", "c"} {
 		if err := putRow(b, meta.MetadataTable, row); err != nil {
 			t.Fatal(err)
@@ -424,11 +487,11 @@ func TestPartialServedTabletsLoading(t *testing.T) {
 		entered: make(chan struct{}), release: make(chan struct{})}
 	h, _ := newPartialHost(t, store, false, func(o *HostOptions) { o.StateStore = states })
 	tbl := partialTable("ld")
-	loadAll(t, h, tbl, commitlog.Options{}, 0)
+	loadAll(t, h, tbl, Recovery{}, 0)
 	errs := make(chan error, 2)
-	go func() { errs <- h.LoadTablet(context.Background(), tbl, tbl.Tablets[1], commitlog.Options{}) }()
+	go func() { errs <- h.LoadTablet(context.Background(), tbl, tbl.Tablets[1], Recovery{}) }()
 	<-states.entered
-	go func() { errs <- h.LoadTablet(context.Background(), tbl, tbl.Tablets[1], commitlog.Options{}) }()
+	go func() { errs <- h.LoadTablet(context.Background(), tbl, tbl.Tablets[1], Recovery{}) }()
 
 	got := h.ServedTablets()
 	want := []ServedTablet{
