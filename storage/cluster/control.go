@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/coord"
@@ -19,6 +22,9 @@ import (
 type controlService struct {
 	clusterpb.UnimplementedTabletControlServer
 	s *TabletServer
+
+	sortOnce sync.Once
+	sorting  chan struct{} // sortSlots slots, made on first use
 }
 
 func decodeTableJSON(b []byte) (meta.Table, error) {
@@ -40,17 +46,89 @@ func (c *controlService) LoadTablet(ctx context.Context, req *clusterpb.LoadTabl
 	if req.GetTabletId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "tablet_id: empty")
 	}
-	var recover commitlog.Options
+	var recover tabletserver.Recovery
 	if from := req.GetRecoverFrom(); from != "" {
-		recover = commitlog.Options{Store: c.s.cfg.Store, Prefix: LogPrefix(from)}
+		recover.Log = commitlog.Options{Store: c.s.cfg.Store, Prefix: LogPrefix(from)}
+		if req.GetSortedLog() {
+			recover.Sorted = commitlog.SortedLog{Store: c.s.cfg.Store, Prefix: SortedLogPrefix(from)}
+		}
 	}
 	ref := meta.TabletRef{ID: req.GetTabletId(), Start: req.GetStartKey(), End: req.GetEndKey()}
-	if err := c.s.host.LoadTablet(ctx, t, ref, recover); err != nil {
+	err = c.s.host.LoadTablet(ctx, t, ref, recover)
+	if errors.Is(err, commitlog.ErrNotSorted) {
+		// The sorted copy does not cover the log (a segment missing, or
+		// written after the sort): the log itself is complete, so
+		// replaying it whole is slower but loses nothing.
+		c.s.log.Warn("sorted log incomplete; replaying the log itself", "tablet", ref.ID, "err", err)
+		recover.Sorted = commitlog.SortedLog{}
+		err = c.s.host.LoadTablet(ctx, t, ref, recover)
+	}
+	if err != nil {
 		c.s.log.Warn("load failed", "tablet", ref.ID, "table", t.ID.String(), "err", err)
 		return nil, status.Errorf(codes.Internal, "loading tablet %s: %v", ref.ID, err)
 	}
-	c.s.log.Info("tablet loaded", "tablet", ref.ID, "table", t.ID.String(), "recovered_from", req.GetRecoverFrom())
+	c.s.log.Info("tablet loaded", "tablet", ref.ID, "table", t.ID.String(), "recovered_from", req.GetRecoverFrom(), "sorted_log", recover.Sorted.Store != nil)
 	return &clusterpb.LoadTabletResponse{}, nil
+}
+
+// deadLog returns the commit log of server dead and where its sorted copy
+// goes, refusing this server's own (live) log.
+func (c *controlService) deadLog(dead string) (commitlog.Options, commitlog.SortedLog, error) {
+	switch dead {
+	case "":
+		return commitlog.Options{}, commitlog.SortedLog{}, status.Error(codes.InvalidArgument, "dead_server: empty")
+	case c.s.name:
+		return commitlog.Options{}, commitlog.SortedLog{}, status.Errorf(codes.FailedPrecondition, "%s is this server, which is alive", dead)
+	}
+	return commitlog.Options{Store: c.s.cfg.Store, Prefix: LogPrefix(dead)},
+		commitlog.SortedLog{Store: c.s.cfg.Store, Prefix: SortedLogPrefix(dead)}, nil
+}
+
+func (c *controlService) ListLogSegments(ctx context.Context, req *clusterpb.ListLogSegmentsRequest) (*clusterpb.ListLogSegmentsResponse, error) {
+	log, _, err := c.deadLog(req.GetDeadServer())
+	if err != nil {
+		return nil, err
+	}
+	segs, err := commitlog.Segments(ctx, log)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "listing the log of %s: %v", req.GetDeadServer(), err)
+	}
+	return &clusterpb.ListLogSegmentsResponse{Segments: segs}, nil
+}
+
+// sortSlots bounds the segments a server sorts at once: each holds about
+// twice a segment (64 MiB by default) in memory.
+const sortSlots = 1
+
+func (c *controlService) SortLogSegment(ctx context.Context, req *clusterpb.SortLogSegmentRequest) (*clusterpb.SortLogSegmentResponse, error) {
+	log, sorted, err := c.deadLog(req.GetDeadServer())
+	if err != nil {
+		return nil, err
+	}
+	c.sortOnce.Do(func() { c.sorting = make(chan struct{}, sortSlots) })
+	select {
+	case c.sorting <- struct{}{}:
+		defer func() { <-c.sorting }()
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	start := time.Now()
+	st, err := commitlog.SortSegment(ctx, log, req.GetSegment(), sorted)
+	switch {
+	case err == nil:
+	case errors.Is(err, commitlog.ErrCorrupt):
+		return nil, status.Errorf(codes.DataLoss, "sorting segment %d of %s: %v", req.GetSegment(), req.GetDeadServer(), err)
+	case blob.IsNotExist(err):
+		return nil, status.Errorf(codes.NotFound, "sorting segment %d of %s: %v", req.GetSegment(), req.GetDeadServer(), err)
+	case ctx.Err() != nil:
+		return nil, status.FromContextError(ctx.Err()).Err()
+	default:
+		return nil, status.Errorf(codes.Unavailable, "sorting segment %d of %s: %v", req.GetSegment(), req.GetDeadServer(), err)
+	}
+	c.s.log.Info("log segment sorted", "dead", req.GetDeadServer(), "segment", st.Segment, "records", st.Records,
+		"tablets", st.Tablets, "bytes", st.SourceBytes, "took", time.Since(start))
+	return &clusterpb.SortLogSegmentResponse{Records: int64(st.Records), Tablets: int64(st.Tablets),
+		SourceBytes: st.SourceBytes, SortedBytes: st.SortedBytes}, nil
 }
 
 func (c *controlService) UnloadTablet(ctx context.Context, req *clusterpb.UnloadTabletRequest) (*clusterpb.UnloadTabletResponse, error) {

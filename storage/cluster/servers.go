@@ -5,6 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/master"
@@ -74,13 +80,169 @@ func (s *serverClient) Load(ctx context.Context, server string, t assign.Tablet,
 	if err != nil {
 		return err
 	}
-	_, err = c.LoadTablet(ctx, &clusterpb.LoadTabletRequest{TableJson: b, TabletId: string(t.ID), StartKey: []byte(t.Start), EndKey: []byte(t.End), RecoverFrom: rec.From})
+	_, err = c.LoadTablet(ctx, &clusterpb.LoadTabletRequest{TableJson: b, TabletId: string(t.ID), StartKey: []byte(t.Start), EndKey: []byte(t.End), RecoverFrom: rec.From, SortedLog: rec.Sorted && rec.From != ""})
 	return err
 }
 
-// SortLog is not built yet: the master then recovers from the unsorted log.
+// Sorting a dead server's log (the paper's §5.4): the segments are handed
+// out to the sorters in turn, one segment per sorter at a time (a sort
+// holds about two segments in memory), each sorter taking the next
+// segment as it finishes one, so faster sorters do more. A segment that
+// fails is retried on another sorter, up to maxSortAttempts sorters in
+// all, unless the failure says that no sorter can succeed (a corrupt or
+// absent segment).
+const (
+	maxSortAttempts = 3
+	// maxSorterFailures retires a sorter that failed that many segments
+	// in a row (a dead sorter fails each at once).
+	maxSorterFailures = 2
+	// sortSegmentTimeout bounds one attempt: reading, sorting and writing
+	// one segment (64 MiB by default) takes seconds, so a sorter that
+	// takes this long is stuck.
+	sortSegmentTimeout = 2 * time.Minute
+)
+
+// SortLog sorts dead's commit log into its sorted copy (SortedLogPrefix):
+// it asks a sorter for the log's segments (ListLogSegments), then has the
+// sorters sort them (SortLogSegment) in parallel, and returns nil once
+// every segment's sorted object is durable. On the first segment that
+// cannot be sorted it stops and returns the error; the master then loads
+// the tablets from the log itself.
 func (s *serverClient) SortLog(ctx context.Context, dead string, sorters []string) error {
-	return errors.New("cluster: log sorting is not implemented")
+	if len(sorters) == 0 {
+		return errors.New("cluster: SortLog: no sorters")
+	}
+	segs, err := s.logSegments(ctx, dead, sorters)
+	if err != nil {
+		return err
+	}
+	return sortSegments(ctx, segs, sorters, func(ctx context.Context, sorter string, seg uint64) error {
+		c, err := s.control(sorter)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, sortSegmentTimeout)
+		defer cancel()
+		_, err = c.SortLogSegment(ctx, &clusterpb.SortLogSegmentRequest{DeadServer: dead, Segment: seg})
+		return err
+	})
+}
+
+// logSegments asks the sorters in turn for the segments of dead's log
+// until one answers.
+func (s *serverClient) logSegments(ctx context.Context, dead string, sorters []string) ([]uint64, error) {
+	var errs []error
+	for _, sorter := range sorters {
+		c, err := s.control(sorter)
+		if err == nil {
+			var resp *clusterpb.ListLogSegmentsResponse
+			if resp, err = c.ListLogSegments(ctx, &clusterpb.ListLogSegmentsRequest{DeadServer: dead}); err == nil {
+				return resp.GetSegments(), nil
+			}
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", sorter, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("cluster: listing the log of %s: %w", dead, errors.Join(errs...))
+}
+
+// sortSegments has sortOne(sorter, segment) run for every segment, on at
+// most one segment per sorter at a time, retrying a failed segment on a
+// sorter that has not failed it (at most maxSortAttempts attempts, and
+// none after a permanent error: codes.DataLoss or NotFound) and retiring
+// a sorter after maxSorterFailures failures in a row. It returns nil once
+// every segment succeeded, or the first segment's final error (cancelling
+// the attempts under way).
+func sortSegments(ctx context.Context, segs []uint64, sorters []string, sortOne func(ctx context.Context, sorter string, seg uint64) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type job struct {
+		seg    uint64
+		failed []bool // by sorter index
+		tries  int
+	}
+	var (
+		mu       sync.Mutex
+		cond     = sync.NewCond(&mu)
+		pending  []*job
+		inFlight int
+		final    error
+	)
+	for _, seg := range segs {
+		pending = append(pending, &job{seg: seg, failed: make([]bool, len(sorters))})
+	}
+	// take returns the next job sorter i may run, or nil when there is
+	// nothing left for it to do.
+	take := func(i int) *job {
+		mu.Lock()
+		defer mu.Unlock()
+		for final == nil && ctx.Err() == nil {
+			for k, j := range pending {
+				if !j.failed[i] {
+					pending = slices.Delete(pending, k, k+1)
+					inFlight++
+					return j
+				}
+			}
+			if inFlight == 0 {
+				return nil // the rest failed here, and nobody else runs
+			}
+			cond.Wait() // a job under way may fail and come back
+		}
+		return nil
+	}
+	done := func(i int, j *job, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		inFlight--
+		defer cond.Broadcast()
+		if err == nil {
+			return
+		}
+		j.failed[i] = true
+		j.tries++
+		code := status.Code(err)
+		if j.tries >= min(maxSortAttempts, len(sorters)) || code == codes.DataLoss || code == codes.NotFound {
+			if final == nil {
+				final = fmt.Errorf("cluster: sorting segment %d on %s: %w", j.seg, sorters[i], err)
+				cancel()
+			}
+			return
+		}
+		pending = append(pending, j)
+	}
+	var wg sync.WaitGroup
+	for i, sorter := range sorters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			failures := 0
+			for j := take(i); j != nil; j = take(i) {
+				err := sortOne(ctx, sorter, j.seg)
+				done(i, j, err)
+				if err == nil {
+					failures = 0
+				} else if failures++; failures >= maxSorterFailures {
+					return // the sorter is gone or broken: the others go on
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case final != nil:
+		return final
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case len(pending) > 0:
+		// Every sorter left has failed each remaining segment.
+		return fmt.Errorf("cluster: segment %d of the log failed on every sorter", pending[0].seg)
+	}
+	return nil
 }
 
 func (s *serverClient) Unload(ctx context.Context, server, tabletID string) error {

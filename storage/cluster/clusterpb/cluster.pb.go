@@ -39,7 +39,10 @@ type LoadTabletRequest struct {
 	// tablet was unloaded cleanly.
 	RecoverFrom string `protobuf:"bytes,5,opt,name=recover_from,json=recoverFrom,proto3" json:"recover_from,omitempty"`
 	// The assignment epoch, for the server's event log.
-	Epoch         uint64 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// recover_from's log has been sorted (SortLogSegment, for every
+	// segment): the tablet reads only its own records from the sorted copy.
+	SortedLog     bool `protobuf:"varint,7,opt,name=sorted_log,json=sortedLog,proto3" json:"sorted_log,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -114,6 +117,13 @@ func (x *LoadTabletRequest) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *LoadTabletRequest) GetSortedLog() bool {
+	if x != nil {
+		return x.SortedLog
+	}
+	return false
 }
 
 type LoadTabletResponse struct {
@@ -591,6 +601,218 @@ func (*DropRowRangeResponse) Descriptor() ([]byte, []int) {
 	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
+type ListLogSegmentsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server whose log is listed.
+	DeadServer    string `protobuf:"bytes,1,opt,name=dead_server,json=deadServer,proto3" json:"dead_server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLogSegmentsRequest) Reset() {
+	*x = ListLogSegmentsRequest{}
+	mi := &file_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLogSegmentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLogSegmentsRequest) ProtoMessage() {}
+
+func (x *ListLogSegmentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLogSegmentsRequest.ProtoReflect.Descriptor instead.
+func (*ListLogSegmentsRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListLogSegmentsRequest) GetDeadServer() string {
+	if x != nil {
+		return x.DeadServer
+	}
+	return ""
+}
+
+type ListLogSegmentsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Segment numbers, ascending.
+	Segments      []uint64 `protobuf:"varint,1,rep,packed,name=segments,proto3" json:"segments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListLogSegmentsResponse) Reset() {
+	*x = ListLogSegmentsResponse{}
+	mi := &file_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListLogSegmentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListLogSegmentsResponse) ProtoMessage() {}
+
+func (x *ListLogSegmentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListLogSegmentsResponse.ProtoReflect.Descriptor instead.
+func (*ListLogSegmentsResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListLogSegmentsResponse) GetSegments() []uint64 {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+type SortLogSegmentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server whose log is sorted.
+	DeadServer    string `protobuf:"bytes,1,opt,name=dead_server,json=deadServer,proto3" json:"dead_server,omitempty"`
+	Segment       uint64 `protobuf:"varint,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SortLogSegmentRequest) Reset() {
+	*x = SortLogSegmentRequest{}
+	mi := &file_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SortLogSegmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SortLogSegmentRequest) ProtoMessage() {}
+
+func (x *SortLogSegmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SortLogSegmentRequest.ProtoReflect.Descriptor instead.
+func (*SortLogSegmentRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SortLogSegmentRequest) GetDeadServer() string {
+	if x != nil {
+		return x.DeadServer
+	}
+	return ""
+}
+
+func (x *SortLogSegmentRequest) GetSegment() uint64 {
+	if x != nil {
+		return x.Segment
+	}
+	return 0
+}
+
+type SortLogSegmentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the segment held, and the sizes read and written.
+	Records       int64 `protobuf:"varint,1,opt,name=records,proto3" json:"records,omitempty"`
+	Tablets       int64 `protobuf:"varint,2,opt,name=tablets,proto3" json:"tablets,omitempty"`
+	SourceBytes   int64 `protobuf:"varint,3,opt,name=source_bytes,json=sourceBytes,proto3" json:"source_bytes,omitempty"`
+	SortedBytes   int64 `protobuf:"varint,4,opt,name=sorted_bytes,json=sortedBytes,proto3" json:"sorted_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SortLogSegmentResponse) Reset() {
+	*x = SortLogSegmentResponse{}
+	mi := &file_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SortLogSegmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SortLogSegmentResponse) ProtoMessage() {}
+
+func (x *SortLogSegmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SortLogSegmentResponse.ProtoReflect.Descriptor instead.
+func (*SortLogSegmentResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SortLogSegmentResponse) GetRecords() int64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *SortLogSegmentResponse) GetTablets() int64 {
+	if x != nil {
+		return x.Tablets
+	}
+	return 0
+}
+
+func (x *SortLogSegmentResponse) GetSourceBytes() int64 {
+	if x != nil {
+		return x.SourceBytes
+	}
+	return 0
+}
+
+func (x *SortLogSegmentResponse) GetSortedBytes() int64 {
+	if x != nil {
+		return x.SortedBytes
+	}
+	return 0
+}
+
 type GetRootRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -599,7 +821,7 @@ type GetRootRequest struct {
 
 func (x *GetRootRequest) Reset() {
 	*x = GetRootRequest{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +833,7 @@ func (x *GetRootRequest) String() string {
 func (*GetRootRequest) ProtoMessage() {}
 
 func (x *GetRootRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +846,7 @@ func (x *GetRootRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRootRequest.ProtoReflect.Descriptor instead.
 func (*GetRootRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 type GetRootResponse struct {
@@ -640,7 +862,7 @@ type GetRootResponse struct {
 
 func (x *GetRootResponse) Reset() {
 	*x = GetRootResponse{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +874,7 @@ func (x *GetRootResponse) String() string {
 func (*GetRootResponse) ProtoMessage() {}
 
 func (x *GetRootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +887,7 @@ func (x *GetRootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRootResponse.ProtoReflect.Descriptor instead.
 func (*GetRootResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetRootResponse) GetRootJson() []byte {
@@ -694,7 +916,7 @@ type ReportSplitRequest struct {
 
 func (x *ReportSplitRequest) Reset() {
 	*x = ReportSplitRequest{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +928,7 @@ func (x *ReportSplitRequest) String() string {
 func (*ReportSplitRequest) ProtoMessage() {}
 
 func (x *ReportSplitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +941,7 @@ func (x *ReportSplitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSplitRequest.ProtoReflect.Descriptor instead.
 func (*ReportSplitRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportSplitRequest) GetServerId() string {
@@ -758,7 +980,7 @@ type ReportSplitResponse struct {
 
 func (x *ReportSplitResponse) Reset() {
 	*x = ReportSplitResponse{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +992,7 @@ func (x *ReportSplitResponse) String() string {
 func (*ReportSplitResponse) ProtoMessage() {}
 
 func (x *ReportSplitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,14 +1005,14 @@ func (x *ReportSplitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSplitResponse.ProtoReflect.Descriptor instead.
 func (*ReportSplitResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\rcluster.proto\x12\x11tabula.cluster.v1\"\xbe\x01\n" +
+	"\rcluster.proto\x12\x11tabula.cluster.v1\"\xdd\x01\n" +
 	"\x11LoadTabletRequest\x12\x1d\n" +
 	"\n" +
 	"table_json\x18\x01 \x01(\fR\ttableJson\x12\x1b\n" +
@@ -798,7 +1020,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\tstart_key\x18\x03 \x01(\fR\bstartKey\x12\x17\n" +
 	"\aend_key\x18\x04 \x01(\fR\x06endKey\x12!\n" +
 	"\frecover_from\x18\x05 \x01(\tR\vrecoverFrom\x12\x14\n" +
-	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\"\x14\n" +
+	"\x05epoch\x18\x06 \x01(\x04R\x05epoch\x12\x1d\n" +
+	"\n" +
+	"sorted_log\x18\a \x01(\bR\tsortedLog\"\x14\n" +
 	"\x12LoadTabletResponse\"2\n" +
 	"\x13UnloadTabletRequest\x12\x1b\n" +
 	"\ttablet_id\x18\x01 \x01(\tR\btabletId\"\x16\n" +
@@ -824,7 +1048,21 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"table_json\x18\x01 \x01(\fR\ttableJson\x12$\n" +
 	"\x0erow_key_prefix\x18\x02 \x01(\fR\frowKeyPrefix\"\x16\n" +
-	"\x14DropRowRangeResponse\"\x10\n" +
+	"\x14DropRowRangeResponse\"9\n" +
+	"\x16ListLogSegmentsRequest\x12\x1f\n" +
+	"\vdead_server\x18\x01 \x01(\tR\n" +
+	"deadServer\"5\n" +
+	"\x17ListLogSegmentsResponse\x12\x1a\n" +
+	"\bsegments\x18\x01 \x03(\x04R\bsegments\"R\n" +
+	"\x15SortLogSegmentRequest\x12\x1f\n" +
+	"\vdead_server\x18\x01 \x01(\tR\n" +
+	"deadServer\x12\x18\n" +
+	"\asegment\x18\x02 \x01(\x04R\asegment\"\x92\x01\n" +
+	"\x16SortLogSegmentResponse\x12\x18\n" +
+	"\arecords\x18\x01 \x01(\x03R\arecords\x12\x18\n" +
+	"\atablets\x18\x02 \x01(\x03R\atablets\x12!\n" +
+	"\fsource_bytes\x18\x03 \x01(\x03R\vsourceBytes\x12!\n" +
+	"\fsorted_bytes\x18\x04 \x01(\x03R\vsortedBytes\"\x10\n" +
 	"\x0eGetRootRequest\"O\n" +
 	"\x0fGetRootResponse\x12\x1b\n" +
 	"\troot_json\x18\x01 \x01(\fR\brootJson\x12\x1f\n" +
@@ -835,14 +1073,16 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x1b\n" +
 	"\tparent_id\x18\x03 \x01(\tR\bparentId\x12\x1b\n" +
 	"\tchild_ids\x18\x04 \x03(\tR\bchildIds\"\x15\n" +
-	"\x13ReportSplitResponse2\xeb\x03\n" +
+	"\x13ReportSplitResponse2\xbc\x05\n" +
 	"\rTabletControl\x12Y\n" +
 	"\n" +
 	"LoadTablet\x12$.tabula.cluster.v1.LoadTabletRequest\x1a%.tabula.cluster.v1.LoadTabletResponse\x12_\n" +
 	"\fUnloadTablet\x12&.tabula.cluster.v1.UnloadTabletRequest\x1a'.tabula.cluster.v1.UnloadTabletResponse\x12\\\n" +
 	"\vListTablets\x12%.tabula.cluster.v1.ListTabletsRequest\x1a&.tabula.cluster.v1.ListTabletsResponse\x12_\n" +
 	"\fUpdateSchema\x12&.tabula.cluster.v1.UpdateSchemaRequest\x1a'.tabula.cluster.v1.UpdateSchemaResponse\x12_\n" +
-	"\fDropRowRange\x12&.tabula.cluster.v1.DropRowRangeRequest\x1a'.tabula.cluster.v1.DropRowRangeResponse2[\n" +
+	"\fDropRowRange\x12&.tabula.cluster.v1.DropRowRangeRequest\x1a'.tabula.cluster.v1.DropRowRangeResponse\x12h\n" +
+	"\x0fListLogSegments\x12).tabula.cluster.v1.ListLogSegmentsRequest\x1a*.tabula.cluster.v1.ListLogSegmentsResponse\x12e\n" +
+	"\x0eSortLogSegment\x12(.tabula.cluster.v1.SortLogSegmentRequest\x1a).tabula.cluster.v1.SortLogSegmentResponse2[\n" +
 	"\aLocator\x12P\n" +
 	"\aGetRoot\x12!.tabula.cluster.v1.GetRootRequest\x1a\".tabula.cluster.v1.GetRootResponse2m\n" +
 	"\rMasterControl\x12\\\n" +
@@ -860,23 +1100,27 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_cluster_proto_goTypes = []any{
-	(*LoadTabletRequest)(nil),    // 0: tabula.cluster.v1.LoadTabletRequest
-	(*LoadTabletResponse)(nil),   // 1: tabula.cluster.v1.LoadTabletResponse
-	(*UnloadTabletRequest)(nil),  // 2: tabula.cluster.v1.UnloadTabletRequest
-	(*UnloadTabletResponse)(nil), // 3: tabula.cluster.v1.UnloadTabletResponse
-	(*ListTabletsRequest)(nil),   // 4: tabula.cluster.v1.ListTabletsRequest
-	(*ServedTablet)(nil),         // 5: tabula.cluster.v1.ServedTablet
-	(*ListTabletsResponse)(nil),  // 6: tabula.cluster.v1.ListTabletsResponse
-	(*UpdateSchemaRequest)(nil),  // 7: tabula.cluster.v1.UpdateSchemaRequest
-	(*UpdateSchemaResponse)(nil), // 8: tabula.cluster.v1.UpdateSchemaResponse
-	(*DropRowRangeRequest)(nil),  // 9: tabula.cluster.v1.DropRowRangeRequest
-	(*DropRowRangeResponse)(nil), // 10: tabula.cluster.v1.DropRowRangeResponse
-	(*GetRootRequest)(nil),       // 11: tabula.cluster.v1.GetRootRequest
-	(*GetRootResponse)(nil),      // 12: tabula.cluster.v1.GetRootResponse
-	(*ReportSplitRequest)(nil),   // 13: tabula.cluster.v1.ReportSplitRequest
-	(*ReportSplitResponse)(nil),  // 14: tabula.cluster.v1.ReportSplitResponse
+	(*LoadTabletRequest)(nil),       // 0: tabula.cluster.v1.LoadTabletRequest
+	(*LoadTabletResponse)(nil),      // 1: tabula.cluster.v1.LoadTabletResponse
+	(*UnloadTabletRequest)(nil),     // 2: tabula.cluster.v1.UnloadTabletRequest
+	(*UnloadTabletResponse)(nil),    // 3: tabula.cluster.v1.UnloadTabletResponse
+	(*ListTabletsRequest)(nil),      // 4: tabula.cluster.v1.ListTabletsRequest
+	(*ServedTablet)(nil),            // 5: tabula.cluster.v1.ServedTablet
+	(*ListTabletsResponse)(nil),     // 6: tabula.cluster.v1.ListTabletsResponse
+	(*UpdateSchemaRequest)(nil),     // 7: tabula.cluster.v1.UpdateSchemaRequest
+	(*UpdateSchemaResponse)(nil),    // 8: tabula.cluster.v1.UpdateSchemaResponse
+	(*DropRowRangeRequest)(nil),     // 9: tabula.cluster.v1.DropRowRangeRequest
+	(*DropRowRangeResponse)(nil),    // 10: tabula.cluster.v1.DropRowRangeResponse
+	(*ListLogSegmentsRequest)(nil),  // 11: tabula.cluster.v1.ListLogSegmentsRequest
+	(*ListLogSegmentsResponse)(nil), // 12: tabula.cluster.v1.ListLogSegmentsResponse
+	(*SortLogSegmentRequest)(nil),   // 13: tabula.cluster.v1.SortLogSegmentRequest
+	(*SortLogSegmentResponse)(nil),  // 14: tabula.cluster.v1.SortLogSegmentResponse
+	(*GetRootRequest)(nil),          // 15: tabula.cluster.v1.GetRootRequest
+	(*GetRootResponse)(nil),         // 16: tabula.cluster.v1.GetRootResponse
+	(*ReportSplitRequest)(nil),      // 17: tabula.cluster.v1.ReportSplitRequest
+	(*ReportSplitResponse)(nil),     // 18: tabula.cluster.v1.ReportSplitResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	5,  // 0: tabula.cluster.v1.ListTabletsResponse.tablets:type_name -> tabula.cluster.v1.ServedTablet
@@ -885,17 +1129,21 @@ var file_cluster_proto_depIdxs = []int32{
 	4,  // 3: tabula.cluster.v1.TabletControl.ListTablets:input_type -> tabula.cluster.v1.ListTabletsRequest
 	7,  // 4: tabula.cluster.v1.TabletControl.UpdateSchema:input_type -> tabula.cluster.v1.UpdateSchemaRequest
 	9,  // 5: tabula.cluster.v1.TabletControl.DropRowRange:input_type -> tabula.cluster.v1.DropRowRangeRequest
-	11, // 6: tabula.cluster.v1.Locator.GetRoot:input_type -> tabula.cluster.v1.GetRootRequest
-	13, // 7: tabula.cluster.v1.MasterControl.ReportSplit:input_type -> tabula.cluster.v1.ReportSplitRequest
-	1,  // 8: tabula.cluster.v1.TabletControl.LoadTablet:output_type -> tabula.cluster.v1.LoadTabletResponse
-	3,  // 9: tabula.cluster.v1.TabletControl.UnloadTablet:output_type -> tabula.cluster.v1.UnloadTabletResponse
-	6,  // 10: tabula.cluster.v1.TabletControl.ListTablets:output_type -> tabula.cluster.v1.ListTabletsResponse
-	8,  // 11: tabula.cluster.v1.TabletControl.UpdateSchema:output_type -> tabula.cluster.v1.UpdateSchemaResponse
-	10, // 12: tabula.cluster.v1.TabletControl.DropRowRange:output_type -> tabula.cluster.v1.DropRowRangeResponse
-	12, // 13: tabula.cluster.v1.Locator.GetRoot:output_type -> tabula.cluster.v1.GetRootResponse
-	14, // 14: tabula.cluster.v1.MasterControl.ReportSplit:output_type -> tabula.cluster.v1.ReportSplitResponse
-	8,  // [8:15] is the sub-list for method output_type
-	1,  // [1:8] is the sub-list for method input_type
+	11, // 6: tabula.cluster.v1.TabletControl.ListLogSegments:input_type -> tabula.cluster.v1.ListLogSegmentsRequest
+	13, // 7: tabula.cluster.v1.TabletControl.SortLogSegment:input_type -> tabula.cluster.v1.SortLogSegmentRequest
+	15, // 8: tabula.cluster.v1.Locator.GetRoot:input_type -> tabula.cluster.v1.GetRootRequest
+	17, // 9: tabula.cluster.v1.MasterControl.ReportSplit:input_type -> tabula.cluster.v1.ReportSplitRequest
+	1,  // 10: tabula.cluster.v1.TabletControl.LoadTablet:output_type -> tabula.cluster.v1.LoadTabletResponse
+	3,  // 11: tabula.cluster.v1.TabletControl.UnloadTablet:output_type -> tabula.cluster.v1.UnloadTabletResponse
+	6,  // 12: tabula.cluster.v1.TabletControl.ListTablets:output_type -> tabula.cluster.v1.ListTabletsResponse
+	8,  // 13: tabula.cluster.v1.TabletControl.UpdateSchema:output_type -> tabula.cluster.v1.UpdateSchemaResponse
+	10, // 14: tabula.cluster.v1.TabletControl.DropRowRange:output_type -> tabula.cluster.v1.DropRowRangeResponse
+	12, // 15: tabula.cluster.v1.TabletControl.ListLogSegments:output_type -> tabula.cluster.v1.ListLogSegmentsResponse
+	14, // 16: tabula.cluster.v1.TabletControl.SortLogSegment:output_type -> tabula.cluster.v1.SortLogSegmentResponse
+	16, // 17: tabula.cluster.v1.Locator.GetRoot:output_type -> tabula.cluster.v1.GetRootResponse
+	18, // 18: tabula.cluster.v1.MasterControl.ReportSplit:output_type -> tabula.cluster.v1.ReportSplitResponse
+	10, // [10:19] is the sub-list for method output_type
+	1,  // [1:10] is the sub-list for method input_type
 	1,  // [1:1] is the sub-list for extension type_name
 	1,  // [1:1] is the sub-list for extension extendee
 	0,  // [0:1] is the sub-list for field type_name
@@ -912,7 +1160,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

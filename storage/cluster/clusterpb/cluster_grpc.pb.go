@@ -24,11 +24,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TabletControl_LoadTablet_FullMethodName   = "/tabula.cluster.v1.TabletControl/LoadTablet"
-	TabletControl_UnloadTablet_FullMethodName = "/tabula.cluster.v1.TabletControl/UnloadTablet"
-	TabletControl_ListTablets_FullMethodName  = "/tabula.cluster.v1.TabletControl/ListTablets"
-	TabletControl_UpdateSchema_FullMethodName = "/tabula.cluster.v1.TabletControl/UpdateSchema"
-	TabletControl_DropRowRange_FullMethodName = "/tabula.cluster.v1.TabletControl/DropRowRange"
+	TabletControl_LoadTablet_FullMethodName      = "/tabula.cluster.v1.TabletControl/LoadTablet"
+	TabletControl_UnloadTablet_FullMethodName    = "/tabula.cluster.v1.TabletControl/UnloadTablet"
+	TabletControl_ListTablets_FullMethodName     = "/tabula.cluster.v1.TabletControl/ListTablets"
+	TabletControl_UpdateSchema_FullMethodName    = "/tabula.cluster.v1.TabletControl/UpdateSchema"
+	TabletControl_DropRowRange_FullMethodName    = "/tabula.cluster.v1.TabletControl/DropRowRange"
+	TabletControl_ListLogSegments_FullMethodName = "/tabula.cluster.v1.TabletControl/ListLogSegments"
+	TabletControl_SortLogSegment_FullMethodName  = "/tabula.cluster.v1.TabletControl/SortLogSegment"
 )
 
 // TabletControlClient is the client API for TabletControl service.
@@ -54,6 +56,17 @@ type TabletControlClient interface {
 	// DropRowRange deletes the rows starting with a prefix (all rows when it
 	// is empty) from the tablets of the table the server holds.
 	DropRowRange(ctx context.Context, in *DropRowRangeRequest, opts ...grpc.CallOption) (*DropRowRangeResponse, error)
+	// ListLogSegments lists the segments of a dead server's commit log in
+	// the object store: the units SortLogSegment sorts.
+	ListLogSegments(ctx context.Context, in *ListLogSegmentsRequest, opts ...grpc.CallOption) (*ListLogSegmentsResponse, error)
+	// SortLogSegment sorts one segment of a dead server's commit log by
+	// (tablet, sequence) into the sorted copy of the log (cluster's
+	// SortedLogPrefix; format in storage/commitlog/sort.go), and returns
+	// once that segment's sorted object is durable. Sorting a segment again
+	// rewrites the same object. A corrupt segment fails with DATA_LOSS, an
+	// absent one with NOT_FOUND; the server refuses to sort its own log
+	// (FAILED_PRECONDITION).
+	SortLogSegment(ctx context.Context, in *SortLogSegmentRequest, opts ...grpc.CallOption) (*SortLogSegmentResponse, error)
 }
 
 type tabletControlClient struct {
@@ -114,6 +127,26 @@ func (c *tabletControlClient) DropRowRange(ctx context.Context, in *DropRowRange
 	return out, nil
 }
 
+func (c *tabletControlClient) ListLogSegments(ctx context.Context, in *ListLogSegmentsRequest, opts ...grpc.CallOption) (*ListLogSegmentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListLogSegmentsResponse)
+	err := c.cc.Invoke(ctx, TabletControl_ListLogSegments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tabletControlClient) SortLogSegment(ctx context.Context, in *SortLogSegmentRequest, opts ...grpc.CallOption) (*SortLogSegmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SortLogSegmentResponse)
+	err := c.cc.Invoke(ctx, TabletControl_SortLogSegment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TabletControlServer is the server API for TabletControl service.
 // All implementations must embed UnimplementedTabletControlServer
 // for forward compatibility.
@@ -137,6 +170,17 @@ type TabletControlServer interface {
 	// DropRowRange deletes the rows starting with a prefix (all rows when it
 	// is empty) from the tablets of the table the server holds.
 	DropRowRange(context.Context, *DropRowRangeRequest) (*DropRowRangeResponse, error)
+	// ListLogSegments lists the segments of a dead server's commit log in
+	// the object store: the units SortLogSegment sorts.
+	ListLogSegments(context.Context, *ListLogSegmentsRequest) (*ListLogSegmentsResponse, error)
+	// SortLogSegment sorts one segment of a dead server's commit log by
+	// (tablet, sequence) into the sorted copy of the log (cluster's
+	// SortedLogPrefix; format in storage/commitlog/sort.go), and returns
+	// once that segment's sorted object is durable. Sorting a segment again
+	// rewrites the same object. A corrupt segment fails with DATA_LOSS, an
+	// absent one with NOT_FOUND; the server refuses to sort its own log
+	// (FAILED_PRECONDITION).
+	SortLogSegment(context.Context, *SortLogSegmentRequest) (*SortLogSegmentResponse, error)
 	mustEmbedUnimplementedTabletControlServer()
 }
 
@@ -161,6 +205,12 @@ func (UnimplementedTabletControlServer) UpdateSchema(context.Context, *UpdateSch
 }
 func (UnimplementedTabletControlServer) DropRowRange(context.Context, *DropRowRangeRequest) (*DropRowRangeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DropRowRange not implemented")
+}
+func (UnimplementedTabletControlServer) ListLogSegments(context.Context, *ListLogSegmentsRequest) (*ListLogSegmentsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListLogSegments not implemented")
+}
+func (UnimplementedTabletControlServer) SortLogSegment(context.Context, *SortLogSegmentRequest) (*SortLogSegmentResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SortLogSegment not implemented")
 }
 func (UnimplementedTabletControlServer) mustEmbedUnimplementedTabletControlServer() {}
 func (UnimplementedTabletControlServer) testEmbeddedByValue()                       {}
@@ -273,6 +323,42 @@ func _TabletControl_DropRowRange_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TabletControl_ListLogSegments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListLogSegmentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TabletControlServer).ListLogSegments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TabletControl_ListLogSegments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TabletControlServer).ListLogSegments(ctx, req.(*ListLogSegmentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TabletControl_SortLogSegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SortLogSegmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TabletControlServer).SortLogSegment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TabletControl_SortLogSegment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TabletControlServer).SortLogSegment(ctx, req.(*SortLogSegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TabletControl_ServiceDesc is the grpc.ServiceDesc for TabletControl service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -299,6 +385,14 @@ var TabletControl_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DropRowRange",
 			Handler:    _TabletControl_DropRowRange_Handler,
+		},
+		{
+			MethodName: "ListLogSegments",
+			Handler:    _TabletControl_ListLogSegments_Handler,
+		},
+		{
+			MethodName: "SortLogSegment",
+			Handler:    _TabletControl_SortLogSegment_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
