@@ -95,7 +95,8 @@ type ControlOptions struct {
 	// 10s.
 	RPCTimeout time.Duration
 	// ListTimeout bounds the List call that asks a server what it serves,
-	// made of every server every round, in parallel. Default 5s.
+	// made of every server every round, in parallel. Default 2s: a live
+	// server answers from memory.
 	ListTimeout time.Duration
 	// UnreachableAfter is how long, and over at least three rounds, a
 	// server's List must keep failing before the master ends the server's
@@ -213,7 +214,7 @@ func NewControl(opts ControlOptions) (*Control, error) {
 		opts.RPCTimeout = 10 * time.Second
 	}
 	if opts.ListTimeout <= 0 {
-		opts.ListTimeout = 5 * time.Second
+		opts.ListTimeout = 2 * time.Second
 	}
 	if opts.UnreachableAfter == 0 {
 		opts.UnreachableAfter = 4 * time.Second
