@@ -251,11 +251,29 @@ func TestClusterSplitSpreadScanAndRecover(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("tablets of the killed server served elsewhere %v after kill -9; %d writes acknowledged meanwhile", recovered.Round(time.Millisecond), len(acked))
-	// The issue's target is 30 s; measured 31 s on the 2-core machine
-	// (Consul expires the session after 2×TTL = 20 s, the lock-delay adds
-	// 3 s, then the dead server's tablets are loaded one by one, each
-	// replaying its unsorted log). The figure is reported; the test fails
-	// only past 60 s (waitFor above), not to gate CI on a noisy timing.
+	// The issue asks for 30 s. Where the time goes (19 s on the quiet
+	// 2-core machine): the master finds the server unreachable for 4 s and
+	// ends its session, waits 1.1×TTL = 11 s (the server may believe its
+	// lease valid that long), sorts its log (under a second) and loads its
+	// tablets in parallel from the sorted copy (3 s).
+	if recovered > 30*time.Second {
+		t.Errorf("the killed server's tablets were served elsewhere after %v, want within 30s", recovered.Round(time.Millisecond))
+	}
+	// Its log was sorted once, on the survivors, and the tablets loaded
+	// from the sorted copy.
+	_, st := c.activeMaster()
+	sorted := false
+	for _, ev := range st.Events {
+		if ev.Kind == "sortlog" && strings.HasPrefix(ev.Server, victim.addr+"/") {
+			if strings.Contains(ev.Detail, ":") {
+				t.Errorf("sorting the killed server's log failed: %s", ev.Detail)
+			}
+			sorted = true
+		}
+	}
+	if !sorted {
+		t.Errorf("no sortlog event for the killed server among the master's events %+v", st.Events)
+	}
 	for _, key := range acked {
 		r, err := wtbl.ReadRow(ctx, key)
 		if err != nil {
