@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/meta"
@@ -18,8 +22,10 @@ type coordCatalog struct {
 }
 
 // NewCoordCatalog returns a catalog kept in kv under coord.PrefixSchema.
-// Create and Update are compare-and-sets, so two masters serving the admin
-// API never lose each other's changes.
+// Create, Update and Delete are compare-and-sets, so two masters serving
+// the admin API never lose each other's changes: an Update that lost a race
+// fails with an error matching coord.ErrConflict that is also a gRPC status
+// of code Aborted.
 func NewCoordCatalog(kv coord.KV) meta.Catalog { return &coordCatalog{kv: kv} }
 
 func schemaKey(id meta.TableID) string { return coord.SchemaKey(id.String()) }
@@ -58,6 +64,9 @@ func (c *coordCatalog) List(ctx context.Context, instance string) ([]meta.Table,
 			out = append(out, t)
 		}
 	}
+	// Keys sort by their escaped form, not by name ("a-b/t" escapes after
+	// "a/t"): sort as the contract (and blobCatalog) says.
+	slices.SortFunc(out, func(a, b meta.Table) int { return strings.Compare(a.ID.String(), b.ID.String()) })
 	return out, nil
 }
 
@@ -85,12 +94,56 @@ func (c *coordCatalog) Update(ctx context.Context, t meta.Table) error {
 	if err != nil {
 		return err
 	}
-	return c.kv.CAS(ctx, schemaKey(t.ID), b, e.ModifyIndex)
+	err = c.kv.CAS(ctx, schemaKey(t.ID), b, e.ModifyIndex)
+	if errors.Is(err, coord.ErrConflict) {
+		return &conflictError{Table: t.ID, Err: err}
+	}
+	return err
 }
 
+// deleteAttempts bounds the compare-and-deletes of one Delete that other
+// writers of the entry may make fail.
+const deleteAttempts = 5
+
 func (c *coordCatalog) Delete(ctx context.Context, id meta.TableID) error {
-	return c.kv.Delete(ctx, schemaKey(id))
+	key := schemaKey(id)
+	var err error
+	for range deleteAttempts {
+		var e coord.Entry
+		if e, err = c.kv.Get(ctx, key); err == nil {
+			err = c.kv.DeleteCAS(ctx, key, e.ModifyIndex)
+		}
+		switch {
+		case errors.Is(err, coord.ErrNotFound):
+			return fmt.Errorf("%w: %s", meta.ErrTableNotFound, id)
+		case errors.Is(err, coord.ErrConflict):
+			continue // changed since it was read: read it again
+		}
+		return err
+	}
+	return &conflictError{Table: id, Err: err}
 }
+
+// conflictError is returned by the coord catalog's Update (and Delete) when
+// another writer (another master) changed the table's entry between its
+// read and its compare-and-set: nothing was written, and the caller may
+// retry. It matches coord.ErrConflict (errors.Is) and is a gRPC status of
+// code Aborted (GRPCStatus), which is what the admin API answers, as Cloud
+// Bigtable answers a concurrent modification.
+type conflictError struct {
+	Table meta.TableID
+	Err   error // coord.ErrConflict, wrapped
+}
+
+func (e *conflictError) Error() string {
+	return fmt.Sprintf("cluster: catalog entry of %s changed concurrently; retry: %v", e.Table, e.Err)
+}
+
+func (e *conflictError) Unwrap() error { return e.Err }
+
+// GRPCStatus makes the admin API answer Aborted (master's toStatus passes
+// gRPC statuses through).
+func (e *conflictError) GRPCStatus() *status.Status { return status.New(codes.Aborted, e.Error()) }
 
 // parseTableString is the inverse of meta.TableID.String ("instance/table";
 // "/METADATA" for METADATA).

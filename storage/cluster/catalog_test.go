@@ -4,11 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"reflect"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
@@ -149,8 +154,17 @@ func TestCoordCatalogUpdateConflict(t *testing.T) {
 	racing := &racingKV{KV: kv, key: coord.SchemaKey(a.ID.String()), value: b}
 	mine := a
 	mine.Generation = 1
-	if err := NewCoordCatalog(racing).Update(ctx, mine); !errors.Is(err, coord.ErrConflict) {
+	err = NewCoordCatalog(racing).Update(ctx, mine)
+	if !errors.Is(err, coord.ErrConflict) {
 		t.Fatalf("Update racing another master: %v, want coord.ErrConflict", err)
+	}
+	// The admin API passes gRPC statuses through (master's toStatus): the
+	// client sees Aborted, a retryable conflict, not Unknown or Internal.
+	if s, ok := status.FromError(err); !ok || s.Code() != codes.Aborted {
+		t.Fatalf("Update racing another master: status %v (ok %v), want Aborted", s, ok)
+	}
+	if s, ok := status.FromError(fmt.Errorf("updating: %w", err)); !ok || s.Code() != codes.Aborted {
+		t.Fatalf("wrapped conflict: status %v (ok %v), want Aborted", s, ok)
 	}
 	got, err := NewCoordCatalog(kv).Get(ctx, a.ID)
 	if err != nil {
@@ -202,5 +216,89 @@ func TestMetadataTable(t *testing.T) {
 	}
 	if !reflect.DeepEqual(m.Families, meta.MetadataFamilies()) {
 		t.Fatalf("families %+v, want METADATA's", m.Families)
+	}
+}
+
+// TestCatalogContract runs the meta.Catalog contract on the coord catalog
+// and on blobCatalog side by side: the same calls give the same answers
+// (missing tables, List's order by name across instances whose escaped
+// keys sort otherwise).
+func TestCatalogContract(t *testing.T) {
+	ctx := context.Background()
+	kv := coord.NewLocal(coord.LocalConfig{})
+	defer kv.Close()
+	store, err := blob.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		cat  meta.Catalog
+	}{{"coord", NewCoordCatalog(kv)}, {"blob", meta.NewBlobCatalog(store, "catalog")}} {
+		t.Run(c.name, func(t *testing.T) {
+			// "a-b" < "a/…" by name; escaped as keys, "a" ends before "-".
+			for _, tb := range []meta.Table{testTable("a", "t"), testTable("a-b", "t"), testTable("a", "s"), testTable("b", "a")} {
+				if err := c.cat.Create(ctx, tb); err != nil {
+					t.Fatal(err)
+				}
+			}
+			all, err := c.cat.List(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := tableIDs(all), []string{"a-b/t", "a/s", "a/t", "b/a"}; !reflect.DeepEqual(got, want) {
+				t.Fatalf("List = %v, want %v (sorted by name)", got, want)
+			}
+			inst, err := c.cat.List(ctx, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := tableIDs(inst), []string{"a/s", "a/t"}; !reflect.DeepEqual(got, want) {
+				t.Fatalf("List(a) = %v, want %v", got, want)
+			}
+
+			missing := meta.TableID{Instance: "a", Table: "zz"}
+			if err := c.cat.Delete(ctx, missing); !errors.Is(err, meta.ErrTableNotFound) {
+				t.Fatalf("Delete of a missing table: %v, want ErrTableNotFound", err)
+			}
+			gone := meta.TableID{Instance: "b", Table: "a"}
+			if err := c.cat.Delete(ctx, gone); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.cat.Delete(ctx, gone); !errors.Is(err, meta.ErrTableNotFound) {
+				t.Fatalf("second Delete: %v, want ErrTableNotFound", err)
+			}
+			if err := c.cat.Update(ctx, testTable("b", "a")); !errors.Is(err, meta.ErrTableNotFound) {
+				t.Fatalf("Update after Delete: %v, want ErrTableNotFound", err)
+			}
+		})
+	}
+}
+
+// TestCoordCatalogDeleteRacingUpdate: a Delete whose entry another master
+// rewrites between the read and the delete reads it again and deletes it.
+func TestCoordCatalogDeleteRacingUpdate(t *testing.T) {
+	ctx := context.Background()
+	kv := coord.NewLocal(coord.LocalConfig{})
+	defer kv.Close()
+	a := testTable("i", "a")
+	if err := NewCoordCatalog(kv).Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	theirs := a
+	theirs.Generation = 7
+	b, err := json.Marshal(theirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	racing := &racingKV{KV: kv, key: coord.SchemaKey(a.ID.String()), value: b}
+	if err := NewCoordCatalog(racing).Delete(ctx, a.ID); err != nil {
+		t.Fatalf("Delete racing an update: %v", err)
+	}
+	if !racing.done {
+		t.Fatal("the race did not happen")
+	}
+	if _, err := NewCoordCatalog(kv).Get(ctx, a.ID); !errors.Is(err, meta.ErrTableNotFound) {
+		t.Fatalf("Get after Delete: %v, want ErrTableNotFound", err)
 	}
 }

@@ -71,25 +71,33 @@ func forwardUnknown(target func(ctx context.Context) (grpc.ClientConnInterface, 
 		if err != nil {
 			return err
 		}
-		// Caller → master.
+		// Caller → master. A failure other than the caller's end of
+		// messages (io.EOF, passed on as CloseSend) ends the forwarded call
+		// at once, and the call fails with it: the master, never told that
+		// the messages ended, would otherwise keep the call open until the
+		// caller's deadline. (gRPC happens to end the stream itself after
+		// most such failures; this does not rely on it.) An io.EOF from
+		// SendMsg is the master ending the call: its status comes from
+		// RecvMsg below.
 		upErr := make(chan error, 1)
 		go func() {
-			for {
-				f := &frame{}
-				if err := ss.RecvMsg(f); err != nil {
-					if errors.Is(err, io.EOF) {
-						upErr <- cs.CloseSend()
-						return
-					}
-					upErr <- err
-					return
-				}
-				if err := cs.SendMsg(f); err != nil {
-					upErr <- err
-					return
-				}
+			err := forwardUp(ss, cs)
+			upErr <- err
+			if err != nil {
+				cancel()
 			}
 		}()
+		// upFailed returns the error that ended the forwarding to the
+		// master, if it failed.
+		upFailed := func() error {
+			select {
+			case err := <-upErr:
+				upErr <- err // for a later look
+				return err
+			default:
+				return nil
+			}
+		}
 		// Master → caller.
 		first := true
 		for {
@@ -101,6 +109,9 @@ func forwardUnknown(target func(ctx context.Context) (grpc.ClientConnInterface, 
 					}
 				}
 				ss.SetTrailer(cs.Trailer())
+				if upErr := upFailed(); upErr != nil {
+					return upErr
+				}
 				if errors.Is(err, io.EOF) {
 					return nil
 				}
@@ -115,6 +126,27 @@ func forwardUnknown(target func(ctx context.Context) (grpc.ClientConnInterface, 
 			if err := ss.SendMsg(f); err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// forwardUp sends the caller's messages on ss to the master on cs until the
+// caller's end of messages, which it passes on (CloseSend), or the master's
+// end of the call; it returns any other failure.
+func forwardUp(ss grpc.ServerStream, cs grpc.ClientStream) error {
+	for {
+		f := &frame{}
+		if err := ss.RecvMsg(f); err != nil {
+			if errors.Is(err, io.EOF) {
+				return cs.CloseSend()
+			}
+			return err
+		}
+		if err := cs.SendMsg(f); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil // the master ended the call; RecvMsg has its status
+			}
+			return err
 		}
 	}
 }

@@ -121,15 +121,16 @@ func reversed(b []byte) []byte {
 	return out
 }
 
-// serve starts srv on an in-memory listener and returns a client of it.
-func serve(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
+// serve starts srv on an in-memory listener and returns a client of it,
+// dialled with opts.
+func serve(t *testing.T, srv *grpc.Server, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	cc, err := grpc.NewClient("passthrough:///bufnet",
+	cc, err := grpc.NewClient("passthrough:///bufnet", append([]grpc.DialOption{
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,5 +275,94 @@ func TestForwardUnknownNoTarget(t *testing.T) {
 	err := cc.Invoke(ctx, "/test.Raw/Echo", &frame{data: []byte{1}}, &frame{}, grpc.ForceCodec(proxyCodec{}))
 	if s := status.Convert(err); s.Code() != codes.Unavailable || s.Message() != "no active master" {
 		t.Fatalf("err = %v, want Unavailable from the target", err)
+	}
+}
+
+// TestForwardUnknownSendFails: when a caller's message cannot be forwarded
+// to the master (here it exceeds the forwarding connection's send limit,
+// which leaves the forwarded call open), the call fails at once with that
+// error. The backend, waiting for more messages or the end of them, would
+// otherwise keep the call open until the caller's deadline.
+func TestForwardUnknownSendFails(t *testing.T) {
+	b := &rawBackend{}
+	back := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(b.handle))
+	backCC := serve(t, back, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(1<<10)))
+	front := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(forwardUnknown(
+		func(context.Context) (grpc.ClientConnInterface, error) { return backCC, nil })))
+	cc := serve(t, front)
+
+	// A deadline the call must not reach.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.Raw/Chat", grpc.ForceCodec(proxyCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SendMsg(&frame{data: []byte{1}}); err != nil {
+		t.Fatal(err)
+	}
+	var f frame
+	if err := cs.RecvMsg(&f); err != nil || !bytes.Equal(f.data, []byte{1}) {
+		t.Fatalf("first answer %x, %v", f.data, err)
+	}
+	if err := cs.SendMsg(&frame{data: make([]byte, 4<<10)}); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	err = cs.RecvMsg(&f)
+	if code := status.Code(err); code != codes.ResourceExhausted {
+		t.Fatalf("call ended with %v (%v), want the forwarding error's ResourceExhausted", code, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.got) != 1 {
+		t.Fatalf("backend received %d messages, want 1", len(b.got))
+	}
+}
+
+// TestForwardUnknownRecvFails: when receiving the caller's messages fails
+// (one exceeds the front server's limit), the forwarded call ends at once
+// and the handler fails with that error, not with the cancellation of the
+// forwarded call that follows, and not at the caller's deadline.
+func TestForwardUnknownRecvFails(t *testing.T) {
+	b := &rawBackend{}
+	back := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(b.handle))
+	backCC := serve(t, back)
+	fwd := forwardUnknown(func(context.Context) (grpc.ClientConnInterface, error) { return backCC, nil })
+	handled := make(chan error, 1)
+	front := grpc.NewServer(grpc.MaxRecvMsgSize(1<<10), grpc.ForceServerCodec(proxyCodec{}),
+		grpc.UnknownServiceHandler(func(srv any, ss grpc.ServerStream) error {
+			err := fwd(srv, ss)
+			handled <- err
+			return err
+		}))
+	cc := serve(t, front)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.Raw/Chat", grpc.ForceCodec(proxyCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SendMsg(&frame{data: []byte{1}}); err != nil {
+		t.Fatal(err)
+	}
+	var f frame
+	if err := cs.RecvMsg(&f); err != nil || !bytes.Equal(f.data, []byte{1}) {
+		t.Fatalf("first answer %x, %v", f.data, err)
+	}
+	if err := cs.SendMsg(&frame{data: make([]byte, 4<<10)}); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	err = cs.RecvMsg(&f)
+	if code := status.Code(err); code != codes.ResourceExhausted {
+		t.Fatalf("call ended with %v (%v), want ResourceExhausted", code, err)
+	}
+	select {
+	case err := <-handled:
+		if code := status.Code(err); code != codes.ResourceExhausted {
+			t.Fatalf("handler returned %v (%v), want the receive error's ResourceExhausted", code, err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the handler is still forwarding at the caller's deadline")
 	}
 }
