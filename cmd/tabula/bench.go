@@ -87,7 +87,8 @@ func newBenchCommand() *cobra.Command {
   scan          ReadRows over the whole table, in requests of 1000 rows
 Each reports ops/s (rows/s), MB/s of values, and p50/p99 latency per request.
 --compare-emulator starts the Cloud Bigtable emulator in a separate process,
-runs the same workloads against it and prints the ratio server/emulator.
+runs each workload against it right after the server (so that both see the
+same machine load) and prints the ratio server/emulator.
 The table (--table) is dropped and re-created at the start and deleted at
 the end unless --keep. --presplit N creates it with N-1 initial split keys
 spread evenly over the rows, so that a cluster serves it from N tablets
@@ -173,35 +174,61 @@ func (b benchConfig) validate() error {
 }
 
 // runBench runs the workloads against the server and, with
-// compareEmulator, against an emulator subprocess, then reports.
-func runBench(ctx context.Context, b benchConfig, out, progress io.Writer) error {
+// compareEmulator, against an emulator subprocess, then reports. With
+// both, each workload runs against the server and then against the
+// emulator before the next workload starts, so that the two measurements
+// a ratio compares are minutes apart at most, not a whole run: on a
+// shared machine the load changes faster than that.
+func runBench(ctx context.Context, b benchConfig, out, progress io.Writer) (err error) {
 	if err := b.validate(); err != nil {
 		return err
 	}
 	rep := benchReport{Rows: b.rows, Concurrency: b.concurrency, Batch: b.batch, ValueSize: b.valueSize, Presplit: max(1, b.presplit)}
-	tr, err := benchTarget(ctx, b, "server", b.conn, progress)
+	srv, err := openBenchTarget(ctx, b, "server", b.conn, progress)
 	if err != nil {
 		return err
 	}
-	rep.Targets = append(rep.Targets, tr)
+	defer srv.close()
+	targets := []*benchTarget{srv}
 	if b.compareEmulator {
-		emu, err := startEmulatorProcess(b)
-		if err != nil {
+		// err is the named result here, not a new variable: the deferred
+		// stop reports into it.
+		var emu *emulatorProcess
+		if emu, err = startEmulatorProcess(b); err != nil {
 			return err
 		}
+		defer func() {
+			if serr := emu.stop(); err == nil && serr != nil {
+				err = fmt.Errorf("stop emulator: %w", serr)
+			}
+		}()
 		cf := b.conn
 		cf.addr = emu.addr
-		tr, err := benchTarget(ctx, b, "emulator", cf, progress)
-		if serr := emu.stop(); err == nil && serr != nil {
-			err = fmt.Errorf("stop emulator: %w", serr)
-		}
-		if err != nil {
+		var et *benchTarget
+		if et, err = openBenchTarget(ctx, b, "emulator", cf, progress); err != nil {
 			return err
 		}
-		rep.Targets = append(rep.Targets, tr)
+		// Dropped before the emulator stops (defers run last first).
+		defer et.close()
+		targets = append(targets, et)
+	}
+	for _, w := range allWorkloads {
+		if !slices.Contains(b.workloads, w) {
+			continue
+		}
+		for _, t := range targets {
+			if err := t.run(ctx, w); err != nil {
+				return err
+			}
+		}
+	}
+	for _, t := range targets {
+		rep.Targets = append(rep.Targets, t.report)
+	}
+	if b.compareEmulator {
 		rep.Ratios = map[string]float64{}
 		for i, r := range rep.Targets[0].Results {
-			if e := tr.Results[i].OpsPerSec; e > 0 {
+			if e := rep.Targets[1].Results[i].OpsPerSec; e > 0 {
 				rep.Ratios[r.Workload] = r.OpsPerSec / e
 			}
 		}
@@ -215,65 +242,78 @@ func runBench(ctx context.Context, b benchConfig, out, progress io.Writer) error
 	return nil
 }
 
-// benchTarget runs every selected workload against one server.
-func benchTarget(ctx context.Context, b benchConfig, target string, cf connFlags, progress io.Writer) (targetReport, error) {
-	tr := targetReport{Target: target, Addr: cf.addr}
+// benchTarget is one server under test: its connection, its freshly
+// created table and the results so far.
+type benchTarget struct {
+	cfg     benchConfig
+	conn    *conn
+	runner  *benchRunner
+	memNote string
+	report  targetReport
+}
+
+// openBenchTarget connects to the server at cf, creates the bench table
+// and waits until it is served.
+func openBenchTarget(ctx context.Context, b benchConfig, target string, cf connFlags, progress io.Writer) (*benchTarget, error) {
 	c, err := cf.dial(ctx)
 	if err != nil {
-		return tr, err
+		return nil, err
 	}
-	defer c.Close()
+	t := &benchTarget{cfg: b, conn: c, report: targetReport{Target: target, Addr: cf.addr}}
 	splits := benchSplits(b.rows, b.presplit)
 	inMemory, err := createBenchTable(ctx, c, b.table, splits)
 	if err != nil {
-		return tr, fmt.Errorf("%s %s: %w", target, cf.addr, err)
+		c.Close()
+		return nil, fmt.Errorf("%s %s: %w", target, cf.addr, err)
 	}
-	if !b.keep {
-		defer func() {
-			// A fresh context: the run's may be why we are leaving.
-			dctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
-			defer cancel()
-			_ = c.admin.DeleteTable(dctx, b.table)
-		}()
-	}
-	memNote := "family " + benchMemFamily + " in the in-memory locality group " + benchMemGroup
+	t.memNote = "family " + benchMemFamily + " in the in-memory locality group " + benchMemGroup
 	if !inMemory {
-		memNote = "no in-memory locality groups on this server (no tabula.admin.v1.LocalityGroups); fell back to a normal family"
+		t.memNote = "no in-memory locality groups on this server (no tabula.admin.v1.LocalityGroups); fell back to a normal family"
 	}
-	r := &benchRunner{cfg: b, tbl: c.data.Open(b.table), progress: progress, target: target, pool: valuePool(b.valueSize)}
-	if err := r.awaitTablets(ctx, append([]string{benchKey(0)}, splits...)); err != nil {
-		return tr, fmt.Errorf("%s %s: %w", target, cf.addr, err)
+	t.runner = &benchRunner{cfg: b, tbl: c.data.Open(b.table), progress: progress, target: target, pool: valuePool(b.valueSize)}
+	if err := t.runner.awaitTablets(ctx, append([]string{benchKey(0)}, splits...)); err != nil {
+		t.close()
+		return nil, fmt.Errorf("%s %s: %w", target, cf.addr, err)
 	}
-	selected := func(w string) bool { return slices.Contains(b.workloads, w) }
-	for _, w := range allWorkloads {
-		if !selected(w) {
-			continue
-		}
-		// Reads need rows: fill them, untimed, unless seqwrite did.
-		switch w {
-		case wlSeqRead, wlRandRead, wlScan:
-			if !r.filled[benchFamily] {
-				if err := r.fill(ctx, benchFamily); err != nil {
-					return tr, err
-				}
-			}
-		case wlRandReadMem:
-			if !r.filled[benchMemFamily] {
-				if err := r.fill(ctx, benchMemFamily); err != nil {
-					return tr, err
-				}
-			}
-		}
-		res, err := r.run(ctx, w)
-		if err != nil {
-			return tr, fmt.Errorf("%s %s, workload %s: %w", target, cf.addr, w, describe(err))
-		}
-		if w == wlRandReadMem {
-			res.Note = memNote
-		}
-		tr.Results = append(tr.Results, res)
+	return t, nil
+}
+
+// run runs workload w, first filling the rows it reads, untimed, unless
+// an earlier workload wrote them.
+func (t *benchTarget) run(ctx context.Context, w string) error {
+	r := t.runner
+	fam := ""
+	switch w {
+	case wlSeqRead, wlRandRead, wlScan:
+		fam = benchFamily
+	case wlRandReadMem:
+		fam = benchMemFamily
 	}
-	return tr, nil
+	if fam != "" && !r.filled[fam] {
+		if err := r.fill(ctx, fam); err != nil {
+			return fmt.Errorf("%s %s: %w", t.report.Target, t.report.Addr, err)
+		}
+	}
+	res, err := r.run(ctx, w)
+	if err != nil {
+		return fmt.Errorf("%s %s, workload %s: %w", t.report.Target, t.report.Addr, w, describe(err))
+	}
+	if w == wlRandReadMem {
+		res.Note = t.memNote
+	}
+	t.report.Results = append(t.report.Results, res)
+	return nil
+}
+
+// close drops the table unless --keep, and closes the connection.
+func (t *benchTarget) close() {
+	if !t.cfg.keep {
+		// A fresh context: the run's may be why we are leaving.
+		dctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
+		defer cancel()
+		_ = t.conn.admin.DeleteTable(dctx, t.cfg.table)
+	}
+	t.conn.Close()
 }
 
 // createBenchTable drops and re-creates the table, split at splits, so
