@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
@@ -64,11 +67,20 @@ const metadataScanTimeout = 3 * time.Second
 // metadataStore is the master's view of METADATA (master.Metadata): the
 // root's location in the lock service, the other tablets' rows read and
 // written through a client whose locator walks the hierarchy.
+//
+// Every read also finishes the splits that tablet servers committed to
+// METADATA but did not finish (finishSplits): see commitSplitNew for the
+// commit protocol.
 type metadataStore struct {
 	kv  coord.KV
 	cl  *client.Client
 	now func() time.Time
 	log *slog.Logger
+	// states are the tablets' saved states (tablet.NewBlobStateStore
+	// under StatePrefix), from which finishSplits learns a split's
+	// children. Without them unfinished splits stay as they are: their
+	// tablets are held (overlapping rows) and never assigned.
+	states tablet.StateStore
 
 	mu   sync.Mutex
 	rows map[string]meta.Location // tablet ID → its row as last read
@@ -85,7 +97,10 @@ func newMetadataStore(kv coord.KV, cl *client.Client) *metadataStore {
 // server died) leaves its rows out rather than failing the round: the
 // planner must still be able to assign it, and it leaves alone whatever
 // servers report that METADATA lacks. Garbage collection, which must see
-// every tablet, uses allTablets.
+// every tablet, uses allTablets. Both finish on the way the splits that
+// tablet servers committed but did not finish (finishSplits), so that a
+// server dying in the middle of a split's commit leaves no tablet held
+// for ever nor any range unassigned.
 func (m *metadataStore) Tablets(ctx context.Context) ([]assign.Tablet, error) {
 	ts, _, err := m.read(ctx)
 	return ts, err
@@ -149,13 +164,15 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 			continue
 		}
 		start := bytes.Clone(l.Start)
-		users, err := m.scan(ctx, start, l.End)
+		users, err := m.scanEntries(ctx, start, l.End)
 		if err != nil {
 			m.warn("reading METADATA tablet "+l.TabletID, err)
 			complete = false
 			continue
 		}
-		for _, u := range users {
+		users = m.finishSplits(ctx, start, l.End, users)
+		for _, e := range users {
+			u := e.Location()
 			rows[u.TabletID] = u
 			out = append(out, assignTablet(u, assign.User))
 		}
@@ -176,6 +193,20 @@ func assignTablet(l meta.Location, k assign.Kind) assign.Tablet {
 
 // scan reads the METADATA rows in [start, end) as locations.
 func (m *metadataStore) scan(ctx context.Context, start, end []byte) ([]meta.Location, error) {
+	es, err := m.scanEntries(ctx, start, end)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]meta.Location, len(es))
+	for i, e := range es {
+		out[i] = e.Location()
+	}
+	return out, nil
+}
+
+// scanEntries reads the METADATA rows in [start, end), in key order,
+// without their event logs.
+func (m *metadataStore) scanEntries(ctx context.Context, start, end []byte) ([]meta.MetadataEntry, error) {
 	// A METADATA tablet that is moving answers "not serving" until the
 	// master itself reassigns it: fail soon rather than retry for the
 	// whole round.
@@ -183,13 +214,13 @@ func (m *metadataStore) scan(ctx context.Context, start, end []byte) ([]meta.Loc
 	defer cancel()
 	s := m.cl.Scan(ctx, meta.MetadataTableName, client.ScanOptions{Start: start, End: end, Families: []string{meta.FamilyLoc, meta.FamilyState}, MaxVersions: 1})
 	defer s.Close()
-	var out []meta.Location
+	var out []meta.MetadataEntry
 	for s.Next() {
-		l, err := meta.ParseLocation(s.Row())
+		e, err := meta.ParseMetadataRow(s.Row())
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, l)
+		out = append(out, e)
 	}
 	return out, s.Err()
 }
@@ -230,4 +261,363 @@ func locationWithEvent(l meta.Location, kind, detail string, now time.Time) cell
 func (m *metadataStore) tableRows(ctx context.Context, table meta.TableID) ([]meta.Location, error) {
 	start, end := meta.MetadataTableRange(table)
 	return m.scan(ctx, start, end)
+}
+
+// Splits in METADATA.
+//
+// A tablet server that split tablet P of [S, E) into children C1 … Cn
+// (tablet.State.SplitInto of P's saved state, each child's saved state
+// holding its range and Parent P) commits the split to METADATA in two
+// steps (commitSplitNew, commitSplitLast):
+//
+//  1. the rows of C1 … Cn-1, whose end rows are new, each written only if
+//     absent, located at the splitting server with P's epoch and with
+//     Parent P in their state columns. The first of these writes is the
+//     commit point: from then on METADATA says that P is split.
+//  2. P's row is replaced by Cn's (same end row E), only if it still
+//     names P.
+//
+// Between the two METADATA shows P overlapping its left children, never a
+// gap: the master's planner treats overlapping rows as a conflict and
+// assigns, moves and merges none of them (assign.Plan's markConflicts),
+// while P's server, alive, keeps serving the children, which it reports
+// and which cover P's range (so P is not assigned either). If the server
+// dies in between, every read of METADATA finishes the split
+// (finishSplits): it finds P's row overlapped by a row recording a parent,
+// reads P's saved state for its children and theirs for their ranges, and
+// writes the missing children's rows where P's row says P was (server and
+// epoch: that server's commit log holds their recent writes, and a
+// recovery replays it), Cn's replacing P's row only if it still names P.
+// So neither the splitting server completing the split concurrently nor a
+// move of Cn after the split finished is overwritten, and a left child's
+// row is never lost to a crash: it is the commit.
+
+// splitChild is a child of a split as METADATA records it.
+type splitChild struct {
+	ID         string
+	Start, End []byte
+}
+
+// splitChildMutation is the METADATA row of child c of the split of
+// parent, located at server with epoch, with a split event saying detail.
+func splitChildMutation(table meta.TableID, c splitChild, parent, server string, epoch uint64, detail string, now time.Time) (cell.RowMutation, error) {
+	rm, err := meta.StateMutation(table, tablet.State{ID: c.ID, Start: c.Start, End: c.End, Parent: parent}, cell.ServerTimestamp)
+	if err != nil {
+		return cell.RowMutation{}, err
+	}
+	loc := locationWithEvent(meta.Location{Table: table, Start: c.Start, End: c.End, TabletID: c.ID, Server: server, Epoch: epoch}, meta.EventSplit, detail, now)
+	rm.Mutations = append(rm.Mutations, loc.Mutations...)
+	return rm, nil
+}
+
+// stateIDFilter keeps a METADATA row's newest state:id cell.
+func stateIDFilter() []*bigtablepb.RowFilter {
+	return []*bigtablepb.RowFilter{
+		{Filter: &bigtablepb.RowFilter_FamilyNameRegexFilter{FamilyNameRegexFilter: meta.FamilyState}},
+		{Filter: &bigtablepb.RowFilter_ColumnQualifierRegexFilter{ColumnQualifierRegexFilter: []byte(meta.QualID)}},
+		{Filter: &bigtablepb.RowFilter_CellsPerColumnLimitFilter{CellsPerColumnLimitFilter: 1}},
+	}
+}
+
+// hasTabletPredicate matches a METADATA row that describes a tablet.
+func hasTabletPredicate() *bigtablepb.RowFilter {
+	return &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_Chain_{Chain: &bigtablepb.RowFilter_Chain{Filters: stateIDFilter()}}}
+}
+
+// namesTabletPredicate matches a METADATA row that describes tablet id.
+func namesTabletPredicate(id string) *bigtablepb.RowFilter {
+	v := []byte(id)
+	return &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_Chain_{Chain: &bigtablepb.RowFilter_Chain{Filters: append(stateIDFilter(),
+		&bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_ValueRangeFilter{ValueRangeFilter: &bigtablepb.ValueRange{
+			StartValue: &bigtablepb.ValueRange_StartValueClosed{StartValueClosed: v},
+			EndValue:   &bigtablepb.ValueRange_EndValueClosed{EndValueClosed: v},
+		}}})}}}
+}
+
+// rowTabletID returns the ID of the tablet METADATA's row key describes,
+// "" if there is no such row.
+func rowTabletID(ctx context.Context, cl *client.Client, key []byte) (string, error) {
+	row, ok, err := cl.ReadRow(ctx, meta.MetadataTableName, key, client.ScanOptions{Families: []string{meta.FamilyLoc, meta.FamilyState}, MaxVersions: 1})
+	if err != nil || !ok {
+		return "", err
+	}
+	e, err := meta.ParseMetadataRow(row)
+	return e.State.ID, err
+}
+
+// writeRowIfAbsent applies rm, the row of a split's child, unless its row
+// key already describes a tablet: the child (an earlier attempt, or the
+// master finishing the split, wrote it) or, once the child split in turn,
+// the child's last child. Nothing else writes a row with a split child's
+// end row, which is new.
+func writeRowIfAbsent(ctx context.Context, cl *client.Client, rm cell.RowMutation) error {
+	_, err := cl.CheckAndMutate(ctx, meta.MetadataTableName, rm.Row, hasTabletPredicate(), nil, rm.Mutations)
+	return err
+}
+
+// replaceParentRow applies rm, the row of tablet id, if its row key still
+// describes tablet parent. A row describing id already is no error (the
+// split was finished by someone else); any other is.
+func replaceParentRow(ctx context.Context, cl *client.Client, rm cell.RowMutation, parent, id string) error {
+	replaced, err := cl.CheckAndMutate(ctx, meta.MetadataTableName, rm.Row, namesTabletPredicate(parent), rm.Mutations, nil)
+	if err != nil || replaced {
+		return err
+	}
+	got, err := rowTabletID(ctx, cl, rm.Row)
+	if err != nil {
+		return err
+	}
+	if got != id {
+		return fmt.Errorf("cluster: METADATA row of split tablet %s names tablet %q", parent, got)
+	}
+	return nil
+}
+
+// commitSplitNew is the first step of committing the split of parent into
+// children (in range order) to METADATA, made by server: it reads the
+// parent's row for its epoch, then writes the children's rows whose end
+// rows are new (all but the last), each if absent. The first write
+// commits the split. finished reports that the parent's row already
+// describes the last child: the split is in METADATA whole (an earlier
+// attempt, or the master, finished it) and nothing was written. A parent
+// without a row (its own parent's split is not yet in METADATA) is an
+// error: the commit is retried.
+func commitSplitNew(ctx context.Context, cl *client.Client, server string, table meta.TableID, parent string, children []splitChild, now time.Time) (epoch uint64, finished bool, err error) {
+	last := children[len(children)-1]
+	row, ok, err := cl.ReadRow(ctx, meta.MetadataTableName, meta.MetadataRowKey(table, last.End), client.ScanOptions{Families: []string{meta.FamilyLoc, meta.FamilyState}, MaxVersions: 1})
+	if err != nil {
+		return 0, false, err
+	}
+	if !ok {
+		return 0, false, fmt.Errorf("cluster: split tablet %s has no METADATA row (yet)", parent)
+	}
+	l, err := meta.ParseLocation(row)
+	if err != nil {
+		return 0, false, err
+	}
+	switch l.TabletID {
+	case last.ID:
+		return l.Epoch, true, nil
+	case parent:
+	default:
+		return 0, false, fmt.Errorf("cluster: METADATA row of split tablet %s names tablet %s", parent, l.TabletID)
+	}
+	for _, c := range children[:len(children)-1] {
+		rm, err := splitChildMutation(table, c, parent, server, l.Epoch, "from "+parent, now)
+		if err != nil {
+			return 0, false, err
+		}
+		if err := writeRowIfAbsent(ctx, cl, rm); err != nil {
+			return 0, false, err
+		}
+	}
+	return l.Epoch, false, nil
+}
+
+// commitSplitLast is the second and last step of a split's commit (see
+// commitSplitNew): the parent's row becomes the last child's, located at
+// server with epoch, if it still names the parent.
+func commitSplitLast(ctx context.Context, cl *client.Client, server string, table meta.TableID, parent string, last splitChild, epoch uint64, now time.Time) error {
+	rm, err := splitChildMutation(table, last, parent, server, epoch, "from "+parent, now)
+	if err != nil {
+		return err
+	}
+	return replaceParentRow(ctx, cl, rm, parent, last.ID)
+}
+
+// splitRepair is one METADATA row write that finishes a split
+// (splitRepairs).
+type splitRepair struct {
+	Table meta.TableID
+	// Parent is the split tablet's row as read: the child is located
+	// where it says.
+	Parent meta.Location
+	Child  splitChild
+	// ReplacesParent: the child's row is the parent's (same end row) and
+	// is written only if it still names the parent; other children's rows
+	// are written only if absent.
+	ReplacesParent bool
+}
+
+// unfinishedSplits returns the rows (of rows, in METADATA key order, as a
+// scan returns them) that may be splits committed but not finished: those
+// whose range overlaps the row before them, of the same table, when that
+// row records a parent. A split child's row, written first, sorts before
+// its parent's (its end row is inside the parent's range); so do the
+// children of a child split meanwhile. Only their saved states tell
+// (splitRepairs).
+func unfinishedSplits(rows []meta.MetadataEntry) []meta.MetadataEntry {
+	var out []meta.MetadataEntry
+	for i := 1; i < len(rows); i++ {
+		prev, p := rows[i-1], rows[i]
+		if prev.Table == p.Table && prev.State.Parent != "" && len(prev.State.End) > 0 && bytes.Compare(prev.State.End, p.State.Start) > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// splitRepairs decides which rows finish the splits committed to METADATA
+// but not finished, given rows (in METADATA key order) and the saved
+// states of the tablets unfinishedSplits returns and of their children
+// (tablet ID → state). A candidate whose state records no split is left
+// alone (its overlap is something else, which the planner holds); so is one
+// whose states are missing or do not describe a split of its range, with an
+// error saying why (the others are still repaired).
+//
+// For a split parent P: its last child replaces P's row; every other child
+// gets its row unless METADATA has it already, or has rows of the child's
+// own children (a child split in turn) that cover its range.
+func splitRepairs(rows []meta.MetadataEntry, states map[string]tablet.State) ([]splitRepair, error) {
+	var out []splitRepair
+	var errs []error
+	for _, p := range unfinishedSplits(rows) {
+		ps, ok := states[p.State.ID]
+		if !ok {
+			errs = append(errs, fmt.Errorf("tablet %s: no saved state", p.State.ID))
+			continue
+		}
+		if len(ps.SplitInto) == 0 {
+			continue // not split: the overlap is not a split's
+		}
+		children, err := splitChildren(p, ps, states)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		loc := p.Location()
+		for i, c := range children {
+			if i == len(children)-1 {
+				out = append(out, splitRepair{Table: p.Table, Parent: loc, Child: c, ReplacesParent: true})
+				continue
+			}
+			if !covered(rows, p.Table, c) {
+				out = append(out, splitRepair{Table: p.Table, Parent: loc, Child: c})
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return out, fmt.Errorf("cluster: unfinished splits left alone: %w", errors.Join(errs...))
+	}
+	return out, nil
+}
+
+// splitChildren returns the children of split parent p (saved state ps)
+// from their saved states, checking that they tile p's range in order.
+func splitChildren(p meta.MetadataEntry, ps tablet.State, states map[string]tablet.State) ([]splitChild, error) {
+	var out []splitChild
+	at := p.State.Start
+	for _, id := range ps.SplitInto {
+		cs, ok := states[id]
+		if !ok {
+			return nil, fmt.Errorf("tablet %s: no saved state of its child %s", p.State.ID, id)
+		}
+		if !bytes.Equal(cs.Start, at) || len(cs.End) > 0 && bytes.Compare(cs.End, cs.Start) <= 0 {
+			return nil, fmt.Errorf("tablet %s: child %s has range [%q, %q), want a range from %q", p.State.ID, id, cs.Start, cs.End, at)
+		}
+		out = append(out, splitChild{ID: id, Start: cs.Start, End: cs.End})
+		at = cs.End
+	}
+	if !bytes.Equal(at, p.State.End) {
+		return nil, fmt.Errorf("tablet %s: children end at %q, not at its end %q", p.State.ID, at, p.State.End)
+	}
+	return out, nil
+}
+
+// covered reports whether rows describe child c of table: a row of its
+// own, or rows within its range that cover it without a gap.
+func covered(rows []meta.MetadataEntry, table meta.TableID, c splitChild) bool {
+	var within []meta.MetadataEntry
+	for _, r := range rows {
+		if r.Table != table {
+			continue
+		}
+		if r.State.ID == c.ID {
+			return true
+		}
+		if bytes.Compare(r.State.Start, c.Start) >= 0 && len(r.State.End) > 0 && bytes.Compare(r.State.End, c.End) <= 0 {
+			within = append(within, r)
+		}
+	}
+	slices.SortFunc(within, func(a, b meta.MetadataEntry) int { return bytes.Compare(a.State.Start, b.State.Start) })
+	at := c.Start
+	for _, r := range within {
+		if bytes.Compare(r.State.Start, at) > 0 {
+			return false // a gap
+		}
+		if bytes.Compare(r.State.End, at) > 0 {
+			at = r.State.End
+		}
+	}
+	return bytes.Equal(at, c.End)
+}
+
+// finishSplits finishes the unfinished splits among rows, the rows of the
+// METADATA tablet [start, end) just read (see the comment on splits
+// above), and returns METADATA's rows as they are then: read again after a
+// repair, so that a write that lost to a concurrent one shows what won.
+// What it cannot finish (no state store, a state unreadable, a write
+// failed) stays as read: the planner holds the overlapping tablets, and
+// the next read tries again.
+func (m *metadataStore) finishSplits(ctx context.Context, start, end []byte, rows []meta.MetadataEntry) []meta.MetadataEntry {
+	cands := unfinishedSplits(rows)
+	if len(cands) == 0 {
+		return rows
+	}
+	if m.states == nil {
+		m.warn("finishing splits", errors.New("no state store: overlapping METADATA rows left as they are"))
+		return rows
+	}
+	states := make(map[string]tablet.State)
+	load := func(id string) bool {
+		if _, ok := states[id]; ok {
+			return true
+		}
+		st, err := m.states.Load(ctx, id)
+		if err != nil {
+			m.warn("loading the state of tablet "+id, err)
+			return false
+		}
+		states[id] = st
+		return true
+	}
+	for _, p := range cands {
+		if load(p.State.ID) {
+			for _, c := range states[p.State.ID].SplitInto {
+				load(c)
+			}
+		}
+	}
+	repairs, err := splitRepairs(rows, states)
+	if err != nil {
+		m.warn("finishing splits", err)
+	}
+	if len(repairs) == 0 {
+		return rows
+	}
+	now := m.now()
+	for _, r := range repairs {
+		p := r.Parent
+		rm, err := splitChildMutation(r.Table, r.Child, p.TabletID, p.Server, p.Epoch, "from "+p.TabletID+", finished by the master", now)
+		if err == nil {
+			if r.ReplacesParent {
+				err = replaceParentRow(ctx, m.cl, rm, p.TabletID, r.Child.ID)
+			} else {
+				err = writeRowIfAbsent(ctx, m.cl, rm)
+			}
+		}
+		if err != nil {
+			m.warn("finishing the split of tablet "+p.TabletID, err)
+			continue
+		}
+		if m.log != nil {
+			m.log.Info("finished a split in METADATA", "table", r.Table.String(), "parent", p.TabletID, "child", r.Child.ID, "server", p.Server, "epoch", p.Epoch)
+		}
+	}
+	again, err := m.scanEntries(ctx, start, end)
+	if err != nil {
+		m.warn("reading METADATA again after finishing splits", err)
+		return rows
+	}
+	return again
 }

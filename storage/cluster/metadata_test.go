@@ -4,15 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
 func TestReadRoot(t *testing.T) {
@@ -179,5 +185,486 @@ func TestAssignTablet(t *testing.T) {
 	// the tablet (serverClient.tableEntry).
 	if id, err := parseTableString(got.Table); err != nil || id != l.Table {
 		t.Fatalf("parseTableString(%q) = %+v, %v", got.Table, id, err)
+	}
+}
+
+// row is a METADATA entry for the split tests: tablet id of table tab
+// over [start, end) ("" for the table's bounds), split from parent,
+// served by server at epoch.
+func row(tab, id, start, end, parent, server string, epoch uint64) meta.MetadataEntry {
+	e := meta.MetadataEntry{Table: meta.TableID{Instance: "i", Table: tab}, Server: server, Epoch: epoch}
+	e.State = tablet.State{ID: id, Parent: parent}
+	if start != "" {
+		e.State.Start = []byte(start)
+	}
+	if end != "" {
+		e.State.End = []byte(end)
+	}
+	return e
+}
+
+// state is a saved tablet state for the split tests.
+func state(id, start, end, parent string, splitInto ...string) tablet.State {
+	st := tablet.State{ID: id, Parent: parent, SplitInto: splitInto}
+	if start != "" {
+		st.Start = []byte(start)
+	}
+	if end != "" {
+		st.End = []byte(end)
+	}
+	return st
+}
+
+// repairString is a splitRepair as the tests compare it:
+// "child[start,end)@server/epoch" with "replaces parent" when it does.
+func repairString(r splitRepair) string {
+	s := fmt.Sprintf("%s[%s,%s)@%s/%d", r.Child.ID, r.Child.Start, r.Child.End, r.Parent.Server, r.Parent.Epoch)
+	if r.ReplacesParent {
+		s += " replaces " + r.Parent.TabletID
+	}
+	return s
+}
+
+// TestSplitRepairs: which rows finish a split committed but not finished,
+// from the rows read and the saved states.
+func TestSplitRepairs(t *testing.T) {
+	const x = "x:1/dead" // the splitting server
+	// P [c, k) of table t split into L [c, g) and R [g, k); X and Y are
+	// its neighbours.
+	splitP := []tablet.State{state("P", "c", "k", "", "L", "R"), state("L", "c", "g", "P"), state("R", "g", "k", "P")}
+	// Q, the whole of table u, split into three.
+	splitQ := []tablet.State{state("Q", "", "", "", "Q1", "Q2", "Q3"), state("Q1", "", "f", "Q"), state("Q2", "f", "p", "Q"), state("Q3", "p", "", "Q")}
+	for _, tc := range []struct {
+		name    string
+		rows    []meta.MetadataEntry
+		states  []tablet.State
+		want    []string
+		wantErr string
+	}{{
+		name:   "consistent",
+		rows:   []meta.MetadataEntry{row("t", "X", "", "c", "", x, 1), row("t", "L", "c", "g", "P", x, 5), row("t", "R", "g", "k", "P", x, 5), row("t", "Y", "k", "", "", x, 1)},
+		states: splitP,
+	}, {
+		name:   "crash after the commit",
+		rows:   []meta.MetadataEntry{row("t", "X", "", "c", "", x, 1), row("t", "L", "c", "g", "P", x, 5), row("t", "P", "c", "k", "", x, 5), row("t", "Y", "k", "", "", x, 1)},
+		states: splitP,
+		want:   []string{"R[g,k)@x:1/dead/5 replaces P"},
+	}, {
+		name:   "the parent row's location wins",
+		rows:   []meta.MetadataEntry{row("t", "L", "c", "g", "P", "x:1/other", 4), row("t", "P", "c", "k", "", x, 5)},
+		states: splitP,
+		want:   []string{"R[g,k)@x:1/dead/5 replaces P"},
+	}, {
+		name:   "three children, one written",
+		rows:   []meta.MetadataEntry{row("u", "Q1", "", "f", "Q", x, 3), row("u", "Q", "", "", "", x, 3)},
+		states: splitQ,
+		want:   []string{"Q2[f,p)@x:1/dead/3", "Q3[p,)@x:1/dead/3 replaces Q"},
+	}, {
+		name:   "three children, two written",
+		rows:   []meta.MetadataEntry{row("u", "Q1", "", "f", "Q", x, 3), row("u", "Q2", "f", "p", "Q", x, 3), row("u", "Q", "", "", "", x, 3)},
+		states: splitQ,
+		want:   []string{"Q3[p,)@x:1/dead/3 replaces Q"},
+	}, {
+		name:   "a child split in turn",
+		rows:   []meta.MetadataEntry{row("t", "L1", "c", "e", "L", x, 5), row("t", "L2", "e", "g", "L", x, 5), row("t", "P", "c", "k", "", x, 5)},
+		states: append(slices.Clone(splitP), state("L", "c", "g", "P", "L1", "L2"), state("L1", "c", "e", "L"), state("L2", "e", "g", "L")),
+		want:   []string{"R[g,k)@x:1/dead/5 replaces P"},
+	}, {
+		name:   "two tables",
+		rows:   []meta.MetadataEntry{row("t", "L", "c", "g", "P", x, 5), row("t", "P", "c", "k", "", x, 5), row("u", "Q1", "", "f", "Q", x, 3), row("u", "Q", "", "", "", x, 3)},
+		states: append(slices.Clone(splitP), splitQ...),
+		want:   []string{"R[g,k)@x:1/dead/5 replaces P", "Q2[f,p)@x:1/dead/3", "Q3[p,)@x:1/dead/3 replaces Q"},
+	}, {
+		name: "rows of another table are no overlap",
+		rows: []meta.MetadataEntry{row("t", "L", "c", "z", "P", x, 5), row("u", "Q", "", "", "", x, 3)},
+	}, {
+		name:   "an overlapping row without a parent",
+		rows:   []meta.MetadataEntry{row("t", "L", "c", "g", "", x, 5), row("t", "P", "c", "k", "", x, 5)},
+		states: splitP,
+	}, {
+		name:   "overlapped, but not split",
+		rows:   []meta.MetadataEntry{row("t", "L", "c", "g", "P", x, 5), row("t", "P", "c", "k", "", x, 5)},
+		states: []tablet.State{state("P", "c", "k", "")},
+	}, {
+		name:    "no state of the parent",
+		rows:    []meta.MetadataEntry{row("t", "L", "c", "g", "P", x, 5), row("t", "P", "c", "k", "", x, 5), row("u", "Q1", "", "f", "Q", x, 3), row("u", "Q", "", "", "", x, 3)},
+		states:  splitQ,
+		want:    []string{"Q2[f,p)@x:1/dead/3", "Q3[p,)@x:1/dead/3 replaces Q"},
+		wantErr: "tablet P: no saved state",
+	}, {
+		name:    "no state of a child",
+		rows:    []meta.MetadataEntry{row("t", "L", "c", "g", "P", x, 5), row("t", "P", "c", "k", "", x, 5)},
+		states:  splitP[:2],
+		wantErr: "no saved state of its child R",
+	}, {
+		name:    "children that do not cover the parent",
+		rows:    []meta.MetadataEntry{row("t", "L", "c", "g", "P", x, 5), row("t", "P", "c", "k", "", x, 5)},
+		states:  []tablet.State{splitP[0], splitP[1], state("R", "g", "j", "P")},
+		wantErr: "children end at",
+	}, {
+		name:    "children with a gap",
+		rows:    []meta.MetadataEntry{row("t", "L", "c", "g", "P", x, 5), row("t", "P", "c", "k", "", x, 5)},
+		states:  []tablet.State{splitP[0], splitP[1], state("R", "h", "k", "P")},
+		wantErr: "child R has range",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			states := make(map[string]tablet.State)
+			for _, st := range tc.states {
+				states[st.ID] = st
+			}
+			repairs, err := splitRepairs(tc.rows, states)
+			var got []string
+			for _, r := range repairs {
+				got = append(got, repairString(r))
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("repairs %q, want %q", got, tc.want)
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("error %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("error %v, want one saying %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// metadataFixture is METADATA served by a real tablet server in the
+// process (on the in-process lock service and a local object store),
+// with the master's METADATA store over it.
+type metadataFixture struct {
+	server *TabletServer
+	md     *metadataStore
+	states tablet.StateStore
+}
+
+func newMetadataFixture(t *testing.T) *metadataFixture {
+	t.Helper()
+	ctx := context.Background()
+	kv := coord.NewLocal(coord.LocalConfig{})
+	t.Cleanup(func() { _ = kv.Close() })
+	store := newLocalStore(t)
+	s, err := StartTabletServer(ctx, ServerConfig{Coord: kv, Store: store, Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	f := &metadataFixture{server: s, md: newMetadataStore(kv, s.cl), states: tablet.NewBlobStateStore(store, StatePrefix)}
+	// What the master does at bootstrap: the root tablet, then METADATA's
+	// second tablet, both here.
+	if _, err := f.md.Tablets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, ref := range []meta.TabletRef{{ID: meta.RootTabletID, End: meta.RootTabletEnd()}, {ID: meta.MetaTabletID, Start: meta.RootTabletEnd()}} {
+		if err := s.host.LoadTablet(ctx, metadataTable(), ref, tabletserver.Recovery{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.md.SetLocation(ctx, ref.ID, s.Name(), uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.md.Tablets(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// putRow writes the METADATA row of tablet st of table, located at server
+// with epoch.
+func (f *metadataFixture) putRow(t *testing.T, table meta.TableID, st tablet.State, server string, epoch uint64) {
+	t.Helper()
+	rm, err := meta.StateMutation(table, st, cell.ServerTimestamp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm.Mutations = append(rm.Mutations, meta.LocationMutation(table, st.End, server, epoch, cell.ServerTimestamp).Mutations...)
+	if err := f.server.cl.Apply(context.Background(), meta.MetadataTableName, rm); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rows returns table's METADATA rows as "id[start,end)@server/epoch<parent".
+func (f *metadataFixture) rows(t *testing.T, table meta.TableID) []string {
+	t.Helper()
+	start, end := meta.MetadataTableRange(table)
+	es, err := f.md.scanEntries(context.Background(), start, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, fmt.Sprintf("%s[%s,%s)@%s/%d<%s", e.State.ID, e.State.Start, e.State.End, e.Server, e.Epoch, e.State.Parent))
+	}
+	return out
+}
+
+// userTablets returns the user tablets of ts as "id[start,end)@server".
+func userTablets(ts []assign.Tablet) []string {
+	var out []string
+	for _, tb := range ts {
+		if tb.Kind == assign.User {
+			out = append(out, fmt.Sprintf("%s[%s,%s)@%s", tb.ID, tb.Start, tb.End, tb.LastServer))
+		}
+	}
+	return out
+}
+
+// TestSplitCrashAfterCommit: a tablet server that dies between the two
+// steps of a split's commit leaves METADATA with the parent overlapping
+// its left child. The planner assigns neither meanwhile, and the master's
+// next read finishes the split: a view without gap or overlap, the right
+// child located at the dead server (whose log holds its recent writes),
+// which the planner then recovers from that log. Late steps of the dead
+// server's commit overwrite nothing.
+func TestSplitCrashAfterCommit(t *testing.T) {
+	ctx := context.Background()
+	f := newMetadataFixture(t)
+	table := meta.TableID{Instance: "i", Table: "t"}
+	const dead, other = "10.0.0.1:1/dead", "10.0.0.2:1/live"
+	// P, the whole table, at the server about to die; its split into L
+	// and R at "m" is saved in the states (tablet.Tablet's split).
+	f.putRow(t, table, tablet.State{ID: "P"}, dead, 7)
+	saveStates(t, f.states,
+		tablet.State{ID: "P", SplitInto: []string{"L", "R"}, SplitKey: []byte("m")},
+		tablet.State{ID: "L", End: []byte("m"), Parent: "P"},
+		tablet.State{ID: "R", Start: []byte("m"), Parent: "P"})
+	children := []splitChild{{ID: "L", End: []byte("m")}, {ID: "R", Start: []byte("m")}}
+
+	// The dead server's last act: the commit point, L's row.
+	epoch, finished, err := commitSplitNew(ctx, f.server.cl, dead, table, "P", children, time.Now())
+	if err != nil || finished || epoch != 7 {
+		t.Fatalf("commitSplitNew = %d, %v, %v; want epoch 7, unfinished", epoch, finished, err)
+	}
+	if got, want := f.rows(t, table), []string{"L[,m)@10.0.0.1:1/dead/7<P", "P[,)@10.0.0.1:1/dead/7<"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("METADATA after the commit point: %q, want %q", got, want)
+	}
+
+	// A master without the states sees the overlap as it is: the planner
+	// assigns neither tablet, nor anything else in their range.
+	stale := newMetadataStore(f.md.kv, f.md.cl)
+	ts, err := stale.Tablets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := userTablets(ts), []string{"L[,m)@" + dead, "P[,)@" + dead}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("view without repair %q, want %q", got, want)
+	}
+	st := assign.State{Tablets: ts, Dead: []assign.DeadServer{{ID: dead}}, Live: []assign.Server{
+		{ID: assign.ServerID(f.server.Name()), Serving: []assign.Served{{ID: meta.RootTabletID}, {ID: meta.MetaTabletID}}},
+		{ID: assign.ServerID(other)},
+	}}
+	rescanned := false
+	for _, a := range assign.Plan(st, assign.Config{}) {
+		if a.Kind == assign.Assign {
+			t.Fatalf("the planner assigns %s while P and L overlap: %+v", a.Tablet, a)
+		}
+		rescanned = rescanned || a.Kind == assign.Rescan
+	}
+	if !rescanned {
+		t.Fatal("the planner holds P and L without reading their range again")
+	}
+	// Nor while the splitting server is alive, serving the children (R
+	// unknown to METADATA as read) and about to finish the commit.
+	alive := st
+	alive.Dead = nil
+	alive.Live = append(slices.Clone(st.Live), assign.Server{ID: dead, Serving: []assign.Served{
+		{ID: "L", Table: table.String(), End: "m"}, {ID: "R", Table: table.String(), Start: "m"}}})
+	for _, a := range assign.Plan(alive, assign.Config{}) {
+		if a.Kind != assign.Rescan {
+			t.Fatalf("the planner acts while P and L overlap and the splitter lives: %+v", a)
+		}
+	}
+
+	// The master's read finishes the split.
+	f.md.states = f.states
+	ts, err = f.md.Tablets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := userTablets(ts), []string{"L[,m)@" + dead, "R[m,)@" + dead}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("view after the master's read %q, want %q (no gap, no overlap)", got, want)
+	}
+	if got, want := f.rows(t, table), []string{"L[,m)@10.0.0.1:1/dead/7<P", "R[m,)@10.0.0.1:1/dead/7<P"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("METADATA after the master's read: %q, want %q", got, want)
+	}
+	st.Tablets = ts
+	assigned := map[assign.TabletID]assign.Action{}
+	for _, a := range assign.Plan(st, assign.Config{}) {
+		if a.Kind == assign.Assign {
+			assigned[a.Tablet] = a
+		}
+	}
+	for _, id := range []assign.TabletID{"L", "R"} {
+		if a, ok := assigned[id]; !ok || a.RecoverFrom != dead {
+			t.Fatalf("tablet %s: assignment %+v, want one recovering from %s's log", id, a, dead)
+		}
+	}
+	row, ok, err := f.server.cl.ReadRow(ctx, meta.MetadataTableName, meta.MetadataRowKey(table, nil), client.ScanOptions{})
+	if err != nil || !ok {
+		t.Fatalf("R's row: %v, %v", ok, err)
+	}
+	e, err := meta.ParseMetadataRow(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Events) != 1 || e.Events[0].Kind != meta.EventSplit || !strings.Contains(e.Events[0].Detail, "master") {
+		t.Fatalf("R's events %+v, want the master's split event", e.Events)
+	}
+
+	// R moves; then the dead server's late second step (it was only cut
+	// off) and a retry of the whole commit change nothing.
+	if err := f.md.SetLocation(ctx, "R", other, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := commitSplitLast(ctx, f.server.cl, dead, table, "P", children[1], 7, time.Now()); err != nil {
+		t.Fatalf("a late second step: %v, want nothing done", err)
+	}
+	if _, finished, err := commitSplitNew(ctx, f.server.cl, dead, table, "P", children, time.Now()); err != nil || !finished {
+		t.Fatalf("a retried commit: finished %v, %v; want finished", finished, err)
+	}
+	if got, want := f.rows(t, table), []string{"L[,m)@10.0.0.1:1/dead/7<P", "R[m,)@10.0.0.2:1/live/9<P"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("METADATA after late steps: %q, want %q (R's move kept)", got, want)
+	}
+}
+
+// TestSplitCommitConcurrentFinish: the splitting server, alive, finishing
+// its commit after the master read the overlap: the master's repair, from
+// that stale read, overwrites neither the server's row nor a later move.
+func TestSplitCommitConcurrentFinish(t *testing.T) {
+	ctx := context.Background()
+	f := newMetadataFixture(t)
+	f.md.states = f.states
+	table := meta.TableID{Instance: "i", Table: "t"}
+	const x, y = "10.0.0.1:1/x", "10.0.0.2:1/y"
+	f.putRow(t, table, tablet.State{ID: "A", End: []byte("c")}, x, 2)
+	f.putRow(t, table, tablet.State{ID: "P", Start: []byte("c"), End: []byte("k")}, x, 5)
+	f.putRow(t, table, tablet.State{ID: "B", Start: []byte("k")}, x, 2)
+	saveStates(t, f.states,
+		tablet.State{ID: "P", Start: []byte("c"), End: []byte("k"), SplitInto: []string{"L", "R"}},
+		tablet.State{ID: "L", Start: []byte("c"), End: []byte("g"), Parent: "P"},
+		tablet.State{ID: "R", Start: []byte("g"), End: []byte("k"), Parent: "P"})
+	children := []splitChild{{ID: "L", Start: []byte("c"), End: []byte("g")}, {ID: "R", Start: []byte("g"), End: []byte("k")}}
+	epoch, _, err := commitSplitNew(ctx, f.server.cl, x, table, "P", children, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, end := meta.MetadataTableRange(table)
+	read, err := f.md.scanEntries(ctx, start, end) // the master's read, in the window
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := commitSplitLast(ctx, f.server.cl, x, table, "P", children[1], epoch, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.md.SetLocation(ctx, "R", y, 8); err == nil {
+		t.Fatal("SetLocation of a tablet the master has not read: no error")
+	}
+	if _, err := f.md.Tablets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.md.SetLocation(ctx, "R", y, 8); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"A[,c)@10.0.0.1:1/x/2<", "L[c,g)@10.0.0.1:1/x/5<P", "R[g,k)@10.0.0.2:1/y/8<P", "B[k,)@10.0.0.1:1/x/2<"}
+	got := f.md.finishSplits(ctx, start, end, read)
+	var gotRows []string
+	for _, e := range got {
+		gotRows = append(gotRows, fmt.Sprintf("%s[%s,%s)@%s/%d<%s", e.State.ID, e.State.Start, e.State.End, e.Server, e.Epoch, e.State.Parent))
+	}
+	if !reflect.DeepEqual(gotRows, want) {
+		t.Fatalf("finishSplits from a stale read returned %q, want METADATA as it is: %q", gotRows, want)
+	}
+	if got := f.rows(t, table); !reflect.DeepEqual(got, want) {
+		t.Fatalf("METADATA %q, want %q", got, want)
+	}
+}
+
+// TestSplitCommitOrder: a live server's commit, step by step: the new
+// rows first (the commit point), the parent's row last; a commit whose
+// parent has no row yet (its own parent's split is not in METADATA)
+// writes nothing.
+func TestSplitCommitOrder(t *testing.T) {
+	ctx := context.Background()
+	f := newMetadataFixture(t)
+	table := meta.TableID{Instance: "i", Table: "t"}
+	const x = "10.0.0.1:1/x"
+	f.putRow(t, table, tablet.State{ID: "P"}, x, 3)
+	children := []splitChild{{ID: "C1", End: []byte("f")}, {ID: "C2", Start: []byte("f"), End: []byte("p")}, {ID: "C3", Start: []byte("p")}}
+	epoch, finished, err := commitSplitNew(ctx, f.server.cl, x, table, "P", children, time.Now())
+	if err != nil || finished || epoch != 3 {
+		t.Fatalf("commitSplitNew = %d, %v, %v", epoch, finished, err)
+	}
+	if got, want := f.rows(t, table), []string{"C1[,f)@10.0.0.1:1/x/3<P", "C2[f,p)@10.0.0.1:1/x/3<P", "P[,)@10.0.0.1:1/x/3<"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the first step %q, want %q", got, want)
+	}
+	// Idempotent: a retry of the first step rewrites nothing.
+	if _, _, err := commitSplitNew(ctx, f.server.cl, x, table, "P", children, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := commitSplitLast(ctx, f.server.cl, x, table, "P", children[2], epoch, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"C1[,f)@10.0.0.1:1/x/3<P", "C2[f,p)@10.0.0.1:1/x/3<P", "C3[p,)@10.0.0.1:1/x/3<P"}
+	if got := f.rows(t, table); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the second step %q, want %q", got, want)
+	}
+	if err := commitSplitLast(ctx, f.server.cl, x, table, "P", children[2], epoch, time.Now()); err != nil {
+		t.Fatalf("a repeated second step: %v", err)
+	}
+
+	// C2 split before C2's own row exists: nothing is written.
+	other := meta.TableID{Instance: "i", Table: "u"}
+	grand := []splitChild{{ID: "G1", Start: []byte("f"), End: []byte("h")}, {ID: "G2", Start: []byte("h"), End: []byte("p")}}
+	if _, _, err := commitSplitNew(ctx, f.server.cl, x, other, "C2", grand, time.Now()); err == nil {
+		t.Fatal("commit of a split whose parent has no row: no error")
+	}
+	if got := f.rows(t, other); len(got) != 0 {
+		t.Fatalf("rows %q written for a split whose parent has no row", got)
+	}
+	// A parent row naming another tablet is an error too.
+	if _, _, err := commitSplitNew(ctx, f.server.cl, x, table, "Z", []splitChild{{ID: "Z1", End: []byte("b")}, {ID: "C3", Start: []byte("b")}}, time.Now()); err != nil {
+		t.Fatalf("a split whose last child's row exists: %v, want finished", err)
+	}
+	if _, _, err := commitSplitNew(ctx, f.server.cl, x, table, "Z", []splitChild{{ID: "Z1", End: []byte("b")}, {ID: "Z2", Start: []byte("b")}}, time.Now()); err == nil {
+		t.Fatal("a split whose parent's row names another tablet: no error")
+	}
+	if got := f.rows(t, table); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after refused commits %q, want %q", got, want)
+	}
+}
+
+// TestSplitCommitAfterChildSplit: a left child that split in turn, its
+// split committed before its parent's commit finished (the second step
+// failed and is retried): the parent's retried commit leaves the child's
+// children alone and finishes.
+func TestSplitCommitAfterChildSplit(t *testing.T) {
+	ctx := context.Background()
+	f := newMetadataFixture(t)
+	table := meta.TableID{Instance: "i", Table: "t"}
+	const x = "10.0.0.1:1/x"
+	f.putRow(t, table, tablet.State{ID: "P"}, x, 3)
+	children := []splitChild{{ID: "L", End: []byte("m")}, {ID: "R", Start: []byte("m")}}
+	if _, _, err := commitSplitNew(ctx, f.server.cl, x, table, "P", children, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	grand := []splitChild{{ID: "L1", End: []byte("f")}, {ID: "L2", Start: []byte("f"), End: []byte("m")}}
+	epoch, _, err := commitSplitNew(ctx, f.server.cl, x, table, "L", grand, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := commitSplitLast(ctx, f.server.cl, x, table, "L", grand[1], epoch, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	epoch, finished, err := commitSplitNew(ctx, f.server.cl, x, table, "P", children, time.Now())
+	if err != nil || finished {
+		t.Fatalf("P's retried commit: finished %v, %v", finished, err)
+	}
+	if err := commitSplitLast(ctx, f.server.cl, x, table, "P", children[1], epoch, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"L1[,f)@10.0.0.1:1/x/3<L", "L2[f,m)@10.0.0.1:1/x/3<L", "R[m,)@10.0.0.1:1/x/3<P"}
+	if got := f.rows(t, table); !reflect.DeepEqual(got, want) {
+		t.Fatalf("METADATA %q, want %q", got, want)
 	}
 }

@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/storage/blob"
-	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/commitlog"
@@ -337,39 +336,36 @@ func (s *TabletServer) masterConn(ctx context.Context) (grpc.ClientConnInterface
 	return s.conns.get(string(e.Value))
 }
 
-// commitSplit records a split in METADATA (tabletserver.HostOptions.OnSplit):
-// the right child's row replaces the parent's (same end row), then the
-// left child's row is added, both located here with the parent's epoch.
-// In between METADATA shows a gap, never the parent: a parent in METADATA
-// that nobody serves would be assigned again. The master is told last.
+// commitSplit records a split in METADATA (tabletserver.HostOptions.OnSplit),
+// the children located here with the parent's epoch, as the paper's
+// tablet server commits a split: the commit point is one row write. First
+// the rows of the children whose end rows are new (all but the last) are
+// added, each recording the parent (commitSplitNew): the first of these
+// commits the split. Then the parent's row, which has the last child's end
+// row, becomes the last child's, if it still names the parent
+// (commitSplitLast). In between METADATA shows the parent overlapping its
+// left children, never a gap: the master assigns none of them while they
+// overlap, and if this server dies in between, the master's next read of
+// METADATA finishes the split from the tablets' saved states (see
+// metadataStore.finishSplits), locating the missing children here, where
+// their recent writes are logged. Every step is idempotent, and a row
+// describing the last child already means the split is in METADATA (an
+// earlier attempt or the master finished it). The master is told last.
 func (s *TabletServer) commitSplit(ctx context.Context, table meta.TableID, parent string, children []tabletserver.TabletInfo) error {
 	if len(children) == 0 {
 		return nil
 	}
-	last := children[len(children)-1]
-	epoch := uint64(0)
-	row, ok, err := s.cl.ReadRow(ctx, meta.MetadataTableName, meta.MetadataRowKey(table, last.End), client.ScanOptions{Families: []string{meta.FamilyLoc, meta.FamilyState}, MaxVersions: 1})
+	cs := make([]splitChild, len(children))
+	for i, c := range children {
+		cs[i] = splitChild{ID: c.ID, Start: c.Start, End: c.End}
+	}
+	now := time.Now()
+	epoch, finished, err := commitSplitNew(ctx, s.cl, s.name, table, parent, cs, now)
 	if err != nil {
 		return err
 	}
-	if ok {
-		if l, err := meta.ParseLocation(row); err == nil {
-			if l.TabletID != parent && l.TabletID != last.ID {
-				return fmt.Errorf("cluster: METADATA row of split tablet %s names tablet %s", parent, l.TabletID)
-			}
-			epoch = l.Epoch
-		}
-	}
-	now := time.Now()
-	for i := len(children) - 1; i >= 0; i-- {
-		c := children[i]
-		rm, err := meta.StateMutation(table, tablet.State{ID: c.ID, Start: c.Start, End: c.End, Parent: parent}, cell.ServerTimestamp)
-		if err != nil {
-			return err
-		}
-		loc := locationWithEvent(meta.Location{Table: table, Start: c.Start, End: c.End, TabletID: c.ID, Server: s.name, Epoch: epoch}, meta.EventSplit, "from "+parent, now)
-		rm.Mutations = append(rm.Mutations, loc.Mutations...)
-		if err := s.cl.Apply(ctx, meta.MetadataTableName, rm); err != nil {
+	if !finished {
+		if err := commitSplitLast(ctx, s.cl, s.name, table, parent, cs[len(cs)-1], epoch, now); err != nil {
 			return err
 		}
 	}
