@@ -123,6 +123,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	m.cl = client.New(m.self, client.Options{Metadata: coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(m.self, m.conns.get)}})
 	m.md = newMetadataStore(cfg.Coord, m.cl)
 	m.md.log = m.log
+	m.md.states = m.states // to finish splits a crash cut short
 	catalog := NewCoordCatalog(cfg.Coord)
 	servers := &serverClient{conns: m.conns, catalog: catalog}
 	if m.control, err = master.NewControl(master.ControlOptions{
