@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,7 +21,6 @@ import (
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -33,6 +31,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/cluster"
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/meta"
@@ -281,21 +280,12 @@ func (d *devServer) HTTPAddr() string {
 func (d *devServer) Err() <-chan error { return d.serveErr }
 
 func (d *devServer) httpHandler(reg *prometheus.Registry) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	return cluster.OpsHandler(reg, nil, func() error {
 		if !d.serving.Load() {
-			http.Error(w, "stopping", http.StatusServiceUnavailable)
-			return
+			return errors.New("stopping")
 		}
-		io.WriteString(w, "ok\n")
+		return nil
 	})
-	return mux
 }
 
 // Close stops the server: it stops accepting requests, waits up to

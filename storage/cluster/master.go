@@ -233,5 +233,5 @@ func (s *masterControlService) ReportSplit(ctx context.Context, req *clusterpb.R
 }
 
 func (m *Master) httpHandler() http.Handler {
-	return opsHandler(m.registry, m.statusHandler(), func() error { return nil })
+	return OpsHandler(m.registry, m.statusHandler(), func() error { return nil })
 }

@@ -394,7 +394,7 @@ func (g gatewayLocator) Tablets(ctx context.Context, table meta.TableID, start, 
 func (g gatewayLocator) Invalidate(loc meta.Location) { g.cache.Invalidate(loc) }
 
 func (s *TabletServer) httpHandler() http.Handler {
-	return opsHandler(s.registry, s.statusHandler(), func() error {
+	return OpsHandler(s.registry, s.statusHandler(), func() error {
 		select {
 		case <-s.done:
 			return errors.New("stopped")
