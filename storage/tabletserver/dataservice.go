@@ -118,10 +118,15 @@ func (h *Host) lookupTable(name string) (meta.Table, error) {
 }
 
 // fail converts err to a status and logs the errors that are the server's.
+// "Not serving" is not one: it is how a caller with a stale location learns
+// that a tablet moved or split (one per row of a MutateRows sent during a
+// move), so it is logged at debug level only.
 func (s *DataService) fail(method string, err error) error {
 	err = s.host.toStatus(err)
-	switch status.Code(err) {
-	case codes.Internal, codes.Unavailable, codes.FailedPrecondition:
+	switch {
+	case notServing(err):
+		s.log.Debug("request for a tablet not served here", "method", method, "err", err)
+	case status.Code(err) == codes.Internal, status.Code(err) == codes.Unavailable, status.Code(err) == codes.FailedPrecondition:
 		s.log.Error("request failed", "method", method, "err", err)
 	}
 	return err
