@@ -315,8 +315,8 @@ func (t *term) fenceUnreachable(ctx context.Context, answered int) {
 
 // round gathers a State, plans, and carries the actions out: loads and
 // unloads in parallel (up to LoadParallelism at once), log sorts in the
-// background. progressed says whether it sent requests.
-func (t *term) round(ctx context.Context) (progressed bool, err error) {
+// background. sent says whether it sent requests.
+func (t *term) round(ctx context.Context) (sent bool, err error) {
 	if err := t.detectDeaths(ctx); err != nil {
 		return false, err
 	}
@@ -331,14 +331,14 @@ func (t *term) round(ctx context.Context) (progressed bool, err error) {
 	var calls []call
 	for _, a := range assign.Plan(st, t.c.opts.Plan) {
 		if t.lost() {
-			return progressed, errLost
+			return false, errLost
 		}
 		if c := t.prepare(ctx, st, tablets, a); c.run != nil {
 			calls = append(calls, c)
 		}
 	}
 	t.send(ctx, calls)
-	return progressed || len(calls) > 0, ctx.Err()
+	return len(calls) > 0, ctx.Err()
 }
 
 // call is a request to a tablet server that prepare has recorded in
