@@ -132,6 +132,23 @@ func (s *DataService) fail(method string, err error) error {
 	return err
 }
 
+// checkEntries refuses a MutateRows request with no entries or more than
+// limit mutations in all: the whole request fails, before any entry is
+// applied or routed.
+func checkEntries(entries []*bigtablepb.MutateRowsRequest_Entry, limit int) error {
+	if len(entries) == 0 {
+		return invalidf("entries", "no entries given")
+	}
+	total := 0
+	for _, e := range entries {
+		total += len(e.GetMutations())
+	}
+	if total > limit {
+		return invalidf("entries", "%d mutations in the request, the limit is %d", total, limit)
+	}
+	return nil
+}
+
 // apply applies one row mutation through the routing of the Host.
 func (s *DataService) apply(ctx context.Context, id meta.TableID, rm cell.RowMutation) error {
 	err := s.host.writeTablet(ctx, id, rm.Row, func(tb *tablet.Tablet) error {
@@ -174,15 +191,8 @@ func (s *DataService) MutateRows(req *bigtablepb.MutateRowsRequest, stream bigta
 		return err
 	}
 	entries := req.GetEntries()
-	if len(entries) == 0 {
-		return invalidf("entries", "no entries given")
-	}
-	total := 0
-	for _, e := range entries {
-		total += len(e.GetMutations())
-	}
-	if lim := s.host.opts.Limits.MaxMutations; total > lim {
-		return invalidf("entries", "%d mutations in the request, the limit is %d", total, lim)
+	if err := checkEntries(entries, s.host.opts.Limits.MaxMutations); err != nil {
+		return err
 	}
 	statuses := make([]error, len(entries))
 	rms := make([]cell.RowMutation, len(entries))

@@ -413,17 +413,18 @@ func (g *Gateway) ReadModifyWriteRow(ctx context.Context, req *bigtablepb.ReadMo
 		})
 }
 
-// mutateRowsCapture is the stream a local MutateRows sub-request answers
-// into. The DataService uses only its Context and Send.
-type mutateRowsCapture struct {
+// captureStream is the server stream a local sub-request answers into
+// (MutateRows, SampleRowKeys): it keeps the responses for the gateway to
+// merge. Only Context and Send are used by the local handlers.
+type captureStream[T any] struct {
 	grpc.ServerStream // nil
 	ctx               context.Context
-	resps             []*bigtablepb.MutateRowsResponse
+	resps             []*T
 }
 
-func (c *mutateRowsCapture) Context() context.Context { return c.ctx }
+func (c *captureStream[T]) Context() context.Context { return c.ctx }
 
-func (c *mutateRowsCapture) Send(r *bigtablepb.MutateRowsResponse) error {
+func (c *captureStream[T]) Send(r *T) error {
 	c.resps = append(c.resps, r)
 	return nil
 }
@@ -440,15 +441,8 @@ func (g *Gateway) MutateRows(req *bigtablepb.MutateRowsRequest, stream bigtablep
 		return err
 	}
 	entries := req.GetEntries()
-	if len(entries) == 0 {
-		return invalidf("entries", "no entries given")
-	}
-	total := 0
-	for _, e := range entries {
-		total += len(e.GetMutations())
-	}
-	if lim := g.local.host.opts.Limits.MaxMutations; total > lim {
-		return invalidf("entries", "%d mutations in the request, the limit is %d", total, lim)
+	if err := checkEntries(entries, g.local.host.opts.Limits.MaxMutations); err != nil {
+		return err
 	}
 	statuses := make([]*statuspb.Status, len(entries))
 	pending := make([]int, len(entries))
@@ -584,7 +578,7 @@ func (g *Gateway) mutateRowsGroup(ctx context.Context, loc meta.Location, sub *b
 		}
 	}
 	if g.route("MutateRows", loc) {
-		capture := &mutateRowsCapture{ctx: ctx}
+		capture := &captureStream[bigtablepb.MutateRowsResponse]{ctx: ctx}
 		err := g.local.MutateRows(sub, capture)
 		for _, r := range capture.resps {
 			collect(r)

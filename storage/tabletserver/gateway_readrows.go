@@ -253,20 +253,6 @@ func rowSet(ranges []keyRange) *bigtablepb.RowSet {
 	return rs
 }
 
-// sampleCapture is the stream a local SampleRowKeys answers into.
-type sampleCapture struct {
-	grpc.ServerStream // nil
-	ctx               context.Context
-	resps             []*bigtablepb.SampleRowKeysResponse
-}
-
-func (c *sampleCapture) Context() context.Context { return c.ctx }
-
-func (c *sampleCapture) Send(r *bigtablepb.SampleRowKeysResponse) error {
-	c.resps = append(c.resps, r)
-	return nil
-}
-
 // SampleRowKeys merges the samples of the table's owners; see Gateway.
 func (g *Gateway) SampleRowKeys(req *bigtablepb.SampleRowKeysRequest, stream bigtablepb.Bigtable_SampleRowKeysServer) error {
 	ctx := stream.Context()
@@ -392,7 +378,7 @@ func (g *Gateway) sampleTable(ctx context.Context, table meta.TableID, req *bigt
 // sampleServer returns the samples of loc's server.
 func (g *Gateway) sampleServer(ctx context.Context, loc meta.Location, req *bigtablepb.SampleRowKeysRequest) ([]*bigtablepb.SampleRowKeysResponse, error) {
 	if g.route("SampleRowKeys", loc) {
-		c := &sampleCapture{ctx: ctx}
+		c := &captureStream[bigtablepb.SampleRowKeysResponse]{ctx: ctx}
 		err := g.local.SampleRowKeys(req, c)
 		return c.resps, err
 	}

@@ -607,7 +607,7 @@ func sampleKeys(t *testing.T, ctx context.Context, stub bigtablepb.BigtableClien
 // localSamples returns what a node's own DataService samples.
 func localSamples(t *testing.T, ctx context.Context, n *gwNode) []*bigtablepb.SampleRowKeysResponse {
 	t.Helper()
-	c := &sampleCapture{ctx: ctx}
+	c := &captureStream[bigtablepb.SampleRowKeysResponse]{ctx: ctx}
 	if err := n.ds.SampleRowKeys(&bigtablepb.SampleRowKeysRequest{TableName: tableName(gwTable)}, c); err != nil {
 		t.Fatal(err)
 	}
