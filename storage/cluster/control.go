@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -22,9 +21,12 @@ import (
 type controlService struct {
 	clusterpb.UnimplementedTabletControlServer
 	s *TabletServer
+	// sorting holds a token per segment being sorted (sortSlots).
+	sorting chan struct{}
+}
 
-	sortOnce sync.Once
-	sorting  chan struct{} // sortSlots slots, made on first use
+func newControlService(s *TabletServer) *controlService {
+	return &controlService{s: s, sorting: make(chan struct{}, sortSlots)}
 }
 
 func decodeTableJSON(b []byte) (meta.Table, error) {
@@ -105,7 +107,6 @@ func (c *controlService) SortLogSegment(ctx context.Context, req *clusterpb.Sort
 	if err != nil {
 		return nil, err
 	}
-	c.sortOnce.Do(func() { c.sorting = make(chan struct{}, sortSlots) })
 	select {
 	case c.sorting <- struct{}{}:
 		defer func() { <-c.sorting }()

@@ -189,7 +189,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	)
 	bigtablepb.RegisterBigtableServer(s.grpc, s.gateway)
 	scriptpb.RegisterScriptsServer(s.grpc, tabletserver.NewScriptService(s.host, tabletserver.ScriptOptions{Logger: s.log}))
-	clusterpb.RegisterTabletControlServer(s.grpc, &controlService{s: s})
+	clusterpb.RegisterTabletControlServer(s.grpc, newControlService(s))
 	clusterpb.RegisterLocatorServer(s.grpc, &locatorService{kv: cfg.Coord})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)

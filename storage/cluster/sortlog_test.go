@@ -177,7 +177,7 @@ func startSorter(t *testing.T, store blob.Store) *sorterServer {
 	}
 	ts := &TabletServer{cfg: ServerConfig{Store: store}, name: name, log: slog.New(slog.NewTextHandler(logs, nil)), host: host}
 	srv := grpc.NewServer()
-	clusterpb.RegisterTabletControlServer(srv, &controlService{s: ts})
+	clusterpb.RegisterTabletControlServer(srv, newControlService(ts))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(func() {
 		srv.Stop()
