@@ -23,6 +23,8 @@ import (
 func (m *Master) registerMetrics() {
 	m.gcDeleted = prometheus.NewCounter(prometheus.CounterOpts{Name: "tabula_master_gc_deleted_files_total", Help: "SSTables deleted by garbage collection."})
 	m.registry.MustRegister(m.gcDeleted)
+	m.logs.deleted = prometheus.NewCounter(prometheus.CounterOpts{Name: "tabula_master_gc_deleted_logs_total", Help: "Commit logs of dead tablet servers (with their sorted copies) deleted by garbage collection."})
+	m.registry.MustRegister(m.logs.deleted)
 	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tabula_master_leading", Help: "1 while this master holds the master lock."}, func() float64 {
 		if m.Leading() {
 			return 1
@@ -31,19 +33,7 @@ func (m *Master) registerMetrics() {
 	}))
 }
 
-// newDeletedLogsCounter returns the counter of commit logs deleted by
-// garbage collection, registered with m's registry. The GC loop, which
-// owns the commit-log collector, registers it: Master has no field to keep
-// it in between registerMetrics and the loop.
-func (m *Master) newDeletedLogsCounter() prometheus.Counter {
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "tabula_master_gc_deleted_logs_total", Help: "Commit logs of dead tablet servers (with their sorted copies) deleted by garbage collection."})
-	m.registry.MustRegister(c)
-	return c
-}
-
 func (m *Master) gcLoop(ctx context.Context) {
-	logs := newLogGC(m.cfg.Store, m.cfg.Coord, m.cfg.GCGrace)
-	logs.deleted = m.newDeletedLogsCounter()
 	t := time.NewTicker(m.cfg.GCInterval)
 	defer t.Stop()
 	for {
@@ -55,36 +45,27 @@ func (m *Master) gcLoop(ctx context.Context) {
 		if !m.Leading() {
 			continue
 		}
-		if _, _, err := m.collectGarbage(ctx, logs); err != nil && ctx.Err() == nil {
+		if _, _, err := m.collectGarbage(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("garbage collection", "err", err)
 		}
 	}
 }
 
-// CollectGarbage deletes the SSTables under tables/ that no live tablet
-// references (the paper's mark-and-sweep over METADATA) and returns their
-// names. Live tablets are every tablet METADATA lists, every tablet a live
-// server reports (a split child not yet committed), and, through the
+// collectGarbage is one GC round. It deletes the SSTables under tables/
+// that no live tablet references (the paper's mark-and-sweep over
+// METADATA): live tablets are every tablet METADATA lists, every tablet a
+// live server reports (a split child not yet committed), and, through the
 // states, the children of split tablets; their states are read before the
 // store is listed, so a file committed in between is either referenced or
 // younger than the grace period, which also spares the outputs of
-// compactions under way. Any error reading a state aborts the round:
-// a state left out would lose its files.
-//
-// The master's GC loop also deletes dead servers' commit logs in each
-// round (logGC); that needs the ages it tracks across rounds, so this
-// one-off round leaves logs alone.
-func (m *Master) CollectGarbage(ctx context.Context) ([]string, error) {
-	files, _, err := m.collectGarbage(ctx, nil)
-	return files, err
-}
-
-// collectGarbage is one GC round: the SSTables no live tablet references
-// and, with logs set, the commit logs of dead servers. It returns the
-// SSTables and the logs (logName of their servers) deleted. METADATA is
-// read once for both; the log collector reads it after listing the logs
+// compactions under way. Any error reading a state aborts the round: a
+// state left out would lose its files. It also deletes the commit logs of
+// dead servers (m.logs, which tracks their ages across rounds). It returns
+// the SSTables and the logs (logName of their servers) deleted. METADATA
+// is read once for both; the log collector reads it after listing the logs
 // and servers/, as it must.
-func (m *Master) collectGarbage(ctx context.Context, logs *logGC) (files, logNames []string, err error) {
+func (m *Master) collectGarbage(ctx context.Context) (files, logNames []string, err error) {
+	logs := m.logs
 	var (
 		tablets []assign.Tablet
 		mdErr   error
@@ -97,18 +78,15 @@ func (m *Master) collectGarbage(ctx context.Context, logs *logGC) (files, logNam
 		}
 		return tablets, mdErr
 	}
-	var logErr error
-	if logs != nil {
-		logNames, logErr = logs.collect(ctx, func(ctx context.Context) ([]string, error) {
-			ts, err := readMetadata(ctx)
-			return lastServers(ts), err
-		})
-		if len(logNames) > 0 {
-			logs.deleted.Add(float64(len(logNames)))
-			m.log.Info("garbage collected commit logs", "logs", logNames)
-			for _, n := range logNames {
-				m.events.add(event{Kind: "gc", Detail: "commit log " + n + " of a dead server deleted"})
-			}
+	logNames, logErr := logs.collect(ctx, func(ctx context.Context) ([]string, error) {
+		ts, err := readMetadata(ctx)
+		return lastServers(ts), err
+	})
+	if len(logNames) > 0 {
+		logs.deleted.Add(float64(len(logNames)))
+		m.log.Info("garbage collected commit logs", "logs", logNames)
+		for _, n := range logNames {
+			m.events.add(event{Kind: "gc", Detail: "commit log " + n + " of a dead server deleted"})
 		}
 	}
 	if _, err := readMetadata(ctx); err != nil {

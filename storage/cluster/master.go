@@ -79,6 +79,7 @@ type Master struct {
 	registry  *prometheus.Registry
 	events    *eventRing
 	gcDeleted prometheus.Counter
+	logs      *logGC // dead servers' commit logs, with their ages
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -106,7 +107,8 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
 	m := &Master{cfg: cfg, conns: newConns(), registry: prometheus.NewRegistry(), events: newEventRing(200),
-		states: tablet.NewBlobStateStore(cfg.Store, StatePrefix)}
+		states: tablet.NewBlobStateStore(cfg.Store, StatePrefix),
+		logs:   newLogGC(cfg.Store, cfg.Coord, cfg.GCGrace)}
 	defer func() {
 		if err != nil {
 			m.Close()
