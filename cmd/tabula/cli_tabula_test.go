@@ -12,6 +12,7 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/tabuladb/tabula/cmd/tabula/internal/webtable"
+	"github.com/tabuladb/tabula/storage/cluster"
 )
 
 // startTabula runs `tabula dev` in this process on a temporary directory
@@ -19,7 +20,7 @@ import (
 // now against Tabula.
 func startTabula(t *testing.T) string {
 	t.Helper()
-	srv, err := startDev(context.Background(), devConfig{
+	srv, err := cluster.StartDev(context.Background(), cluster.DevConfig{
 		Dir:    t.TempDir(),
 		Addr:   "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -112,7 +112,7 @@ SIGTERM or SIGINT stops it.`,
 
 func newTabletServerCommand() *cobra.Command {
 	var r roleFlags
-	var memtableBytes, splitBytes, blockCacheBytes int64
+	var memtableBytes, splitBytes, blockCacheBytes, scanCacheBytes int64
 	cmd := &cobra.Command{
 		Use:   "tabletserver",
 		Short: "Run a cluster tablet server: serves the tablets the master assigns, and the whole data API",
@@ -136,7 +136,7 @@ back.`,
 			defer svc.Close()
 			s, err := cluster.StartTabletServer(ctx, cluster.ServerConfig{
 				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
-				MemtableBytes: memtableBytes, SplitBytes: splitBytes, BlockCacheBytes: blockCacheBytes,
+				MemtableBytes: memtableBytes, SplitBytes: splitBytes, BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
 				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Logger: log,
 			})
 			if err != nil {
@@ -161,6 +161,7 @@ back.`,
 	f := cmd.Flags()
 	f.Int64Var(&memtableBytes, "memtable-size", 64<<20, "memtable size in bytes that triggers a minor compaction")
 	f.Int64Var(&splitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
-	f.Int64Var(&blockCacheBytes, "block-cache-size", 64<<20, "SSTable block cache in bytes")
+	f.Int64Var(&blockCacheBytes, "block-cache-size", cluster.DefaultBlockCacheBytes, "SSTable block cache in bytes (negative: none)")
+	f.Int64Var(&scanCacheBytes, "scan-cache-size", cluster.DefaultScanCacheBytes, "scan cache in bytes (negative: none)")
 	return cmd
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tabuladb/tabula/storage/client"
+	"github.com/tabuladb/tabula/storage/cluster"
 )
 
 // demoScript is a short version of scripts/testdata/webtable.szl: pages
@@ -71,7 +72,7 @@ func runDemo(ctx context.Context, f demoFlags, out, progress io.Writer) error {
 		return fmt.Errorf("--rows must be at least 1")
 	}
 	start := time.Now()
-	srv, err := startDev(ctx, devConfig{
+	srv, err := cluster.StartDev(ctx, cluster.DevConfig{
 		Dir:  f.dir,
 		Addr: f.addr,
 		// The demo's own output tells the story; the server logs only

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tabuladb/tabula/storage/cluster"
 	"github.com/tabuladb/tabula/storage/master/adminextpb"
 )
 
@@ -78,8 +79,8 @@ func TestDevEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	cfg := devConfig{Dir: dir, Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Logger: quietDevLogger(), MemtableBytes: 64 << 10}
-	d, err := startDev(ctx, cfg)
+	cfg := cluster.DevConfig{Dir: dir, Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Logger: quietDevLogger(), MemtableBytes: 64 << 10}
+	d, err := cluster.StartDev(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestDevEndToEnd(t *testing.T) {
 	}
 
 	// A second server on the same directory is refused.
-	if _, err := startDev(ctx, cfg); err == nil || !strings.Contains(err.Error(), "in use") {
+	if _, err := cluster.StartDev(ctx, cfg); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second server on one dir: %v", err)
 	}
 
@@ -156,7 +157,7 @@ func TestDevEndToEnd(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 
-	d, err = startDev(ctx, cfg)
+	d, err = cluster.StartDev(ctx, cfg)
 	if err != nil {
 		t.Fatalf("restart: %v", err)
 	}
@@ -210,7 +211,7 @@ func TestDevEndToEnd(t *testing.T) {
 func TestDevInstanceAgnostic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d, err := startDev(ctx, devConfig{Dir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quietDevLogger(), InstanceAgnostic: true})
+	d, err := cluster.StartDev(ctx, cluster.DevConfig{Dir: t.TempDir(), Addr: "127.0.0.1:0", Logger: quietDevLogger(), InstanceAgnostic: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,12 @@
 // partial mode behind a coord session, its commit log in the object store,
 // the gateway and the TabletControl service), and the master role (the
 // master.Control loop, the admin API over a catalog kept in the lock
-// service, METADATA access and file garbage collection).
+// service, METADATA access and file garbage collection) — and `tabula
+// dev`, the whole of Tabula in one process (StartDev: one Host serving every
+// tablet of every table, the admin API over a catalog in a local directory).
+// The tablet server role and Dev share their gRPC server construction and
+// their cache defaults. Dev is not yet the cluster's roles run in one
+// process (that needs a lock service whose state survives a restart).
 //
 // The names a reader should know:
 //

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"sync"
 	"time"
 
@@ -60,8 +59,10 @@ type ServerConfig struct {
 	// MemtableBytes and SplitBytes tune the tablets (defaults of
 	// tabletserver.HostOptions).
 	MemtableBytes, SplitBytes int64
-	// BlockCacheBytes sizes the block cache; default 64 MiB.
-	BlockCacheBytes int64
+	// BlockCacheBytes and ScanCacheBytes size the caches shared by the
+	// server's tablets; default DefaultBlockCacheBytes and
+	// DefaultScanCacheBytes (as `tabula dev`), negative disables.
+	BlockCacheBytes, ScanCacheBytes int64
 	// SessionTTL and LockDelay configure the server's lease; defaults
 	// DefaultSessionTTL and DefaultLockDelay.
 	SessionTTL, LockDelay time.Duration
@@ -114,7 +115,10 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		cfg.LockDelay = DefaultLockDelay
 	}
 	if cfg.BlockCacheBytes == 0 {
-		cfg.BlockCacheBytes = 64 << 20
+		cfg.BlockCacheBytes = DefaultBlockCacheBytes
+	}
+	if cfg.ScanCacheBytes == 0 {
+		cfg.ScanCacheBytes = DefaultScanCacheBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -150,9 +154,11 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	s.cl = client.New(s.self, client.Options{Metadata: s.src})
 
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.blocks = sstable.NewCache(cfg.BlockCacheBytes)
-	if s.scans, err = tablet.NewScanCache(16 << 20); err != nil {
-		return nil, err
+	s.blocks = sstable.NewCache(max(cfg.BlockCacheBytes, 0))
+	if cfg.ScanCacheBytes > 0 {
+		if s.scans, err = tablet.NewScanCache(cfg.ScanCacheBytes); err != nil {
+			return nil, err
+		}
 	}
 	if s.host, err = tabletserver.NewHost(ctx, tabletserver.HostOptions{
 		Store:         cfg.Store,
@@ -176,12 +182,9 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	}); err != nil {
 		return nil, err
 	}
-	s.grpc = grpc.NewServer(
-		grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes),
-		grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes),
-		grpc.ChainUnaryInterceptor(s.host.UnaryInterceptor()),
-		grpc.ChainStreamInterceptor(s.host.StreamInterceptor()),
-		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
+	s.grpc = newGRPCServer(
+		[]grpc.UnaryServerInterceptor{s.host.UnaryInterceptor()},
+		[]grpc.StreamServerInterceptor{s.host.StreamInterceptor()},
 		grpc.ForceServerCodec(proxyCodec{}),
 		// The admin API (and anything else not served here) goes to the
 		// active master.

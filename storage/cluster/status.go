@@ -57,8 +57,10 @@ func (s *TabletServer) serverStatus(context.Context) (statuspage.ServerStatus, e
 	st := statuspage.ServerStatus{Cluster: s.cfg.Cluster, ID: s.name, Addr: s.addr, Since: s.start, LeaseValid: s.sess.Valid()}
 	bs := s.blocks.Stats()
 	st.BlockCacheHits, st.BlockCacheMisses = bs.Hits, bs.Misses
-	ss := s.scans.Stats()
-	st.ScanCacheHits, st.ScanCacheMisses = ss.Hits, ss.Misses
+	if s.scans != nil { // disabled by a negative ScanCacheBytes
+		ss := s.scans.Stats()
+		st.ScanCacheHits, st.ScanCacheMisses = ss.Hits, ss.Misses
+	}
 	stats := make(map[string]statuspage.TabletStatus)
 	for _, id := range s.host.Tables() {
 		for _, ti := range s.host.TableTablets(id) {
