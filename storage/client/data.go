@@ -571,7 +571,8 @@ func (c *Client) SampleRowKeys(ctx context.Context, table string) ([]RowSample, 
 }
 
 // FilterOf returns the RowFilter selecting what opts asks of each row's
-// cells (families, column regex, time range, versions), nil for all.
+// cells (families, column regex, time range, versions, then opts.Filter),
+// nil for all.
 func FilterOf(opts ScanOptions) *bigtablepb.RowFilter {
 	var chain []*bigtablepb.RowFilter
 	if len(opts.Families) > 0 {
@@ -590,6 +591,9 @@ func FilterOf(opts ScanOptions) *bigtablepb.RowFilter {
 	}
 	if opts.MaxVersions > 0 {
 		chain = append(chain, &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_CellsPerColumnLimitFilter{CellsPerColumnLimitFilter: int32(opts.MaxVersions)}})
+	}
+	if opts.Filter != nil {
+		chain = append(chain, opts.Filter)
 	}
 	switch len(chain) {
 	case 0:

@@ -32,6 +32,9 @@ type ScanOptions struct {
 	// MaxVersions keeps only the newest MaxVersions cells of each column;
 	// 0 keeps all.
 	MaxVersions int
+	// Filter, when set, is a Bigtable RowFilter applied after the
+	// selections above (chained: a cell must pass them and it).
+	Filter *bigtablepb.RowFilter
 	// Limit stops the scan after this many rows; 0 is unlimited.
 	Limit int64
 	// Reverse returns rows in descending key order.
