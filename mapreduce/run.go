@@ -1,0 +1,109 @@
+package mapreduce
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures Run.
+type Config struct {
+	// Addr is the cluster's address (any tablet server, or tabula dev):
+	// where table inputs and outputs without their own address live.
+	Addr string
+	// Workers run the tasks. Empty: LocalWorkers in-process workers.
+	// mapreduce/remote provides workers in other processes.
+	Workers []Worker
+	// LocalWorkers is the number of in-process workers made when Workers
+	// is empty; default 4.
+	LocalWorkers int
+	// SortMemory is each map attempt's sort buffer (in-process workers);
+	// default DefaultSortMemory.
+	SortMemory int64
+	// TempDir holds in-process workers' map outputs; default os.TempDir().
+	TempDir string
+	// MaxAttempts per task; default 4.
+	MaxAttempts int
+	// NoSpeculation turns backup attempts for stragglers off.
+	NoSpeculation bool
+	// Progress, when set, is called about every ProgressInterval (default
+	// 1 s) and once at the end with the job's status.
+	Progress         func(Status)
+	ProgressInterval time.Duration
+	// Metrics, when set, receives the job's Prometheus metrics.
+	Metrics *Metrics
+	Logger  *slog.Logger
+}
+
+// Status is a snapshot of a running job, for progress displays and status
+// pages.
+type Status struct {
+	JobID, Name string
+	Started     time.Time
+	Elapsed     time.Duration
+	// Map and Reduce are the tasks of each phase.
+	Map, Reduce PhaseStatus
+	// Counters are the committed attempts' counters plus the running
+	// attempts' progress.
+	Counters Counters
+	// InputBytesEstimate is the estimated size of the input (from
+	// sampled keys), for ETA.
+	InputBytesEstimate int64
+	Done               bool
+}
+
+// PhaseStatus counts a phase's tasks.
+type PhaseStatus struct {
+	Total, Done, Running, Failed int
+}
+
+// Result is what a finished job reports.
+type Result struct {
+	JobID string
+	// Counters of the committed attempts, plus failed and killed attempts.
+	Counters Counters
+	// Timestamp is the output timestamp of cells written without one.
+	Timestamp int64
+	// Files are the committed output files of a FileOutput.
+	Files   []string
+	Elapsed time.Duration
+}
+
+// Metrics are the Prometheus metrics of the jobs a process coordinates.
+type Metrics struct {
+	Jobs     *prometheus.CounterVec // by name, outcome
+	Attempts *prometheus.CounterVec // by kind, outcome
+	Running  *prometheus.GaugeVec   // running attempts by kind
+	Counters *prometheus.CounterVec // committed job counters by name
+}
+
+// NewMetrics creates the metrics and registers them with reg (nil: not
+// registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Jobs:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tabula_mr_jobs_total", Help: "MapReduce jobs finished, by job name and outcome."}, []string{"job", "outcome"}),
+		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tabula_mr_attempts_total", Help: "Task attempts finished, by kind (map, reduce) and outcome (succeeded, failed, killed)."}, []string{"kind", "outcome"}),
+		Running:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tabula_mr_attempts_running", Help: "Task attempts running now, by kind."}, []string{"kind"}),
+		Counters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tabula_mr_counter_total", Help: "Job counters of committed attempts, summed over jobs."}, []string{"counter"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Jobs, m.Attempts, m.Running, m.Counters)
+	}
+	return m
+}
+
+// Run runs job to its end and returns its counters. The input and output
+// are checked before any task starts (a missing table, an invalid filter
+// or script, an unwritable output directory fail here, having written
+// nothing). A task that fails MaxAttempts times fails the job with an
+// error naming the task and its last error; a failed or cancelled job
+// commits nothing to a file output.
+func Run(ctx context.Context, job *Job, cfg Config) (*Result, error) {
+	if err := job.Validate(); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("mapreduce: Run not implemented yet")
+}
