@@ -1,0 +1,299 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tabuladb/tabula/mapreduce"
+	"github.com/tabuladb/tabula/mapreduce/remote/workerpb"
+	"github.com/tabuladb/tabula/storage/coord"
+)
+
+// PoolOptions tune a Pool. Zero fields take the defaults.
+type PoolOptions struct {
+	// HeartbeatInterval is how often each worker is asked whether it lives
+	// (and how often running attempts report); default
+	// DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// LostAfter is how long a worker may go without answering before it
+	// is declared lost; default DefaultLostAfter.
+	LostAfter time.Duration
+	// DialOptions are added to the connections to workers.
+	DialOptions []grpc.DialOption
+	Logger      *slog.Logger
+}
+
+func (o *PoolOptions) defaults() {
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if o.LostAfter <= 0 {
+		o.LostAfter = DefaultLostAfter
+	}
+	if o.LostAfter < 2*o.HeartbeatInterval {
+		o.LostAfter = 2 * o.HeartbeatInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Pool is the set of remote workers a coordinator may use: those
+// registered in Consul (NewConsulPool) or at fixed addresses
+// (NewStaticPool). It watches every worker's heartbeat and declares a
+// worker lost (closing its Client's Lost channel) when it stops answering,
+// unregisters, or restarts; the coordinator then fails its running
+// attempts and re-runs its map outputs. A worker that comes back is a new
+// member with a new name.
+type Pool struct {
+	opts   PoolOptions
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	book   *addrBook
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	members map[string]*member // by worker name
+	conns   map[string]*grpc.ClientConn
+	changed chan struct{} // closed and replaced at every membership change
+}
+
+type member struct {
+	client *Client
+	stop   context.CancelFunc
+}
+
+func newPool(opts PoolOptions) *Pool {
+	opts.defaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Pool{opts: opts, log: opts.Logger, ctx: ctx, cancel: cancel, book: newAddrBook(),
+		members: map[string]*member{}, conns: map[string]*grpc.ClientConn{}, changed: make(chan struct{})}
+}
+
+// NewConsulPool returns the pool of the workers registered under
+// PrefixWorkers in kv (the cluster's lock service), following them as they
+// join and leave until Close.
+func NewConsulPool(kv coord.KV, opts PoolOptions) (*Pool, error) {
+	p := newPool(opts)
+	events, err := WatchMembers(p.ctx, kv)
+	if err != nil {
+		p.cancel()
+		return nil, err
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for ev := range events {
+			if ev.Joined {
+				p.join(ev.Worker)
+			} else {
+				p.leave(ev.Worker.Name, errors.New("unregistered (session ended or key deleted)"))
+			}
+		}
+	}()
+	return p, nil
+}
+
+// NewStaticPool returns the pool of the workers at addrs, with no lock
+// service: each address is asked who serves there, and asked again after
+// the worker there is lost, so that a restarted worker rejoins (under its
+// new name). It fails if an address is malformed; an address that does not
+// answer yet is retried until Close.
+func NewStaticPool(addrs []string, opts PoolOptions) (*Pool, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("remote: no worker addresses")
+	}
+	p := newPool(opts)
+	for _, addr := range addrs {
+		conn, err := p.conn(addr)
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("remote: worker address %q: %w", addr, err)
+		}
+		p.wg.Add(1)
+		go p.probe(addr, workerpb.NewWorkerClient(conn))
+	}
+	return p, nil
+}
+
+// probe keeps a static address's worker in the pool: it asks who serves
+// there until someone answers, adds that worker, waits until it is lost,
+// and starts over.
+func (p *Pool) probe(addr string, rpc workerpb.WorkerClient) {
+	defer p.wg.Done()
+	for p.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(p.ctx, p.opts.LostAfter)
+		resp, err := rpc.Heartbeat(ctx, &workerpb.HeartbeatRequest{})
+		cancel()
+		if err != nil {
+			p.log.Debug("worker not answering", "addr", addr, "err", err)
+			select {
+			case <-time.After(p.opts.HeartbeatInterval):
+			case <-p.ctx.Done():
+			}
+			continue
+		}
+		c := p.join(Registration{Name: resp.Worker, Addr: addr, Host: resp.Host, Slots: int(resp.Slots)})
+		if c == nil {
+			return
+		}
+		select {
+		case <-c.Lost():
+		case <-p.ctx.Done():
+		}
+	}
+}
+
+func (p *Pool) conn(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, p.opts.DialOptions...)...)
+	if err != nil {
+		return nil, err
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+// join adds a worker (or returns the member already known by that name)
+// and starts watching its heartbeat. It returns nil after Close.
+func (p *Pool) join(reg Registration) *Client {
+	conn, err := p.conn(reg.Addr)
+	if err != nil {
+		p.log.Warn("worker address unusable", "worker", reg.Name, "addr", reg.Addr, "err", err)
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctx.Err() != nil {
+		return nil
+	}
+	if m, ok := p.members[reg.Name]; ok {
+		return m.client
+	}
+	c := newClient(reg, conn, p.book, p.opts)
+	ctx, stop := context.WithCancel(p.ctx)
+	p.members[reg.Name] = &member{client: c, stop: stop}
+	p.book.add(reg.Name, reg.Addr)
+	p.notifyLocked()
+	p.log.Info("worker joined", "worker", reg.Name, "addr", reg.Addr, "host", reg.Host, "slots", reg.Slots)
+	p.wg.Add(1)
+	go p.watch(ctx, c)
+	return c
+}
+
+// leave declares the worker lost and forgets it.
+func (p *Pool) leave(name string, why error) {
+	p.mu.Lock()
+	m, ok := p.members[name]
+	if ok {
+		delete(p.members, name)
+		m.stop()
+		p.notifyLocked()
+	}
+	p.mu.Unlock()
+	if ok && m.client.markLost(why) {
+		p.log.Warn("worker lost", "worker", name, "addr", m.client.reg.Addr, "why", why)
+	}
+}
+
+func (p *Pool) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// watch asks the worker for a heartbeat every interval and declares it
+// lost after LostAfter without an answer, or at once when another worker
+// answers at its address (it restarted: its outputs are gone).
+func (p *Pool) watch(ctx context.Context, c *Client) {
+	defer p.wg.Done()
+	lastOK := time.Now()
+	tick := time.NewTicker(p.opts.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		hctx, cancel := context.WithTimeout(ctx, p.opts.LostAfter)
+		resp, err := c.rpc.Heartbeat(hctx, &workerpb.HeartbeatRequest{})
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil && resp.Worker != c.reg.Name:
+			p.leave(c.reg.Name, fmt.Errorf("%s now serves at %s (the worker restarted)", resp.Worker, c.reg.Addr))
+			return
+		case err == nil:
+			lastOK = time.Now()
+		case time.Since(lastOK) >= p.opts.LostAfter:
+			p.leave(c.reg.Name, fmt.Errorf("no heartbeat answered for %v: %w", time.Since(lastOK).Round(time.Millisecond), err))
+			return
+		}
+	}
+}
+
+// Workers returns the workers in the pool now, sorted by name.
+func (p *Pool) Workers() []mapreduce.Worker {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]mapreduce.Worker, 0, len(p.members))
+	for _, m := range p.members {
+		out = append(out, m.client)
+	}
+	slices.SortFunc(out, func(a, b mapreduce.Worker) int {
+		if a.Name() < b.Name() {
+			return -1
+		}
+		if a.Name() > b.Name() {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// WaitWorkers waits until the pool has at least n workers and returns
+// them, or fails with ctx's error saying how many it had.
+func (p *Pool) WaitWorkers(ctx context.Context, n int) ([]mapreduce.Worker, error) {
+	for {
+		p.mu.Lock()
+		have, changed := len(p.members), p.changed
+		p.mu.Unlock()
+		if have >= n {
+			return p.Workers(), nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("remote: waiting for %d workers, have %d: %w", n, have, ctx.Err())
+		}
+	}
+}
+
+// Close stops watching the workers and closes the connections. The
+// workers themselves keep running.
+func (p *Pool) Close() error {
+	p.cancel()
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = map[string]*grpc.ClientConn{}
+	return nil
+}
