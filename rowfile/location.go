@@ -1,0 +1,243 @@
+package rowfile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"path"
+	"strings"
+
+	"github.com/tabuladb/tabula/storage/blob"
+)
+
+// Location is a place where shard files live: a local directory, or a
+// directory (key prefix) of an S3 or MinIO bucket. Files are written
+// through the object store's atomic commit (storage/blob): a local file is
+// written under a hidden temporary name and renamed when complete, an S3
+// object is a multipart upload completed only on commit. A crash therefore
+// never leaves a file under its final name that is not whole.
+type Location struct {
+	store blob.Store
+	dir   string // key prefix inside the store, no leading or trailing slash; "" for the root
+	desc  string // as given, for messages
+}
+
+// OpenLocation opens a location from its description:
+//
+//	/some/dir, ./dir, dir       a local directory (created if missing)
+//	file:///abs/dir             the same
+//	s3://BUCKET/PATH?endpoint=HOST:PORT&secure=false
+//	                            objects BUCKET/PATH/NAME; the query is
+//	                            storage/blob.OpenURL's (credentials from
+//	                            AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)
+func OpenLocation(ctx context.Context, desc string) (*Location, error) {
+	if desc == "" {
+		return nil, errors.New("rowfile: empty location: want a directory or s3://bucket/path?endpoint=host:port")
+	}
+	if !strings.Contains(desc, "://") {
+		st, err := blob.NewLocal(desc)
+		if err != nil {
+			return nil, fmt.Errorf("rowfile: location %s: %w", desc, err)
+		}
+		return &Location{store: st, desc: desc}, nil
+	}
+	u, err := url.Parse(desc)
+	if err != nil {
+		return nil, fmt.Errorf("rowfile: location %q: %w", desc, err)
+	}
+	dir := ""
+	if u.Scheme == "s3" {
+		dir = strings.Trim(u.Path, "/")
+		if dir != "" {
+			if err := blob.ValidateName(dir); err != nil {
+				return nil, fmt.Errorf("rowfile: location %q: path: %w", desc, err)
+			}
+		}
+		u.Path, u.RawPath = "", ""
+	}
+	st, err := blob.OpenURL(ctx, u.String())
+	if err != nil {
+		return nil, fmt.Errorf("rowfile: location %q: %w", desc, err)
+	}
+	return &Location{store: st, dir: dir, desc: desc}, nil
+}
+
+// NewLocation returns the location dir (a key prefix without leading or
+// trailing slash; "" for the root) of an open store.
+func NewLocation(store blob.Store, dir string) *Location {
+	return &Location{store: store, dir: strings.Trim(dir, "/"), desc: dir}
+}
+
+// String returns the location as it was given.
+func (l *Location) String() string { return l.desc }
+
+func (l *Location) key(name string) string {
+	if l.dir == "" {
+		return name
+	}
+	return l.dir + "/" + name
+}
+
+// Create starts writing the file name (a base name, no slashes). Nothing
+// is visible under name until the returned writer's Close returns nil;
+// Abort discards it.
+func (l *Location) Create(ctx context.Context, name string) (blob.Writer, error) {
+	if strings.Contains(name, "/") {
+		return nil, fmt.Errorf("rowfile: file name %q must not contain '/'", name)
+	}
+	return l.store.Create(ctx, l.key(name))
+}
+
+// Open opens the file name for reading.
+func (l *Location) Open(ctx context.Context, name string) (blob.Object, error) {
+	return l.store.Open(ctx, l.key(name))
+}
+
+// List returns the base names of the committed files directly in the
+// location, sorted.
+func (l *Location) List(ctx context.Context) ([]string, error) {
+	prefix := ""
+	if l.dir != "" {
+		prefix = l.dir + "/"
+	}
+	attrs, err := l.store.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("rowfile: list %s: %w", l.desc, err)
+	}
+	var names []string
+	for _, a := range attrs {
+		rest := strings.TrimPrefix(a.Name, prefix)
+		if !strings.Contains(rest, "/") {
+			names = append(names, rest)
+		}
+	}
+	return names, nil
+}
+
+// Shards returns the names of the complete shard set PREFIX-SSSSS-of-
+// NNNNN.EXT in the location, in shard order (see SelectShards for the
+// errors).
+func (l *Location) Shards(ctx context.Context, prefix, ext string) ([]string, error) {
+	names, err := l.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set, err := SelectShards(names, prefix, ext)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", l.desc, err)
+	}
+	return set, nil
+}
+
+// ShardWriter writes one file of rows to a Location. Write rows, then
+// Commit to make the file visible whole, or Abort to discard it.
+type ShardWriter struct {
+	RowWriter
+	name string
+	out  blob.Writer
+	done bool
+}
+
+// CreateShard starts the file name with a RowWriter of opts on it.
+func (l *Location) CreateShard(ctx context.Context, name string, opts WriterOptions) (*ShardWriter, error) {
+	out, err := l.Create(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	rw, err := NewWriter(out, opts)
+	if err != nil {
+		out.Abort()
+		return nil, err
+	}
+	return &ShardWriter{RowWriter: rw, name: name, out: out}, nil
+}
+
+// Name is the file's name in its location.
+func (w *ShardWriter) Name() string { return w.name }
+
+// Close is Commit.
+func (w *ShardWriter) Close() error { return w.Commit() }
+
+// Commit finishes the file (footer, flush) and commits it under its name.
+// On error the file is discarded and nothing is visible.
+func (w *ShardWriter) Commit() error {
+	if w.done {
+		return errors.New("rowfile: shard committed or aborted already")
+	}
+	w.done = true
+	if err := w.RowWriter.Close(); err != nil {
+		w.out.Abort()
+		return fmt.Errorf("rowfile: %s: %w", w.name, err)
+	}
+	if err := w.out.Close(); err != nil {
+		return fmt.Errorf("rowfile: commit %s: %w", w.name, err)
+	}
+	return nil
+}
+
+// Abort discards the file. It is safe after a failed Commit and a no-op
+// after a successful one.
+func (w *ShardWriter) Abort() error {
+	if w.done {
+		return nil
+	}
+	w.done = true
+	return w.out.Abort()
+}
+
+// OpenShard opens the file name for reading rows: the returned reader's
+// Close closes the file as well.
+func (l *Location) OpenShard(ctx context.Context, name string, opts ReaderOptions) (RowReader, error) {
+	obj, err := l.Open(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("rowfile: open %s: %w", path.Join(l.desc, name), err)
+	}
+	if opts.Name == "" {
+		opts.Name = name
+	}
+	rr, err := NewReader(obj, obj.Size(), opts)
+	if err != nil {
+		obj.Close()
+		return nil, err
+	}
+	return &objectReader{RowReader: rr, obj: obj}, nil
+}
+
+type objectReader struct {
+	RowReader
+	obj blob.Object
+}
+
+func (r *objectReader) Close() error {
+	err := r.RowReader.Close()
+	if err2 := r.obj.Close(); err == nil {
+		err = err2
+	}
+	return err
+}
+
+// OpenShards finds the complete shard set PREFIX-*-of-N.EXT of format in
+// the location and opens a reader on every shard, checking every schema
+// before returning, so a wrong file is found before any row is read. On
+// error nothing stays open.
+func (l *Location) OpenShards(ctx context.Context, prefix string, opts ReaderOptions) ([]RowReader, error) {
+	names, err := l.Shards(ctx, prefix, opts.Format.Ext())
+	if err != nil {
+		return nil, err
+	}
+	readers := make([]RowReader, 0, len(names))
+	for _, n := range names {
+		o := opts
+		o.Name = n
+		rr, err := l.OpenShard(ctx, n, o)
+		if err != nil {
+			for _, r := range readers {
+				r.Close()
+			}
+			return nil, err
+		}
+		readers = append(readers, rr)
+	}
+	return readers, nil
+}
