@@ -1,0 +1,129 @@
+package shuffle
+
+import (
+	"bytes"
+	"container/heap"
+	"io"
+	"iter"
+)
+
+// Merger merges record streams, each sorted by key, into one sorted
+// stream. Records with equal keys come in source order (stable), so a
+// merge is deterministic.
+type Merger struct {
+	h       mergeHeap
+	started bool
+	err     error
+}
+
+// NewMerger returns a merger of srcs.
+func NewMerger(srcs []io.Reader) *Merger {
+	m := &Merger{}
+	for i, s := range srcs {
+		m.h = append(m.h, &mergeSource{r: NewReader(s), index: i})
+	}
+	return m
+}
+
+type mergeSource struct {
+	r     *Reader
+	index int
+}
+
+type mergeHeap []*mergeSource
+
+func (h mergeHeap) Len() int { return len(h) }
+func (h mergeHeap) Less(i, j int) bool {
+	if c := bytes.Compare(h[i].r.Key(), h[j].r.Key()); c != 0 {
+		return c < 0
+	}
+	return h[i].index < h[j].index
+}
+func (h mergeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *mergeHeap) Push(x any)   { *h = append(*h, x.(*mergeSource)) }
+func (h *mergeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// Next moves to the next record in key order; false at the end or on the
+// first source error (Err).
+func (m *Merger) Next() bool {
+	if m.err != nil {
+		return false
+	}
+	if !m.started {
+		m.started = true
+		live := m.h[:0]
+		for _, s := range m.h {
+			if s.r.Next() {
+				live = append(live, s)
+			} else if err := s.r.Err(); err != nil {
+				m.err = err
+				return false
+			}
+		}
+		m.h = live
+		heap.Init(&m.h)
+		return len(m.h) > 0
+	}
+	if len(m.h) == 0 {
+		return false
+	}
+	top := m.h[0]
+	if top.r.Next() {
+		heap.Fix(&m.h, 0)
+	} else {
+		if err := top.r.Err(); err != nil {
+			m.err = err
+			return false
+		}
+		heap.Pop(&m.h)
+	}
+	return len(m.h) > 0
+}
+
+// Key is the current record's key, valid until the next call to Next.
+func (m *Merger) Key() []byte { return m.h[0].r.Key() }
+
+// Value is the current record's value, valid until the next call to Next.
+func (m *Merger) Value() []byte { return m.h[0].r.Value() }
+
+// Err is the error that stopped the merge, nil at a clean end.
+func (m *Merger) Err() error { return m.err }
+
+// Group calls fn once per distinct key of the merged stream, in key order,
+// with an iterator over the key's values (read lazily from the stream: a
+// key with more values than fit in memory is fine). key and the values are
+// valid only during fn, and values may be iterated once; values fn does
+// not consume are skipped. The first error of fn or of the sources is
+// returned.
+func Group(m *Merger, fn func(key []byte, values iter.Seq[[]byte]) error) error {
+	more := m.Next()
+	var key []byte
+	for more {
+		key = append(key[:0], m.Key()...)
+		inGroup := true // m is at an unconsumed record of key
+		values := func(yield func([]byte) bool) {
+			for inGroup {
+				// Yield before advancing: the value is the source's
+				// buffer, which its next read overwrites.
+				if !yield(m.Value()) {
+					return
+				}
+				more = m.Next()
+				inGroup = more && bytes.Equal(m.Key(), key)
+			}
+		}
+		if err := fn(key, values); err != nil {
+			return err
+		}
+		for inGroup {
+			more = m.Next()
+			inGroup = more && bytes.Equal(m.Key(), key)
+		}
+	}
+	return m.Err()
+}
