@@ -127,3 +127,28 @@ func TestWrongSchema(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+func rowsEqual(a, b cell.Row) bool {
+	if !bytes.Equal(a.Key, b.Key) || len(a.Cells) != len(b.Cells) {
+		return false
+	}
+	for i := range a.Cells {
+		x, y := a.Cells[i], b.Cells[i]
+		if x.Family != y.Family || !bytes.Equal(x.Qualifier, y.Qualifier) || x.Timestamp != y.Timestamp || !bytes.Equal(x.Value, y.Value) {
+			return false
+		}
+	}
+	return true
+}
+
+func describeRow(r cell.Row) string {
+	s := fmt.Sprintf("key %q, %d cells", r.Key, len(r.Cells))
+	for i, c := range r.Cells {
+		if i == 3 {
+			s += " ..."
+			break
+		}
+		s += fmt.Sprintf(" [%s:%q@%d %d bytes]", c.Family, c.Qualifier, c.Timestamp, len(c.Value))
+	}
+	return s
+}
