@@ -61,6 +61,8 @@ it brings back every acknowledged write and every table's schema.`,
 	f.Int64Var(&cfg.ScanCacheBytes, "scan-cache-size", cluster.DefaultScanCacheBytes, "scan cache in bytes (negative: none)")
 	f.BoolVar(&cfg.InstanceAgnostic, "instance-agnostic", false, "serve every project and instance from one namespace")
 	f.DurationVar(&cfg.LogTruncateInterval, "log-truncate-interval", tabletserver.DefaultLogTruncateInterval, "how often the commit log drops what every tablet has flushed")
+	f.DurationVar(&cfg.SweepInterval, "sweep-interval", cluster.DefaultGCInterval, "how often SSTables no tablet references any more are deleted")
+	f.DurationVar(&cfg.SweepGrace, "sweep-grace", cluster.DefaultGCGrace, "files younger than this are never swept (a compaction may be writing them)")
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cluster.DefaultStopTimeout, "how long a stop waits for requests in flight")
 	f.IntVar(&cfg.Limits.MaxRowKeyBytes, "max-row-key-bytes", def.MaxRowKeyBytes, "largest row key")
 	f.IntVar(&cfg.Limits.MaxQualifierBytes, "max-qualifier-bytes", def.MaxQualifierBytes, "largest column qualifier")

@@ -79,6 +79,11 @@ type DevConfig struct {
 	// oldest redo point of the tablets; default
 	// tabletserver.DefaultLogTruncateInterval.
 	LogTruncateInterval time.Duration
+	// SweepInterval is how often the SSTables no tablet references any
+	// more are deleted, and SweepGrace spares younger files (a compaction
+	// may be writing one); defaults DefaultGCInterval and DefaultGCGrace,
+	// the cluster master's.
+	SweepInterval, SweepGrace time.Duration
 	// Logger is the structured log; default JSON on stderr.
 	Logger *slog.Logger
 	// RegisterServices, when set, registers more gRPC services on the
@@ -96,6 +101,9 @@ type Dev struct {
 	log      *slog.Logger
 	lock     *os.File
 	commit   *commitlog.Log
+	store    blob.Store
+	states   tablet.StateStore
+	swept    prometheus.Counter
 	host     *tabletserver.Host
 	grpc     *grpc.Server
 	lis      net.Listener
@@ -105,11 +113,12 @@ type Dev struct {
 	health   *health.Server
 	serveErr chan error
 
-	stopTrunc chan struct{} // closed by Close: truncateLoop returns
-	truncDone chan struct{} // closed when truncateLoop has returned
-	// truncStarted is set (before serving) once truncateLoop runs.
-	truncStarted  bool
-	stopTruncOnce sync.Once
+	// The periodic work (commit-log truncation, the file sweep) runs in
+	// goroutines started by every; closing stopBackground ends them and
+	// background waits for them.
+	stopBackground     chan struct{}
+	stopBackgroundOnce sync.Once
+	background         sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -141,10 +150,16 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	if cfg.LogTruncateInterval <= 0 {
 		cfg.LogTruncateInterval = tabletserver.DefaultLogTruncateInterval
 	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = DefaultGCInterval
+	}
+	if cfg.SweepGrace <= 0 {
+		cfg.SweepGrace = DefaultGCGrace
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	d := &Dev{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 2), stopTrunc: make(chan struct{}), truncDone: make(chan struct{})}
+	d := &Dev{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 2), stopBackground: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			d.abort()
@@ -157,10 +172,11 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	if d.lock, err = lockDir(cfg.Dir); err != nil {
 		return nil, err
 	}
-	store, err := blob.NewLocal(filepath.Join(cfg.Dir, "store"))
-	if err != nil {
+	if d.store, err = blob.NewLocal(filepath.Join(cfg.Dir, "store")); err != nil {
 		return nil, err
 	}
+	store := d.store
+	d.states = tablet.NewBlobStateStore(store, "state")
 	logOpts := commitlog.Options{Dir: filepath.Join(cfg.Dir, "log")}
 	if d.commit, err = commitlog.Open(ctx, logOpts); err != nil {
 		return nil, fmt.Errorf("dev: opening the commit log: %w", err)
@@ -172,6 +188,8 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		}
 	}
 	reg := prometheus.NewRegistry()
+	d.swept = prometheus.NewCounter(prometheus.CounterOpts{Name: "tabula_dev_swept_files_total", Help: "SSTables no tablet referenced any more, deleted by the periodic sweep."})
+	reg.MustRegister(d.swept)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.host, err = tabletserver.NewHost(ctx, tabletserver.HostOptions{
 		Store:         store,
@@ -179,7 +197,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		LogOptions:    logOpts,
 		Cache:         sstable.NewCache(max(cfg.BlockCacheBytes, 0)),
 		ScanCache:     scanCache,
-		StateStore:    tablet.NewBlobStateStore(store, "state"),
+		StateStore:    d.states,
 		Limits:        cfg.Limits,
 		MemtableBytes: cfg.MemtableBytes,
 		SplitBytes:    cfg.SplitBytes,
@@ -188,7 +206,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		// The Host's own truncation could run while recovery has opened
 		// some tables but not others, and drop log records that the
 		// others still need; the dev server truncates itself, once every
-		// table is open (truncateLoop).
+		// table is open (truncateLog).
 		LogTruncateInterval: neverInterval,
 	})
 	if err != nil {
@@ -210,15 +228,15 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	}
 	// Recover before listening: a client that reaches the server finds
 	// every table open and every acknowledged write replayed. Only then
-	// may the commit log be truncated (truncateLoop): before, it holds
+	// may the commit log be truncated (truncateLog): before, it holds
 	// records of tables not yet open.
 	start := time.Now()
 	if err := admin.Start(ctx); err != nil {
 		return nil, err
 	}
 	d.log.Info("recovered", "dir", cfg.Dir, "took", time.Since(start).String())
-	d.truncStarted = true
-	go d.truncateLoop()
+	d.every(cfg.LogTruncateInterval, d.truncateLog)
+	d.every(cfg.SweepInterval, d.sweepFiles)
 
 	unary := []grpc.UnaryServerInterceptor{d.host.UnaryInterceptor()}
 	stream := []grpc.StreamServerInterceptor{d.host.StreamInterceptor()}
@@ -313,7 +331,7 @@ func (d *Dev) Close() error {
 			errs = append(errs, d.http.Shutdown(ctx))
 			cancel()
 		}
-		d.stopTruncation()
+		d.stopBackgroundWork()
 		errs = append(errs, d.host.Close(), d.commit.Close())
 		if d.lock != nil {
 			errs = append(errs, d.lock.Close())
@@ -327,41 +345,72 @@ func (d *Dev) Close() error {
 // neverInterval is a ticker period that never comes (about 146 years).
 const neverInterval = time.Duration(1 << 62)
 
-// truncateLoop truncates the commit log to the oldest redo point of the
-// open tablets every LogTruncateInterval, after recovery has opened every
-// table. Tables created later start at the log's end, so they need nothing
-// older.
-func (d *Dev) truncateLoop() {
-	defer close(d.truncDone)
-	tick := time.NewTicker(d.cfg.LogTruncateInterval)
-	defer tick.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+// every runs fn every interval in a goroutine until stopBackgroundWork; fn's
+// context is cancelled then.
+func (d *Dev) every(interval time.Duration, fn func(context.Context)) {
+	d.background.Add(1)
 	go func() {
-		<-d.stopTrunc
-		cancel()
-	}()
-	for {
-		select {
-		case <-d.stopTrunc:
-			return
-		case <-tick.C:
-			if err := d.host.TruncateLog(ctx); err != nil && ctx.Err() == nil {
-				d.log.Error("commit log truncation failed", "err", err)
+		defer d.background.Done()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			<-d.stopBackground
+			cancel()
+		}()
+		for {
+			select {
+			case <-d.stopBackground:
+				return
+			case <-tick.C:
+				fn(ctx)
 			}
 		}
+	}()
+}
+
+// stopBackgroundWork stops the periodic work and waits for it, so that the
+// log is not truncated, nor files swept, while the server closes.
+func (d *Dev) stopBackgroundWork() {
+	d.stopBackgroundOnce.Do(func() {
+		close(d.stopBackground)
+		d.background.Wait()
+	})
+}
+
+// truncateLog truncates the commit log to the oldest redo point of the open
+// tablets. It runs only after recovery has opened every table; tables
+// created later start at the log's end, so they need nothing older.
+func (d *Dev) truncateLog(ctx context.Context) {
+	if err := d.host.TruncateLog(ctx); err != nil && ctx.Err() == nil {
+		d.log.Error("commit log truncation failed", "err", err)
 	}
 }
 
-// stopTruncation stops truncateLoop (if it was started) and waits for it,
-// so that the log is not truncated while it closes.
-func (d *Dev) stopTruncation() {
-	d.stopTruncOnce.Do(func() {
-		close(d.stopTrunc)
-		if d.truncStarted {
-			<-d.truncDone
+// sweepFiles deletes the SSTables no tablet references any more (inputs of
+// finished compactions) with the cluster's policy (master.SweepFiles): the
+// states of every tablet the host serves are read first, then the store is
+// listed.
+func (d *Dev) sweepFiles(ctx context.Context) {
+	var ids []string
+	for _, table := range d.host.Tables() {
+		for _, ti := range d.host.TableTablets(table) {
+			ids = append(ids, ti.ID)
 		}
-	})
+	}
+	referenced, err := master.ReferencedFiles(ctx, d.states, ids)
+	if err == nil {
+		var deleted []string
+		deleted, err = master.SweepFiles(ctx, d.store, meta.TableDirPrefix, referenced, d.cfg.SweepGrace, time.Now())
+		d.swept.Add(float64(len(deleted)))
+		if len(deleted) > 0 {
+			d.log.Info("swept unreferenced files", "files", len(deleted))
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		d.log.Warn("sweeping unreferenced files", "err", err)
+	}
 }
 
 // abort releases what a failed StartDev acquired.
@@ -375,7 +424,7 @@ func (d *Dev) abort() {
 	if d.httpLis != nil {
 		d.httpLis.Close()
 	}
-	d.stopTruncation()
+	d.stopBackgroundWork()
 	if d.host != nil {
 		_ = d.host.Close()
 	}

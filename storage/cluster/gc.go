@@ -15,6 +15,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
@@ -115,42 +116,14 @@ func (m *Master) collectGarbage(ctx context.Context) (files, logNames []string, 
 
 // collectFiles deletes the SSTables under tables/ that the states of
 // tablets ids and their split descendants do not reference and that are
-// at least grace old at now; it returns their names. An error reading a
-// state deletes nothing.
+// at least grace old at now (master.SweepFiles); it returns their names. An
+// error reading a state deletes nothing.
 func collectFiles(ctx context.Context, store blob.Store, states tablet.StateStore, ids []string, grace time.Duration, now time.Time) ([]string, error) {
-	live, err := liveFiles(ctx, states, ids)
+	referenced, err := master.ReferencedFiles(ctx, states, ids)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	return tablet.CollectGarbage(ctx, store, tablet.GCOptions{Prefix: meta.TableDirPrefix, Live: live, Grace: grace, Now: now})
-}
-
-// liveFiles returns the files referenced by the states of tablets ids and
-// of their split descendants. A tablet without a state (never loaded) has
-// no files.
-func liveFiles(ctx context.Context, states tablet.StateStore, ids []string) (map[string]bool, error) {
-	live := make(map[string]bool)
-	seen := make(map[string]bool)
-	for len(ids) > 0 {
-		id := ids[len(ids)-1]
-		ids = ids[:len(ids)-1]
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		st, err := states.Load(ctx, id)
-		if errors.Is(err, tablet.ErrStateNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("cluster: reading the state of tablet %s: %w", id, err)
-		}
-		ids = append(ids, st.SplitInto...)
-		for _, f := range st.Files() {
-			live[f] = true
-		}
-	}
-	return live, nil
+	return master.SweepFiles(ctx, store, meta.TableDirPrefix, referenced, grace, now)
 }
 
 // logName is the name of server's commit log under LogsPrefix (and of its

@@ -13,6 +13,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
@@ -71,7 +72,7 @@ func files(names ...string) map[string][]tablet.FileMeta {
 	return map[string][]tablet.FileMeta{"default": fs}
 }
 
-func TestLiveFiles(t *testing.T) {
+func TestReferencedFiles(t *testing.T) {
 	ctx := context.Background()
 	store := newLocalStore(t)
 	states := tablet.NewBlobStateStore(store, StatePrefix)
@@ -87,17 +88,16 @@ func TestLiveFiles(t *testing.T) {
 		tablet.State{ID: "x", Groups: files("f6"), SplitInto: []string{"x"}},
 		tablet.State{ID: "unlisted", Groups: files("f7")},
 	)
-	live, err := liveFiles(ctx, states, []string{"a", "p", "a", "never-loaded", "x"})
+	referenced, err := master.ReferencedFiles(ctx, states, []string{"a", "p", "a", "never-loaded", "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := slices.Sorted(func(yield func(string) bool) {
-		for f := range live {
-			if !yield(f) {
-				return
-			}
-		}
-	})
+	var got []string
+	for _, tf := range referenced {
+		got = append(got, tf.Files...)
+	}
+	slices.Sort(got)
+	got = slices.Compact(got)
 	want := []string{"f1", "f2", "f3", "f4", "f5", "f6"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("liveFiles = %v, want %v", got, want)
@@ -105,7 +105,7 @@ func TestLiveFiles(t *testing.T) {
 
 	// A state that cannot be read aborts: its files would be lost.
 	put(t, store, StatePrefix+"/bad.tablet")
-	if _, err := liveFiles(ctx, states, []string{"a", "bad"}); err == nil || !strings.Contains(err.Error(), "bad") {
+	if _, err := master.ReferencedFiles(ctx, states, []string{"a", "bad"}); err == nil || !strings.Contains(err.Error(), "bad") {
 		t.Fatalf("liveFiles with a corrupt state: err = %v, want an error naming the tablet", err)
 	}
 }

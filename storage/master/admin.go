@@ -199,7 +199,9 @@ func (s *AdminService) collectDir(ctx context.Context, dir string) error {
 	if s.opts.Store == nil {
 		return nil
 	}
-	deleted, err := tablet.CollectGarbage(ctx, s.opts.Store, tablet.GCOptions{Prefix: dir})
+	// No tablet references a dropped table's files, and none may commit
+	// one any more: no grace.
+	deleted, err := SweepFiles(ctx, s.opts.Store, dir, nil, 0, time.Now())
 	s.opts.Logger.Info("collected files of a deleted table", "dir", dir, "files", len(deleted), "err", err)
 	return err
 }

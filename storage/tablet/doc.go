@@ -37,6 +37,7 @@
 // # Files
 //
 // A tablet never deletes an SSTable: after a split several tablets share
-// files, and a compaction's inputs may still be read. CollectGarbage is the
-// mark-and-sweep the master runs over all live States.
+// files, and a compaction's inputs may still be read. The master's sweep
+// (master.SweepFiles, deciding with assign.PlanSweep) deletes the files no
+// live State references, in the cluster and in `tabula dev` alike.
 package tablet

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"path"
 	"strconv"
@@ -49,8 +48,8 @@ func FileCreated(name string) (time.Time, bool) {
 }
 
 // tableFile is an open SSTable shared by the versions that list it. The
-// last version to drop it closes it (but never deletes it: see
-// CollectGarbage).
+// last version to drop it closes it (but never deletes it: the master's
+// sweep does, master.SweepFiles).
 type tableFile struct {
 	meta FileMeta
 	r    *sstable.Reader
@@ -80,73 +79,4 @@ func (f *tableFile) unref() {
 		_ = f.r.Close()
 		_ = f.obj.Close()
 	}
-}
-
-// GCOptions configure CollectGarbage.
-type GCOptions struct {
-	// Prefix is listed for candidates; only names ending in ".sst" are
-	// considered.
-	Prefix string
-	// Live holds the name of every file referenced by any live tablet
-	// state (State.Files of every tablet, split parents excluded).
-	Live map[string]bool
-	// InProgress holds names that compactions or splits under way may
-	// still commit.
-	InProgress map[string]bool
-	// Grace spares files created less than Grace before Now (by the time
-	// in their name; names of another shape count as old), which covers
-	// files being written whose names nobody has reported yet.
-	Grace time.Duration
-	// Now defaults to time.Now().
-	Now time.Time
-	// DryRun lists what would be deleted without deleting it.
-	DryRun bool
-}
-
-// CollectGarbage deletes the SSTables under opts.Prefix that no live state
-// references, that are not in progress and that are older than the grace
-// period — the master's mark-and-sweep. It returns the names deleted (or,
-// with DryRun, that would be). Objects already gone are not errors.
-func CollectGarbage(ctx context.Context, store blob.Store, opts GCOptions) ([]string, error) {
-	now := opts.Now
-	if now.IsZero() {
-		now = time.Now()
-	}
-	list, err := store.List(ctx, opts.Prefix)
-	if err != nil {
-		return nil, err
-	}
-	var deleted []string
-	var errs []error
-	for _, a := range list {
-		if !strings.HasSuffix(a.Name, sstSuffix) || opts.Live[a.Name] || opts.InProgress[a.Name] {
-			continue
-		}
-		if created, ok := FileCreated(a.Name); ok && now.Sub(created) < opts.Grace {
-			continue
-		}
-		if !opts.DryRun {
-			if err := store.Delete(ctx, a.Name); err != nil && !blob.IsNotExist(err) {
-				errs = append(errs, err)
-				continue
-			}
-		}
-		deleted = append(deleted, a.Name)
-	}
-	return deleted, errors.Join(errs...)
-}
-
-// LiveFiles returns the set of files the given states reference; states of
-// split parents (SplitInto set) reference nothing.
-func LiveFiles(states ...State) map[string]bool {
-	live := make(map[string]bool)
-	for _, st := range states {
-		if len(st.SplitInto) > 0 {
-			continue
-		}
-		for _, n := range st.Files() {
-			live[n] = true
-		}
-	}
-	return live
 }

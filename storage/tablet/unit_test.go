@@ -267,42 +267,14 @@ func sortSearch(es []entry, k []byte) int {
 	return i
 }
 
-func TestCollectGarbage(t *testing.T) {
-	ctx := context.Background()
-	store := blob.NewMemory()
+func TestFileCreated(t *testing.T) {
 	now := time.Now()
-	oldLive := newFileName("t1", now.Add(-time.Hour))
-	oldDead := newFileName("t1", now.Add(-time.Hour))
-	oldInProgress := newFileName("t1", now.Add(-time.Hour))
 	young := newFileName("t1", now.Add(-time.Second))
-	for _, n := range []string{oldLive, oldDead, oldInProgress, young, "t1/x.tablet", "t1/notours.sst"} {
-		if err := store.Put(ctx, n, []byte("x")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	live := LiveFiles(State{Groups: map[string][]FileMeta{"default": {{Name: oldLive}}}},
-		State{SplitInto: []string{"a", "b"}, Groups: map[string][]FileMeta{"default": {{Name: oldDead}}}})
-	opts := GCOptions{Prefix: "t1/", Live: live, InProgress: map[string]bool{oldInProgress: true}, Grace: time.Minute, Now: now}
-	got, err := CollectGarbage(ctx, store, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(got)
-	want := []string{oldDead, "t1/notours.sst"}
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("deleted %v, want %v", got, want)
-	}
-	for _, n := range []string{oldLive, oldInProgress, young, "t1/x.tablet"} {
-		if _, err := store.Get(ctx, n); err != nil {
-			t.Fatalf("%s: %v", n, err)
-		}
-	}
-	if _, err := store.Get(ctx, oldDead); !blob.IsNotExist(err) {
-		t.Fatalf("%s not deleted: %v", oldDead, err)
-	}
 	if ts, ok := FileCreated(young); !ok || ts.UnixMicro() != now.Add(-time.Second).UnixMicro() {
 		t.Fatalf("FileCreated(%s) = %v, %v", young, ts, ok)
+	}
+	if _, ok := FileCreated("t1/notours.sst"); ok {
+		t.Fatal("FileCreated accepted a name no tablet makes")
 	}
 }
 

@@ -5,7 +5,7 @@
 // Everything here is a pure function of an observation. Plan takes a State
 // (what the master has seen: live and dead servers and what each serves,
 // METADATA's tablets, requests in flight, reported splits, merges under way)
-// and returns the Actions the master should carry out now; PlanGC takes the
+// and returns the Actions the master should carry out now; PlanSweep takes the
 // files tablets reference and the files the store lists and returns the ones
 // safe to delete. Neither does I/O, reads the clock or iterates a map in an
 // order that shows in the result, so the same input always yields the same

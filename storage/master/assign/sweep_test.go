@@ -16,7 +16,7 @@ func sst(dir string, created time.Time, n int) string {
 	return fmt.Sprintf("%s/%016x-%016x.sst", dir, created.UnixMicro(), n)
 }
 
-func TestPlanGC(t *testing.T) {
+func TestPlanSweep(t *testing.T) {
 	now := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
 	old, young := now.Add(-time.Hour), now.Add(-time.Minute)
 	grace := 10 * time.Minute
@@ -34,39 +34,39 @@ func TestPlanGC(t *testing.T) {
 		listings = []StoredFile{{Name: live}, {Name: dead}, {Name: fresh}, {Name: pending}, {Name: future},
 			{Name: shared}, {Name: touched, Modified: young}, {Name: foreign}, {Name: log}, {Name: dead}}
 	)
-	in := GCInput{
+	in := SweepInput{
 		Referenced: []TabletFiles{{"u1", []string{live}}, {"u3", []string{shared}}, {"u4", []string{shared}}},
 		Listed:     listings,
 		InProgress: []string{pending},
 		Grace:      grace,
 		Now:        now,
 	}
-	if got := PlanGC(in); !slices.Equal(got, orphans) {
-		t.Fatalf("PlanGC = %v, want %v", got, orphans)
+	if got := PlanSweep(in); !slices.Equal(got, orphans) {
+		t.Fatalf("PlanSweep = %v, want %v", got, orphans)
 	}
 	// Past the grace the young file goes too; the referenced ones never do.
 	in.Now = now.Add(time.Hour)
 	in.InProgress = nil
 	want := []string{dead, fresh, pending, touched}
 	slices.Sort(want)
-	if got := PlanGC(in); !slices.Equal(got, want) {
-		t.Fatalf("later: PlanGC = %v, want %v", got, want)
+	if got := PlanSweep(in); !slices.Equal(got, want) {
+		t.Fatalf("later: PlanSweep = %v, want %v", got, want)
 	}
 	// Nothing listed, nothing to delete.
-	if got := PlanGC(GCInput{Now: now}); len(got) != 0 {
+	if got := PlanSweep(SweepInput{Now: now}); len(got) != 0 {
 		t.Fatalf("empty: %v", got)
 	}
 }
 
-// TestPlanGCRandom: over random listings, PlanGC never returns a
+// TestPlanSweepRandom: over random listings, PlanSweep never returns a
 // referenced, in-progress or young file, and returns every other old
 // tablet-made SSTable.
-func TestPlanGCRandom(t *testing.T) {
+func TestPlanSweepRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	now := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
 	for trial := 0; trial < 500; trial++ {
 		grace := time.Duration(rng.IntN(120)) * time.Minute
-		var in GCInput
+		var in SweepInput
 		in.Now, in.Grace = now, grace
 		refs := make(map[string]bool)
 		inProg := make(map[string]bool)
@@ -82,7 +82,7 @@ func TestPlanGCRandom(t *testing.T) {
 				in.InProgress = append(in.InProgress, name)
 			}
 		}
-		got := PlanGC(in)
+		got := PlanSweep(in)
 		del := make(map[string]bool)
 		for _, n := range got {
 			del[n] = true

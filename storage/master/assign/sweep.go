@@ -22,8 +22,8 @@ type StoredFile struct {
 	Modified time.Time
 }
 
-// GCInput is what the master's garbage collection observed.
-type GCInput struct {
+// SweepInput is what a sweep of unreferenced files observed.
+type SweepInput struct {
 	// Referenced must cover every live tablet (split parents excluded,
 	// their children reference what they share); a tablet left out loses
 	// its files.
@@ -40,13 +40,15 @@ type GCInput struct {
 	Now   time.Time
 }
 
-// PlanGC returns, sorted, the listed SSTables safe to delete: those no
+// PlanSweep is the one policy for deleting SSTables, used wherever files
+// are swept (the cluster master's rounds, `tabula dev`'s, a dropped
+// table's files). It returns, sorted, the listed SSTables safe to delete: those no
 // tablet references, not in progress, whose name a tablet made (see
 // tablet.FileCreated) and created at least Grace before Now. It never
 // returns a referenced or in-progress name, a file younger than the grace
 // (or dated in the future), or a name of another shape (logs, catalog
 // objects, files of an unknown writer). Pure: the caller deletes.
-func PlanGC(in GCInput) []string {
+func PlanSweep(in SweepInput) []string {
 	keep := make(map[string]bool)
 	for _, tf := range in.Referenced {
 		for _, f := range tf.Files {
