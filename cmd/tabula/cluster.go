@@ -26,9 +26,16 @@ type roleFlags struct {
 }
 
 func (r *roleFlags) register(cmd *cobra.Command) {
+	r.registerCoord(cmd)
+	cmd.Flags().StringVar(&r.store, "store", "", "object store URL: s3://BUCKET?endpoint=HOST:PORT&secure=false or file:///path (required)")
+	_ = cmd.MarkFlagRequired("store")
+}
+
+// registerCoord registers the flags of every process that joins a cluster
+// through Consul, the store aside (a MapReduce worker has none).
+func (r *roleFlags) registerCoord(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&r.consul, "consul", "", "Consul agent address host:port (required)")
-	f.StringVar(&r.store, "store", "", "object store URL: s3://BUCKET?endpoint=HOST:PORT&secure=false or file:///path (required)")
 	f.StringVar(&r.addr, "addr", defaultAddr, "gRPC listen address host:port (port 0 picks a free port)")
 	f.StringVar(&r.cluster, "cluster", coord.DefaultCluster, "cluster name: the Consul key prefix tabula/<name>/")
 	f.StringVar(&r.http, "http", "", "HTTP listen address for /metrics, /debug/pprof/, /healthz and /status (off when empty)")
@@ -36,19 +43,13 @@ func (r *roleFlags) register(cmd *cobra.Command) {
 	f.DurationVar(&r.sessionTTL, "session-ttl", cluster.DefaultSessionTTL, "Consul session TTL (10s to 24h); give every process of a cluster the same: a new master waits this long before declaring dead a server whose session it finds ended")
 	f.DurationVar(&r.lockDelay, "lock-delay", cluster.DefaultLockDelay, "Consul lock-delay after a session ends")
 	_ = cmd.MarkFlagRequired("consul")
-	_ = cmd.MarkFlagRequired("store")
 }
 
 // open returns the logger, the lock service and the store the flags name.
 func (r *roleFlags) open(ctx context.Context, stderr io.Writer) (*slog.Logger, coord.Service, blob.Store, error) {
-	var h slog.Handler
-	switch r.logFormat {
-	case "json":
-		h = slog.NewJSONHandler(stderr, nil)
-	case "text":
-		h = slog.NewTextHandler(stderr, nil)
-	default:
-		return nil, nil, nil, fmt.Errorf("--log-format: %q is neither json nor text", r.logFormat)
+	log, err := r.logger(stderr)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	if r.sessionTTL < 10*time.Second {
 		return nil, nil, nil, fmt.Errorf("--session-ttl: %v is below Consul's minimum of 10s", r.sessionTTL)
@@ -57,11 +58,34 @@ func (r *roleFlags) open(ctx context.Context, stderr io.Writer) (*slog.Logger, c
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--store: %w", err)
 	}
+	svc, err := r.coord()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return log, svc, store, nil
+}
+
+// logger returns the logger --log-format names, writing to stderr.
+func (r *roleFlags) logger(stderr io.Writer) (*slog.Logger, error) {
+	switch r.logFormat {
+	case "json":
+		return slog.New(slog.NewJSONHandler(stderr, nil)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(stderr, nil)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is neither json nor text", r.logFormat)
+}
+
+// coord returns the lock service of --consul under --cluster's prefix.
+func (r *roleFlags) coord() (coord.Service, error) {
+	if r.sessionTTL < 10*time.Second {
+		return nil, fmt.Errorf("--session-ttl: %v is below Consul's minimum of 10s", r.sessionTTL)
+	}
 	svc, err := coord.NewConsul(coord.ConsulConfig{Address: r.consul, Prefix: coord.ClusterPrefix(r.cluster), SessionTTL: r.sessionTTL, LockDelay: r.lockDelay})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--consul: %w", err)
+		return nil, fmt.Errorf("--consul: %w", err)
 	}
-	return slog.New(h), svc, store, nil
+	return svc, nil
 }
 
 func newMasterCommand() *cobra.Command {

@@ -20,6 +20,7 @@ import (
 func newDevCommand() *cobra.Command {
 	var cfg cluster.DevConfig
 	var logFormat string
+	var wf workerFlags
 	def := cell.DefaultLimits()
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -48,6 +49,11 @@ it brings back every acknowledged write and every table's schema.`,
 			cfg.Logger = slog.New(h)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			stopWorker, err := devWorker(&cfg, &wf)
+			if err != nil {
+				return err
+			}
+			defer stopWorker()
 			return runDev(ctx, cfg, cmd.OutOrStdout())
 		},
 	}
@@ -69,6 +75,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.IntVar(&cfg.Limits.MaxValueBytes, "max-value-bytes", def.MaxValueBytes, "largest cell value")
 	f.IntVar(&cfg.Limits.MaxMutations, "max-mutations", def.MaxMutations, "most mutations in one request")
 	f.StringVar(&logFormat, "log-format", "json", "log format on stderr: json or text")
+	wf.register(cmd, "worker-")
 	_ = cmd.MarkFlagRequired("dir")
 	return cmd
 }

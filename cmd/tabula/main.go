@@ -20,6 +20,7 @@ func main() {
 	root.AddCommand(newDevCommand())
 	root.AddCommand(newMasterCommand())
 	root.AddCommand(newTabletServerCommand())
+	root.AddCommand(newWorkerCommand())
 	root.AddCommand(newCLICommands()...)
 	root.AddCommand(newEmulatorCommand())
 	root.AddCommand(newLoadCommand())

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"github.com/tabuladb/tabula/mapreduce"
+	"github.com/tabuladb/tabula/mapreduce/remote"
+	"github.com/tabuladb/tabula/storage/cluster"
+)
+
+// workerFlags are the flags of the MapReduce worker's execution, shared by
+// `tabula worker` and `tabula tabletserver --worker`.
+type workerFlags struct {
+	dir        string
+	slots      int
+	sortMemory int64
+}
+
+func (w *workerFlags) register(cmd *cobra.Command, prefix string) {
+	f := cmd.Flags()
+	f.StringVar(&w.dir, prefix+"dir", "", "directory for map outputs and spills (default: a new directory under the system's temporary directory)")
+	slotsHelp := "task attempts run at once"
+	if prefix != "" {
+		slotsHelp += " (0: no worker)"
+	}
+	f.IntVar(&w.slots, prefix+"slots", runtime.NumCPU(), slotsHelp)
+	f.Int64Var(&w.sortMemory, prefix+"sort-memory", mapreduce.DefaultSortMemory, "each map attempt's sort buffer in bytes; output beyond it spills to --dir")
+}
+
+// config checks the flags and returns the worker's execution settings.
+func (w *workerFlags) config(prefix string) (mapreduce.LocalWorkerConfig, error) {
+	if w.slots < 1 {
+		return mapreduce.LocalWorkerConfig{}, fmt.Errorf("--%sslots: %d is below 1", prefix, w.slots)
+	}
+	if w.sortMemory < 1<<20 {
+		return mapreduce.LocalWorkerConfig{}, fmt.Errorf("--%ssort-memory: %d is below the minimum of 1 MiB", prefix, w.sortMemory)
+	}
+	dir := w.dir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "tabula-worker-"); err != nil {
+			return mapreduce.LocalWorkerConfig{}, err
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return mapreduce.LocalWorkerConfig{}, fmt.Errorf("--%sdir: %w", prefix, err)
+	}
+	// A probe file: an unwritable directory is refused at start, not at
+	// the first task.
+	probe, err := os.CreateTemp(dir, ".probe-")
+	if err != nil {
+		return mapreduce.LocalWorkerConfig{}, fmt.Errorf("--%sdir: %s is not writable: %w", prefix, dir, err)
+	}
+	probe.Close()
+	_ = os.Remove(probe.Name())
+	abs, _ := filepath.Abs(dir)
+	return mapreduce.LocalWorkerConfig{Dir: abs, Slots: w.slots, SortMemory: w.sortMemory}, nil
+}
+
+// defaultWorkerAddr is where `tabula worker` listens by default.
+const defaultWorkerAddr = "127.0.0.1:8088"
+
+func newWorkerCommand() *cobra.Command {
+	var r roleFlags
+	var wf workerFlags
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a MapReduce worker: runs task attempts for `tabula mr` jobs and serves their map output",
+		Long: `worker runs one MapReduce worker of a Tabula cluster. It registers in
+Consul under the cluster's workers/ prefix for as long as it runs; the
+coordinator of a job (the process running ` + "`tabula mr run --workers-consul`" + `)
+hands it task attempts over gRPC, at most --slots at once, and reducers on
+other workers fetch the map output it keeps in --dir. Jobs are found by name
+in the registry compiled into this binary. When it serves it prints "ready
+<addr>" on stdout. It exits non-zero when its Consul session lapses
+(coordinators then count it dead and re-run its work); SIGTERM or SIGINT
+stops it, unregistering at once.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log, err := r.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			lw, err := wf.config("")
+			if err != nil {
+				return err
+			}
+			if wf.dir == "" {
+				defer os.RemoveAll(lw.Dir) // the temporary directory config made
+			}
+			svc, err := r.coord()
+			if err != nil {
+				return err
+			}
+			defer svc.Close()
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			lw.Logger = log
+			w, err := remote.StartWorker(ctx, remote.WorkerConfig{
+				Addr: r.addr, Coord: svc, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
+				Worker: lw, Registerer: reg, Logger: log,
+			})
+			if err != nil {
+				return err
+			}
+			defer w.Close()
+			if r.http != "" {
+				lis, err := net.Listen("tcp", r.http)
+				if err != nil {
+					return fmt.Errorf("--http: %w", err)
+				}
+				srv := &http.Server{Handler: cluster.OpsHandler(reg, nil, w.Err), ReadHeaderTimeout: 10 * time.Second}
+				go func() { _ = srv.Serve(lis) }()
+				defer srv.Close()
+				fmt.Fprintf(cmd.OutOrStdout(), "http %s\n", lis.Addr())
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "ready %s\n", w.Addr())
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-w.Done():
+				if err := w.Err(); err != nil {
+					return err
+				}
+				return errors.New("worker stopped")
+			}
+		},
+	}
+	r.registerCoord(cmd)
+	// Not the tablet servers' default port: a worker often runs beside one.
+	r.addr = defaultWorkerAddr
+	cmd.Flags().Lookup("addr").DefValue = defaultWorkerAddr
+	wf.register(cmd, "")
+	return cmd
+}
+
+// devWorker puts a MapReduce worker on tabula dev's gRPC port (through
+// cfg.RegisterServices), so that `tabula mr run --addr DEV` runs its tasks in
+// the dev process, next to the data, rather than pulling every row into the
+// command's own process. Its map outputs and spills go under --dir/mr unless
+// --worker-dir says otherwise. --worker-slots 0 turns it off. It returns
+// what stops the worker's attempts.
+func devWorker(cfg *cluster.DevConfig, wf *workerFlags) (stop func(), err error) {
+	if wf.slots == 0 {
+		return func() {}, nil
+	}
+	if wf.dir == "" && cfg.Dir != "" {
+		wf.dir = filepath.Join(cfg.Dir, "mr")
+	}
+	lw, err := wf.config("worker-")
+	if err != nil {
+		return nil, err
+	}
+	lw.Name = remote.NewWorkerName("dev")
+	lw.Logger = cfg.Logger
+	if lw.Host == "" {
+		lw.Host = remote.HostOf(cfg.Addr)
+	}
+	svc, err := remote.NewService(remote.ServiceConfig{Worker: lw, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	prev := cfg.RegisterServices
+	cfg.RegisterServices = func(g *grpc.Server) {
+		if prev != nil {
+			prev(g)
+		}
+		svc.Register(g)
+	}
+	return func() { _ = svc.Close() }, nil
+}
