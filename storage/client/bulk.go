@@ -14,6 +14,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
 // BulkOptions configure ApplyBulk. Zero values take the documented
@@ -212,7 +213,7 @@ func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string,
 		if err == nil {
 			continue
 		}
-		_, notServing := NotServingDetail(err)
+		_, notServing := tabletpb.NotServingDetail(err)
 		unavailable := status.Code(err) == codes.Unavailable
 		if (notServing || unavailable) && !invalidated {
 			p.cache.Invalidate(b.loc) // moved, or its server is gone

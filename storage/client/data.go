@@ -21,6 +21,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
 // Retry rules of the data operations (see dataPlane.do).
@@ -226,7 +227,7 @@ func (r *retrier) retry(ctx context.Context, p *dataPlane, loc meta.Location, er
 	if errors.As(err, &le) {
 		return err
 	}
-	if _, ok := NotServingDetail(err); ok && r.notServing < maxNotServing {
+	if _, ok := tabletpb.NotServingDetail(err); ok && r.notServing < maxNotServing {
 		r.notServing++
 		if loc.Server != "" {
 			p.cache.Invalidate(loc)

@@ -26,7 +26,7 @@ import (
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
@@ -47,7 +47,7 @@ func serveHost(t *testing.T, tablets []meta.TabletRef, dopts tabletserver.DataOp
 		t.Fatal(err)
 	}
 	tbl := meta.Table{ID: meta.TableID{Instance: "dev", Table: "d"},
-		Families: map[string]tablet.Family{"f": {}, "g": {}, "c": {}}, Tablets: tablets}
+		Families: map[string]tabletdesc.Family{"f": {}, "g": {}, "c": {}}, Tablets: tablets}
 	if err := host.OpenTable(ctx, tbl); err != nil {
 		t.Fatal(err)
 	}

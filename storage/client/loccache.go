@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // LocationCacheOptions configure NewLocationCache. Zero values take the
@@ -329,7 +329,7 @@ type MetadataSource interface {
 	// ScanMetadata reads up to limit rows of the METADATA tablet tab, from
 	// row key from (inclusive) to tab's end, and returns their locations
 	// in key order (possibly none). When tab's server does not serve tab
-	// the error matches tablet.ErrNotServing.
+	// the error matches tabletdesc.ErrNotServing.
 	ScanMetadata(ctx context.Context, tab meta.Location, from []byte, limit int) ([]meta.Location, error)
 }
 
@@ -367,7 +367,7 @@ func (c *LocationCache) locate(ctx context.Context, src MetadataSource, table me
 			return meta.Location{}, err
 		}
 		if attempt == c.opts.MaxAttempts {
-			return meta.Location{}, fmt.Errorf("client: locating %s row %q: gave up after %d refreshes: %w", table, row, attempt, tablet.ErrNotServing)
+			return meta.Location{}, fmt.Errorf("client: locating %s row %q: gave up after %d refreshes: %w", table, row, attempt, tabletdesc.ErrNotServing)
 		}
 		if table == meta.MetadataTable && bytes.Compare(row, meta.RootTabletEnd()) < 0 {
 			root, err := src.Root(ctx)
@@ -409,7 +409,7 @@ func (c *LocationCache) readMetadata(ctx context.Context, src MetadataSource, ta
 			return meta.Location{}, false, false, err
 		}
 		locs, err := src.ScanMetadata(ctx, parent, from, c.opts.Prefetch)
-		if errors.Is(err, tablet.ErrNotServing) {
+		if errors.Is(err, tabletdesc.ErrNotServing) {
 			c.Invalidate(parent)
 			return meta.Location{}, false, true, err
 		}

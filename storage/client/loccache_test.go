@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 var (
@@ -420,7 +420,7 @@ func (h *hierarchy) Root(ctx context.Context) (meta.Location, error) {
 func (h *hierarchy) ScanMetadata(ctx context.Context, tab meta.Location, from []byte, limit int) ([]meta.Location, error) {
 	h.calls[tab.TabletID]++
 	if h.serving[tab.TabletID] != tab.Server {
-		return nil, &tablet.NotServingError{Tablet: tab.TabletID, Reason: "not here"}
+		return nil, &tabletdesc.NotServingError{Tablet: tab.TabletID, Reason: "not here"}
 	}
 	if !tab.Contains(from) {
 		return nil, fmt.Errorf("scan of %s from %x outside it", tab.TabletID, from)
@@ -618,7 +618,7 @@ func TestLocateEdges(t *testing.T) {
 	// A METADATA tablet nobody serves: Locate gives up.
 	c2 := NewLocationCache(LocationCacheOptions{MaxAttempts: 3})
 	h.serving["M1"] = "elsewhere"
-	if _, err := c2.Locate(ctx, h, tabA, []byte("a")); !errors.Is(err, tablet.ErrNotServing) {
+	if _, err := c2.Locate(ctx, h, tabA, []byte("a")); !errors.Is(err, tabletdesc.ErrNotServing) {
 		t.Fatalf("unserved METADATA: %v", err)
 	}
 	ctx2, cancel := context.WithCancel(ctx)

@@ -16,7 +16,8 @@ import (
 
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
+	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
 // metadataSource is the cluster's MetadataSource: the root's location from
@@ -35,7 +36,7 @@ type metadataSource struct {
 // dial(meta.ServerAddr(server)). dial is called for every scan: it should
 // return a pooled connection.
 //
-// ScanMetadata reports as tablet.ErrNotServing (so that Locate invalidates
+// ScanMetadata reports as tabletdesc.ErrNotServing (so that Locate invalidates
 // the METADATA tablet and goes up the hierarchy) a FAILED_PRECONDITION
 // with a tabletpb.NotServing detail, UNAVAILABLE (the server is gone), and
 // NOT_FOUND (the server does not hold METADATA at all: a restarted server
@@ -117,12 +118,12 @@ func (s *metadataSource) ScanMetadata(ctx context.Context, tab meta.Location, fr
 }
 
 // metadataReadError maps the answers that mean "look this METADATA tablet
-// up again" to tablet.ErrNotServing, keeping the status in the chain.
+// up again" to tabletdesc.ErrNotServing, keeping the status in the chain.
 func metadataReadError(tab meta.Location, err error) error {
-	_, ns := NotServingDetail(err)
+	_, ns := tabletpb.NotServingDetail(err)
 	switch c := status.Code(err); {
 	case ns, c == codes.Unavailable, c == codes.NotFound:
-		return fmt.Errorf("client: METADATA tablet %s on %s: %w (%w)", tab.TabletID, tab.Server, tablet.ErrNotServing, err)
+		return fmt.Errorf("client: METADATA tablet %s on %s: %w (%w)", tab.TabletID, tab.Server, tabletdesc.ErrNotServing, err)
 	}
 	return err
 }
@@ -154,7 +155,7 @@ func (e *locateError) GRPCStatus() *status.Status { return status.New(e.code, e.
 
 // transientLocate reports whether a Locate error is retried with backoff.
 func transientLocate(err error) bool {
-	return errors.Is(err, ErrUnassigned) || errors.Is(err, ErrNoTablet) || errors.Is(err, tablet.ErrNotServing)
+	return errors.Is(err, ErrUnassigned) || errors.Is(err, ErrNoTablet) || errors.Is(err, tabletdesc.ErrNotServing)
 }
 
 // locateRetry is cache.Locate, retried with backoff (locateBackoffFirst

@@ -25,7 +25,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
 )
@@ -200,7 +200,7 @@ func (tc *testCluster) startServer(withMetadata bool) *clusterServer {
 			t.Fatal(err)
 		}
 	}
-	if err := host.OpenTable(ctx, meta.Table{ID: dTable, Families: map[string]tablet.Family{"f": {}, "g": {}, "c": {}},
+	if err := host.OpenTable(ctx, meta.Table{ID: dTable, Families: map[string]tabletdesc.Family{"f": {}, "g": {}, "c": {}},
 		Tablets: splitTablets(dataSplits)}); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func (tc *testCluster) setLocation(table meta.TableID, id string, start, end []b
 	}
 	epoch := tc.epoch.Add(1)
 	ts := tc.ts.Add(1000)
-	st, err := meta.StateMutation(table, tablet.State{ID: id, Start: start, End: end}, ts)
+	st, err := meta.StateMutation(table, tabletdesc.State{ID: id, Start: start, End: end}, ts)
 	if err != nil {
 		tc.t.Fatal(err)
 	}

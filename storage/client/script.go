@@ -17,6 +17,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
+	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
 // ScriptOptions say where and how a script runs. The zero value runs it
@@ -216,7 +217,7 @@ func (c *Client) runSpanRetry(ctx context.Context, s span, req *scriptpb.RunRequ
 			queue = queue[1:]
 			continue
 		}
-		_, notServing := NotServingDetail(err)
+		_, notServing := tabletpb.NotServingDetail(err)
 		if delivered || !notServing && status.Code(err) != codes.Unavailable {
 			return err
 		}

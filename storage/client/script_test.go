@@ -21,7 +21,7 @@ import (
 	"github.com/tabuladb/tabula/scripts"
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
 )
@@ -38,7 +38,7 @@ func startServer(t *testing.T) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tbl := meta.Table{ID: meta.TableID{Instance: "dev", Table: "t"}, Families: map[string]tablet.Family{"f": {}, "g": {}},
+	tbl := meta.Table{ID: meta.TableID{Instance: "dev", Table: "t"}, Families: map[string]tabletdesc.Family{"f": {}, "g": {}},
 		Tablets: []meta.TabletRef{{ID: "t-0", End: []byte("row010")}, {ID: "t-1", Start: []byte("row010"), End: []byte("row020")}, {ID: "t-2", Start: []byte("row020")}}}
 	if err := host.OpenTable(ctx, tbl); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // adminControl is the admin API's master.TabletControl in a cluster: a new
@@ -39,7 +39,7 @@ func (a *adminControl) OpenTable(ctx context.Context, t meta.Table) error {
 		return a.UpdateSchema(ctx, t)
 	}
 	for _, ref := range t.Tablets {
-		rm, err := meta.StateMutation(t.ID, tablet.State{ID: ref.ID, Start: ref.Start, End: ref.End}, cell.ServerTimestamp)
+		rm, err := meta.StateMutation(t.ID, tabletdesc.State{ID: ref.ID, Start: ref.Start, End: ref.End}, cell.ServerTimestamp)
 		if err != nil {
 			return err
 		}

@@ -15,14 +15,15 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 func testTable(instance, table string) meta.Table {
 	return meta.Table{
 		ID:       meta.TableID{Instance: instance, Table: table},
-		Families: map[string]tablet.Family{"cf": {Name: "cf", GC: tablet.GCPolicy{MaxVersions: 3}}},
+		Families: map[string]tabletdesc.Family{"cf": {Name: "cf", GC: tabletdesc.GCPolicy{MaxVersions: 3}}},
 		Tablets:  []meta.TabletRef{{ID: table + "-0"}},
 		Created:  time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
 	}
@@ -91,7 +92,7 @@ func TestCoordCatalog(t *testing.T) {
 
 	a2 := a
 	a2.Families = maps.Clone(a.Families)
-	a2.Families["cf2"] = tablet.Family{Name: "cf2"}
+	a2.Families["cf2"] = tabletdesc.Family{Name: "cf2"}
 	a2.Generation = 1
 	if err := cat.Update(ctx, a2); err != nil {
 		t.Fatal(err)
@@ -234,7 +235,7 @@ func TestCatalogContract(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		cat  meta.Catalog
-	}{{"coord", NewCoordCatalog(kv)}, {"blob", meta.NewBlobCatalog(store, "catalog")}} {
+	}{{"coord", NewCoordCatalog(kv)}, {"blob", master.NewBlobCatalog(store, "catalog")}} {
 		t.Run(c.name, func(t *testing.T) {
 			// "a-b" < "a/…" by name; escaped as keys, "a" ends before "-".
 			for _, tb := range []meta.Table{testTable("a", "t"), testTable("a-b", "t"), testTable("a", "s"), testTable("b", "a")} {

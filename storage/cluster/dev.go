@@ -213,7 +213,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		return nil, err
 	}
 	adminOpts := master.Options{
-		Catalog: meta.NewBlobCatalog(store, "catalog"),
+		Catalog: master.NewBlobCatalog(store, "catalog"),
 		Control: d.host,
 		Store:   store,
 		Limits:  cfg.Limits,

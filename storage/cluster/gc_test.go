@@ -17,6 +17,7 @@ import (
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 func newLocalStore(t *testing.T) blob.Store {
@@ -55,7 +56,7 @@ func sstName(dir string, created time.Time, n int) string {
 	return fmt.Sprintf("%s/%016x-%016x.sst", dir, created.UnixMicro(), n)
 }
 
-func saveStates(t *testing.T, states tablet.StateStore, sts ...tablet.State) {
+func saveStates(t *testing.T, states tablet.StateStore, sts ...tabletdesc.State) {
 	t.Helper()
 	for _, st := range sts {
 		if err := states.Save(context.Background(), st); err != nil {
@@ -64,12 +65,12 @@ func saveStates(t *testing.T, states tablet.StateStore, sts ...tablet.State) {
 	}
 }
 
-func files(names ...string) map[string][]tablet.FileMeta {
-	var fs []tablet.FileMeta
+func files(names ...string) map[string][]tabletdesc.FileMeta {
+	var fs []tabletdesc.FileMeta
 	for _, n := range names {
-		fs = append(fs, tablet.FileMeta{Name: n})
+		fs = append(fs, tabletdesc.FileMeta{Name: n})
 	}
-	return map[string][]tablet.FileMeta{"default": fs}
+	return map[string][]tabletdesc.FileMeta{"default": fs}
 }
 
 func TestReferencedFiles(t *testing.T) {
@@ -77,16 +78,16 @@ func TestReferencedFiles(t *testing.T) {
 	store := newLocalStore(t)
 	states := tablet.NewBlobStateStore(store, StatePrefix)
 	saveStates(t, states,
-		tablet.State{ID: "a", Groups: files("f1", "f2")},
+		tabletdesc.State{ID: "a", Groups: files("f1", "f2")},
 		// A split parent still listed keeps its files; its children are
 		// followed even though nobody lists them.
-		tablet.State{ID: "p", Groups: files("f3"), SplitInto: []string{"c1", "c2"}},
-		tablet.State{ID: "c1", Groups: map[string][]tablet.FileMeta{"default": {{Name: "f3"}}, "lg": {{Name: "f4"}}}, SplitInto: []string{"g1"}},
+		tabletdesc.State{ID: "p", Groups: files("f3"), SplitInto: []string{"c1", "c2"}},
+		tabletdesc.State{ID: "c1", Groups: map[string][]tabletdesc.FileMeta{"default": {{Name: "f3"}}, "lg": {{Name: "f4"}}}, SplitInto: []string{"g1"}},
 		// c2 has no state: split but never loaded.
-		tablet.State{ID: "g1", Groups: files("f5")},
+		tabletdesc.State{ID: "g1", Groups: files("f5")},
 		// A cycle must not loop.
-		tablet.State{ID: "x", Groups: files("f6"), SplitInto: []string{"x"}},
-		tablet.State{ID: "unlisted", Groups: files("f7")},
+		tabletdesc.State{ID: "x", Groups: files("f6"), SplitInto: []string{"x"}},
+		tabletdesc.State{ID: "unlisted", Groups: files("f7")},
 	)
 	referenced, err := master.ReferencedFiles(ctx, states, []string{"a", "p", "a", "never-loaded", "x"})
 	if err != nil {
@@ -130,9 +131,9 @@ func TestCollectFiles(t *testing.T) {
 	)
 	put(t, store, liveOld, childOnly, deadOld, deadYoung, deadEdge, servedBy, notSST, otherDir)
 	saveStates(t, states,
-		tablet.State{ID: "t1", Groups: files(liveOld), SplitInto: []string{"t1a"}},
-		tablet.State{ID: "t1a", Groups: files(childOnly)},
-		tablet.State{ID: "s1", Groups: files(servedBy)},
+		tabletdesc.State{ID: "t1", Groups: files(liveOld), SplitInto: []string{"t1a"}},
+		tabletdesc.State{ID: "t1a", Groups: files(childOnly)},
+		tabletdesc.State{ID: "s1", Groups: files(servedBy)},
 	)
 	deleted, err := collectFiles(ctx, store, states, []string{"t1", "s1"}, grace, now)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // coordSource is the client's MetadataSource for processes that talk to
@@ -145,7 +146,7 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 	}
 	if len(metas) == 0 {
 		// A new cluster: METADATA's second tablet holds every user row.
-		st := tablet.State{ID: meta.MetaTabletID, Start: meta.RootTabletEnd()}
+		st := tabletdesc.State{ID: meta.MetaTabletID, Start: meta.RootTabletEnd()}
 		rm, err := meta.StateMutation(meta.MetadataTable, st, cell.ServerTimestamp)
 		if err != nil {
 			return nil, false, err
@@ -266,7 +267,7 @@ func (m *metadataStore) tableRows(ctx context.Context, table meta.TableID) ([]me
 // Splits in METADATA.
 //
 // A tablet server that split tablet P of [S, E) into children C1 … Cn
-// (tablet.State.SplitInto of P's saved state, each child's saved state
+// (tabletdesc.State.SplitInto of P's saved state, each child's saved state
 // holding its range and Parent P) commits the split to METADATA in two
 // steps (commitSplitNew, commitSplitLast):
 //
@@ -301,7 +302,7 @@ type splitChild struct {
 // splitChildMutation is the METADATA row of child c of the split of
 // parent, located at server with epoch, with a split event saying detail.
 func splitChildMutation(table meta.TableID, c splitChild, parent, server string, epoch uint64, detail string, now time.Time) (cell.RowMutation, error) {
-	rm, err := meta.StateMutation(table, tablet.State{ID: c.ID, Start: c.Start, End: c.End, Parent: parent}, cell.ServerTimestamp)
+	rm, err := meta.StateMutation(table, tabletdesc.State{ID: c.ID, Start: c.Start, End: c.End, Parent: parent}, cell.ServerTimestamp)
 	if err != nil {
 		return cell.RowMutation{}, err
 	}
@@ -468,7 +469,7 @@ func unfinishedSplits(rows []meta.MetadataEntry) []meta.MetadataEntry {
 // For a split parent P: its last child replaces P's row; every other child
 // gets its row unless METADATA has it already, or has rows of the child's
 // own children (a child split in turn) that cover its range.
-func splitRepairs(rows []meta.MetadataEntry, states map[string]tablet.State) ([]splitRepair, error) {
+func splitRepairs(rows []meta.MetadataEntry, states map[string]tabletdesc.State) ([]splitRepair, error) {
 	var out []splitRepair
 	var errs []error
 	for _, p := range unfinishedSplits(rows) {
@@ -504,7 +505,7 @@ func splitRepairs(rows []meta.MetadataEntry, states map[string]tablet.State) ([]
 
 // splitChildren returns the children of split parent p (saved state ps)
 // from their saved states, checking that they tile p's range in order.
-func splitChildren(p meta.MetadataEntry, ps tablet.State, states map[string]tablet.State) ([]splitChild, error) {
+func splitChildren(p meta.MetadataEntry, ps tabletdesc.State, states map[string]tabletdesc.State) ([]splitChild, error) {
 	var out []splitChild
 	at := p.State.Start
 	for _, id := range ps.SplitInto {
@@ -568,7 +569,7 @@ func (m *metadataStore) finishSplits(ctx context.Context, start, end []byte, row
 		m.warn("finishing splits", errors.New("no state store: overlapping METADATA rows left as they are"))
 		return rows
 	}
-	states := make(map[string]tablet.State)
+	states := make(map[string]tabletdesc.State)
 	load := func(id string) bool {
 		if _, ok := states[id]; ok {
 			return true

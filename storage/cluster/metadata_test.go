@@ -18,6 +18,7 @@ import (
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
@@ -193,7 +194,7 @@ func TestAssignTablet(t *testing.T) {
 // served by server at epoch.
 func row(tab, id, start, end, parent, server string, epoch uint64) meta.MetadataEntry {
 	e := meta.MetadataEntry{Table: meta.TableID{Instance: "i", Table: tab}, Server: server, Epoch: epoch}
-	e.State = tablet.State{ID: id, Parent: parent}
+	e.State = tabletdesc.State{ID: id, Parent: parent}
 	if start != "" {
 		e.State.Start = []byte(start)
 	}
@@ -204,8 +205,8 @@ func row(tab, id, start, end, parent, server string, epoch uint64) meta.Metadata
 }
 
 // state is a saved tablet state for the split tests.
-func state(id, start, end, parent string, splitInto ...string) tablet.State {
-	st := tablet.State{ID: id, Parent: parent, SplitInto: splitInto}
+func state(id, start, end, parent string, splitInto ...string) tabletdesc.State {
+	st := tabletdesc.State{ID: id, Parent: parent, SplitInto: splitInto}
 	if start != "" {
 		st.Start = []byte(start)
 	}
@@ -231,13 +232,13 @@ func TestSplitRepairs(t *testing.T) {
 	const x = "x:1/dead" // the splitting server
 	// P [c, k) of table t split into L [c, g) and R [g, k); X and Y are
 	// its neighbours.
-	splitP := []tablet.State{state("P", "c", "k", "", "L", "R"), state("L", "c", "g", "P"), state("R", "g", "k", "P")}
+	splitP := []tabletdesc.State{state("P", "c", "k", "", "L", "R"), state("L", "c", "g", "P"), state("R", "g", "k", "P")}
 	// Q, the whole of table u, split into three.
-	splitQ := []tablet.State{state("Q", "", "", "", "Q1", "Q2", "Q3"), state("Q1", "", "f", "Q"), state("Q2", "f", "p", "Q"), state("Q3", "p", "", "Q")}
+	splitQ := []tabletdesc.State{state("Q", "", "", "", "Q1", "Q2", "Q3"), state("Q1", "", "f", "Q"), state("Q2", "f", "p", "Q"), state("Q3", "p", "", "Q")}
 	for _, tc := range []struct {
 		name    string
 		rows    []meta.MetadataEntry
-		states  []tablet.State
+		states  []tabletdesc.State
 		want    []string
 		wantErr string
 	}{{
@@ -284,7 +285,7 @@ func TestSplitRepairs(t *testing.T) {
 	}, {
 		name:   "overlapped, but not split",
 		rows:   []meta.MetadataEntry{row("t", "L", "c", "g", "P", x, 5), row("t", "P", "c", "k", "", x, 5)},
-		states: []tablet.State{state("P", "c", "k", "")},
+		states: []tabletdesc.State{state("P", "c", "k", "")},
 	}, {
 		name:    "no state of the parent",
 		rows:    []meta.MetadataEntry{row("t", "L", "c", "g", "P", x, 5), row("t", "P", "c", "k", "", x, 5), row("u", "Q1", "", "f", "Q", x, 3), row("u", "Q", "", "", "", x, 3)},
@@ -299,16 +300,16 @@ func TestSplitRepairs(t *testing.T) {
 	}, {
 		name:    "children that do not cover the parent",
 		rows:    []meta.MetadataEntry{row("t", "L", "c", "g", "P", x, 5), row("t", "P", "c", "k", "", x, 5)},
-		states:  []tablet.State{splitP[0], splitP[1], state("R", "g", "j", "P")},
+		states:  []tabletdesc.State{splitP[0], splitP[1], state("R", "g", "j", "P")},
 		wantErr: "children end at",
 	}, {
 		name:    "children with a gap",
 		rows:    []meta.MetadataEntry{row("t", "L", "c", "g", "P", x, 5), row("t", "P", "c", "k", "", x, 5)},
-		states:  []tablet.State{splitP[0], splitP[1], state("R", "h", "k", "P")},
+		states:  []tabletdesc.State{splitP[0], splitP[1], state("R", "h", "k", "P")},
 		wantErr: "child R has range",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			states := make(map[string]tablet.State)
+			states := make(map[string]tabletdesc.State)
 			for _, st := range tc.states {
 				states[st.ID] = st
 			}
@@ -372,7 +373,7 @@ func newMetadataFixture(t *testing.T) *metadataFixture {
 
 // putRow writes the METADATA row of tablet st of table, located at server
 // with epoch.
-func (f *metadataFixture) putRow(t *testing.T, table meta.TableID, st tablet.State, server string, epoch uint64) {
+func (f *metadataFixture) putRow(t *testing.T, table meta.TableID, st tabletdesc.State, server string, epoch uint64) {
 	t.Helper()
 	rm, err := meta.StateMutation(table, st, cell.ServerTimestamp)
 	if err != nil {
@@ -424,11 +425,11 @@ func TestSplitCrashAfterCommit(t *testing.T) {
 	const dead, other = "10.0.0.1:1/dead", "10.0.0.2:1/live"
 	// P, the whole table, at the server about to die; its split into L
 	// and R at "m" is saved in the states (tablet.Tablet's split).
-	f.putRow(t, table, tablet.State{ID: "P"}, dead, 7)
+	f.putRow(t, table, tabletdesc.State{ID: "P"}, dead, 7)
 	saveStates(t, f.states,
-		tablet.State{ID: "P", SplitInto: []string{"L", "R"}, SplitKey: []byte("m")},
-		tablet.State{ID: "L", End: []byte("m"), Parent: "P"},
-		tablet.State{ID: "R", Start: []byte("m"), Parent: "P"})
+		tabletdesc.State{ID: "P", SplitInto: []string{"L", "R"}, SplitKey: []byte("m")},
+		tabletdesc.State{ID: "L", End: []byte("m"), Parent: "P"},
+		tabletdesc.State{ID: "R", Start: []byte("m"), Parent: "P"})
 	children := []splitChild{{ID: "L", End: []byte("m")}, {ID: "R", Start: []byte("m")}}
 
 	// The dead server's last act: the commit point, L's row.
@@ -537,13 +538,13 @@ func TestSplitCommitConcurrentFinish(t *testing.T) {
 	f.md.states = f.states
 	table := meta.TableID{Instance: "i", Table: "t"}
 	const x, y = "10.0.0.1:1/x", "10.0.0.2:1/y"
-	f.putRow(t, table, tablet.State{ID: "A", End: []byte("c")}, x, 2)
-	f.putRow(t, table, tablet.State{ID: "P", Start: []byte("c"), End: []byte("k")}, x, 5)
-	f.putRow(t, table, tablet.State{ID: "B", Start: []byte("k")}, x, 2)
+	f.putRow(t, table, tabletdesc.State{ID: "A", End: []byte("c")}, x, 2)
+	f.putRow(t, table, tabletdesc.State{ID: "P", Start: []byte("c"), End: []byte("k")}, x, 5)
+	f.putRow(t, table, tabletdesc.State{ID: "B", Start: []byte("k")}, x, 2)
 	saveStates(t, f.states,
-		tablet.State{ID: "P", Start: []byte("c"), End: []byte("k"), SplitInto: []string{"L", "R"}},
-		tablet.State{ID: "L", Start: []byte("c"), End: []byte("g"), Parent: "P"},
-		tablet.State{ID: "R", Start: []byte("g"), End: []byte("k"), Parent: "P"})
+		tabletdesc.State{ID: "P", Start: []byte("c"), End: []byte("k"), SplitInto: []string{"L", "R"}},
+		tabletdesc.State{ID: "L", Start: []byte("c"), End: []byte("g"), Parent: "P"},
+		tabletdesc.State{ID: "R", Start: []byte("g"), End: []byte("k"), Parent: "P"})
 	children := []splitChild{{ID: "L", Start: []byte("c"), End: []byte("g")}, {ID: "R", Start: []byte("g"), End: []byte("k")}}
 	epoch, _, err := commitSplitNew(ctx, f.server.cl, x, table, "P", children, time.Now())
 	if err != nil {
@@ -589,7 +590,7 @@ func TestSplitCommitOrder(t *testing.T) {
 	f := newMetadataFixture(t)
 	table := meta.TableID{Instance: "i", Table: "t"}
 	const x = "10.0.0.1:1/x"
-	f.putRow(t, table, tablet.State{ID: "P"}, x, 3)
+	f.putRow(t, table, tabletdesc.State{ID: "P"}, x, 3)
 	children := []splitChild{{ID: "C1", End: []byte("f")}, {ID: "C2", Start: []byte("f"), End: []byte("p")}, {ID: "C3", Start: []byte("p")}}
 	epoch, finished, err := commitSplitNew(ctx, f.server.cl, x, table, "P", children, time.Now())
 	if err != nil || finished || epoch != 3 {
@@ -643,7 +644,7 @@ func TestSplitCommitAfterChildSplit(t *testing.T) {
 	f := newMetadataFixture(t)
 	table := meta.TableID{Instance: "i", Table: "t"}
 	const x = "10.0.0.1:1/x"
-	f.putRow(t, table, tablet.State{ID: "P"}, x, 3)
+	f.putRow(t, table, tabletdesc.State{ID: "P"}, x, 3)
 	children := []splitChild{{ID: "L", End: []byte("m")}, {ID: "R", Start: []byte("m")}}
 	if _, _, err := commitSplitNew(ctx, f.server.cl, x, table, "P", children, time.Now()); err != nil {
 		t.Fatal(err)

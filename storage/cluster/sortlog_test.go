@@ -25,6 +25,7 @@ import (
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
@@ -233,7 +234,7 @@ func TestSortLogAndLoad(t *testing.T) {
 	dead := deadServerName(t)
 	tbl := meta.Table{
 		ID:       meta.TableID{Instance: "i", Table: "t"},
-		Families: map[string]tablet.Family{"f": {}},
+		Families: map[string]tabletdesc.Family{"f": {}},
 		Tablets: []meta.TabletRef{
 			{ID: "t-0", End: []byte("t-1")},
 			{ID: "t-1", Start: []byte("t-1"), End: []byte("t-2")},
@@ -243,7 +244,7 @@ func TestSortLogAndLoad(t *testing.T) {
 	}
 	ids := []string{"t-0", "t-1", "t-2"}
 	writeDeadLog(t, store, dead, ids, 150)
-	catalog := meta.NewBlobCatalog(store, "catalog")
+	catalog := master.NewBlobCatalog(store, "catalog")
 	if err := catalog.Create(ctx, tbl); err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestSortLogAndLoad(t *testing.T) {
 	}
 	for _, id := range ids {
 		var fromLog, fromSorted []commitlog.Record
-		if _, err := commitlog.Replay(ctx, deadLog, commitlog.Position{}, func(_ commitlog.Position, r commitlog.Record) error {
+		if _, err := commitlog.Replay(ctx, deadLog, tabletdesc.LogPosition{}, func(_ tabletdesc.LogPosition, r commitlog.Record) error {
 			if r.Tablet == id {
 				fromLog = append(fromLog, r)
 			}
@@ -270,7 +271,7 @@ func TestSortLogAndLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		sorted := commitlog.SortedLog{Store: store, Prefix: SortedLogPrefix(dead)}
-		if _, err := commitlog.ReplaySorted(ctx, deadLog, sorted, id, commitlog.Position{}, func(_ commitlog.Position, r commitlog.Record) error {
+		if _, err := commitlog.ReplaySorted(ctx, deadLog, sorted, id, tabletdesc.LogPosition{}, func(_ tabletdesc.LogPosition, r commitlog.Record) error {
 			fromSorted = append(fromSorted, r)
 			return nil
 		}); err != nil {

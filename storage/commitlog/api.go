@@ -27,8 +27,10 @@
 // offset is the logical byte offset of its first frame in the segment, so
 // object names sort in log order and a missing object shows as a gap.
 //
-// A Position is (segment, byte offset of the record's frame within the
-// segment), in both modes.
+// A position in the log is a tabletdesc.LogPosition: (segment, byte offset
+// of the record's frame within the segment), in both modes. It is a value
+// type of its own package because tablet states (storage/meta's METADATA
+// rows, read by the client) record one as their redo point.
 //
 // # Torn tails
 //
@@ -47,6 +49,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // Record is one logged row mutation of one tablet. Its i-th mutation carries
@@ -56,30 +59,6 @@ type Record struct {
 	FirstSeq uint64
 	Mutation cell.RowMutation
 }
-
-// Position is a place in a server's log, totally ordered by (Segment,
-// Offset). The zero Position is before every record.
-type Position struct {
-	Segment uint64
-	Offset  int64
-}
-
-// Compare returns -1, 0 or +1 as p is before, at or after q.
-func (p Position) Compare(q Position) int {
-	switch {
-	case p.Segment < q.Segment:
-		return -1
-	case p.Segment > q.Segment:
-		return 1
-	case p.Offset < q.Offset:
-		return -1
-	case p.Offset > q.Offset:
-		return 1
-	}
-	return 0
-}
-
-func (p Position) String() string { return fmt.Sprintf("%d:%d", p.Segment, p.Offset) }
 
 // Options configure a log. Exactly one of Dir and Store is set.
 type Options struct {
@@ -141,7 +120,7 @@ var (
 // torn tail. Name is the segment file or object.
 type CorruptionError struct {
 	Name   string
-	Pos    Position
+	Pos    tabletdesc.LogPosition
 	Reason string
 }
 
@@ -170,10 +149,10 @@ type ReplayResult struct {
 	// TornTail is set when the log ended in a partial record, which was
 	// dropped; TornAt is where it began.
 	TornTail bool
-	TornAt   Position
+	TornAt   tabletdesc.LogPosition
 	// Torn lists every dropped torn tail in log order; TornAt is the last.
 	// There is more than one when the server crashed more than once
 	// within the replayed part of the log: each crash leaves one at the
 	// end of the segment it was writing.
-	Torn []Position
+	Torn []tabletdesc.LogPosition
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 func TestEncodingRoundTrip(t *testing.T) {
@@ -82,7 +83,7 @@ func TestDecodeRejectsLyingCounts(t *testing.T) {
 
 // writeLocal writes recs to a fresh local log in one segment and returns the
 // options, positions and the segment file's path.
-func writeLocal(t *testing.T, recs []Record) (Options, []Position, string) {
+func writeLocal(t *testing.T, recs []Record) (Options, []tabletdesc.LogPosition, string) {
 	t.Helper()
 	opts := Options{Dir: t.TempDir()}
 	l := openLog(t, opts)
@@ -107,7 +108,7 @@ func TestTornTail(t *testing.T) {
 		if err := os.WriteFile(path, data[:cut], 0o644); err != nil {
 			t.Fatal(err)
 		}
-		got, res, err := replayAll(t, opts, Position{})
+		got, res, err := replayAll(t, opts, tabletdesc.LogPosition{})
 		if err != nil {
 			t.Fatalf("cut at %d: %v", cut, err)
 		}
@@ -118,14 +119,14 @@ func TestTornTail(t *testing.T) {
 	}
 	// Cut exactly at the record boundary: a clean end, nothing torn.
 	os.WriteFile(path, data[:last.Offset], 0o644)
-	if got, res, err := replayAll(t, opts, Position{}); err != nil || res.TornTail || len(got) != len(recs)-1 {
+	if got, res, err := replayAll(t, opts, tabletdesc.LogPosition{}); err != nil || res.TornTail || len(got) != len(recs)-1 {
 		t.Fatalf("cut at a boundary: %d records, %+v, %v", len(got), res, err)
 	}
 	// Cut inside the segment header: torn at offset 0, no records.
 	for cut := int64(1); cut < pos[0].Offset; cut++ {
 		os.WriteFile(path, data[:cut], 0o644)
-		got, res, err := replayAll(t, opts, Position{})
-		if err != nil || !res.TornTail || res.TornAt != (Position{last.Segment, 0}) || len(got) != 0 {
+		got, res, err := replayAll(t, opts, tabletdesc.LogPosition{})
+		if err != nil || !res.TornTail || res.TornAt != (tabletdesc.LogPosition{Segment: last.Segment, Offset: 0}) || len(got) != 0 {
 			t.Fatalf("cut at %d in the header: %d records, %+v, %v", cut, len(got), res, err)
 		}
 	}
@@ -148,7 +149,7 @@ func TestTornTailGarbage(t *testing.T) {
 			tail[len(tail)-1] ^= 1
 		}
 		os.WriteFile(path, append(append([]byte(nil), data[:last.Offset]...), tail...), 0o644)
-		got, res, err := replayAll(t, opts, Position{})
+		got, res, err := replayAll(t, opts, tabletdesc.LogPosition{})
 		if err != nil || !res.TornTail || res.TornAt != last {
 			t.Fatalf("%s: %+v, %v; want a torn tail at %v", name, res, err, last)
 		}
@@ -174,7 +175,7 @@ func TestCorruptMiddle(t *testing.T) {
 			data, _ := os.ReadFile(path)
 			damage(data)
 			os.WriteFile(path, data, 0o644)
-			got, _, err := replayAll(t, opts, Position{})
+			got, _, err := replayAll(t, opts, tabletdesc.LogPosition{})
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("Replay = %v, want ErrCorrupt", err)
 			}
@@ -206,7 +207,7 @@ func TestTornTailAcrossRestart(t *testing.T) {
 	l = openLog(t, opts)                          // the restart
 	pos = append(pos[:3], writeAll(t, l, recs[4:])...)
 	l.Close()
-	got, res, err := replayAll(t, opts, Position{})
+	got, res, err := replayAll(t, opts, tabletdesc.LogPosition{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestTornTailAcrossRestart(t *testing.T) {
 	path = filepath.Join(opts.Dir, segmentFileName(pos[0].Segment))
 	data, _ = os.ReadFile(path)
 	os.WriteFile(path, data[:len(data)-3], 0o644)
-	if _, _, err := replayAll(t, opts, Position{}); !errors.Is(err, ErrCorrupt) {
+	if _, _, err := replayAll(t, opts, tabletdesc.LogPosition{}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("torn record in a rolled-over segment: %v, want ErrCorrupt", err)
 	}
 }
@@ -238,7 +239,7 @@ func TestSegmentHeaderMismatch(t *testing.T) {
 	dir := t.TempDir()
 	data, _ := os.ReadFile(path)
 	os.WriteFile(filepath.Join(dir, segmentFileName(pos[0].Segment+7)), data, 0o644)
-	if _, _, err := replayAll(t, Options{Dir: dir}, Position{}); !errors.Is(err, ErrCorrupt) {
+	if _, _, err := replayAll(t, Options{Dir: dir}, tabletdesc.LogPosition{}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("renamed segment: %v, want ErrCorrupt", err)
 	}
 }
@@ -268,7 +269,7 @@ func TestObjectDamageIsCorruption(t *testing.T) {
 			l.Close()
 			objs, _ := opts.Store.List(ctx, "l/")
 			damage(opts.Store, objs)
-			_, res, err := replayAll(t, opts, Position{})
+			_, res, err := replayAll(t, opts, tabletdesc.LogPosition{})
 			if !errors.Is(err, ErrCorrupt) || res.TornTail {
 				t.Fatalf("Replay = %+v, %v; want ErrCorrupt", res, err)
 			}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // FuzzReplay replays arbitrary bytes as the only segment file of a local
@@ -24,7 +26,7 @@ func FuzzReplay(f *testing.F) {
 			t.Fatal(err)
 		}
 		var got []replayed
-		res, err := Replay(context.Background(), Options{Dir: dir}, Position{}, func(p Position, rec Record) error {
+		res, err := Replay(context.Background(), Options{Dir: dir}, tabletdesc.LogPosition{}, func(p tabletdesc.LogPosition, rec Record) error {
 			got = append(got, replayed{p, rec})
 			return nil
 		})
@@ -37,7 +39,7 @@ func FuzzReplay(f *testing.F) {
 		if res.Records != len(got) {
 			t.Fatalf("Records = %d, fn saw %d", res.Records, len(got))
 		}
-		end := Position{1, int64(len(data))}
+		end := tabletdesc.LogPosition{Segment: 1, Offset: int64(len(data))}
 		if res.TornTail && (res.TornAt.Compare(end) >= 0 || res.TornAt.Segment != 1) {
 			t.Fatalf("torn tail at %v, outside the %d-byte segment", res.TornAt, len(data))
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // logMode is where a test log lives: a local directory or an object store.
@@ -106,15 +107,15 @@ func records(seed uint64, n int) []Record {
 
 // replayed is one record seen by Replay.
 type replayed struct {
-	pos Position
+	pos tabletdesc.LogPosition
 	rec Record
 }
 
 // replayAll replays from `from` and collects what fn saw.
-func replayAll(t testing.TB, opts Options, from Position) ([]replayed, ReplayResult, error) {
+func replayAll(t testing.TB, opts Options, from tabletdesc.LogPosition) ([]replayed, ReplayResult, error) {
 	t.Helper()
 	var got []replayed
-	res, err := Replay(context.Background(), opts, from, func(p Position, rec Record) error {
+	res, err := Replay(context.Background(), opts, from, func(p tabletdesc.LogPosition, rec Record) error {
 		got = append(got, replayed{p, rec})
 		return nil
 	})
@@ -126,7 +127,7 @@ func replayAll(t testing.TB, opts Options, from Position) ([]replayed, ReplayRes
 
 // checkReplayed asserts that got holds exactly want at positions pos, in
 // order.
-func checkReplayed(t testing.TB, got []replayed, want []Record, pos []Position) {
+func checkReplayed(t testing.TB, got []replayed, want []Record, pos []tabletdesc.LogPosition) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("replayed %d records, want %d", len(got), len(want))
@@ -142,9 +143,9 @@ func checkReplayed(t testing.TB, got []replayed, want []Record, pos []Position) 
 }
 
 // writeAll writes recs one at a time and returns their positions.
-func writeAll(t testing.TB, l *Log, recs []Record) []Position {
+func writeAll(t testing.TB, l *Log, recs []Record) []tabletdesc.LogPosition {
 	t.Helper()
-	pos := make([]Position, len(recs))
+	pos := make([]tabletdesc.LogPosition, len(recs))
 	for i, rec := range recs {
 		p, err := l.Write(context.Background(), rec)
 		if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // Log is an open commit log, safe for concurrent use.
@@ -98,7 +100,7 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 type Commit struct {
 	// Pos is where the record was appended. It is meaningful only when
 	// Wait returns nil.
-	Pos Position
+	Pos tabletdesc.LogPosition
 	b   *batch
 }
 
@@ -157,7 +159,7 @@ func (l *Log) Append(rec Record) *Commit {
 	if l.failed != nil {
 		return failedCommit(fmt.Errorf("%w: an earlier flush failed: %w", ErrFailed, l.failed))
 	}
-	pos := Position{Segment: l.seg, Offset: l.off}
+	pos := tabletdesc.LogPosition{Segment: l.seg, Offset: l.off}
 	var b *batch
 	if n := len(l.queue); n > 0 {
 		b = l.queue[n-1]
@@ -192,16 +194,16 @@ var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &
 const maxPooledFrame = 1 << 20
 
 // Write appends rec and waits until it is durable.
-func (l *Log) Write(ctx context.Context, rec Record) (Position, error) {
+func (l *Log) Write(ctx context.Context, rec Record) (tabletdesc.LogPosition, error) {
 	c := l.Append(rec)
 	return c.Pos, c.Wait(ctx)
 }
 
 // Tail returns the position the next appended record will get.
-func (l *Log) Tail() Position {
+func (l *Log) Tail() tabletdesc.LogPosition {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return Position{Segment: l.seg, Offset: l.off}
+	return tabletdesc.LogPosition{Segment: l.seg, Offset: l.off}
 }
 
 // Stats returns the log's counters.
@@ -217,7 +219,7 @@ func (l *Log) Stats() Stats {
 // run concurrently with appends. A crash during Truncate leaves some of
 // those segments, or in an object store a prefix of one of them; a later
 // Truncate deletes them.
-func (l *Log) Truncate(ctx context.Context, pos Position) error {
+func (l *Log) Truncate(ctx context.Context, pos tabletdesc.LogPosition) error {
 	l.mu.Lock()
 	before := min(pos.Segment, l.liveSeg)
 	l.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 func TestOptionsNeedExactlyOneTarget(t *testing.T) {
@@ -19,7 +20,7 @@ func TestOptionsNeedExactlyOneTarget(t *testing.T) {
 		if _, err := Open(context.Background(), opts); err == nil {
 			t.Errorf("Open(%+v) succeeded", opts)
 		}
-		if _, err := Replay(context.Background(), opts, Position{}, nil); err == nil {
+		if _, err := Replay(context.Background(), opts, tabletdesc.LogPosition{}, nil); err == nil {
 			t.Errorf("Replay(%+v) succeeded", opts)
 		}
 	}
@@ -50,7 +51,7 @@ func testRoundTrip(t *testing.T, m logMode) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got, res, err := replayAll(t, opts, Position{})
+	got, res, err := replayAll(t, opts, tabletdesc.LogPosition{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func testSegmentRollover(t *testing.T, m logMode) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := replayAll(t, opts, Position{})
+	got, _, err := replayAll(t, opts, tabletdesc.LogPosition{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func testTruncate(t *testing.T, m logMode) {
 	if err := l.Truncate(ctx, pos[k]); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := replayAll(t, opts, Position{})
+	got, _, err := replayAll(t, opts, tabletdesc.LogPosition{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func testTruncate(t *testing.T, m logMode) {
 	// Truncating far beyond the tail keeps the segment being written:
 	// the log goes on working and the records in it stay.
 	tail := l.Tail()
-	if err := l.Truncate(ctx, Position{Segment: tail.Segment + 10}); err != nil {
+	if err := l.Truncate(ctx, tabletdesc.LogPosition{Segment: tail.Segment + 10}); err != nil {
 		t.Fatal(err)
 	}
 	more := records(5, 3)
@@ -174,12 +175,12 @@ func testTruncate(t *testing.T, m logMode) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err = replayAll(t, opts, Position{})
+	got, _, err = replayAll(t, opts, tabletdesc.LogPosition{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wantRecs []Record
-	var wantPos []Position
+	var wantPos []tabletdesc.LogPosition
 	for i, p := range pos {
 		if p.Segment >= tail.Segment {
 			wantRecs, wantPos = append(wantRecs, recs[i]), append(wantPos, p)
@@ -238,7 +239,7 @@ func testGroupCommit(t *testing.T, m logMode) {
 	l.beforeFlush = func() { once.Do(func() { <-release }) }
 
 	var done sync.WaitGroup
-	posOf := make([][]Position, writers)
+	posOf := make([][]tabletdesc.LogPosition, writers)
 	recOf := make([][]Record, writers)
 	errs := make(chan error, writers*perWriter)
 	for w := range writers {
@@ -283,11 +284,11 @@ func testGroupCommit(t *testing.T, m logMode) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := replayAll(t, opts, Position{})
+	got, _, err := replayAll(t, opts, tabletdesc.LogPosition{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	byPos := map[Position]replayed{}
+	byPos := map[tabletdesc.LogPosition]replayed{}
 	for _, g := range got {
 		byPos[g.pos] = g
 	}
@@ -414,7 +415,7 @@ func TestCloseFlushesPendingAndRefusesAppends(t *testing.T) {
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
-		pos := make([]Position, len(commits))
+		pos := make([]tabletdesc.LogPosition, len(commits))
 		for i, c := range commits {
 			if err := c.Wait(context.Background()); err != nil {
 				t.Fatalf("record %d appended before Close: %v", i, err)
@@ -427,7 +428,7 @@ func TestCloseFlushesPendingAndRefusesAppends(t *testing.T) {
 		if err := l.Close(); err != nil {
 			t.Fatalf("second Close: %v", err)
 		}
-		got, _, err := replayAll(t, opts, Position{})
+		got, _, err := replayAll(t, opts, tabletdesc.LogPosition{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -481,7 +482,7 @@ func TestFailedPut(t *testing.T) {
 	if err := l.Close(); !errors.Is(err, errInjected) {
 		t.Fatalf("Close = %v, want the flush error", err)
 	}
-	got, _, err := replayAll(t, opts, Position{})
+	got, _, err := replayAll(t, opts, tabletdesc.LogPosition{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,7 +559,7 @@ func TestObjectNames(t *testing.T) {
 }
 
 func TestReplayMissingDirIsEmpty(t *testing.T) {
-	got, res, err := replayAll(t, Options{Dir: filepath.Join(t.TempDir(), "absent")}, Position{})
+	got, res, err := replayAll(t, Options{Dir: filepath.Join(t.TempDir(), "absent")}, tabletdesc.LogPosition{})
 	if err != nil || len(got) != 0 || res.TornTail {
 		t.Fatalf("replay of a missing directory: %d records, %+v, %v", len(got), res, err)
 	}
@@ -572,7 +573,7 @@ func TestReplayStopsAtCallbackError(t *testing.T) {
 		l.Close()
 		stop := errors.New("stop")
 		n := 0
-		_, err := Replay(context.Background(), opts, Position{}, func(Position, Record) error {
+		_, err := Replay(context.Background(), opts, tabletdesc.LogPosition{}, func(tabletdesc.LogPosition, Record) error {
 			n++
 			if n == 4 {
 				return stop

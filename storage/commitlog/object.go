@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // objectLog writes each flush as one object. Objects are atomic, so there
@@ -56,7 +57,7 @@ func listObjects(ctx context.Context, store blob.Store, prefix string) ([]logObj
 	// Zero-padded names already sort in log order; sorting by number
 	// keeps that true whatever order a Store lists in.
 	slices.SortFunc(objs, func(a, b logObject) int {
-		return Position{a.seg, a.off}.Compare(Position{b.seg, b.off})
+		return tabletdesc.LogPosition{Segment: a.seg, Offset: a.off}.Compare(tabletdesc.LogPosition{Segment: b.seg, Offset: b.off})
 	})
 	return objs, nil
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // Replay calls fn for every record at or after from, in log order, reading
@@ -25,7 +26,7 @@ import (
 // the result; corruption is an error matching ErrCorrupt that names the
 // segment file or object and the position. Records before the damage have
 // been passed to fn when the error is returned.
-func Replay(ctx context.Context, opts Options, from Position, fn func(Position, Record) error) (ReplayResult, error) {
+func Replay(ctx context.Context, opts Options, from tabletdesc.LogPosition, fn func(tabletdesc.LogPosition, Record) error) (ReplayResult, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return ReplayResult{}, err
@@ -41,14 +42,14 @@ func Replay(ctx context.Context, opts Options, from Position, fn func(Position, 
 
 type replayer struct {
 	ctx  context.Context
-	from Position
-	fn   func(Position, Record) error
+	from tabletdesc.LogPosition
+	fn   func(tabletdesc.LogPosition, Record) error
 	res  ReplayResult
 }
 
 // emit decodes payload (already checksummed) and hands it to fn. A payload
 // that does not decode is returned as a damage reason.
-func (r *replayer) emit(pos Position, payload []byte) (reason string, err error) {
+func (r *replayer) emit(pos tabletdesc.LogPosition, payload []byte) (reason string, err error) {
 	if payload[0] != typeRecord {
 		return "unexpected segment header", nil
 	}
@@ -67,13 +68,13 @@ func (r *replayer) emit(pos Position, payload []byte) (reason string, err error)
 	return "", r.fn(pos, rec)
 }
 
-func (r *replayer) torn(pos Position) {
+func (r *replayer) torn(pos tabletdesc.LogPosition) {
 	r.res.TornTail = true
 	r.res.TornAt = pos
 	r.res.Torn = append(r.res.Torn, pos)
 }
 
-func corrupt(name string, pos Position, format string, args ...any) error {
+func corrupt(name string, pos tabletdesc.LogPosition, format string, args ...any) error {
 	return &CorruptionError{Name: name, Pos: pos, Reason: fmt.Sprintf(format, args...)}
 }
 
@@ -102,7 +103,7 @@ func (r *replayer) local(dir string) error {
 		if tornAt < 0 {
 			continue
 		}
-		pos := Position{seg, tornAt}
+		pos := tabletdesc.LogPosition{Segment: seg, Offset: tornAt}
 		if i+1 < len(segs) {
 			// A tear is the end of a run of the server: only then
 			// did Open start the next segment. A segment the log
@@ -134,7 +135,7 @@ func (r *replayer) localSegment(path string, seg uint64, start int64) (tornAt in
 	}
 	s := &segReader{r: f, size: fi.Size()}
 	for off := start; off < s.size; {
-		pos := Position{seg, off}
+		pos := tabletdesc.LogPosition{Segment: seg, Offset: off}
 		payload, next, reason, err := s.frame(off)
 		if err != nil {
 			return -1, "", fmt.Errorf("commitlog: reading %s: %w", path, err)
@@ -207,7 +208,7 @@ func segmentOpened(dir string, seg uint64) (bool, error) {
 		reason = checkSegmentHeader(payload, seg)
 	}
 	if reason != "" {
-		return false, corrupt(path, Position{seg, 0}, "%s", reason)
+		return false, corrupt(path, tabletdesc.LogPosition{Segment: seg, Offset: 0}, "%s", reason)
 	}
 	h, _ := decodeSegmentHeader(payload)
 	return h.flags&segOpened != 0, nil
@@ -234,7 +235,7 @@ func (r *replayer) objects(store blob.Store, prefix string) error {
 			seg, want = o.seg, 0
 		}
 		if o.off != want {
-			gap = corrupt(o.name, Position{o.seg, want}, "log objects missing between offsets %d and %d", want, o.off)
+			gap = corrupt(o.name, tabletdesc.LogPosition{Segment: o.seg, Offset: want}, "log objects missing between offsets %d and %d", want, o.off)
 			break
 		}
 		want = o.off + o.size
@@ -254,9 +255,9 @@ func (r *replayer) objects(store blob.Store, prefix string) error {
 		}
 		switch {
 		case len(data) == 0:
-			return corrupt(o.name, Position{o.seg, o.off}, "empty log object")
+			return corrupt(o.name, tabletdesc.LogPosition{Segment: o.seg, Offset: o.off}, "empty log object")
 		case int64(len(data)) != o.size:
-			return corrupt(o.name, Position{o.seg, o.off}, "object is %d bytes, listed as %d", len(data), o.size)
+			return corrupt(o.name, tabletdesc.LogPosition{Segment: o.seg, Offset: o.off}, "object is %d bytes, listed as %d", len(data), o.size)
 		}
 		if err := r.object(o, data); err != nil {
 			return err
@@ -320,7 +321,7 @@ func fetchAhead[T any](ctx context.Context, n, ahead int, fetch func(context.Con
 func (r *replayer) object(o logObject, data []byte) error {
 	s := &segReader{mem: data, size: int64(len(data))}
 	for off := int64(0); off < s.size; {
-		pos := Position{o.seg, o.off + off}
+		pos := tabletdesc.LogPosition{Segment: o.seg, Offset: o.off + off}
 		payload, next, reason, err := s.frame(off)
 		if err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // This file is the paper's refinement of recovery (§5.4, "Commit-log
@@ -260,7 +261,7 @@ func readSegment(ctx context.Context, store blob.Store, prefix string, seg uint6
 	var size int64
 	for _, o := range objs {
 		if o.off != size {
-			return nil, 0, corrupt(o.name, Position{seg, size}, "log objects missing between offsets %d and %d", size, o.off)
+			return nil, 0, corrupt(o.name, tabletdesc.LogPosition{Segment: seg, Offset: size}, "log objects missing between offsets %d and %d", size, o.off)
 		}
 		size = o.off + o.size
 	}
@@ -276,13 +277,13 @@ func readSegment(ctx context.Context, store blob.Store, prefix string, seg uint6
 		}
 		switch {
 		case len(data) == 0:
-			return nil, 0, corrupt(o.name, Position{seg, o.off}, "empty log object")
+			return nil, 0, corrupt(o.name, tabletdesc.LogPosition{Segment: seg, Offset: o.off}, "empty log object")
 		case int64(len(data)) != o.size:
-			return nil, 0, corrupt(o.name, Position{seg, o.off}, "object is %d bytes, listed as %d", len(data), o.size)
+			return nil, 0, corrupt(o.name, tabletdesc.LogPosition{Segment: seg, Offset: o.off}, "object is %d bytes, listed as %d", len(data), o.size)
 		}
 		s := &segReader{mem: data, size: int64(len(data))}
 		for off := int64(0); off < s.size; {
-			pos := Position{seg, o.off + off}
+			pos := tabletdesc.LogPosition{Segment: seg, Offset: o.off + off}
 			payload, next, reason, err := s.frame(off)
 			if err != nil {
 				return nil, 0, err
@@ -390,7 +391,7 @@ func decodeSortIndex(p []byte, indexOff int64) (sortedIndex, string) {
 // silently skipped. Damage in a sorted object is an error matching
 // ErrCorrupt naming the object; its Pos is then (segment, offset in the
 // sorted object). Records before the error have been passed to fn.
-func ReplaySorted(ctx context.Context, log Options, sorted SortedLog, tablet string, from Position, fn func(Position, Record) error) (ReplayResult, error) {
+func ReplaySorted(ctx context.Context, log Options, sorted SortedLog, tablet string, from tabletdesc.LogPosition, fn func(tabletdesc.LogPosition, Record) error) (ReplayResult, error) {
 	var res ReplayResult
 	store, prefix, err := objectSource(log)
 	if err != nil {
@@ -452,7 +453,7 @@ func segmentExtents(objs []logObject, from uint64) ([]segExtent, error) {
 		}
 		last := &segs[len(segs)-1]
 		if o.off != last.size {
-			return nil, corrupt(o.name, Position{o.seg, last.size}, "log objects missing between offsets %d and %d", last.size, o.off)
+			return nil, corrupt(o.name, tabletdesc.LogPosition{Segment: o.seg, Offset: last.size}, "log objects missing between offsets %d and %d", last.size, o.off)
 		}
 		last.size = o.off + o.size
 	}
@@ -461,13 +462,13 @@ func segmentExtents(objs []logObject, from uint64) ([]segExtent, error) {
 
 // posRecord is a record and its position in the log.
 type posRecord struct {
-	pos Position
+	pos tabletdesc.LogPosition
 	rec Record
 }
 
 // readSortedTablet reads tablet's records at or after from out of the
 // sorted object name of segment seg.
-func readSortedTablet(ctx context.Context, store blob.Store, name string, seg segExtent, tablet string, from Position) ([]posRecord, error) {
+func readSortedTablet(ctx context.Context, store blob.Store, name string, seg segExtent, tablet string, from tabletdesc.LogPosition) ([]posRecord, error) {
 	obj, err := store.Open(ctx, name)
 	if blob.IsNotExist(err) {
 		return nil, fmt.Errorf("%w: segment %d has no sorted object %s", ErrNotSorted, seg.seg, name)
@@ -506,7 +507,7 @@ func readSortedTablet(ctx context.Context, store blob.Store, name string, seg se
 func readSortedIndex(obj blob.Object, name string, seg uint64) (idx sortedIndex, tail []byte, tailOff int64, err error) {
 	size := obj.Size()
 	bad := func(off int64, format string, args ...any) error {
-		return corrupt(name, Position{seg, off}, "sorted object: "+format, args...)
+		return corrupt(name, tabletdesc.LogPosition{Segment: seg, Offset: off}, "sorted object: "+format, args...)
 	}
 	if size < sortedTrailerLen+frameHeaderLen {
 		return idx, nil, 0, bad(0, "%d bytes, too short", size)
@@ -552,7 +553,7 @@ func readSortedIndex(obj blob.Object, name string, seg uint64) (idx sortedIndex,
 
 // decodeSection decodes a tablet's section of the sorted object name and
 // returns its records at or after from. The records alias data.
-func decodeSection(name string, seg segExtent, sec sortedSection, data []byte, from Position) ([]posRecord, error) {
+func decodeSection(name string, seg segExtent, sec sortedSection, data []byte, from tabletdesc.LogPosition) ([]posRecord, error) {
 	s := &segReader{mem: data, size: int64(len(data)), maxPayload: MaxRecordBytes + sortedRecordOverhead}
 	var out []posRecord
 	n, prev := 0, int64(-1)
@@ -573,7 +574,7 @@ func decodeSection(name string, seg segExtent, sec sortedSection, data []byte, f
 			reason = fmt.Sprintf("record offset %d out of order or past the segment", r.pos.Offset)
 		}
 		if reason != "" {
-			return nil, corrupt(name, Position{seg.seg, sec.off + off}, "sorted object: %s", reason)
+			return nil, corrupt(name, tabletdesc.LogPosition{Segment: seg.seg, Offset: sec.off + off}, "sorted object: %s", reason)
 		}
 		n, prev = n+1, r.pos.Offset
 		if r.pos.Compare(from) >= 0 {
@@ -582,7 +583,7 @@ func decodeSection(name string, seg segExtent, sec sortedSection, data []byte, f
 		off = next
 	}
 	if n != sec.records || prev != sec.lastOff {
-		return nil, corrupt(name, Position{seg.seg, sec.off}, "sorted object: section of %q holds %d records ending at %d, the index says %d ending at %d",
+		return nil, corrupt(name, tabletdesc.LogPosition{Segment: seg.seg, Offset: sec.off}, "sorted object: section of %q holds %d records ending at %d, the index says %d ending at %d",
 			sec.tablet, n, prev, sec.records, sec.lastOff)
 	}
 	return out, nil
@@ -600,7 +601,7 @@ func decodeSortedRecord(p []byte, seg uint64) (posRecord, string) {
 	if err != nil {
 		return posRecord{}, "undecodable record"
 	}
-	return posRecord{pos: Position{seg, int64(off)}, rec: rec}, ""
+	return posRecord{pos: tabletdesc.LogPosition{Segment: seg, Offset: int64(off)}, rec: rec}, ""
 }
 
 // readAt reads n bytes at off of obj.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // BenchmarkRecoverTablets compares the two ways K tablets of a dead server
@@ -80,7 +81,7 @@ func benchRecover(b *testing.B, k int, latency time.Duration, sorted bool) {
 		for t := range k {
 			tablet := fmt.Sprintf("table/tablet-%03d", t)
 			n := 0
-			fn := func(_ Position, rec Record) error {
+			fn := func(_ tabletdesc.LogPosition, rec Record) error {
 				if rec.Tablet == tablet {
 					n++
 				}
@@ -88,9 +89,9 @@ func benchRecover(b *testing.B, k int, latency time.Duration, sorted bool) {
 			}
 			var err error
 			if sorted {
-				_, err = ReplaySorted(ctx, opts, dst, tablet, Position{}, fn)
+				_, err = ReplaySorted(ctx, opts, dst, tablet, tabletdesc.LogPosition{}, fn)
 			} else {
-				_, err = Replay(ctx, opts, Position{}, fn)
+				_, err = Replay(ctx, opts, tabletdesc.LogPosition{}, fn)
 			}
 			if err != nil {
 				b.Fatal(err)

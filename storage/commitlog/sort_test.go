@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // sortModes are the object stores sort tests run on; the integration tests
@@ -43,7 +44,7 @@ func sortedOf(opts Options) SortedLog {
 // small segments, appending them all before waiting so that flushes carry
 // several records each, and returns the log's options and the records'
 // positions.
-func writeShared(t testing.TB, m logMode, recs []Record, segmentBytes int64) (Options, []Position) {
+func writeShared(t testing.TB, m logMode, recs []Record, segmentBytes int64) (Options, []tabletdesc.LogPosition) {
 	t.Helper()
 	opts := m.options(t)
 	opts.SegmentBytes = segmentBytes
@@ -59,7 +60,7 @@ func writeShared(t testing.TB, m logMode, recs []Record, segmentBytes int64) (Op
 			}
 		}
 	}
-	pos := make([]Position, len(recs))
+	pos := make([]tabletdesc.LogPosition, len(recs))
 	for i, c := range commits {
 		if err := c.Wait(context.Background()); err != nil {
 			t.Fatal(err)
@@ -74,10 +75,10 @@ func writeShared(t testing.TB, m logMode, recs []Record, segmentBytes int64) (Op
 
 // rawTablet replays the log itself from `from`, keeping tablet's records:
 // what a recovering tablet read before sorting existed.
-func rawTablet(t testing.TB, opts Options, tablet string, from Position) []replayed {
+func rawTablet(t testing.TB, opts Options, tablet string, from tabletdesc.LogPosition) []replayed {
 	t.Helper()
 	var got []replayed
-	_, err := Replay(context.Background(), opts, from, func(p Position, rec Record) error {
+	_, err := Replay(context.Background(), opts, from, func(p tabletdesc.LogPosition, rec Record) error {
 		if rec.Tablet == tablet {
 			got = append(got, replayed{p, rec})
 		}
@@ -90,9 +91,9 @@ func rawTablet(t testing.TB, opts Options, tablet string, from Position) []repla
 }
 
 // sortedTablet replays tablet from the sorted copy.
-func sortedTablet(opts Options, tablet string, from Position) ([]replayed, error) {
+func sortedTablet(opts Options, tablet string, from tabletdesc.LogPosition) ([]replayed, error) {
 	var got []replayed
-	res, err := ReplaySorted(context.Background(), opts, sortedOf(opts), tablet, from, func(p Position, rec Record) error {
+	res, err := ReplaySorted(context.Background(), opts, sortedOf(opts), tablet, from, func(p tabletdesc.LogPosition, rec Record) error {
 		got = append(got, replayed{p, rec})
 		return nil
 	})
@@ -138,15 +139,15 @@ func testSortedReplayMatchesLog(t *testing.T, m logMode) {
 
 	// Redo points: the start, every segment's start, record positions
 	// (of this tablet and of others), the tail and beyond.
-	froms := []Position{{}}
+	froms := []tabletdesc.LogPosition{{}}
 	for _, st := range stats {
-		froms = append(froms, Position{st.Segment, 0}, Position{st.Segment, st.SourceBytes})
+		froms = append(froms, tabletdesc.LogPosition{Segment: st.Segment, Offset: 0}, tabletdesc.LogPosition{Segment: st.Segment, Offset: st.SourceBytes})
 	}
 	for i := 0; i < len(pos); i += 13 {
 		froms = append(froms, pos[i])
 	}
 	last := stats[len(stats)-1].Segment
-	froms = append(froms, Position{last + 1, 0})
+	froms = append(froms, tabletdesc.LogPosition{Segment: last + 1, Offset: 0})
 
 	for _, tablet := range tabletsOf(recs) {
 		for _, from := range froms {
@@ -161,7 +162,7 @@ func testSortedReplayMatchesLog(t *testing.T, m logMode) {
 		}
 	}
 	// A tablet the log does not know has nothing to replay.
-	if got, err := sortedTablet(opts, "no-such-tablet", Position{}); err != nil || len(got) != 0 {
+	if got, err := sortedTablet(opts, "no-such-tablet", tabletdesc.LogPosition{}); err != nil || len(got) != 0 {
 		t.Fatalf("unknown tablet: %d records, %v", len(got), err)
 	}
 }
@@ -293,7 +294,7 @@ func TestSortSegmentErrors(t *testing.T) {
 	if _, err := SortSegment(ctx, opts, 1, SortedLog{}); err == nil {
 		t.Fatal("sorted into no store")
 	}
-	if _, err := ReplaySorted(ctx, opts, SortedLog{}, "t", Position{}, nil); err == nil {
+	if _, err := ReplaySorted(ctx, opts, SortedLog{}, "t", tabletdesc.LogPosition{}, nil); err == nil {
 		t.Fatal("replayed from no store")
 	}
 	segs, err := Segments(ctx, opts)
@@ -323,10 +324,10 @@ func testReplaySortedMissingSegment(t *testing.T, m logMode) {
 		t.Fatal(err)
 	}
 	tablet := recs[0].Tablet
-	if _, err := sortedTablet(opts, tablet, Position{}); !errors.Is(err, ErrNotSorted) {
+	if _, err := sortedTablet(opts, tablet, tabletdesc.LogPosition{}); !errors.Is(err, ErrNotSorted) {
 		t.Fatalf("replay over a segment without sorted object: %v, want ErrNotSorted", err)
 	}
-	from := Position{gone + 1, 0}
+	from := tabletdesc.LogPosition{Segment: gone + 1, Offset: 0}
 	got, err := sortedTablet(opts, tablet, from)
 	if err != nil {
 		t.Fatal(err)
@@ -355,18 +356,18 @@ func TestReplaySortedStaleCopy(t *testing.T) {
 	if err := opts.Store.Put(ctx, objectName(logPrefix(opts.Prefix), 1, end), late); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sortedTablet(opts, recs[0].Tablet, Position{}); !errors.Is(err, ErrNotSorted) {
+	if _, err := sortedTablet(opts, recs[0].Tablet, tabletdesc.LogPosition{}); !errors.Is(err, ErrNotSorted) {
 		t.Fatalf("replay of a stale copy: %v, want ErrNotSorted", err)
 	}
 	// Sorting again repairs it.
 	if _, err := Sort(ctx, opts, sortedOf(opts)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := sortedTablet(opts, recs[0].Tablet, Position{})
+	got, err := sortedTablet(opts, recs[0].Tablet, tabletdesc.LogPosition{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := rawTablet(t, opts, recs[0].Tablet, Position{}); !reflect.DeepEqual(got, want) {
+	if want := rawTablet(t, opts, recs[0].Tablet, tabletdesc.LogPosition{}); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after sorting again: %d records, want %d", len(got), len(want))
 	}
 }
@@ -389,7 +390,7 @@ func TestReplaySortedDamage(t *testing.T) {
 	tablets := tabletsOf(recs)
 	want := make(map[string][]replayed)
 	for _, tb := range tablets {
-		want[tb] = rawTablet(t, opts, tb, Position{})
+		want[tb] = rawTablet(t, opts, tb, tabletdesc.LogPosition{})
 	}
 	for i := range good {
 		bad := bytes.Clone(good)
@@ -399,7 +400,7 @@ func TestReplaySortedDamage(t *testing.T) {
 		}
 		caught := false
 		for _, tb := range tablets {
-			got, err := sortedTablet(opts, tb, Position{})
+			got, err := sortedTablet(opts, tb, tabletdesc.LogPosition{})
 			switch {
 			case errors.Is(err, ErrCorrupt):
 				caught = true
@@ -458,7 +459,7 @@ func FuzzSortedSegment(f *testing.F) {
 		seg := segExtent{seg: 1, size: idx.source}
 		total := 0
 		for _, sec := range idx.sections {
-			recs, err := decodeSection("fuzz", seg, sec, data[sec.off:sec.off+sec.length], Position{})
+			recs, err := decodeSection("fuzz", seg, sec, data[sec.off:sec.off+sec.length], tabletdesc.LogPosition{})
 			if err != nil {
 				if !errors.Is(err, ErrCorrupt) {
 					t.Fatalf("section error %v is not ErrCorrupt", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // The shape of the workload. Every row mutation sets Columns cells of one
@@ -33,8 +34,8 @@ const (
 )
 
 // Schema is the tablet's schema: one family, every version kept.
-func Schema() tablet.Schema {
-	return tablet.Schema{Families: map[string]tablet.Family{Family: {}}}
+func Schema() tabletdesc.Schema {
+	return tabletdesc.Schema{Families: map[string]tabletdesc.Family{Family: {}}}
 }
 
 // Engine is an open tablet on a local directory with its commit log.

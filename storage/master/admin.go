@@ -29,6 +29,7 @@ import (
 	"github.com/tabuladb/tabula/storage/master/adminextpb"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // Defaults of the limits in Options.
@@ -353,7 +354,7 @@ func (s *AdminService) newTable(id meta.TableID, req *adminpb.CreateTableRequest
 	}
 	t := meta.Table{
 		ID:                 id,
-		Families:           make(map[string]tablet.Family, len(pt.GetColumnFamilies())),
+		Families:           make(map[string]tabletdesc.Family, len(pt.GetColumnFamilies())),
 		DeletionProtection: pt.GetDeletionProtection(),
 		Created:            s.opts.Now().UTC(),
 		Generation:         1,
@@ -405,18 +406,18 @@ func (s *AdminService) newTable(id meta.TableID, req *adminpb.CreateTableRequest
 }
 
 // family checks a column family definition.
-func (s *AdminService) family(field, name string, cf *adminpb.ColumnFamily) (tablet.Family, error) {
+func (s *AdminService) family(field, name string, cf *adminpb.ColumnFamily) (tabletdesc.Family, error) {
 	if err := validateFamilyName(field, name); err != nil {
-		return tablet.Family{}, err
+		return tabletdesc.Family{}, err
 	}
 	if cf.GetValueType() != nil {
-		return tablet.Family{}, unimplemented(field+".value_type", "a typed (aggregate) column family")
+		return tabletdesc.Family{}, unimplemented(field+".value_type", "a typed (aggregate) column family")
 	}
 	gc, err := gcPolicyFromProto(field+".gc_rule", cf.GetGcRule())
 	if err != nil {
-		return tablet.Family{}, err
+		return tabletdesc.Family{}, err
 	}
-	return tablet.Family{Name: name, GC: gc}, nil
+	return tabletdesc.Family{Name: name, GC: gc}, nil
 }
 
 func validateFamilyName(field, name string) error {
@@ -565,7 +566,7 @@ func (s *AdminService) ModifyColumnFamilies(ctx context.Context, req *adminpb.Mo
 	}
 	t, err := s.update(ctx, n, true, func(t *meta.Table) error {
 		if t.Families == nil {
-			t.Families = make(map[string]tablet.Family)
+			t.Families = make(map[string]tabletdesc.Family)
 		}
 		for i, m := range req.GetModifications() {
 			field := fmt.Sprintf("modifications[%d]", i)

@@ -21,6 +21,7 @@ import (
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 func TestCreateTableFromConf(t *testing.T) {
@@ -64,14 +65,14 @@ func TestCreateTableFromConf(t *testing.T) {
 	if len(ids) != 4 {
 		t.Fatalf("tablet IDs not unique: %v", entry.Tablets)
 	}
-	wantGC := map[string]tablet.GCPolicy{
+	wantGC := map[string]tabletdesc.GCPolicy{
 		"plain":    {},
 		"versions": {MaxVersions: 3},
 		"age":      {MaxAge: 48 * time.Hour},
-		"union":    {Union: []tablet.GCPolicy{{MaxVersions: 2}, {MaxAge: time.Hour}}},
-		"inter":    {Intersection: []tablet.GCPolicy{{MaxVersions: 5}, {MaxAge: 24 * time.Hour}}},
-		"nested": {Union: []tablet.GCPolicy{{MaxVersions: 10},
-			{Intersection: []tablet.GCPolicy{{MaxVersions: 1}, {MaxAge: time.Hour}}}}},
+		"union":    {Union: []tabletdesc.GCPolicy{{MaxVersions: 2}, {MaxAge: time.Hour}}},
+		"inter":    {Intersection: []tabletdesc.GCPolicy{{MaxVersions: 5}, {MaxAge: 24 * time.Hour}}},
+		"nested": {Union: []tabletdesc.GCPolicy{{MaxVersions: 10},
+			{Intersection: []tabletdesc.GCPolicy{{MaxVersions: 1}, {MaxAge: time.Hour}}}}},
 	}
 	if len(entry.Families) != len(wantGC) {
 		t.Fatalf("families %v", entry.Families)
@@ -372,15 +373,15 @@ func TestColumnFamilies(t *testing.T) {
 	}
 	policies := []struct {
 		p    bigtable.GCPolicy
-		want tablet.GCPolicy
+		want tabletdesc.GCPolicy
 	}{
-		{bigtable.MaxVersionsPolicy(2), tablet.GCPolicy{MaxVersions: 2}},
-		{bigtable.MaxAgePolicy(time.Hour), tablet.GCPolicy{MaxAge: time.Hour}},
+		{bigtable.MaxVersionsPolicy(2), tabletdesc.GCPolicy{MaxVersions: 2}},
+		{bigtable.MaxAgePolicy(time.Hour), tabletdesc.GCPolicy{MaxAge: time.Hour}},
 		{bigtable.UnionPolicy(bigtable.MaxVersionsPolicy(3), bigtable.MaxAgePolicy(2*time.Hour)),
-			tablet.GCPolicy{Union: []tablet.GCPolicy{{MaxVersions: 3}, {MaxAge: 2 * time.Hour}}}},
+			tabletdesc.GCPolicy{Union: []tabletdesc.GCPolicy{{MaxVersions: 3}, {MaxAge: 2 * time.Hour}}}},
 		{bigtable.IntersectionPolicy(bigtable.MaxVersionsPolicy(4), bigtable.MaxAgePolicy(3*time.Hour)),
-			tablet.GCPolicy{Intersection: []tablet.GCPolicy{{MaxVersions: 4}, {MaxAge: 3 * time.Hour}}}},
-		{bigtable.NoGcPolicy(), tablet.GCPolicy{}},
+			tabletdesc.GCPolicy{Intersection: []tabletdesc.GCPolicy{{MaxVersions: 4}, {MaxAge: 3 * time.Hour}}}},
+		{bigtable.NoGcPolicy(), tabletdesc.GCPolicy{}},
 	}
 	for _, c := range policies {
 		if err := e.admin.SetGCPolicy(e.ctx, "t", "cf", c.p); err != nil {
@@ -585,7 +586,7 @@ func TestStartReopensTables(t *testing.T) {
 	// A table that fails to open makes Start fail, naming it.
 	bad := newFakeControl()
 	bad.setFail("OpenTable", errors.New("corrupt state"))
-	svc, _ := NewAdminService(Options{Catalog: meta.NewBlobCatalog(store, "catalog"), Control: bad, Logger: quietLogger()})
+	svc, _ := NewAdminService(Options{Catalog: NewBlobCatalog(store, "catalog"), Control: bad, Logger: quietLogger()})
 	if err := svc.Start(e.ctx); err == nil || !strings.Contains(err.Error(), "inst/a") {
 		t.Fatalf("Start with failing tablets: %v", err)
 	}

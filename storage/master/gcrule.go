@@ -5,9 +5,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"google.golang.org/protobuf/types/known/durationpb"
-
-	"github.com/tabuladb/tabula/storage/tablet"
 )
 
 // maxGCRuleDepth bounds the nesting of union and intersection rules, so that
@@ -17,42 +16,42 @@ const maxGCRuleDepth = 16
 // gcPolicyFromProto converts a Cloud Bigtable GcRule to the engine's policy.
 // A nil rule or one with no rule set collects nothing. field names the rule
 // in errors ("modifications[0].update.gc_rule").
-func gcPolicyFromProto(field string, r *adminpb.GcRule) (tablet.GCPolicy, error) {
+func gcPolicyFromProto(field string, r *adminpb.GcRule) (tabletdesc.GCPolicy, error) {
 	return gcPolicyFromProtoDepth(field, r, 0)
 }
 
-func gcPolicyFromProtoDepth(field string, r *adminpb.GcRule, depth int) (tablet.GCPolicy, error) {
+func gcPolicyFromProtoDepth(field string, r *adminpb.GcRule, depth int) (tabletdesc.GCPolicy, error) {
 	if depth > maxGCRuleDepth {
-		return tablet.GCPolicy{}, invalidArg(field, "GC rules nest more than %d levels deep", maxGCRuleDepth)
+		return tabletdesc.GCPolicy{}, invalidArg(field, "GC rules nest more than %d levels deep", maxGCRuleDepth)
 	}
 	if r == nil {
-		return tablet.GCPolicy{}, nil
+		return tabletdesc.GCPolicy{}, nil
 	}
 	switch rule := r.Rule.(type) {
 	case nil:
-		return tablet.GCPolicy{}, nil
+		return tabletdesc.GCPolicy{}, nil
 	case *adminpb.GcRule_MaxNumVersions:
 		if rule.MaxNumVersions < 1 {
-			return tablet.GCPolicy{}, invalidArg(field+".max_num_versions", "must be at least 1, got %d", rule.MaxNumVersions)
+			return tabletdesc.GCPolicy{}, invalidArg(field+".max_num_versions", "must be at least 1, got %d", rule.MaxNumVersions)
 		}
-		return tablet.GCPolicy{MaxVersions: int(rule.MaxNumVersions)}, nil
+		return tabletdesc.GCPolicy{MaxVersions: int(rule.MaxNumVersions)}, nil
 	case *adminpb.GcRule_MaxAge:
 		if err := rule.MaxAge.CheckValid(); err != nil {
-			return tablet.GCPolicy{}, invalidArg(field+".max_age", "%v", err)
+			return tabletdesc.GCPolicy{}, invalidArg(field+".max_age", "%v", err)
 		}
 		d := rule.MaxAge.AsDuration()
 		// Cells are stamped in microseconds (and usually milliseconds), so
 		// an age below a millisecond is a mistake, as Cloud Bigtable says.
 		if d < time.Millisecond {
-			return tablet.GCPolicy{}, invalidArg(field+".max_age", "must be at least 1ms, got %v", d)
+			return tabletdesc.GCPolicy{}, invalidArg(field+".max_age", "must be at least 1ms, got %v", d)
 		}
-		return tablet.GCPolicy{MaxAge: d}, nil
+		return tabletdesc.GCPolicy{MaxAge: d}, nil
 	case *adminpb.GcRule_Union_:
-		var out tablet.GCPolicy
+		var out tabletdesc.GCPolicy
 		for i, sub := range rule.Union.GetRules() {
 			p, err := gcPolicyFromProtoDepth(fmt.Sprintf("%s.union.rules[%d]", field, i), sub, depth+1)
 			if err != nil {
-				return tablet.GCPolicy{}, err
+				return tabletdesc.GCPolicy{}, err
 			}
 			out.Union = append(out.Union, p)
 		}
@@ -62,19 +61,19 @@ func gcPolicyFromProtoDepth(field string, r *adminpb.GcRule, depth int) (tablet.
 		if len(rules) == 0 {
 			// The engine's intersection needs at least one rule; an empty
 			// one would collect everything or nothing depending on taste.
-			return tablet.GCPolicy{}, invalidArg(field+".intersection.rules", "an intersection needs at least one rule")
+			return tabletdesc.GCPolicy{}, invalidArg(field+".intersection.rules", "an intersection needs at least one rule")
 		}
-		var out tablet.GCPolicy
+		var out tabletdesc.GCPolicy
 		for i, sub := range rules {
 			p, err := gcPolicyFromProtoDepth(fmt.Sprintf("%s.intersection.rules[%d]", field, i), sub, depth+1)
 			if err != nil {
-				return tablet.GCPolicy{}, err
+				return tabletdesc.GCPolicy{}, err
 			}
 			out.Intersection = append(out.Intersection, p)
 		}
 		return out, nil
 	default:
-		return tablet.GCPolicy{}, invalidArg(field, "unknown GC rule %T", rule)
+		return tabletdesc.GCPolicy{}, invalidArg(field, "unknown GC rule %T", rule)
 	}
 }
 
@@ -82,7 +81,7 @@ func gcPolicyFromProtoDepth(field string, r *adminpb.GcRule, depth int) (tablet.
 // rule it came from. A policy with several rules set (which
 // gcPolicyFromProto never makes, but the engine allows) becomes the union of
 // its parts, which is what the engine applies.
-func gcPolicyToProto(p tablet.GCPolicy) *adminpb.GcRule {
+func gcPolicyToProto(p tabletdesc.GCPolicy) *adminpb.GcRule {
 	var parts []*adminpb.GcRule
 	if p.MaxVersions > 0 {
 		parts = append(parts, &adminpb.GcRule{Rule: &adminpb.GcRule_MaxNumVersions{MaxNumVersions: int32(p.MaxVersions)}})

@@ -7,11 +7,10 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
-
-	"github.com/tabuladb/tabula/storage/tablet"
 )
 
 func versions(n int32) *adminpb.GcRule {
@@ -44,7 +43,7 @@ func TestGCRuleRoundTrip(t *testing.T) {
 		t.Fatalf("nil rule: %+v %v", p, err)
 	}
 	// A policy with several parts (the engine's union) renders as a union.
-	mixed := gcPolicyToProto(tablet.GCPolicy{MaxVersions: 2, MaxAge: time.Hour})
+	mixed := gcPolicyToProto(tabletdesc.GCPolicy{MaxVersions: 2, MaxAge: time.Hour})
 	if !proto.Equal(mixed, union(versions(2), age(time.Hour))) {
 		t.Fatalf("mixed policy as %v", mixed)
 	}

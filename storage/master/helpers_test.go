@@ -126,7 +126,7 @@ func newEnv(t *testing.T) *env {
 func newEnvOn(t *testing.T, store blob.Store, control *fakeControl, opts Options) *env {
 	t.Helper()
 	ctx := context.Background()
-	opts.Catalog = meta.NewBlobCatalog(store, "catalog")
+	opts.Catalog = NewBlobCatalog(store, "catalog")
 	opts.Control = control
 	opts.Store = store
 	opts.Logger = quietLogger()

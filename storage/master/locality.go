@@ -12,7 +12,7 @@ import (
 	"github.com/tabuladb/tabula/storage/master/adminextpb"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/sstable"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // minBlockSize bounds SetLocalityGroupRequest.block_size from below: smaller
@@ -53,15 +53,15 @@ func (l *LocalityGroupService) SetLocalityGroup(ctx context.Context, req *admine
 			return nil, err
 		}
 	}
-	var compression *sstable.Compression
+	var compression *tabletdesc.Compression
 	switch req.GetCompression() {
 	case adminextpb.Compression_COMPRESSION_UNSPECIFIED:
 	case adminextpb.Compression_COMPRESSION_NONE:
-		compression = new(sstable.NoCompression)
+		compression = new(tabletdesc.NoCompression)
 	case adminextpb.Compression_COMPRESSION_SNAPPY:
-		compression = new(sstable.SnappyCompression)
+		compression = new(tabletdesc.SnappyCompression)
 	case adminextpb.Compression_COMPRESSION_ZSTD:
-		compression = new(sstable.ZstdCompression)
+		compression = new(tabletdesc.ZstdCompression)
 	default:
 		return nil, invalidArg("compression", "unknown compression %v (none, snappy or zstd)", req.GetCompression())
 	}
@@ -71,10 +71,10 @@ func (l *LocalityGroupService) SetLocalityGroup(ctx context.Context, req *admine
 
 	t, err := s.update(ctx, n, true, func(t *meta.Table) error {
 		if t.Families == nil {
-			t.Families = make(map[string]tablet.Family)
+			t.Families = make(map[string]tabletdesc.Family)
 		}
 		if t.LocalityGroups == nil {
-			t.LocalityGroups = make(map[string]tablet.LocalityGroup)
+			t.LocalityGroups = make(map[string]tabletdesc.LocalityGroup)
 		}
 		for i, name := range req.GetFamilies() {
 			f, ok := t.Families[name]
@@ -82,7 +82,7 @@ func (l *LocalityGroupService) SetLocalityGroup(ctx context.Context, req *admine
 				if len(t.Families) >= s.opts.MaxFamilies {
 					return invalidArg(fmt.Sprintf("families[%d]", i), "table %q has %d families, the limit is %d", n.String(), len(t.Families), s.opts.MaxFamilies)
 				}
-				t.Families[name] = tablet.Family{Name: name, LocalityGroup: storedGroup(group)}
+				t.Families[name] = tabletdesc.Family{Name: name, LocalityGroup: storedGroup(group)}
 				continue
 			}
 			if cur := groupOf(f); cur != group {
@@ -123,9 +123,9 @@ func (l *LocalityGroupService) GetLocalityGroups(ctx context.Context, req *admin
 }
 
 // groupOf returns the name of a family's group.
-func groupOf(f tablet.Family) string {
+func groupOf(f tabletdesc.Family) string {
 	if f.LocalityGroup == "" {
-		return tablet.DefaultLocalityGroup
+		return tabletdesc.DefaultLocalityGroup
 	}
 	return f.LocalityGroup
 }
@@ -133,14 +133,14 @@ func groupOf(f tablet.Family) string {
 // storedGroup is how a family records its group: "" for the default, so
 // that families created by the Cloud API and by the extension look alike.
 func storedGroup(group string) string {
-	if group == tablet.DefaultLocalityGroup {
+	if group == tabletdesc.DefaultLocalityGroup {
 		return ""
 	}
 	return group
 }
 
 func localityGroups(t meta.Table) *adminextpb.LocalityGroupsResponse {
-	members := map[string][]string{tablet.DefaultLocalityGroup: nil}
+	members := map[string][]string{tabletdesc.DefaultLocalityGroup: nil}
 	for name := range t.LocalityGroups {
 		members[name] = nil
 	}
@@ -166,11 +166,11 @@ func localityGroups(t meta.Table) *adminextpb.LocalityGroupsResponse {
 	return resp
 }
 
-func compressionProto(c sstable.Compression) adminextpb.Compression {
+func compressionProto(c tabletdesc.Compression) adminextpb.Compression {
 	switch c {
-	case sstable.SnappyCompression:
+	case tabletdesc.SnappyCompression:
 		return adminextpb.Compression_COMPRESSION_SNAPPY
-	case sstable.ZstdCompression:
+	case tabletdesc.ZstdCompression:
 		return adminextpb.Compression_COMPRESSION_ZSTD
 	}
 	return adminextpb.Compression_COMPRESSION_NONE

@@ -11,7 +11,7 @@ import (
 	"github.com/tabuladb/tabula/storage/master/adminextpb"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/sstable"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 func TestLocalityGroups(t *testing.T) {
@@ -43,7 +43,7 @@ func TestLocalityGroups(t *testing.T) {
 	}
 	open, _ := e.control.Open(id)
 	if open.Families["anchor"].LocalityGroup != "meta" || !open.LocalityGroups["meta"].InMemory ||
-		open.LocalityGroups["meta"].Compression != sstable.SnappyCompression || open.LocalityGroups["meta"].BlockSize != 4096 {
+		open.LocalityGroups["meta"].Compression != tabletdesc.SnappyCompression || open.LocalityGroups["meta"].BlockSize != 4096 {
 		t.Fatalf("tablets got %+v", open)
 	}
 	if err := open.Schema().Validate(); err != nil {
@@ -77,7 +77,7 @@ func TestLocalityGroups(t *testing.T) {
 		Families: []string{"contents"}, Compression: adminextpb.Compression_COMPRESSION_ZSTD}); err != nil {
 		t.Fatal(err)
 	}
-	if entry, _ := e.catalog.Get(e.ctx, id); entry.LocalityGroups["default"].Compression != sstable.ZstdCompression || entry.Families["contents"].LocalityGroup != "" {
+	if entry, _ := e.catalog.Get(e.ctx, id); entry.LocalityGroups["default"].Compression != tabletdesc.ZstdCompression || entry.Families["contents"].LocalityGroup != "" {
 		t.Fatalf("default group: %+v", entry)
 	}
 
@@ -125,11 +125,11 @@ func TestLocalityGroups(t *testing.T) {
 
 // The groups the extension writes are ones the engine accepts.
 func TestLocalityGroupSchemaIsValid(t *testing.T) {
-	s := tablet.Schema{Families: map[string]tablet.Family{"a": {Name: "a", LocalityGroup: storedGroup("default")}, "b": {Name: "b", LocalityGroup: storedGroup("g")}}}
+	s := tabletdesc.Schema{Families: map[string]tabletdesc.Family{"a": {Name: "a", LocalityGroup: storedGroup("default")}, "b": {Name: "b", LocalityGroup: storedGroup("g")}}}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if s.Families["a"].LocalityGroup != "" || groupOf(s.Families["b"]) != "g" || groupOf(s.Families["a"]) != tablet.DefaultLocalityGroup {
+	if s.Families["a"].LocalityGroup != "" || groupOf(s.Families["b"]) != "g" || groupOf(s.Families["a"]) != tabletdesc.DefaultLocalityGroup {
 		t.Fatalf("groups %+v", s.Families)
 	}
 }

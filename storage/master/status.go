@@ -11,6 +11,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // invalidArg is an INVALID_ARGUMENT status naming the offending field, as
@@ -48,7 +49,7 @@ func toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, tablet.ErrFamilyNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, tablet.ErrNotServing):
+	case errors.Is(err, tabletdesc.ErrNotServing):
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())

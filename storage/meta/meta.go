@@ -4,10 +4,10 @@
 // read it; neither owns it.
 //
 // In one-process mode (tabula dev) the catalog is a set of small objects in
-// the object store (NewBlobCatalog). A table's tablets are found by starting
-// from the table's initial tablets (Table.Tablets) and following the splits
-// recorded in the tablets' own states, so a split commits by saving tablet
-// states alone. The cluster replaces both with Consul keys and METADATA.
+// the object store (master.NewBlobCatalog). A table's tablets are found by
+// starting from the table's initial tablets (Table.Tablets) and following
+// the splits recorded in the tablets' own states, so a split commits by
+// saving tablet states alone. The cluster replaces both with Consul keys and METADATA.
 package meta
 
 import (
@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // TableID names a table within an instance. The Cloud Bigtable API spells
@@ -101,11 +101,11 @@ type TabletRef struct {
 
 // Table is a table's catalog entry: its schema and initial tablets.
 type Table struct {
-	ID                 TableID                         `json:"id"`
-	Families           map[string]tablet.Family        `json:"families"`
-	LocalityGroups     map[string]tablet.LocalityGroup `json:"locality_groups,omitempty"`
-	Granularity        Granularity                     `json:"granularity"`
-	DeletionProtection bool                            `json:"deletion_protection"`
+	ID                 TableID                             `json:"id"`
+	Families           map[string]tabletdesc.Family        `json:"families"`
+	LocalityGroups     map[string]tabletdesc.LocalityGroup `json:"locality_groups,omitempty"`
+	Granularity        Granularity                         `json:"granularity"`
+	DeletionProtection bool                                `json:"deletion_protection"`
 	// Tablets are the tablets the table was created with (or re-created
 	// with by DropRowRange of everything), ordered by range and covering
 	// all rows. Splits since are recorded in the tablets' states.
@@ -116,8 +116,8 @@ type Table struct {
 }
 
 // Schema returns the part of the table's schema its tablets need.
-func (t Table) Schema() tablet.Schema {
-	return tablet.Schema{Families: t.Families, LocalityGroups: t.LocalityGroups}
+func (t Table) Schema() tabletdesc.Schema {
+	return tabletdesc.Schema{Families: t.Families, LocalityGroups: t.LocalityGroups}
 }
 
 // Dir returns the object-name prefix under which the table's tablets keep

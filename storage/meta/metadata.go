@@ -30,8 +30,7 @@ import (
 	"strings"
 
 	"github.com/tabuladb/tabula/storage/cell"
-	"github.com/tabuladb/tabula/storage/commitlog"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // MetadataTable is the ID of the METADATA table. Its empty instance keeps it
@@ -69,7 +68,7 @@ const RootTabletID = "METADATA-root"
 const (
 	// FamilyLoc holds where the tablet is served: QualServer, QualEpoch.
 	FamilyLoc = "loc"
-	// FamilyState holds the tablet's persisted tablet.State, one field per
+	// FamilyState holds the tablet's persisted tabletdesc.State, one field per
 	// qualifier (QualID … QualSplitKey, and QualFilesPrefix+group).
 	FamilyState = "state"
 	// FamilyLog holds the tablet's event log: qualifier = event kind,
@@ -88,7 +87,7 @@ const (
 const (
 	QualID          = "id"          // tablet ID
 	QualStart       = "start"       // start row (raw; absent or empty: the table's start)
-	QualFilesPrefix = "files:"      // files:<group> → JSON []tablet.FileMeta, newest first
+	QualFilesPrefix = "files:"      // files:<group> → JSON []tabletdesc.FileMeta, newest first
 	QualRedo        = "redo"        // redo point: segment, offset (16 bytes)
 	QualFlushedSeq  = "flushed_seq" // 8 bytes
 	QualLastSeq     = "last_seq"    // 8 bytes
@@ -284,7 +283,7 @@ type MetadataEntry struct {
 	Table TableID
 	// State is the tablet's persisted state; State.End is the row key's
 	// end row.
-	State  tablet.State
+	State  tabletdesc.State
 	Server string
 	Epoch  uint64
 	// Events, newest first within a kind, kinds in qualifier order.
@@ -298,11 +297,11 @@ func (e MetadataEntry) Location() Location {
 
 // MetadataFamilies returns the METADATA table's column families: loc and
 // state keep one version, log keeps the 32 newest events of each kind.
-func MetadataFamilies() map[string]tablet.Family {
-	return map[string]tablet.Family{
-		FamilyLoc:   {Name: FamilyLoc, GC: tablet.GCPolicy{MaxVersions: 1}},
-		FamilyState: {Name: FamilyState, GC: tablet.GCPolicy{MaxVersions: 1}},
-		FamilyLog:   {Name: FamilyLog, GC: tablet.GCPolicy{MaxVersions: 32}},
+func MetadataFamilies() map[string]tabletdesc.Family {
+	return map[string]tabletdesc.Family{
+		FamilyLoc:   {Name: FamilyLoc, GC: tabletdesc.GCPolicy{MaxVersions: 1}},
+		FamilyState: {Name: FamilyState, GC: tabletdesc.GCPolicy{MaxVersions: 1}},
+		FamilyLog:   {Name: FamilyLog, GC: tabletdesc.GCPolicy{MaxVersions: 32}},
 	}
 }
 
@@ -323,7 +322,7 @@ func LocationMutation(table TableID, end []byte, server string, epoch uint64, ts
 // tablet st of table, whole: it deletes the state family and writes every
 // field, in one atomic row mutation (later mutations of a row mutation
 // survive its earlier deletes). The row is MetadataRowKey(table, st.End).
-func StateMutation(table TableID, st tablet.State, ts int64) (cell.RowMutation, error) {
+func StateMutation(table TableID, st tabletdesc.State, ts int64) (cell.RowMutation, error) {
 	ms := []cell.Mutation{cell.DeleteFamily(FamilyState)}
 	set := func(q string, v []byte) { ms = append(ms, cell.Set(FamilyState, []byte(q), ts, v)) }
 	setJSON := func(q string, v any) error {
@@ -469,7 +468,7 @@ func parseU64(key []byte, q string, v []byte) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-func parseStateCell(st *tablet.State, key []byte, q string, v []byte) error {
+func parseStateCell(st *tabletdesc.State, key []byte, q string, v []byte) error {
 	var err error
 	unmarshal := func(dst any) error {
 		if e := json.Unmarshal(v, dst); e != nil {
@@ -483,19 +482,19 @@ func parseStateCell(st *tablet.State, key []byte, q string, v []byte) error {
 	case q == QualStart:
 		st.Start = slices.Clone(v)
 	case strings.HasPrefix(q, QualFilesPrefix):
-		var fs []tablet.FileMeta
+		var fs []tabletdesc.FileMeta
 		if err := unmarshal(&fs); err != nil {
 			return err
 		}
 		if st.Groups == nil {
-			st.Groups = make(map[string][]tablet.FileMeta)
+			st.Groups = make(map[string][]tabletdesc.FileMeta)
 		}
 		st.Groups[strings.TrimPrefix(q, QualFilesPrefix)] = fs
 	case q == QualRedo:
 		if len(v) != 16 {
 			return malformedRow(key, "state:%s: %d bytes, want 16", q, len(v))
 		}
-		st.RedoPoint = commitlog.Position{Segment: binary.BigEndian.Uint64(v), Offset: int64(binary.BigEndian.Uint64(v[8:]))}
+		st.RedoPoint = tabletdesc.LogPosition{Segment: binary.BigEndian.Uint64(v), Offset: int64(binary.BigEndian.Uint64(v[8:]))}
 	case q == QualFlushedSeq:
 		st.FlushedSeq, err = parseU64(key, q, v)
 	case q == QualLastSeq:

@@ -12,8 +12,8 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
-	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // randBytes returns short strings over an alphabet rich in the bytes the
@@ -209,16 +209,16 @@ func TestRootTabletRange(t *testing.T) {
 // fullState returns a state with every field set; the test fails when
 // State gains a field this file does not know, so that StateMutation is
 // taught about it.
-func fullState(t *testing.T) tablet.State {
-	st := tablet.State{
+func fullState(t *testing.T) tabletdesc.State {
+	st := tabletdesc.State{
 		ID:    "t-17",
 		Start: []byte("a\x00b"),
 		End:   []byte("m\xff\x00"),
-		Groups: map[string][]tablet.FileMeta{
+		Groups: map[string][]tabletdesc.FileMeta{
 			"default": {{Name: "tables/i/t/1.sst", Size: 100, SmallestKey: []byte{0, 1}, LargestKey: []byte{9}, MaxSeq: 7, Entries: 3}},
 			"mem":     {{Name: "tables/i/t/2.sst", Size: 5}, {Name: "tables/i/t/3.sst", Size: 6}},
 		},
-		RedoPoint:  commitlog.Position{Segment: 4, Offset: 1 << 40},
+		RedoPoint:  tabletdesc.LogPosition{Segment: 4, Offset: 1 << 40},
 		FlushedSeq: 99,
 		LastSeq:    120,
 		Families:   []string{"f", "g"},
@@ -230,7 +230,7 @@ func fullState(t *testing.T) tablet.State {
 	v := reflect.ValueOf(st)
 	for i := 0; i < v.NumField(); i++ {
 		if v.Field(i).IsZero() {
-			t.Fatalf("fullState leaves tablet.State.%s zero: teach StateMutation and parseStateCell the new field", v.Type().Field(i).Name)
+			t.Fatalf("fullState leaves tabletdesc.State.%s zero: teach StateMutation and parseStateCell the new field", v.Type().Field(i).Name)
 		}
 	}
 	return st
@@ -241,7 +241,7 @@ func openMetadataTablet(t *testing.T) *tablet.Tablet {
 	t.Helper()
 	store := blob.NewMemory()
 	tb, err := tablet.Open(context.Background(), tablet.Options{
-		ID: "meta-test", Schema: tablet.Schema{Families: MetadataFamilies()},
+		ID: "meta-test", Schema: tabletdesc.Schema{Families: MetadataFamilies()},
 		Store: store, Dir: "m", StateStore: tablet.NewBlobStateStore(store, "states"),
 	})
 	if err != nil {
@@ -297,7 +297,7 @@ func TestMetadataRowThroughTablet(t *testing.T) {
 	}
 
 	// A smaller state replaces the whole family: dropped groups and fields go.
-	small := tablet.State{ID: st.ID, Start: st.Start, End: st.End, Groups: map[string][]tablet.FileMeta{"default": {{Name: "x.sst"}}}, LastSeq: 200}
+	small := tabletdesc.State{ID: st.ID, Start: st.Start, End: st.End, Groups: map[string][]tabletdesc.FileMeta{"default": {{Name: "x.sst"}}}, LastSeq: 200}
 	apply(StateMutation(table, small, 3000))
 	row, _, err = tb.ReadRow(ctx, MetadataRowKey(table, st.End), tablet.ReadOptions{})
 	if err != nil {
@@ -312,7 +312,7 @@ func TestMetadataStateRoundTripLastTablet(t *testing.T) {
 	// The last tablet (empty end) and the first (empty start) decode with
 	// nil rows; a row of the root tablet's table decodes too.
 	for _, table := range []TableID{{Instance: "i", Table: "t"}, MetadataTable} {
-		st := tablet.State{ID: "x"}
+		st := tabletdesc.State{ID: "x"}
 		rm, err := StateMutation(table, st, 5)
 		if err != nil {
 			t.Fatal(err)

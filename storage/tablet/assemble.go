@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // entry is one internal entry: an encoded cell.Key and its value.
@@ -93,7 +94,7 @@ type resolveParams struct {
 	// snap: entries with a greater sequence number are invisible.
 	snap uint64
 	// families that exist; entries of other families are dropped.
-	families map[string]Family
+	families map[string]tabletdesc.Family
 	// drops: family → sequence number at which it was dropped from the
 	// schema; it shadows the family's older entries like a family marker
 	// in every row.
@@ -146,7 +147,7 @@ func resolveRow(entries []entry, p resolveParams) ([]cellVersion, error) {
 	var (
 		curFam    string
 		famOK     bool
-		fam       Family
+		fam       tabletdesc.Family
 		famDel    uint64
 		haveFam   bool
 		curQual   []byte

@@ -8,6 +8,7 @@ import (
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // TestApplyBatch checks the bulk path: entries fail alone, mutations of one
@@ -24,7 +25,7 @@ func TestApplyBatch(t *testing.T) {
 	opts := Options{
 		ID: "batch", Start: []byte("b"), End: []byte("y"), Store: store, Dir: "sst", Log: log,
 		LogOptions: commitlog.Options{Dir: logDir}, StateStore: NewBlobStateStore(store, "state"),
-		Schema: Schema{Families: map[string]Family{"f": {}}},
+		Schema: tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {}}},
 	}
 	tb, err := Open(ctx, opts)
 	if err != nil {
@@ -42,7 +43,7 @@ func TestApplyBatch(t *testing.T) {
 		set("f", "3"),
 		{Row: []byte("f"), Mutations: []cell.Mutation{cell.DeleteRow()}},
 	})
-	wantErr := []error{nil, ErrFamilyNotFound, ErrNotServing, cell.ErrInvalidArgument, nil, nil, nil}
+	wantErr := []error{nil, ErrFamilyNotFound, tabletdesc.ErrNotServing, cell.ErrInvalidArgument, nil, nil, nil}
 	for i, want := range wantErr {
 		if (want == nil) != (errs[i] == nil) || (want != nil && !errors.Is(errs[i], want)) {
 			t.Fatalf("entry %d: got %v, want %v", i, errs[i], want)

@@ -13,6 +13,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/memtable"
 	"github.com/tabuladb/tabula/storage/sstable"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // Flush runs a minor compaction: the memtable is frozen, written as one
@@ -87,7 +88,7 @@ func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	defer v.unref()
-	groups := slices.Sorted(maps.Keys(v.schema.groups()))
+	groups := slices.Sorted(maps.Keys(v.schema.Groups()))
 	for g := range v.groups {
 		if !slices.Contains(groups, g) {
 			groups = append(groups, g)
@@ -111,7 +112,7 @@ func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
 					}
 					// A family no longer in the schema: its cells are
 					// shadowed by its drop.
-					if fg, ok := v.schema.groupOf(k.Family); !ok || fg != g {
+					if fg, ok := v.schema.GroupOf(k.Family); !ok || fg != g {
 						continue
 					}
 				}
@@ -130,9 +131,9 @@ func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
 		}
 	}
 
-	st := t.state.clone()
+	st := t.state.Clone()
 	for g, f := range written {
-		st.Groups[g] = append([]FileMeta{f.meta}, st.Groups[g]...)
+		st.Groups[g] = append([]tabletdesc.FileMeta{f.meta}, st.Groups[g]...)
 	}
 	st.RedoPoint = fz.redo
 	st.FlushedSeq = fz.seq
@@ -167,14 +168,14 @@ func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
 // writeGroupFile writes the entries src emits as a new SSTable of group g
 // and opens it. It returns nil (and writes nothing) when src emits nothing.
 // Consecutive duplicate keys are written once.
-func (t *Tablet) writeGroupFile(ctx context.Context, schema Schema, g string, src func(emit func(k, v []byte) error) error) (*tableFile, error) {
-	lg := schema.group(g)
+func (t *Tablet) writeGroupFile(ctx context.Context, schema tabletdesc.Schema, g string, src func(emit func(k, v []byte) error) error) (*tableFile, error) {
+	lg := schema.Group(g)
 	name := newFileName(t.opts.Dir, time.Now())
 	bw, err := t.opts.Store.Create(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	sw := sstable.NewWriter(bw, sstable.WriterOptions{BlockSize: lg.BlockSize, Compression: lg.Compression, LocalityGroup: g})
+	sw := sstable.NewWriter(bw, sstable.WriterOptions{BlockSize: lg.BlockSize, Compression: sstableCompression(lg.Compression), LocalityGroup: g})
 	var last []byte
 	n := 0
 	err = src(func(k, v []byte) error {
@@ -197,7 +198,7 @@ func (t *Tablet) writeGroupFile(ctx context.Context, schema Schema, g string, sr
 	if err := bw.Close(); err != nil {
 		return nil, err
 	}
-	meta := FileMeta{Name: name, Size: props.FileSize, SmallestKey: props.SmallestKey, LargestKey: props.LargestKey, MaxSeq: props.MaxSeq, Entries: props.NumEntries}
+	meta := tabletdesc.FileMeta{Name: name, Size: props.FileSize, SmallestKey: props.SmallestKey, LargestKey: props.LargestKey, MaxSeq: props.MaxSeq, Entries: props.NumEntries}
 	return openTableFile(ctx, t.opts.Store, meta, sstable.ReaderOptions{Cache: t.opts.Cache, InMemory: lg.InMemory})
 }
 
@@ -248,7 +249,7 @@ func (t *Tablet) Compact(ctx context.Context, major bool) error {
 	if !changed {
 		return nil
 	}
-	st := t.state.clone()
+	st := t.state.Clone()
 	st.Drops = maps.Clone(drops)
 	if err := t.opts.StateStore.Save(ctx, st); err != nil {
 		return err
@@ -383,8 +384,8 @@ func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, major bool)
 		return fmt.Errorf("tablet %s: compaction of group %s: %w", t.id, g, err)
 	}
 
-	st := t.state.clone()
-	var metas []FileMeta
+	st := t.state.Clone()
+	var metas []tabletdesc.FileMeta
 	if out != nil {
 		metas = append(metas, out.meta)
 	}
@@ -428,4 +429,18 @@ func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, major bool)
 		t.merges.Add(1)
 	}
 	return nil
+}
+
+// sstableCompression maps a locality group's codec to the SSTable format's.
+// An unknown value is passed on as it is, for the writer to refuse.
+func sstableCompression(c tabletdesc.Compression) sstable.Compression {
+	switch c {
+	case tabletdesc.NoCompression:
+		return sstable.NoCompression
+	case tabletdesc.SnappyCompression:
+		return sstable.SnappyCompression
+	case tabletdesc.ZstdCompression:
+		return sstable.ZstdCompression
+	}
+	return sstable.Compression(c)
 }

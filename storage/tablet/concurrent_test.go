@@ -16,6 +16,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/sstable"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 const concColumns = 4
@@ -56,9 +57,9 @@ func TestConcurrentWritesAreAtomic(t *testing.T) {
 		ID: "conc", Store: store, Dir: "sst", Log: log, LogOptions: commitlog.Options{Dir: logDir},
 		StateStore: NewBlobStateStore(store, "state"), Cache: sstable.NewCache(1 << 20), ScanCache: sc,
 		MemtableBytes: 16 << 10, MaxSSTables: 3,
-		Schema: Schema{
-			Families: map[string]Family{"a": {}, "b": {LocalityGroup: "mem"}},
-			LocalityGroups: map[string]LocalityGroup{
+		Schema: tabletdesc.Schema{
+			Families: map[string]tabletdesc.Family{"a": {}, "b": {LocalityGroup: "mem"}},
+			LocalityGroups: map[string]tabletdesc.LocalityGroup{
 				"default": {BlockSize: 512},
 				"mem":     {InMemory: true, BlockSize: 512},
 			},
@@ -213,7 +214,7 @@ func TestErrors(t *testing.T) {
 	ctx := context.Background()
 	store := blob.NewMemory()
 	opts := Options{ID: "e", Start: []byte("b"), End: []byte("m"), Store: store, StateStore: NewBlobStateStore(store, "state"),
-		Schema: Schema{Families: map[string]Family{"f": {}}}}
+		Schema: tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {}}}}
 	tb, err := Open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +230,7 @@ func TestErrors(t *testing.T) {
 	}
 	for _, row := range []string{"a", "m", "z"} {
 		err := tb.Apply(ctx, cell.RowMutation{Row: []byte(row), Mutations: []cell.Mutation{cell.Set("f", nil, 1, nil)}})
-		if !errors.Is(err, ErrNotServing) {
+		if !errors.Is(err, tabletdesc.ErrNotServing) {
 			t.Fatalf("row %s outside [b, m): %v", row, err)
 		}
 	}
@@ -237,7 +238,7 @@ func TestErrors(t *testing.T) {
 	if !errors.Is(err, cell.ErrInvalidArgument) {
 		t.Fatalf("empty mutation: %v", err)
 	}
-	if err := tb.SetSchema(ctx, Schema{Families: map[string]Family{"f": {LocalityGroup: "other"}}}); err == nil {
+	if err := tb.SetSchema(ctx, tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {LocalityGroup: "other"}}}); err == nil {
 		t.Fatal("a family moved between locality groups")
 	}
 }

@@ -3,7 +3,6 @@ package tablet
 import (
 	"errors"
 	"fmt"
-	"strconv"
 )
 
 // ErrFamilyNotFound is matched (errors.Is) by *FamilyNotFoundError.
@@ -27,29 +26,6 @@ func (e *FamilyNotFoundError) Error() string {
 
 // Is makes errors.Is(err, ErrFamilyNotFound) true.
 func (e *FamilyNotFoundError) Is(target error) bool { return target == ErrFamilyNotFound }
-
-// ErrNotServing is matched (errors.Is) by *NotServingError: the request is
-// for a row this tablet does not serve (now). The server answers
-// FAILED_PRECONDITION so that the client refreshes its location cache.
-var ErrNotServing = errors.New("tablet not serving")
-
-// NotServingError says why a tablet refused a request: the row is outside
-// its range, or the tablet is closed or was split.
-type NotServingError struct {
-	Tablet string
-	Row    []byte // nil when the whole tablet is not serving
-	Reason string
-}
-
-func (e *NotServingError) Error() string {
-	if e.Row != nil {
-		return fmt.Sprintf("tablet %s: not serving row %s: %s", e.Tablet, strconv.Quote(string(e.Row)), e.Reason)
-	}
-	return fmt.Sprintf("tablet %s: not serving: %s", e.Tablet, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrNotServing) true.
-func (e *NotServingError) Is(target error) bool { return target == ErrNotServing }
 
 // ErrFailed is matched (errors.Is) by the errors a tablet returns after its
 // commit log failed: no write is acknowledged any more, and the tablet must

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/sstable"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // sstSuffix ends every SSTable object name.
@@ -51,13 +52,13 @@ func FileCreated(name string) (time.Time, bool) {
 // last version to drop it closes it (but never deletes it: the master's
 // sweep does, master.SweepFiles).
 type tableFile struct {
-	meta FileMeta
+	meta tabletdesc.FileMeta
 	r    *sstable.Reader
 	obj  blob.Object
 	refs atomic.Int64
 }
 
-func openTableFile(ctx context.Context, store blob.Store, meta FileMeta, opts sstable.ReaderOptions) (*tableFile, error) {
+func openTableFile(ctx context.Context, store blob.Store, meta tabletdesc.FileMeta, opts sstable.ReaderOptions) (*tableFile, error) {
 	obj, err := store.Open(ctx, meta.Name)
 	if err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/sstable"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // The model: rows → family → qualifier → versions (newest first), with
@@ -93,7 +94,7 @@ func (m *model) dropFamily(fam string) {
 }
 
 // gc removes, in rows of [start, end), what the policies collect at now.
-func (m *model) gc(fams map[string]Family, start, end []byte, now int64) {
+func (m *model) gc(fams map[string]tabletdesc.Family, start, end []byte, now int64) {
 	for row, r := range m.rows {
 		if !inRange([]byte(row), start, end) {
 			continue
@@ -115,7 +116,7 @@ func inRange(row, start, end []byte) bool {
 	return bytes.Compare(row, start) >= 0 && (len(end) == 0 || bytes.Compare(row, end) < 0)
 }
 
-func (m *model) read(row string, fams map[string]Family, ro ReadOptions, now int64) (cell.Row, bool) {
+func (m *model) read(row string, fams map[string]tabletdesc.Family, ro ReadOptions, now int64) (cell.Row, bool) {
 	r := m.rows[row]
 	var vs []cellVersion
 	for _, fname := range slices.Sorted(maps.Keys(r)) {
@@ -154,7 +155,7 @@ type harness struct {
 	log     *commitlog.Log
 	cache   *sstable.Cache
 	scache  *ScanCache
-	schema  Schema
+	schema  tabletdesc.Schema
 	clock   atomic.Int64
 	tablets []*Tablet // ordered by range
 	m       *model
@@ -197,20 +198,20 @@ func (h *harness) open(id string) *Tablet {
 
 var families = []string{"a", "b", "c", "d"}
 
-func (h *harness) randomPolicy(depth int) GCPolicy {
+func (h *harness) randomPolicy(depth int) tabletdesc.GCPolicy {
 	switch h.r.IntN(6) {
 	case 0, 1:
-		return GCPolicy{}
+		return tabletdesc.GCPolicy{}
 	case 2:
-		return GCPolicy{MaxVersions: 1 + h.r.IntN(3)}
+		return tabletdesc.GCPolicy{MaxVersions: 1 + h.r.IntN(3)}
 	case 3:
-		return GCPolicy{MaxAge: time.Duration(500+h.r.IntN(3000)) * time.Microsecond}
+		return tabletdesc.GCPolicy{MaxAge: time.Duration(500+h.r.IntN(3000)) * time.Microsecond}
 	}
 	if depth > 1 {
-		return GCPolicy{MaxVersions: 2}
+		return tabletdesc.GCPolicy{MaxVersions: 2}
 	}
-	p := GCPolicy{}
-	list := []GCPolicy{h.randomPolicy(depth + 1), h.randomPolicy(depth + 1)}
+	p := tabletdesc.GCPolicy{}
+	list := []tabletdesc.GCPolicy{h.randomPolicy(depth + 1), h.randomPolicy(depth + 1)}
 	if h.r.IntN(2) == 0 {
 		p.Union = list
 	} else {
@@ -219,12 +220,12 @@ func (h *harness) randomPolicy(depth int) GCPolicy {
 	return p
 }
 
-func (h *harness) randomSchema(dropD bool) Schema {
-	s := Schema{
-		Families: map[string]Family{},
-		LocalityGroups: map[string]LocalityGroup{
-			"default": {BlockSize: 256, Compression: sstable.Compression(h.r.IntN(3))},
-			"mem":     {InMemory: true, BlockSize: 512, Compression: sstable.SnappyCompression},
+func (h *harness) randomSchema(dropD bool) tabletdesc.Schema {
+	s := tabletdesc.Schema{
+		Families: map[string]tabletdesc.Family{},
+		LocalityGroups: map[string]tabletdesc.LocalityGroup{
+			"default": {BlockSize: 256, Compression: tabletdesc.Compression(h.r.IntN(3))},
+			"mem":     {InMemory: true, BlockSize: 512, Compression: tabletdesc.SnappyCompression},
 		},
 	}
 	for i, f := range families {
@@ -235,7 +236,7 @@ func (h *harness) randomSchema(dropD bool) Schema {
 		if i%2 == 1 {
 			g = "mem"
 		}
-		s.Families[f] = Family{GC: h.randomPolicy(0), LocalityGroup: g}
+		s.Families[f] = tabletdesc.Family{GC: h.randomPolicy(0), LocalityGroup: g}
 	}
 	return s
 }
@@ -359,7 +360,7 @@ func (h *harness) step() {
 			rm := h.mutation()
 			for _, tb := range h.tablets {
 				if !tb.Contains(rm.Row) {
-					if err := tb.Apply(ctx, rm); !errors.Is(err, ErrNotServing) {
+					if err := tb.Apply(ctx, rm); !errors.Is(err, tabletdesc.ErrNotServing) {
 						h.fatalf("apply outside the range: %v", err)
 					}
 					break
@@ -542,7 +543,7 @@ func (h *harness) split() {
 	if _, err := Open(h.ctx, h.options(parent.ID())); !errors.Is(err, ErrSplit) {
 		h.fatalf("opening a split parent: %v", err)
 	}
-	if err := parent.Apply(h.ctx, h.mutation()); !errors.Is(err, ErrNotServing) {
+	if err := parent.Apply(h.ctx, h.mutation()); !errors.Is(err, tabletdesc.ErrNotServing) {
 		h.fatalf("apply to a split parent: %v", err)
 	}
 	left, right := h.open(res.Left.ID), h.open(res.Right.ID)

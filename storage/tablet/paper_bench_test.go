@@ -15,6 +15,7 @@ import (
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // The paper's Figure 6 workloads on one tablet: 1000-byte values, rows
@@ -61,9 +62,9 @@ func openPaperEngine(b *testing.B, dir string) *paperEngine {
 	}
 	t, err := tablet.Open(ctx, tablet.Options{
 		ID: "bench",
-		Schema: tablet.Schema{
-			Families: map[string]tablet.Family{"f": {}, "mem": {LocalityGroup: "mem"}},
-			LocalityGroups: map[string]tablet.LocalityGroup{
+		Schema: tabletdesc.Schema{
+			Families: map[string]tabletdesc.Family{"f": {}, "mem": {LocalityGroup: "mem"}},
+			LocalityGroups: map[string]tabletdesc.LocalityGroup{
 				"mem": {InMemory: true},
 			},
 		},

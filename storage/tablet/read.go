@@ -31,7 +31,7 @@ func groupsFor(v *version, ro ReadOptions) []string {
 	for name := range v.groups {
 		want := false
 		for fname, f := range v.schema.Families {
-			if f.group() == name && ro.wantsFamily(fname) {
+			if f.Group() == name && ro.wantsFamily(fname) {
 				want = true
 				break
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // TestRedoPointMovesWithTheTablet moves a tablet cleanly from one server's
@@ -31,7 +32,7 @@ func TestRedoPointMovesWithTheTablet(t *testing.T) {
 	}
 	options := func(lg *commitlog.Log, replay commitlog.Options) Options {
 		return Options{ID: "moved", Store: store, Dir: "tables/x", StateStore: states,
-			Schema: Schema{Families: map[string]Family{"f": {}}}, Log: lg, LogOptions: replay}
+			Schema: tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {}}}, Log: lg, LogOptions: replay}
 	}
 	write := func(tb *Tablet, row string) {
 		t.Helper()

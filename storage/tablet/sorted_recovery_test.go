@@ -11,6 +11,7 @@ import (
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // TestOpenFromSortedLog crashes a server whose tablets share one commit log
@@ -27,7 +28,7 @@ func TestOpenFromSortedLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	bounds := []string{"", "g", "n", "t", ""}
-	schema := Schema{Families: map[string]Family{"f": {}}}
+	schema := tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {}}}
 	options := func(i int, st blob.Store, l *commitlog.Log) Options {
 		var end []byte
 		if bounds[i+1] != "" {
@@ -76,7 +77,7 @@ func TestOpenFromSortedLog(t *testing.T) {
 	if err := lg.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if st := tabs[2].State(); st.RedoPoint == (commitlog.Position{}) {
+	if st := tabs[2].State(); st.RedoPoint == (tabletdesc.LogPosition{}) {
 		t.Fatal("tablet 2 was flushed but has no redo point")
 	}
 
@@ -132,7 +133,7 @@ func TestOpenFromIncompleteSortedLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := Options{ID: "only", Store: store, Dir: "tables/y", StateStore: NewBlobStateStore(store, "state"),
-		Schema: Schema{Families: map[string]Family{"f": {}}}, Log: lg, Logger: slog.New(slog.DiscardHandler)}
+		Schema: tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {}}}, Log: lg, Logger: slog.New(slog.DiscardHandler)}
 	tb, err := Open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/memtable"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // KeySample is one point of SampleKeys.
@@ -91,7 +92,7 @@ func (t *Tablet) sampleKeys(v *version) []KeySample {
 // (with Options.Start/End nil or equal to their ranges).
 type SplitResult struct {
 	Key         []byte // the left child holds rows < Key, the right rows >= Key
-	Left, Right State
+	Left, Right tabletdesc.State
 }
 
 // Split splits the tablet at a middle row key chosen from SampleKeys, as
@@ -172,8 +173,8 @@ func (t *Tablet) splitLocked(ctx context.Context, key []byte) (SplitResult, erro
 	t.writeMu.Lock()
 	lastSeq := t.lastSeq
 	t.writeMu.Unlock()
-	child := func(start, end []byte) State {
-		st := t.state.clone()
+	child := func(start, end []byte) tabletdesc.State {
+		st := t.state.Clone()
 		st.ID = t.opts.NewID()
 		st.Start, st.End = bytes.Clone(start), bytes.Clone(end)
 		st.RedoPoint = tail
@@ -187,7 +188,7 @@ func (t *Tablet) splitLocked(ctx context.Context, key []byte) (SplitResult, erro
 			hi = cell.RowPrefix(end)
 		}
 		for g, fs := range st.Groups {
-			var keep []FileMeta
+			var keep []tabletdesc.FileMeta
 			for _, f := range fs {
 				if bytes.Compare(f.LargestKey, lo) < 0 || (hi != nil && bytes.Compare(f.SmallestKey, hi) >= 0) {
 					continue
@@ -212,7 +213,7 @@ func (t *Tablet) splitLocked(ctx context.Context, key []byte) (SplitResult, erro
 	if err := t.opts.StateStore.Save(ctx, res.Right); err != nil {
 		return SplitResult{}, err
 	}
-	st := t.state.clone()
+	st := t.state.Clone()
 	st.SplitInto = []string{res.Left.ID, res.Right.ID}
 	st.SplitKey = bytes.Clone(key)
 	if err := t.opts.StateStore.Save(ctx, st); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/memtable"
 	"github.com/tabuladb/tabula/storage/sstable"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // Options configure Open. Zero values take the documented defaults.
@@ -30,7 +31,7 @@ type Options struct {
 	// be left nil (the state's range is used); if given they must match.
 	Start, End []byte
 
-	Schema Schema
+	Schema tabletdesc.Schema
 	// Store holds the SSTables; Dir is the object-name prefix of the files
 	// this tablet writes.
 	Store blob.Store
@@ -120,11 +121,11 @@ type version struct {
 	mem    *memtable.Memtable
 	frozen *memtable.Memtable // being flushed; nil if none
 	groups map[string]*groupFiles
-	schema Schema
+	schema tabletdesc.Schema
 	drops  map[string]uint64
 }
 
-func newVersion(mem, frozen *memtable.Memtable, groups map[string]*groupFiles, schema Schema, drops map[string]uint64) *version {
+func newVersion(mem, frozen *memtable.Memtable, groups map[string]*groupFiles, schema tabletdesc.Schema, drops map[string]uint64) *version {
 	v := &version{mem: mem, frozen: frozen, groups: groups, schema: schema, drops: drops}
 	for _, g := range groups {
 		for _, f := range g.files {
@@ -177,7 +178,7 @@ type Tablet struct {
 	// maintMu: one flush, compaction or split at a time. state is the last
 	// saved State; it changes only under maintMu.
 	maintMu sync.Mutex
-	state   State
+	state   tabletdesc.State
 
 	kick     chan struct{}
 	stop     chan struct{}
@@ -191,9 +192,9 @@ type Tablet struct {
 // frozenMem is the memtable being flushed and where its log ends.
 type frozenMem struct {
 	mem    *memtable.Memtable
-	seq    uint64             // highest sequence number it may hold
-	commit *commitlog.Commit  // the last record appended before the freeze
-	redo   commitlog.Position // log tail at the freeze
+	seq    uint64                 // highest sequence number it may hold
+	commit *commitlog.Commit      // the last record appended before the freeze
+	redo   tabletdesc.LogPosition // log tail at the freeze
 }
 
 // Open opens a tablet: loads its state (none yet: a new, empty tablet),
@@ -211,11 +212,11 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 	if err := opts.Schema.Validate(); err != nil {
 		return nil, err
 	}
-	schema := opts.Schema.clone()
+	schema := opts.Schema.Clone()
 	st, err := opts.StateStore.Load(ctx, opts.ID)
 	switch {
 	case errors.Is(err, ErrStateNotFound):
-		st = State{ID: opts.ID, Start: bytes.Clone(opts.Start), End: bytes.Clone(opts.End)}
+		st = tabletdesc.State{ID: opts.ID, Start: bytes.Clone(opts.Start), End: bytes.Clone(opts.End)}
 	case err != nil:
 		return nil, err
 	case len(st.SplitInto) > 0:
@@ -226,7 +227,7 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 		}
 	}
 	if st.Groups == nil {
-		st.Groups = make(map[string][]FileMeta)
+		st.Groups = make(map[string][]tabletdesc.FileMeta)
 	}
 	if len(st.End) > 0 && bytes.Compare(st.Start, st.End) >= 0 {
 		return nil, fmt.Errorf("tablet %s: empty row range [%q, %q)", opts.ID, st.Start, st.End)
@@ -260,7 +261,7 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 	}
 	lastSeq := max(st.LastSeq, st.FlushedSeq)
 	for name, metas := range st.Groups {
-		lg := schema.group(name)
+		lg := schema.Group(name)
 		g := &groupFiles{gen: t.newGen()}
 		for _, m := range metas {
 			f, err := openTableFile(ctx, opts.Store, m, sstable.ReaderOptions{Cache: opts.Cache, InMemory: lg.InMemory})
@@ -277,7 +278,7 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 	// Replay the log into the memtable.
 	replayed := 0
 	if opts.LogOptions.Dir != "" || opts.LogOptions.Store != nil {
-		apply := func(_ commitlog.Position, rec commitlog.Record) error {
+		apply := func(_ tabletdesc.LogPosition, rec commitlog.Record) error {
 			if rec.Tablet != opts.ID {
 				return nil
 			}
@@ -341,7 +342,7 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 	// another server keeps a redo point that is a position in that
 	// server's log; left as is, a crash recovery replaying this server's
 	// log from it would skip this server's records before that position.
-	st = t.state.clone()
+	st = t.state.Clone()
 	if opts.Log != nil && t.mem.Len() == 0 {
 		st.RedoPoint = opts.Log.Tail()
 	}
@@ -373,14 +374,14 @@ func (t *Tablet) Contains(row []byte) bool {
 }
 
 func (t *Tablet) notServing(row []byte, reason string) error {
-	return &NotServingError{Tablet: t.id, Row: bytes.Clone(row), Reason: reason}
+	return &tabletdesc.NotServingError{Tablet: t.id, Row: bytes.Clone(row), Reason: reason}
 }
 
 // State returns a copy of the tablet's last saved state.
-func (t *Tablet) State() State {
+func (t *Tablet) State() tabletdesc.State {
 	t.maintMu.Lock()
 	defer t.maintMu.Unlock()
-	return t.state.clone()
+	return t.state.Clone()
 }
 
 // insert adds the entries of rm (sequence numbers from first on) to the
@@ -411,7 +412,7 @@ func (t *Tablet) insert(rm cell.RowMutation, first uint64) {
 
 // checkFamilies returns a *FamilyNotFoundError for the first mutation
 // naming a family outside the schema. Called under writeMu.
-func (t *Tablet) checkFamilies(rm cell.RowMutation, schema Schema) error {
+func (t *Tablet) checkFamilies(rm cell.RowMutation, schema tabletdesc.Schema) error {
 	for i, m := range rm.Mutations {
 		if m.Kind == cell.DeleteFromRow {
 			continue
@@ -528,11 +529,11 @@ func (t *Tablet) applyLocked(rm cell.RowMutation) (uint64, *commitlog.Commit, er
 
 // curSchema returns the current schema; called under writeMu (which every
 // schema change holds) or mu.
-func (t *Tablet) curSchema() Schema {
+func (t *Tablet) curSchema() tabletdesc.Schema {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.cur == nil {
-		return Schema{}
+		return tabletdesc.Schema{}
 	}
 	return t.cur.schema
 }
@@ -657,11 +658,11 @@ func (t *Tablet) readLatestLocked(ctx context.Context, row []byte) (cell.Row, er
 // changed, families dropped (their cells disappear at once and are removed
 // by the next major compaction; a family re-created later starts empty).
 // A family may not move to another locality group.
-func (t *Tablet) SetSchema(ctx context.Context, s Schema) error {
+func (t *Tablet) SetSchema(ctx context.Context, s tabletdesc.Schema) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	s = s.clone()
+	s = s.Clone()
 	t.maintMu.Lock()
 	defer t.maintMu.Unlock()
 	t.writeMu.Lock()
@@ -673,10 +674,10 @@ func (t *Tablet) SetSchema(ctx context.Context, s Schema) error {
 	}
 	old := t.cur
 	for name, f := range s.Families {
-		if of, ok := old.schema.Families[name]; ok && of.group() != f.group() {
+		if of, ok := old.schema.Families[name]; ok && of.Group() != f.Group() {
 			t.mu.Unlock()
 			t.writeMu.Unlock()
-			return fmt.Errorf("tablet %s: family %q cannot move from locality group %q to %q", t.id, name, of.group(), f.group())
+			return fmt.Errorf("tablet %s: family %q cannot move from locality group %q to %q", t.id, name, of.Group(), f.Group())
 		}
 	}
 	drops := maps.Clone(old.drops)
@@ -692,7 +693,7 @@ func (t *Tablet) SetSchema(ctx context.Context, s Schema) error {
 	t.writeMu.Unlock()
 	old.unref()
 
-	st := t.state.clone()
+	st := t.state.Clone()
 	st.Families = slices.Sorted(maps.Keys(s.Families))
 	st.Drops = maps.Clone(drops)
 	st.LastSeq = max(st.LastSeq, lastSeq)

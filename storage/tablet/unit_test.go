@@ -12,6 +12,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 func TestGCPolicyCollects(t *testing.T) {
@@ -21,25 +22,25 @@ func TestGCPolicyCollects(t *testing.T) {
 	young := now - hour.Microseconds()/2
 	cases := []struct {
 		name  string
-		p     GCPolicy
+		p     tabletdesc.GCPolicy
 		index int
 		ts    int64
 		want  bool
 	}{
-		{"zero keeps", GCPolicy{}, 100, 0, false},
-		{"max versions keeps newest", GCPolicy{MaxVersions: 2}, 1, old, false},
-		{"max versions collects", GCPolicy{MaxVersions: 2}, 2, young, true},
-		{"max age keeps young", GCPolicy{MaxAge: hour}, 5, young, false},
-		{"max age collects old", GCPolicy{MaxAge: hour}, 0, old, true},
-		{"fields are a union", GCPolicy{MaxVersions: 1, MaxAge: hour}, 0, old, true},
-		{"union any", GCPolicy{Union: []GCPolicy{{MaxVersions: 3}, {MaxAge: hour}}}, 0, old, true},
-		{"union none", GCPolicy{Union: []GCPolicy{{MaxVersions: 3}, {MaxAge: hour}}}, 1, young, false},
-		{"intersection all", GCPolicy{Intersection: []GCPolicy{{MaxVersions: 1}, {MaxAge: hour}}}, 1, old, true},
-		{"intersection not all (young)", GCPolicy{Intersection: []GCPolicy{{MaxVersions: 1}, {MaxAge: hour}}}, 1, young, false},
-		{"intersection not all (newest)", GCPolicy{Intersection: []GCPolicy{{MaxVersions: 1}, {MaxAge: hour}}}, 0, old, false},
-		{"intersection with a zero policy never", GCPolicy{Intersection: []GCPolicy{{MaxVersions: 1}, {}}}, 5, old, false},
-		{"nested", GCPolicy{Union: []GCPolicy{{Intersection: []GCPolicy{{MaxVersions: 2}, {MaxAge: hour}}}, {MaxVersions: 5}}}, 2, old, true},
-		{"nested keeps", GCPolicy{Union: []GCPolicy{{Intersection: []GCPolicy{{MaxVersions: 2}, {MaxAge: hour}}}, {MaxVersions: 5}}}, 3, young, false},
+		{"zero keeps", tabletdesc.GCPolicy{}, 100, 0, false},
+		{"max versions keeps newest", tabletdesc.GCPolicy{MaxVersions: 2}, 1, old, false},
+		{"max versions collects", tabletdesc.GCPolicy{MaxVersions: 2}, 2, young, true},
+		{"max age keeps young", tabletdesc.GCPolicy{MaxAge: hour}, 5, young, false},
+		{"max age collects old", tabletdesc.GCPolicy{MaxAge: hour}, 0, old, true},
+		{"fields are a union", tabletdesc.GCPolicy{MaxVersions: 1, MaxAge: hour}, 0, old, true},
+		{"union any", tabletdesc.GCPolicy{Union: []tabletdesc.GCPolicy{{MaxVersions: 3}, {MaxAge: hour}}}, 0, old, true},
+		{"union none", tabletdesc.GCPolicy{Union: []tabletdesc.GCPolicy{{MaxVersions: 3}, {MaxAge: hour}}}, 1, young, false},
+		{"intersection all", tabletdesc.GCPolicy{Intersection: []tabletdesc.GCPolicy{{MaxVersions: 1}, {MaxAge: hour}}}, 1, old, true},
+		{"intersection not all (young)", tabletdesc.GCPolicy{Intersection: []tabletdesc.GCPolicy{{MaxVersions: 1}, {MaxAge: hour}}}, 1, young, false},
+		{"intersection not all (newest)", tabletdesc.GCPolicy{Intersection: []tabletdesc.GCPolicy{{MaxVersions: 1}, {MaxAge: hour}}}, 0, old, false},
+		{"intersection with a zero policy never", tabletdesc.GCPolicy{Intersection: []tabletdesc.GCPolicy{{MaxVersions: 1}, {}}}, 5, old, false},
+		{"nested", tabletdesc.GCPolicy{Union: []tabletdesc.GCPolicy{{Intersection: []tabletdesc.GCPolicy{{MaxVersions: 2}, {MaxAge: hour}}}, {MaxVersions: 5}}}, 2, old, true},
+		{"nested keeps", tabletdesc.GCPolicy{Union: []tabletdesc.GCPolicy{{Intersection: []tabletdesc.GCPolicy{{MaxVersions: 2}, {MaxAge: hour}}}, {MaxVersions: 5}}}, 3, young, false},
 	}
 	for _, c := range cases {
 		if got := c.p.Collects(c.index, c.ts, now); got != c.want {
@@ -52,9 +53,9 @@ func TestGCPolicyCollects(t *testing.T) {
 // policy collects is a suffix of the versions, newest first.
 func TestGCPolicySuffix(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	var gen func(depth int) GCPolicy
-	gen = func(depth int) GCPolicy {
-		var p GCPolicy
+	var gen func(depth int) tabletdesc.GCPolicy
+	gen = func(depth int) tabletdesc.GCPolicy {
+		var p tabletdesc.GCPolicy
 		switch r.IntN(4) {
 		case 0:
 			p.MaxVersions = r.IntN(4)
@@ -117,7 +118,7 @@ func cellsString(cs []cell.Cell) string {
 }
 
 func TestAssembleRow(t *testing.T) {
-	fams := map[string]Family{"a": {}, "b": {GC: GCPolicy{MaxVersions: 1}}, "c": {}}
+	fams := map[string]tabletdesc.Family{"a": {}, "b": {GC: tabletdesc.GCPolicy{MaxVersions: 1}}, "c": {}}
 	cases := []struct {
 		name    string
 		entries []entry
@@ -284,8 +285,8 @@ func TestBlobStateStore(t *testing.T) {
 	if _, err := ss.Load(ctx, "t1"); !errors.Is(err, ErrStateNotFound) {
 		t.Fatalf("Load of a missing state: %v", err)
 	}
-	st := State{ID: "t1", Start: []byte("a"), End: []byte("m\x00"), FlushedSeq: 7,
-		Groups: map[string][]FileMeta{"default": {{Name: "x.sst", SmallestKey: []byte{0, 1}}}}}
+	st := tabletdesc.State{ID: "t1", Start: []byte("a"), End: []byte("m\x00"), FlushedSeq: 7,
+		Groups: map[string][]tabletdesc.FileMeta{"default": {{Name: "x.sst", SmallestKey: []byte{0, 1}}}}}
 	if err := ss.Save(ctx, st); err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +297,7 @@ func TestBlobStateStore(t *testing.T) {
 	if !bytes.Equal(got.End, st.End) || got.FlushedSeq != 7 || got.Groups["default"][0].Name != "x.sst" {
 		t.Fatalf("round trip: %+v", got)
 	}
-	if err := ss.Save(ctx, State{ID: "a/b"}); err == nil {
+	if err := ss.Save(ctx, tabletdesc.State{ID: "a/b"}); err == nil {
 		t.Fatal("saved a state with '/' in its ID")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // applyBatch applies independent row mutations of one table, each
@@ -95,7 +96,7 @@ func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMu
 			lapsed := h.checkLease(applied, true)
 			for j, err := range res {
 				i := g.idx[j]
-				if errors.Is(err, tablet.ErrNotServing) {
+				if errors.Is(err, tabletdesc.ErrNotServing) {
 					mu.Lock()
 					unrouted = append(unrouted, i)
 					mu.Unlock()

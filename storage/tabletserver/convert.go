@@ -15,6 +15,7 @@ import (
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
@@ -42,7 +43,7 @@ func (h *Host) toStatus(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, ErrTableNotFound), errors.Is(err, tablet.ErrFamilyNotFound):
 		code = codes.NotFound
-	case errors.Is(err, tablet.ErrNotServing):
+	case errors.Is(err, tabletdesc.ErrNotServing):
 		// The internal retries are exhausted: the client's location
 		// cache (or the master) must catch up.
 		return h.notServingStatus(err)
@@ -57,26 +58,13 @@ func (h *Host) toStatus(err error) error {
 }
 
 // notServingStatus returns the FAILED_PRECONDITION of an error matching
-// tablet.ErrNotServing, with a tabletpb.NotServing detail holding what the
-// error and the Host's routing know.
+// tabletdesc.ErrNotServing, with a tabletpb.NotServing detail holding what
+// the error and the Host's routing (if any) know.
 func (h *Host) notServingStatus(err error) error {
-	st := status.New(codes.FailedPrecondition, err.Error())
-	d := &tabletpb.NotServing{}
-	var ne *tablet.NotServingError
-	if errors.As(err, &ne) {
-		d.RowKey = bytes.Clone(ne.Row)
-		d.TabletId = ne.Tablet
-		d.Reason = ne.Reason
-		if h != nil {
-			h.describeNotServing(d)
-		}
-	} else {
-		d.Reason = err.Error()
+	if h == nil {
+		return tabletpb.NotServingStatus(err, nil)
 	}
-	if ds, derr := st.WithDetails(d); derr == nil {
-		st = ds
-	}
-	return st.Err()
+	return tabletpb.NotServingStatus(err, h.describeNotServing)
 }
 
 // describeNotServing fills the table and the tablet's range of d, finding

@@ -13,6 +13,7 @@ import (
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 func TestRowRanges(t *testing.T) {
@@ -76,7 +77,7 @@ func TestToStatus(t *testing.T) {
 		{fmt.Errorf("x: %w", meta.ErrBadName), codes.InvalidArgument},
 		{&tablet.FamilyNotFoundError{Family: "f"}, codes.NotFound},
 		{fmt.Errorf("%w: t", ErrTableNotFound), codes.NotFound},
-		{&tablet.NotServingError{Tablet: "t", Reason: "split"}, codes.FailedPrecondition},
+		{&tabletdesc.NotServingError{Tablet: "t", Reason: "split"}, codes.FailedPrecondition},
 		{fmt.Errorf("flush: %w", commitlog.ErrFailed), codes.Unavailable},
 		{fmt.Errorf("tablet: %w", tablet.ErrFailed), codes.Unavailable},
 		{status.Error(codes.ResourceExhausted, "kept"), codes.ResourceExhausted},

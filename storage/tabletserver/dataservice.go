@@ -17,6 +17,8 @@ import (
 	"github.com/tabuladb/tabula/storage/filter"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
+	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
 // Defaults of DataOptions.
@@ -110,7 +112,7 @@ func (h *Host) lookupTable(name string) (meta.Table, error) {
 			// In a cluster the table exists elsewhere (or nowhere: the
 			// client learns that from METADATA): a caller whose location
 			// is stale must look it up again, not give up.
-			return meta.Table{}, h.toStatus(&tablet.NotServingError{Tablet: id.String(), Reason: "no tablet of the table is served here"})
+			return meta.Table{}, h.toStatus(&tabletdesc.NotServingError{Tablet: id.String(), Reason: "no tablet of the table is served here"})
 		}
 		return meta.Table{}, status.Errorf(codes.NotFound, "table %q not found", name)
 	}
@@ -124,7 +126,7 @@ func (h *Host) lookupTable(name string) (meta.Table, error) {
 func (s *DataService) fail(method string, err error) error {
 	err = s.host.toStatus(err)
 	switch {
-	case notServing(err):
+	case tabletpb.IsNotServing(err):
 		s.log.Debug("request for a tablet not served here", "method", method, "err", err)
 	case status.Code(err) == codes.Internal, status.Code(err) == codes.Unavailable, status.Code(err) == codes.FailedPrecondition:
 		s.log.Error("request failed", "method", method, "err", err)
@@ -460,7 +462,7 @@ func (s *DataService) SampleRowKeys(req *bigtablepb.SampleRowKeysRequest, stream
 	// A split under way closes a tablet of the list: sample the new list.
 	for attempt := 0; ; attempt++ {
 		out, err = s.sampleTable(t.ID)
-		if !errors.Is(err, tablet.ErrNotServing) || attempt >= notServingRetries {
+		if !errors.Is(err, tabletdesc.ErrNotServing) || attempt >= notServingRetries {
 			break
 		}
 		if err := sleepCtx(stream.Context(), notServingBackoff); err != nil {

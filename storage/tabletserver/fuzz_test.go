@@ -13,7 +13,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // fakeStream is a server stream that collects what the handler sends.
@@ -61,7 +61,7 @@ func FuzzRequests(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { host.Close() })
-	tm := meta.Table{ID: meta.TableID{Instance: "i", Table: "t"}, Families: map[string]tablet.Family{"f": {}},
+	tm := meta.Table{ID: meta.TableID{Instance: "i", Table: "t"}, Families: map[string]tabletdesc.Family{"f": {}},
 		Granularity: meta.GranularityMicros, Tablets: []meta.TabletRef{{ID: "t0", End: []byte("m")}, {ID: "t1", Start: []byte("m")}}}
 	if err := host.OpenTable(ctx, tm); err != nil {
 		f.Fatal(err)

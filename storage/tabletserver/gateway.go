@@ -301,29 +301,10 @@ func unassigned(loc meta.Location) error {
 	return status.Errorf(codes.Unavailable, "tablet %s of %s [%q, %q) is not assigned to a server", loc.TabletID, loc.Table, loc.Start, loc.End)
 }
 
-// notServing reports whether err is a tablet server's "not serving"
-// answer: FAILED_PRECONDITION with a tabletpb.NotServing detail.
-func notServing(err error) bool {
-	st, ok := status.FromError(err)
-	return ok && statusNotServing(st)
-}
-
-func statusNotServing(st *status.Status) bool {
-	if st.Code() != codes.FailedPrecondition {
-		return false
-	}
-	for _, d := range st.Details() {
-		if _, ok := d.(*tabletpb.NotServing); ok {
-			return true
-		}
-	}
-	return false
-}
-
 // retryable reports whether a sub-request sent for loc should be retried
 // after a new lookup.
 func retryable(loc meta.Location, err error) bool {
-	return loc.Server == "" || notServing(err) || ownerGone(loc, err)
+	return loc.Server == "" || tabletpb.IsNotServing(err) || ownerGone(loc, err)
 }
 
 // errNoTime is returned by backoff when the deadline would pass first.
@@ -549,7 +530,7 @@ func (g *Gateway) mutateRowsRound(ctx context.Context, table meta.TableID, req *
 	seen := make(map[string]bool)
 	for _, i := range idx {
 		l, ok := locs[i]
-		if !ok || (l.Server != "" && !statusNotServing(status.FromProto(statuses[i]))) {
+		if !ok || (l.Server != "" && !tabletpb.IsNotServing(status.FromProto(statuses[i]).Err())) {
 			continue
 		}
 		retry = append(retry, i)

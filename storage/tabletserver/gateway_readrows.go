@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
 // ReadRows reads the row set tablet after tablet from the owners; see
@@ -311,7 +312,7 @@ func (g *Gateway) sampleTable(ctx context.Context, table meta.TableID, req *bigt
 		s, err := g.sampleServer(ctx, loc, req)
 		if err != nil {
 			var stale []meta.Location
-			if notServing(err) || ownerGone(loc, err) {
+			if tabletpb.IsNotServing(err) || ownerGone(loc, err) {
 				for _, l := range locs {
 					if meta.ServerAddr(l.Server) == addr {
 						stale = append(stale, l)

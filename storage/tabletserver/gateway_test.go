@@ -30,6 +30,7 @@ import (
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
@@ -274,7 +275,7 @@ func newGWNode(t *testing.T, ctx context.Context, loc GatewayLocator, dial func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	tm := meta.Table{ID: meta.TableID{Instance: testInstance, Table: gwTable}, Families: map[string]tablet.Family{"f": {}},
+	tm := meta.Table{ID: meta.TableID{Instance: testInstance, Table: gwTable}, Families: map[string]tabletdesc.Family{"f": {}},
 		Tablets: []meta.TabletRef{{ID: gwTable + "-0", End: []byte(gwSplit)}, {ID: gwTable + "-1", Start: []byte(gwSplit)}}}
 	if err := host.OpenTable(ctx, tm); err != nil {
 		t.Fatal(err)
@@ -754,7 +755,7 @@ func TestGatewayRetriesStaleLocation(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Millisecond)
 	defer cancel()
 	err = c.a.gw.checkRow(dctx, "zzz")
-	if n := c.c.fault.calls.Load() - calls; n >= gatewayAttempts || !notServing(err) {
+	if n := c.c.fault.calls.Load() - calls; n >= gatewayAttempts || !tabletpb.IsNotServing(err) {
 		t.Errorf("with a deadline: %d attempts, err %v", n, err)
 	}
 }

@@ -26,7 +26,7 @@ import (
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/sstable"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 const (
@@ -112,16 +112,16 @@ func newTestEnv(t testing.TB, ho HostOptions, do DataOptions) *testEnv {
 type tableDef struct {
 	name        string
 	families    []string
-	gc          map[string]tablet.GCPolicy
+	gc          map[string]tabletdesc.GCPolicy
 	granularity meta.Granularity
 	splits      []string // initial tablet boundaries
 }
 
 func (e *testEnv) tableMeta(d tableDef) meta.Table {
-	t := meta.Table{ID: meta.TableID{Instance: testInstance, Table: d.name}, Families: map[string]tablet.Family{},
+	t := meta.Table{ID: meta.TableID{Instance: testInstance, Table: d.name}, Families: map[string]tabletdesc.Family{},
 		Granularity: d.granularity}
 	for _, f := range d.families {
-		t.Families[f] = tablet.Family{GC: d.gc[f]}
+		t.Families[f] = tabletdesc.Family{GC: d.gc[f]}
 	}
 	var start []byte
 	for i, s := range append(slices.Clone(d.splits), "") {

@@ -36,7 +36,7 @@
 // tablets, which the cluster's tablet server loads and unloads through
 // LoadTablet and UnloadTablet (host_tablets.go) instead of OpenTable and
 // DropTable, so a table's routing may have gaps. A row in a gap answers
-// tablet.NotServingError at once — no retry: the row is served elsewhere
+// tabletdesc.NotServingError at once — no retry: the row is served elsewhere
 // and only the client's location cache can find it — and a scan answers it
 // at the first row of the range no local tablet covers, after the rows
 // before it, never silently skipping rows. The retries for a tablet that
@@ -67,6 +67,7 @@ import (
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // Defaults of HostOptions.
@@ -131,7 +132,7 @@ type HostOptions struct {
 	Lease Lease
 	// Partial is cluster mode: the Host serves only the tablets loaded
 	// with LoadTablet, so a table's routing may have gaps, and a request
-	// for a row in a gap answers tablet.NotServingError at once. False
+	// for a row in a gap answers tabletdesc.NotServingError at once. False
 	// (tabula dev): OpenTable serves whole tables.
 	Partial bool
 	// OnSplit, when set, is called after the Host split a tablet (the
@@ -625,7 +626,7 @@ const (
 )
 
 // withTablet calls fn with the tablet holding row, looking it up again
-// when fn fails with tablet.ErrNotServing (a split or close raced the
+// when fn fails with tabletdesc.ErrNotServing (a split or close raced the
 // request), so that clients never see a split.
 func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn func(*tablet.Tablet) error) error {
 	backoff := notServingBackoff
@@ -640,10 +641,10 @@ func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn f
 			if h.opts.Partial {
 				// Served elsewhere (or nowhere yet): waiting would
 				// not help, the client must look the row up again.
-				return &tablet.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet of this server holds the row"}
+				return &tabletdesc.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet of this server holds the row"}
 			}
-			err = &tablet.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet holds the row"}
-		} else if err = fn(tb); !errors.Is(err, tablet.ErrNotServing) {
+			err = &tabletdesc.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet holds the row"}
+		} else if err = fn(tb); !errors.Is(err, tabletdesc.ErrNotServing) {
 			return err
 		}
 		if err := sleepCtx(ctx, backoff); err != nil {
@@ -653,7 +654,7 @@ func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn f
 	}
 	// A tablet that stopped serving (closed, splitting) does not say which
 	// row was asked for; the client's NotServing detail wants it.
-	var ns *tablet.NotServingError
+	var ns *tabletdesc.NotServingError
 	if errors.As(err, &ns) && ns.Row == nil {
 		ns.Row = row
 	}
@@ -692,7 +693,7 @@ var errStopScan = errors.New("stop scan")
 // and the scan resumes after the last row returned, so fn sees each row
 // once. fn's errors stop the scan and are returned. In Partial mode, a
 // part of the range no local tablet covers ends the scan, once the rows
-// before it were passed to fn, with a *tablet.NotServingError naming the
+// before it were passed to fn, with a *tabletdesc.NotServingError naming the
 // first row of that part (see scanTablets).
 func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, reverse bool, ro tablet.ReadOptions, fn func(cell.Row) error) error {
 	var last []byte // last row passed to fn
@@ -721,7 +722,7 @@ func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, rev
 			gap.err.Tablet = id.String()
 			return gap.err // served elsewhere: retrying would not help
 		}
-		if !errors.Is(err, tablet.ErrNotServing) {
+		if !errors.Is(err, tabletdesc.ErrNotServing) {
 			return err
 		}
 		retries++
@@ -737,7 +738,7 @@ func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, rev
 
 // gapError is scanTablets' error for a part of the range no tablet of the
 // routing covers (Partial mode); scan answers err without retrying.
-type gapError struct{ err *tablet.NotServingError }
+type gapError struct{ err *tabletdesc.NotServingError }
 
 func (e *gapError) Error() string { return e.err.Error() }
 func (e *gapError) Unwrap() error { return e.err }
@@ -762,7 +763,7 @@ func scanTablets(ctx context.Context, rt *routing, lo, hi []byte, reverse, parti
 		slices.Reverse(sel)
 	}
 	gap := func(row []byte) error {
-		return &gapError{&tablet.NotServingError{Row: append([]byte{}, row...),
+		return &gapError{&tabletdesc.NotServingError{Row: append([]byte{}, row...),
 			Reason: "no tablet of this server holds the row (the scan's range continues elsewhere)"}}
 	}
 	// The rows scanned so far, as a range: forward [lo, next), next nil
@@ -957,7 +958,7 @@ func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string
 	h.forgetNoSplit(parent)
 	t := *st.meta.Load()
 	var children []*tablet.Tablet
-	for _, c := range []tablet.State{res.Left, res.Right} {
+	for _, c := range []tabletdesc.State{res.Left, res.Right} {
 		if children, err = h.openTablet(ctx, t, c.ID, nil, nil, children); err != nil {
 			// The split is committed; the table cannot be served
 			// whole until the children open. Keep the parent in
@@ -990,7 +991,7 @@ func (h *Host) TruncateLog(ctx context.Context) error {
 		return nil
 	}
 	h.mu.RLock()
-	var oldest *commitlog.Position
+	var oldest *tabletdesc.LogPosition
 	for _, st := range h.tables {
 		for _, tb := range st.list() {
 			p := tb.State().RedoPoint

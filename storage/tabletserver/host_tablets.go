@@ -312,7 +312,7 @@ func (h *Host) insertLocked(ctx context.Context, st *servedTable, t meta.Table, 
 }
 
 // UnloadTablet stops serving a tablet: it leaves the routing first (new
-// requests for its rows answer tablet.NotServingError), then is closed,
+// requests for its rows answer tabletdesc.NotServingError), then is closed,
 // which flushes its memtable, so that its next server need not replay this
 // server's log. The table's entry goes with its last tablet. A tablet
 // being loaded is unloaded once loaded; an unknown tablet is not an error

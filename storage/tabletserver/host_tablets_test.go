@@ -18,13 +18,14 @@ import (
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // partialTable is a table of three tablets: [, h), [h, p), [p, ).
 func partialTable(name string) meta.Table {
 	return meta.Table{
 		ID:       meta.TableID{Instance: testInstance, Table: name},
-		Families: map[string]tablet.Family{"f": {}},
+		Families: map[string]tabletdesc.Family{"f": {}},
 		Tablets: []meta.TabletRef{
 			{ID: name + "-0", End: []byte("h")},
 			{ID: name + "-1", Start: []byte("h"), End: []byte("p")},
@@ -109,7 +110,7 @@ func scanRows(h *Host, id meta.TableID, start, end string, reverse bool) (string
 // DataService answers it (FAILED_PRECONDITION with the detail).
 func wantNotServing(t *testing.T, h *Host, err error, row string) {
 	t.Helper()
-	if !errors.Is(err, tablet.ErrNotServing) {
+	if !errors.Is(err, tabletdesc.ErrNotServing) {
 		t.Fatalf("got %v, want not serving", err)
 	}
 	if d := notServingOf(t, h.toStatus(err)); string(d.GetRowKey()) != row {
@@ -449,7 +450,7 @@ func TestPartialOnSplit(t *testing.T) {
 	}
 
 	// METADATA does not split.
-	mt := meta.Table{ID: meta.MetadataTable, Families: map[string]tablet.Family{"f": {}},
+	mt := meta.Table{ID: meta.MetadataTable, Families: map[string]tabletdesc.Family{"f": {}},
 		Tablets: []meta.TabletRef{{ID: "meta-root"}}}
 	loadAll(t, b, mt, Recovery{}, 0)
 	for _, row := range []string{"a", "b", "c"} {
@@ -470,7 +471,7 @@ type blockingStates struct {
 	release chan struct{}
 }
 
-func (b *blockingStates) Load(ctx context.Context, id string) (tablet.State, error) {
+func (b *blockingStates) Load(ctx context.Context, id string) (tabletdesc.State, error) {
 	if id == b.id {
 		close(b.entered)
 		<-b.release
@@ -533,14 +534,14 @@ func TestFenceStateStore(t *testing.T) {
 	var valid atomic.Bool
 	inner := tablet.NewBlobStateStore(blob.NewMemory(), "state")
 	s := fenceStateStore(inner, leaseFunc(valid.Load))
-	if err := s.Save(ctx, tablet.State{ID: "x"}); !errors.Is(err, ErrLeaseLapsed) {
+	if err := s.Save(ctx, tabletdesc.State{ID: "x"}); !errors.Is(err, ErrLeaseLapsed) {
 		t.Fatalf("save with a lapsed lease: %v", err)
 	}
 	if _, err := s.Load(ctx, "x"); !errors.Is(err, tablet.ErrStateNotFound) {
 		t.Fatalf("a fenced save was stored: %v", err)
 	}
 	valid.Store(true)
-	if err := s.Save(ctx, tablet.State{ID: "x"}); err != nil {
+	if err := s.Save(ctx, tabletdesc.State{ID: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Load(ctx, "x"); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // TestAutoSplitStitchedReads writes a table past a small split size while
@@ -240,7 +241,7 @@ func TestHostControl(t *testing.T) {
 	id := tm.ID
 
 	// New family through UpdateSchema (OpenTable of an open table is the same).
-	tm.Families["g"] = tablet.Family{GC: tablet.GCPolicy{MaxVersions: 1}}
+	tm.Families["g"] = tabletdesc.Family{GC: tabletdesc.GCPolicy{MaxVersions: 1}}
 	if err := e.host.OpenTable(ctx, tm); err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func TestHostControl(t *testing.T) {
 	if err := e.host.TruncateLog(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if before.Compare(commitlog.Position{}) <= 0 {
+	if before.Compare(tabletdesc.LogPosition{}) <= 0 {
 		t.Fatalf("log tail %v", before)
 	}
 	if e.host.TableTablets(meta.TableID{Instance: testInstance, Table: "nope"}) != nil {
@@ -329,7 +330,7 @@ func TestRestartRecoversFromLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tm := meta.Table{ID: meta.TableID{Instance: "i", Table: "t"}, Families: map[string]tablet.Family{"f": {}},
+	tm := meta.Table{ID: meta.TableID{Instance: "i", Table: "t"}, Families: map[string]tabletdesc.Family{"f": {}},
 		Tablets: []meta.TabletRef{{ID: "t-0"}}}
 	if err := h.OpenTable(ctx, tm); err != nil {
 		t.Fatal(err)
@@ -439,7 +440,7 @@ func TestLogTruncation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tm := meta.Table{ID: meta.TableID{Instance: "i", Table: "t"}, Families: map[string]tablet.Family{"f": {}},
+	tm := meta.Table{ID: meta.TableID{Instance: "i", Table: "t"}, Families: map[string]tabletdesc.Family{"f": {}},
 		Granularity: meta.GranularityMicros, Tablets: []meta.TabletRef{{ID: "t0", End: []byte("m")}, {ID: "t1", Start: []byte("m")}}}
 	if err := h.OpenTable(ctx, tm); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // Lease is what the Host asks of the tablet server's lock-service session
@@ -139,7 +140,7 @@ type fencedStateStore struct {
 	lease Lease
 }
 
-func (f *fencedStateStore) Save(ctx context.Context, st tablet.State) error {
+func (f *fencedStateStore) Save(ctx context.Context, st tabletdesc.State) error {
 	if !f.lease.Valid() {
 		return fmt.Errorf("tablet %s: state not saved: %w", st.ID, ErrLeaseLapsed)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
@@ -45,17 +46,17 @@ func wantDetail(t *testing.T, got, want *tabletpb.NotServing) {
 }
 
 func TestToStatusNotServingDetail(t *testing.T) {
-	err := toStatus(&tablet.NotServingError{Tablet: "t-3", Row: []byte("row\x00"), Reason: "row outside the tablet's range"})
+	err := toStatus(&tabletdesc.NotServingError{Tablet: "t-3", Row: []byte("row\x00"), Reason: "row outside the tablet's range"})
 	wantDetail(t, notServingOf(t, err), &tabletpb.NotServing{TabletId: "t-3", RowKey: []byte("row\x00"), Reason: "row outside the tablet's range"})
 	if msg := status.Convert(err).Message(); msg != `tablet t-3: not serving row "row\x00": row outside the tablet's range` {
 		t.Fatalf("message %q", msg)
 	}
 	// Wrapped, whole tablet.
-	err = toStatus(&rowError{key: []byte("k"), err: &tablet.NotServingError{Tablet: "t-1", Reason: "closed"}})
+	err = toStatus(&rowError{key: []byte("k"), err: &tabletdesc.NotServingError{Tablet: "t-1", Reason: "closed"}})
 	wantDetail(t, notServingOf(t, err), &tabletpb.NotServing{TabletId: "t-1", Reason: "closed"})
 	// Only the sentinel: the message is the reason.
-	err = toStatus(tablet.ErrNotServing)
-	wantDetail(t, notServingOf(t, err), &tabletpb.NotServing{Reason: tablet.ErrNotServing.Error()})
+	err = toStatus(tabletdesc.ErrNotServing)
+	wantDetail(t, notServingOf(t, err), &tabletpb.NotServing{Reason: tabletdesc.ErrNotServing.Error()})
 	// Other codes carry no detail.
 	if d := status.Convert(toStatus(&tablet.FamilyNotFoundError{Family: "f"})).Details(); len(d) != 0 {
 		t.Fatalf("NOT_FOUND with details %v", d)
@@ -140,7 +141,7 @@ func TestNotServingDetailOverGRPC(t *testing.T) {
 
 	// The script service converts with the same Host.
 	ss := NewScriptService(e.host, ScriptOptions{Logger: quietLogger()})
-	err = ss.runError("s.szl", &tablet.NotServingError{Tablet: "t-1", Reason: "closed"})
+	err = ss.runError("s.szl", &tabletdesc.NotServingError{Tablet: "t-1", Reason: "closed"})
 	if got := notServingOf(t, err); got.GetTableName() != table || !bytes.Equal(got.GetTabletStart(), []byte("m")) {
 		t.Fatalf("script service detail %v", got)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/tabuladb/tabula/scripts"
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
 )
 
@@ -44,7 +44,7 @@ func FuzzScriptRun(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { host.Close() })
-	tm := meta.Table{ID: meta.TableID{Instance: "i", Table: "t"}, Families: map[string]tablet.Family{"f": {}},
+	tm := meta.Table{ID: meta.TableID{Instance: "i", Table: "t"}, Families: map[string]tabletdesc.Family{"f": {}},
 		Tablets: []meta.TabletRef{{ID: "t0", End: []byte("m")}, {ID: "t1", Start: []byte("m")}}}
 	if err := host.OpenTable(ctx, tm); err != nil {
 		f.Fatal(err)

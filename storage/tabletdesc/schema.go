@@ -1,11 +1,10 @@
-package tablet
+package tabletdesc
 
 import (
 	"fmt"
 	"time"
 
 	"github.com/tabuladb/tabula/storage/cell"
-	"github.com/tabuladb/tabula/storage/sstable"
 )
 
 // DefaultLocalityGroup is the locality group of families that name none.
@@ -80,11 +79,38 @@ type Family struct {
 	LocalityGroup string
 }
 
-func (f Family) group() string {
+// Group returns the name of the family's locality group: LocalityGroup, or
+// DefaultLocalityGroup when that is empty.
+func (f Family) Group() string {
 	if f.LocalityGroup == "" {
 		return DefaultLocalityGroup
 	}
 	return f.LocalityGroup
+}
+
+// Compression is the codec of a locality group's SSTable data blocks. The
+// values are stored in catalog entries (as JSON numbers), so they never
+// change; the tablet maps them to the SSTable format's codecs.
+type Compression uint8
+
+// The codecs a locality group may choose.
+const (
+	NoCompression     Compression = 0
+	SnappyCompression Compression = 1
+	ZstdCompression   Compression = 2
+)
+
+// String returns "none", "snappy", "zstd" or "compression(N)".
+func (c Compression) String() string {
+	switch c {
+	case NoCompression:
+		return "none"
+	case SnappyCompression:
+		return "snappy"
+	case ZstdCompression:
+		return "zstd"
+	}
+	return fmt.Sprintf("compression(%d)", uint8(c))
 }
 
 // LocalityGroup configures the SSTables of a set of families that are read
@@ -95,7 +121,7 @@ type LocalityGroup struct {
 	// opened, so reads of it touch no storage.
 	InMemory bool
 	// Compression of the group's data blocks; the zero value is none.
-	Compression sstable.Compression
+	Compression Compression
 	// BlockSize of the group's data blocks; 0 means the sstable default
 	// (64 KiB).
 	BlockSize int
@@ -122,18 +148,19 @@ func (s Schema) Validate() error {
 	return nil
 }
 
-// groupOf returns the locality group of a family and whether the family
+// GroupOf returns the locality group of a family and whether the family
 // exists.
-func (s Schema) groupOf(family string) (string, bool) {
+func (s Schema) GroupOf(family string) (string, bool) {
 	f, ok := s.Families[family]
 	if !ok {
 		return "", false
 	}
-	return f.group(), true
+	return f.Group(), true
 }
 
-// group returns the options of a locality group (defaults when unlisted).
-func (s Schema) group(name string) LocalityGroup {
+// Group returns the options of a locality group (defaults when unlisted),
+// with Name set to name.
+func (s Schema) Group(name string) LocalityGroup {
 	g, ok := s.LocalityGroups[name]
 	if !ok {
 		g = LocalityGroup{}
@@ -142,16 +169,18 @@ func (s Schema) group(name string) LocalityGroup {
 	return g
 }
 
-// groups returns the names of the locality groups the families use.
-func (s Schema) groups() map[string]bool {
+// Groups returns the names of the locality groups the families use.
+func (s Schema) Groups() map[string]bool {
 	out := make(map[string]bool)
 	for _, f := range s.Families {
-		out[f.group()] = true
+		out[f.Group()] = true
 	}
 	return out
 }
 
-func (s Schema) clone() Schema {
+// Clone returns a copy of s with maps of its own (the GC policies of the
+// families are shared), in which every Family's Name is its key.
+func (s Schema) Clone() Schema {
 	out := Schema{Families: make(map[string]Family, len(s.Families)), LocalityGroups: make(map[string]LocalityGroup, len(s.LocalityGroups))}
 	for k, v := range s.Families {
 		v.Name = k
