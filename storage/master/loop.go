@@ -27,21 +27,11 @@ type term struct {
 
 	// keys is the picture of servers/ from the watch, by key.
 	keys map[string]coord.Entry
-	// reports is the last List answer of each server.
-	reports map[assign.ServerID][]assign.Served
-	// dead holds the servers this master declared dead (it held their
-	// locks and deleted their keys), until none of their tablets needs
-	// recovering.
-	dead map[assign.ServerID]assign.LogState
-	// inflight holds one request per tablet, kept as the assign package
-	// doc says.
-	inflight map[assign.TabletID]*request
+	// memory is what observations carry from round to round (buildState).
+	memory
 	// released holds, for the current round, the servers whose key is
 	// released but not yet the master's: nothing is sent to them.
 	released map[assign.ServerID]bool
-	// unreachable holds the servers whose List has been failing, since
-	// when and how many times in a row.
-	unreachable map[assign.ServerID]*failing
 	// fenced holds, by server key, the time before which the master must
 	// not take a key whose session it ended (or found released at the
 	// start of the term): the holder may believe its lease valid until
@@ -53,20 +43,9 @@ type term struct {
 	sorted chan sortOutcome
 }
 
-type failing struct {
-	key   string
-	since time.Time
-	count int
-}
-
 type sortOutcome struct {
 	dead assign.ServerID
 	err  error
-}
-
-type request struct {
-	assign.InFlight
-	sent time.Time
 }
 
 // lead runs the control loop while the lock holds. It returns errLost when
@@ -85,18 +64,15 @@ func (c *Control) lead(ctx context.Context, sess coord.Session, lock coord.Lock)
 		cancel()
 	}()
 	t := &term{
-		c:           c,
-		sess:        sess,
-		lock:        lock,
-		ep:          epochs{kv: c.opts.Coord, block: c.opts.EpochBlock},
-		keys:        make(map[string]coord.Entry),
-		reports:     make(map[assign.ServerID][]assign.Served),
-		dead:        make(map[assign.ServerID]assign.LogState),
-		inflight:    make(map[assign.TabletID]*request),
-		unreachable: make(map[assign.ServerID]*failing),
-		fenced:      make(map[string]time.Time),
-		serverTTL:   c.opts.ServerTTL,
-		sorted:      make(chan sortOutcome, 16),
+		c:         c,
+		sess:      sess,
+		lock:      lock,
+		ep:        epochs{kv: c.opts.Coord, block: c.opts.EpochBlock},
+		keys:      make(map[string]coord.Entry),
+		memory:    newMemory(),
+		fenced:    make(map[string]time.Time),
+		serverTTL: c.opts.ServerTTL,
+		sorted:    make(chan sortOutcome, 16),
 	}
 	if t.serverTTL <= 0 {
 		t.serverTTL = sess.TTL()
@@ -369,134 +345,40 @@ func (t *term) send(ctx context.Context, calls []call) {
 	wg.Wait()
 }
 
-// observe builds the State: live servers and what they report, servers
-// whose key is released but not yet ours (held as if serving), the dead,
-// METADATA, requests in flight and splits reported.
+// observe builds the State: it gathers METADATA, the servers' List
+// answers (all at once: one that does not answer costs the round
+// ListTimeout, not one each) and the keys of servers/, and buildState makes
+// the State of them; then servers unreachable for long have their sessions
+// ended (fenceUnreachable), even in a round that is skipped.
 func (t *term) observe(ctx context.Context) (assign.State, error) {
-	var st assign.State
-	t.released = make(map[assign.ServerID]bool)
 	tablets, err := t.metadata(ctx)
 	if err != nil {
-		return st, err
+		return assign.State{}, err
 	}
-	st.Tablets = tablets
-	present := make(map[assign.ServerID]bool)
-	keys := make([]string, 0, len(t.keys))
-	for k := range t.keys {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	// Ask every server with a session what it serves, all at once: one
-	// that does not answer costs the round ListTimeout, not one each.
-	type listed struct {
-		served []assign.Served
-		err    error
-	}
-	answers := make(map[assign.ServerID]*listed)
+	view := roundView{Tablets: tablets, Keys: t.keys, Lists: make(map[assign.ServerID]listAnswer)}
+	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, key := range keys {
-		e := t.keys[key]
-		sid, ok := coord.ServerID(key)
-		if !ok || e.Session == "" {
-			continue
-		}
-		if _, isDead := t.dead[assign.ServerID(sid)]; isDead {
-			continue
-		}
-		l := &listed{}
-		answers[assign.ServerID(sid)] = l
+	for _, sid := range view.toList(t.dead) {
 		wg.Go(func() {
 			lctx, cancel := context.WithTimeout(ctx, t.c.opts.ListTimeout)
 			defer cancel()
-			l.served, l.err = t.c.opts.Servers.List(lctx, sid)
+			served, err := t.c.opts.Servers.List(lctx, string(sid))
+			mu.Lock()
+			view.Lists[sid] = listAnswer{Served: served, Err: err}
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	now := t.c.opts.Clock.Now()
-	answered := 0
-	var skip error
-	for _, key := range keys {
-		e := t.keys[key]
-		sid, ok := coord.ServerID(key)
-		if !ok {
-			continue
-		}
-		id := assign.ServerID(sid)
-		if _, isDead := t.dead[id]; isDead {
-			continue
-		}
-		present[id] = true
-		srv := assign.Server{ID: id, Addr: string(e.Value)}
-		if e.Session == "" {
-			t.released[id] = true
-			delete(t.unreachable, id)
-			// Released but not yet ours (lock-delay, or the wait after
-			// the master ended its session): the server may still be
-			// serving until its lease runs out. Keep its tablets where
-			// they are (its last report, and METADATA's location for any
-			// it never reported) and give it nothing: Draining keeps new
-			// tablets off it, and unloads to it are not sent.
-			srv.Draining = true
-			srv.Serving = slices.Clone(t.reports[id])
-			for _, tb := range tablets {
-				if tb.LastServer == id && !slices.ContainsFunc(srv.Serving, func(s assign.Served) bool { return s.ID == tb.ID }) {
-					srv.Serving = append(srv.Serving, assign.Served{ID: tb.ID, Table: tb.Table, Start: tb.Start, End: tb.End})
-				}
-			}
-			st.Live = append(st.Live, srv)
-			continue
-		}
-		a := answers[id]
-		served := a.served
-		if a.err != nil {
-			f := t.unreachable[id]
-			if f == nil {
-				f = &failing{key: key, since: now}
-				t.unreachable[id] = f
-			}
-			f.count++
-			prev, known := t.reports[id]
-			if !known {
-				// Without any report, its tablets would look unserved and
-				// be assigned twice: skip this round (after fencing).
-				skip = fmt.Errorf("master: list %s: %w", sid, a.err)
-				continue
-			}
-			// A stale report plus the requests in flight is still a safe
-			// picture: nothing it served is given away.
-			served = prev
-		} else {
-			answered++
-			delete(t.unreachable, id)
-		}
-		t.reports[id] = served
-		srv.Serving = served
-		st.Live = append(st.Live, srv)
+	view.Now = t.c.opts.Clock.Now()
+	o := buildState(view, &t.memory)
+	t.released = o.Released
+	t.fenceUnreachable(ctx, o.Answered)
+	if o.Skip != nil {
+		return o.State, o.Skip
 	}
-	for id := range t.unreachable {
-		if !present[id] {
-			delete(t.unreachable, id)
-		}
-	}
-	t.fenceUnreachable(ctx, answered)
-	if skip != nil {
-		return st, skip
-	}
-	for id := range t.reports {
-		if !present[id] {
-			delete(t.reports, id)
-		}
-	}
-	t.settle(st)
-	for id, log := range t.dead {
-		st.Dead = append(st.Dead, assign.DeadServer{ID: id, Log: log})
-	}
-	for _, r := range t.inflight {
-		in := r.InFlight
-		in.Age = now.Sub(r.sent)
-		st.InFlight = append(st.InFlight, in)
-	}
+	st := o.State
 	t.c.mu.Lock()
+	t.c.splits = pendingSplits(t.c.splits, st.Tablets)
 	st.Splits = slices.Clone(t.c.splits)
 	t.c.observed = st
 	t.c.mu.Unlock()
@@ -511,57 +393,6 @@ func (t *term) metadata(ctx context.Context) ([]assign.Tablet, error) {
 		return nil, fmt.Errorf("master: read METADATA: %w", err)
 	}
 	return tablets, nil
-}
-
-// settle updates the bookkeeping from a fresh observation: loads the
-// target reports are confirmed, records of tablets METADATA dropped go,
-// dead servers with nothing left to recover are forgotten, and split
-// reports METADATA now reflects are dropped.
-func (t *term) settle(st assign.State) {
-	byID := make(map[assign.TabletID]assign.Tablet, len(st.Tablets))
-	for _, tb := range st.Tablets {
-		byID[tb.ID] = tb
-	}
-	servedBy := make(map[assign.TabletID][]assign.ServerID)
-	for _, s := range st.Live {
-		for _, sv := range s.Serving {
-			servedBy[sv.ID] = append(servedBy[sv.ID], s.ID)
-		}
-	}
-	for id, r := range t.inflight {
-		if _, ok := byID[id]; !ok {
-			delete(t.inflight, id)
-			continue
-		}
-		if r.Kind == assign.LoadRequest && slices.Contains(servedBy[id], r.Server) {
-			delete(t.inflight, id) // confirmed
-		}
-	}
-	for id := range t.dead {
-		needed := false
-		for _, tb := range st.Tablets {
-			if tb.LastServer == id && len(servedBy[tb.ID]) == 0 {
-				needed = true
-				break
-			}
-		}
-		if !needed {
-			delete(t.dead, id)
-		}
-	}
-	t.c.mu.Lock()
-	t.c.splits = slices.DeleteFunc(t.c.splits, func(s assign.Split) bool {
-		if _, parent := byID[s.Parent]; parent {
-			return false
-		}
-		for _, ch := range s.Children {
-			if _, ok := byID[ch]; !ok {
-				return false
-			}
-		}
-		return true
-	})
-	t.c.mu.Unlock()
 }
 
 // prepare does the bookkeeping of one action in the loop's goroutine and

@@ -1,0 +1,255 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/master/assign"
+)
+
+// This file is the master's observation without I/O: what a round gathered
+// (roundView) and what the term remembers (memory) in, the State to plan on
+// out — the decisions about released servers, stale reports and skipped
+// rounds, testable without servers like assign.Plan.
+
+// roundView is what one round of the control loop gathered by I/O.
+type roundView struct {
+	// Tablets are METADATA's.
+	Tablets []assign.Tablet
+	// Keys is the picture of servers/, by key; an Entry without a
+	// Session is a released key.
+	Keys map[string]coord.Entry
+	// Lists holds the List answer of each server asked (toList).
+	Lists map[assign.ServerID]listAnswer
+	// Now is the time the answers were in.
+	Now time.Time
+}
+
+// listAnswer is a server's answer to List: what it serves, or an error.
+type listAnswer struct {
+	Served []assign.Served
+	Err    error
+}
+
+// toList returns the servers a round asks what they serve: those with a
+// key held by a session and not declared dead, in key order.
+func (v roundView) toList(dead map[assign.ServerID]assign.LogState) []assign.ServerID {
+	var out []assign.ServerID
+	for _, key := range slices.Sorted(maps.Keys(v.Keys)) {
+		sid, ok := coord.ServerID(key)
+		if !ok || v.Keys[key].Session == "" {
+			continue
+		}
+		if _, isDead := dead[assign.ServerID(sid)]; isDead {
+			continue
+		}
+		out = append(out, assign.ServerID(sid))
+	}
+	return out
+}
+
+// memory is what a term carries from one observation to the next.
+type memory struct {
+	// reports is the last List answer of each server.
+	reports map[assign.ServerID][]assign.Served
+	// dead holds the servers this master declared dead (it held their
+	// locks and deleted their keys), until none of their tablets needs
+	// recovering.
+	dead map[assign.ServerID]assign.LogState
+	// inflight holds one request per tablet, kept as the assign package
+	// doc says.
+	inflight map[assign.TabletID]*request
+	// unreachable holds the servers whose List has been failing, since
+	// when and how many times in a row.
+	unreachable map[assign.ServerID]*failing
+}
+
+func newMemory() memory {
+	return memory{
+		reports:     make(map[assign.ServerID][]assign.Served),
+		dead:        make(map[assign.ServerID]assign.LogState),
+		inflight:    make(map[assign.TabletID]*request),
+		unreachable: make(map[assign.ServerID]*failing),
+	}
+}
+
+// failing records a server whose List keeps failing.
+type failing struct {
+	key   string
+	since time.Time
+	count int
+}
+
+// request is a load or unload in flight and when it was sent.
+type request struct {
+	assign.InFlight
+	sent time.Time
+}
+
+// observation is buildState's result.
+type observation struct {
+	// State is the picture to plan on (without Splits, which the caller
+	// adds); meaningless when Skip is set.
+	State assign.State
+	// Released holds the servers whose key is released but not yet the
+	// master's: they keep their tablets and are sent nothing.
+	Released map[assign.ServerID]bool
+	// Answered counts the servers that answered List.
+	Answered int
+	// Skip, when set, says why no plan may be made this round: a server
+	// that never reported did not answer, so its tablets would look
+	// unserved and be assigned twice.
+	Skip error
+}
+
+// buildState makes the round's State from what it gathered and updates m:
+//   - a server whose key is released but not yet the master's may still
+//     serve until its lease runs out: it is kept Draining with its last
+//     report plus the tablets METADATA places on it;
+//   - a server that does not answer keeps its last report (with the
+//     requests in flight a safe picture: nothing it served is given away)
+//     and is counted unreachable; one that never reported skips the round;
+//   - on a round not skipped: reports of servers gone are forgotten, loads
+//     the target reports are confirmed, requests for tablets METADATA
+//     dropped go, and dead servers with nothing left to recover are
+//     forgotten.
+func buildState(v roundView, m *memory) observation {
+	o := observation{Released: make(map[assign.ServerID]bool)}
+	st := &o.State
+	st.Tablets = v.Tablets
+	present := make(map[assign.ServerID]bool)
+	for _, key := range slices.Sorted(maps.Keys(v.Keys)) {
+		e := v.Keys[key]
+		sid, ok := coord.ServerID(key)
+		if !ok {
+			continue
+		}
+		id := assign.ServerID(sid)
+		if _, isDead := m.dead[id]; isDead {
+			continue
+		}
+		present[id] = true
+		srv := assign.Server{ID: id, Addr: string(e.Value)}
+		if e.Session == "" {
+			o.Released[id] = true
+			delete(m.unreachable, id)
+			// Released but not yet ours (lock-delay, or the wait after
+			// the master ended its session): Draining keeps new tablets
+			// off it, and unloads to it are not sent.
+			srv.Draining = true
+			srv.Serving = slices.Clone(m.reports[id])
+			for _, tb := range v.Tablets {
+				if tb.LastServer == id && !slices.ContainsFunc(srv.Serving, func(s assign.Served) bool { return s.ID == tb.ID }) {
+					srv.Serving = append(srv.Serving, assign.Served{ID: tb.ID, Table: tb.Table, Start: tb.Start, End: tb.End})
+				}
+			}
+			st.Live = append(st.Live, srv)
+			continue
+		}
+		a, asked := v.Lists[id]
+		if !asked {
+			a.Err = errors.New("not asked")
+		}
+		served := a.Served
+		if a.Err != nil {
+			f := m.unreachable[id]
+			if f == nil {
+				f = &failing{key: key, since: v.Now}
+				m.unreachable[id] = f
+			}
+			f.count++
+			prev, known := m.reports[id]
+			if !known {
+				o.Skip = fmt.Errorf("master: list %s: %w", sid, a.Err)
+				continue
+			}
+			served = prev
+		} else {
+			o.Answered++
+			delete(m.unreachable, id)
+		}
+		m.reports[id] = served
+		srv.Serving = served
+		st.Live = append(st.Live, srv)
+	}
+	for id := range m.unreachable {
+		if !present[id] {
+			delete(m.unreachable, id)
+		}
+	}
+	if o.Skip != nil {
+		return o
+	}
+	for id := range m.reports {
+		if !present[id] {
+			delete(m.reports, id)
+		}
+	}
+	m.settle(*st)
+	for _, id := range slices.Sorted(maps.Keys(m.dead)) {
+		st.Dead = append(st.Dead, assign.DeadServer{ID: id, Log: m.dead[id]})
+	}
+	for _, id := range slices.Sorted(maps.Keys(m.inflight)) {
+		in := m.inflight[id].InFlight
+		in.Age = v.Now.Sub(m.inflight[id].sent)
+		st.InFlight = append(st.InFlight, in)
+	}
+	return o
+}
+
+// settle updates m from a fresh observation: loads the target reports are
+// confirmed, records of tablets METADATA dropped go, and dead servers with
+// nothing left to recover are forgotten.
+func (m *memory) settle(st assign.State) {
+	byID := make(map[assign.TabletID]bool, len(st.Tablets))
+	for _, tb := range st.Tablets {
+		byID[tb.ID] = true
+	}
+	servedBy := make(map[assign.TabletID][]assign.ServerID)
+	for _, s := range st.Live {
+		for _, sv := range s.Serving {
+			servedBy[sv.ID] = append(servedBy[sv.ID], s.ID)
+		}
+	}
+	for id, r := range m.inflight {
+		if !byID[id] {
+			delete(m.inflight, id)
+			continue
+		}
+		if r.Kind == assign.LoadRequest && slices.Contains(servedBy[id], r.Server) {
+			delete(m.inflight, id) // confirmed
+		}
+	}
+	for id := range m.dead {
+		needed := slices.ContainsFunc(st.Tablets, func(tb assign.Tablet) bool {
+			return tb.LastServer == id && len(servedBy[tb.ID]) == 0
+		})
+		if !needed {
+			delete(m.dead, id)
+		}
+	}
+}
+
+// pendingSplits returns the split reports METADATA does not reflect yet:
+// those whose parent is still listed or some child is not.
+func pendingSplits(splits []assign.Split, tablets []assign.Tablet) []assign.Split {
+	byID := make(map[assign.TabletID]bool, len(tablets))
+	for _, tb := range tablets {
+		byID[tb.ID] = true
+	}
+	return slices.DeleteFunc(splits, func(s assign.Split) bool {
+		if byID[s.Parent] {
+			return false
+		}
+		for _, ch := range s.Children {
+			if !byID[ch] {
+				return false
+			}
+		}
+		return true
+	})
+}

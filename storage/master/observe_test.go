@@ -1,0 +1,226 @@
+package master
+
+import (
+	"errors"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/master/assign"
+)
+
+// held and released are servers/ entries: a key held by a session, and
+// one whose session ended.
+func held(addr string) coord.Entry     { return coord.Entry{Value: []byte(addr), Session: "s-" + addr} }
+func released(addr string) coord.Entry { return coord.Entry{Value: []byte(addr)} }
+
+func served(ids ...assign.TabletID) []assign.Served {
+	out := make([]assign.Served, len(ids))
+	for i, id := range ids {
+		out[i] = assign.Served{ID: id}
+	}
+	return out
+}
+
+// liveView is a compact picture of a State's Live servers for comparing:
+// server → tablets served, with "(draining)" for released servers.
+func liveView(st assign.State) map[assign.ServerID][]assign.TabletID {
+	out := make(map[assign.ServerID][]assign.TabletID)
+	for _, s := range st.Live {
+		ids := []assign.TabletID{}
+		for _, sv := range s.Serving {
+			ids = append(ids, sv.ID)
+		}
+		if s.Draining {
+			ids = append(ids, "(draining)")
+		}
+		out[s.ID] = ids
+	}
+	return out
+}
+
+func TestBuildState(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	down := errors.New("connection refused")
+	tablets := []assign.Tablet{
+		{ID: "t1", Table: "t", End: "m", LastServer: "a"},
+		{ID: "t2", Table: "t", Start: "m", LastServer: "b"},
+		{ID: "t3", Table: "u", LastServer: "dead1"},
+	}
+	type want struct {
+		live        map[assign.ServerID][]assign.TabletID
+		released    []assign.ServerID
+		answered    int
+		skip        string // substring of the Skip error; "" for none
+		dead        []assign.ServerID
+		inflight    []assign.TabletID
+		unreachable map[assign.ServerID]int // server → failures in a row
+		reports     []assign.ServerID
+	}
+	for _, tc := range []struct {
+		name  string
+		keys  map[string]coord.Entry
+		lists map[assign.ServerID]listAnswer
+		mem   func(*memory)
+		want  want
+	}{{
+		name:  "every server answers",
+		keys:  map[string]coord.Entry{coord.ServerKey("a"): held("a:1"), coord.ServerKey("b"): held("b:1")},
+		lists: map[assign.ServerID]listAnswer{"a": {Served: served("t1")}, "b": {Served: served("t2")}},
+		want: want{
+			live:     map[assign.ServerID][]assign.TabletID{"a": {"t1"}, "b": {"t2"}},
+			answered: 2, reports: []assign.ServerID{"a", "b"}, unreachable: map[assign.ServerID]int{},
+		},
+	}, {
+		name:  "a released key keeps its last report and METADATA's tablets, draining",
+		keys:  map[string]coord.Entry{coord.ServerKey("a"): released("a:1"), coord.ServerKey("b"): held("b:1")},
+		lists: map[assign.ServerID]listAnswer{"b": {Served: served("t2")}},
+		mem: func(m *memory) {
+			m.reports["a"] = served("tx") // reported before, METADATA not yet updated
+			m.unreachable["a"] = &failing{key: coord.ServerKey("a"), since: now.Add(-time.Minute), count: 5}
+		},
+		want: want{
+			live:     map[assign.ServerID][]assign.TabletID{"a": {"tx", "t1", "(draining)"}, "b": {"t2"}},
+			released: []assign.ServerID{"a"}, answered: 1, reports: []assign.ServerID{"a", "b"},
+			unreachable: map[assign.ServerID]int{},
+		},
+	}, {
+		name:  "an unreachable server that reported before keeps its report",
+		keys:  map[string]coord.Entry{coord.ServerKey("a"): held("a:1"), coord.ServerKey("b"): held("b:1")},
+		lists: map[assign.ServerID]listAnswer{"a": {Err: down}, "b": {Served: served("t2")}},
+		mem: func(m *memory) {
+			m.reports["a"] = served("t1")
+			m.unreachable["a"] = &failing{key: coord.ServerKey("a"), since: now.Add(-time.Second), count: 2}
+		},
+		want: want{
+			live:     map[assign.ServerID][]assign.TabletID{"a": {"t1"}, "b": {"t2"}},
+			answered: 1, reports: []assign.ServerID{"a", "b"}, unreachable: map[assign.ServerID]int{"a": 3},
+		},
+	}, {
+		name:  "an unreachable server that never reported skips the round, keeping the bookkeeping",
+		keys:  map[string]coord.Entry{coord.ServerKey("a"): held("a:1"), coord.ServerKey("b"): held("b:1")},
+		lists: map[assign.ServerID]listAnswer{"a": {Err: down}, "b": {Served: served("t2")}},
+		mem: func(m *memory) {
+			m.reports["gone"] = served("t9")
+			m.inflight["t1"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t1", Server: "b"}, sent: now}
+			m.dead["dead1"] = assign.LogSorted
+		},
+		want: want{
+			live: map[assign.ServerID][]assign.TabletID{"b": {"t2"}}, skip: "list a: connection refused",
+			answered: 1, reports: []assign.ServerID{"b", "gone"}, unreachable: map[assign.ServerID]int{"a": 1},
+			inflight: []assign.TabletID{"t1"}, dead: []assign.ServerID{"dead1"},
+		},
+	}, {
+		name:  "settling: loads confirmed, dropped tablets' requests and recovered dead servers forgotten",
+		keys:  map[string]coord.Entry{coord.ServerKey("a"): held("a:1"), coord.ServerKey("b"): held("b:1")},
+		lists: map[assign.ServerID]listAnswer{"a": {Served: served("t1", "t3")}, "b": {Served: served()}},
+		mem: func(m *memory) {
+			m.reports["gone"] = served("t9")
+			m.inflight["t1"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t1", Server: "a"}, sent: now}
+			m.inflight["t2"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t2", Server: "b"}, sent: now.Add(-time.Second)}
+			m.inflight["t9"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t9", Server: "b"}, sent: now}
+			m.dead["dead1"] = assign.LogSorted // t3 is served again: recovered
+			m.dead["dead2"] = assign.LogSorting
+		},
+		want: want{
+			live:     map[assign.ServerID][]assign.TabletID{"a": {"t1", "t3"}, "b": {}},
+			answered: 2, reports: []assign.ServerID{"a", "b"}, unreachable: map[assign.ServerID]int{},
+			inflight: []assign.TabletID{"t2"},
+		},
+	}, {
+		name:  "a dead server is not live, and stays dead while a tablet of its waits",
+		keys:  map[string]coord.Entry{coord.ServerKey("a"): held("a:1"), coord.ServerKey("dead1"): held("d:1")},
+		lists: map[assign.ServerID]listAnswer{"a": {Served: served("t1", "t2")}},
+		mem:   func(m *memory) { m.dead["dead1"] = assign.LogUnsorted },
+		want: want{
+			live:     map[assign.ServerID][]assign.TabletID{"a": {"t1", "t2"}},
+			answered: 1, reports: []assign.ServerID{"a"}, unreachable: map[assign.ServerID]int{},
+			dead: []assign.ServerID{"dead1"},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMemory()
+			if tc.mem != nil {
+				tc.mem(&m)
+			}
+			v := roundView{Tablets: tablets, Keys: tc.keys, Lists: tc.lists, Now: now}
+			// The servers a round asks are exactly those it has answers for.
+			asked := v.toList(m.dead)
+			if got := slices.Sorted(maps.Keys(tc.lists)); !slices.Equal(asked, got) {
+				t.Fatalf("toList = %v, want %v", asked, got)
+			}
+			o := buildState(v, &m)
+			w := tc.want
+			if got := liveView(o.State); !reflect.DeepEqual(got, w.live) {
+				t.Errorf("live = %v, want %v", got, w.live)
+			}
+			if got := slices.Sorted(maps.Keys(o.Released)); !slices.Equal(got, w.released) {
+				t.Errorf("released = %v, want %v", got, w.released)
+			}
+			if o.Answered != w.answered {
+				t.Errorf("answered = %d, want %d", o.Answered, w.answered)
+			}
+			if (o.Skip == nil) != (w.skip == "") || (o.Skip != nil && !strings.Contains(o.Skip.Error(), w.skip)) {
+				t.Errorf("skip = %v, want %q", o.Skip, w.skip)
+			}
+			if got := slices.Sorted(maps.Keys(m.dead)); !slices.Equal(got, w.dead) {
+				t.Errorf("dead = %v, want %v", got, w.dead)
+			}
+			if got := slices.Sorted(maps.Keys(m.inflight)); !slices.Equal(got, w.inflight) {
+				t.Errorf("in flight = %v, want %v", got, w.inflight)
+			}
+			gotUnreachable := make(map[assign.ServerID]int)
+			for id, f := range m.unreachable {
+				gotUnreachable[id] = f.count
+			}
+			if !reflect.DeepEqual(gotUnreachable, w.unreachable) {
+				t.Errorf("unreachable = %v, want %v", gotUnreachable, w.unreachable)
+			}
+			if got := slices.Sorted(maps.Keys(m.reports)); !slices.Equal(got, w.reports) {
+				t.Errorf("reports of %v, want %v", got, w.reports)
+			}
+			if o.Skip == nil {
+				// The State carries what the memory now holds.
+				var dead []assign.ServerID
+				for _, d := range o.State.Dead {
+					dead = append(dead, d.ID)
+				}
+				if !slices.Equal(dead, w.dead) {
+					t.Errorf("State.Dead = %v, want %v", dead, w.dead)
+				}
+				for _, in := range o.State.InFlight {
+					if want := now.Sub(m.inflight[in.Tablet].sent); in.Age != want {
+						t.Errorf("age of %s = %v, want %v", in.Tablet, in.Age, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestPendingSplits(t *testing.T) {
+	tablets := []assign.Tablet{{ID: "c1"}, {ID: "c2"}, {ID: "p2"}, {ID: "d1"}}
+	splits := []assign.Split{
+		{Parent: "p1", Children: []assign.TabletID{"c1", "c2"}}, // reflected: dropped
+		{Parent: "p2", Children: []assign.TabletID{"x1"}},       // parent still listed
+		{Parent: "p3", Children: []assign.TabletID{"d1", "d2"}}, // a child missing
+	}
+	got := pendingSplits(slices.Clone(splits), tablets)
+	if want := splits[1:]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("pending = %v, want %v", got, want)
+	}
+}
+
+func mapKeysOf[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
