@@ -214,13 +214,3 @@ func TestPendingSplits(t *testing.T) {
 		t.Fatalf("pending = %v, want %v", got, want)
 	}
 }
-
-func mapKeysOf[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
