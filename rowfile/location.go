@@ -94,6 +94,12 @@ func (l *Location) Open(ctx context.Context, name string) (blob.Object, error) {
 	return l.store.Open(ctx, l.key(name))
 }
 
+// Delete removes the file name; a missing file is an error matching
+// blob.ErrNotExist.
+func (l *Location) Delete(ctx context.Context, name string) error {
+	return l.store.Delete(ctx, l.key(name))
+}
+
 // List returns the base names of the committed files directly in the
 // location, sorted.
 func (l *Location) List(ctx context.Context) ([]string, error) {

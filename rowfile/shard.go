@@ -98,3 +98,37 @@ func SelectShards(names []string, prefix, ext string) ([]string, error) {
 	}
 	panic("unreachable")
 }
+
+// MatchShards returns the names that are shards of prefix and ext, of any
+// set, in the order given.
+func MatchShards(names []string, prefix, ext string) []string {
+	var out []string
+	for _, n := range names {
+		if _, _, ok := ParseShardName(n, prefix, ext); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// ShardPrefixes returns the distinct prefixes of the names that look like
+// shards with extension ext (PREFIX-SSSSS-of-NNNNN.EXT), sorted.
+func ShardPrefixes(names []string, ext string) []string {
+	seen := map[string]bool{}
+	for _, n := range names {
+		// The suffix -SSSSS-of-NNNNN.EXT has a fixed length.
+		cut := len(n) - len("-00000-of-00000.") - len(ext)
+		if cut <= 0 {
+			continue
+		}
+		if _, _, ok := ParseShardName(n, n[:cut], ext); ok {
+			seen[n[:cut]] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
