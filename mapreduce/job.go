@@ -43,8 +43,8 @@ type Job struct {
 	Reducers int
 	// Output receives what the job writes; nil keeps only counters.
 	Output Output
-	// Timestamp, when not 0, is the timestamp of output cells written
-	// without one (JobSpec.Timestamp); by default it is the newest
+	// Timestamp, when not 0, is the output timestamp, of cells written
+	// with JobTimestamp (JobSpec.Timestamp); by default it is the newest
 	// input cell's timestamp for a job with reducers, and the job's read
 	// time for a map-only job.
 	Timestamp int64
@@ -73,7 +73,8 @@ type MapContext interface {
 	// Emit sends a key/value pair to the shuffle (jobs with reducers).
 	// The bytes are copied: the caller may reuse them.
 	Emit(key, value []byte) error
-	// Write writes a row to the job's output (map-only jobs).
+	// Write writes a row to the job's output (map-only jobs). Cells with
+	// Timestamp JobTimestamp get the job's output timestamp.
 	Write(row cell.Row) error
 	// Count adds n to the user counter name.
 	Count(name string, n int64)
@@ -83,14 +84,19 @@ type MapContext interface {
 
 // ReduceContext is what a reduce function writes to.
 type ReduceContext interface {
-	// Write writes a row to the job's output. Cells with Timestamp 0 get
-	// the job's output timestamp (JobSpec.Timestamp).
+	// Write writes a row to the job's output. Cells with Timestamp
+	// JobTimestamp get the job's output timestamp (JobSpec.Timestamp).
 	Write(row cell.Row) error
 	// Count adds n to the user counter name.
 	Count(name string, n int64)
 	// Task is the attempt being run.
 	Task() Task
 }
+
+// JobTimestamp, as a written cell's timestamp, stands for the job's
+// output timestamp (JobSpec.Timestamp): fixed per run, so that a
+// re-executed task writes identical cells.
+const JobTimestamp int64 = -2
 
 // Input is where a job reads: *TableInput or *FileInput.
 type Input interface{ input() }
@@ -142,8 +148,9 @@ func (*FileInput) input() {}
 type Output interface{ output() }
 
 // TableOutput writes rows as batched mutations (client.ApplyBulk). Each
-// cell is written with its own timestamp, or the job's output timestamp
-// when it has none (0): a re-executed task rewrites identical cells.
+// cell is written with its own timestamp (copytable, import keep the
+// source's), or the job's output timestamp when it is JobTimestamp: a
+// re-executed task rewrites identical cells.
 type TableOutput struct {
 	// Addr is the cluster to write (default: JobSpec.Addr).
 	Addr  string

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/tabuladb/tabula/mapreduce/shuffle"
 	"github.com/tabuladb/tabula/storage/client"
 )
 
@@ -148,7 +149,7 @@ func (w *LocalWorker) FetchPartition(ctx context.Context, a AttemptID, partition
 	if !ok {
 		return nil, fmt.Errorf("%w: %s on worker %s", ErrNoMapOutput, a, w.cfg.Name)
 	}
-	f, err := os.Open(partitionFile(dir, partition))
+	f, err := os.Open(shuffle.PartitionFile(dir, partition))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s partition %d on worker %s: %v", ErrNoMapOutput, a, partition, w.cfg.Name, err)
 	}
@@ -171,14 +172,6 @@ func (w *LocalWorker) jobDir(jobID string) string {
 	return filepath.Join(w.cfg.Dir, "mr-"+w.cfg.Name+"-"+jobID)
 }
 
-func partitionFile(dir string, p int) string {
-	return filepath.Join(dir, fmt.Sprintf("part-%05d", p))
-}
-
-// execute runs one attempt of job (filled in by the executor).
-func (w *LocalWorker) execute(ctx context.Context, job *Job, t Task, progress func(Counters)) (TaskResult, error) {
-	return TaskResult{}, errors.New("mapreduce: task execution not implemented yet")
-}
 
 // ClientPool dials each cluster address once and shares the client.
 type ClientPool struct {

@@ -1,12 +1,12 @@
 package mapreduce
 
 import (
-	"context"
-	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tabuladb/tabula/storage/client"
 )
 
 // Config configures Run.
@@ -27,8 +27,16 @@ type Config struct {
 	TempDir string
 	// MaxAttempts per task; default 4.
 	MaxAttempts int
-	// NoSpeculation turns backup attempts for stragglers off.
+	// NoSpeculation turns backup attempts for stragglers off. BackupAfter
+	// is the least time an attempt runs before it may get a backup
+	// (default 5 s; it also needs twice the phase's median duration).
 	NoSpeculation bool
+	BackupAfter   time.Duration
+	// Client configures the clients of the cluster (project, instance).
+	Client client.Options
+	// WaitForWorkers keeps a job whose workers are all lost waiting for
+	// new ones (remote pools) instead of failing it.
+	WaitForWorkers bool
 	// Progress, when set, is called about every ProgressInterval (default
 	// 1 s) and once at the end with the job's status.
 	Progress         func(Status)
@@ -95,15 +103,3 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Run runs job to its end and returns its counters. The input and output
-// are checked before any task starts (a missing table, an invalid filter
-// or script, an unwritable output directory fail here, having written
-// nothing). A task that fails MaxAttempts times fails the job with an
-// error naming the task and its last error; a failed or cancelled job
-// commits nothing to a file output.
-func Run(ctx context.Context, job *Job, cfg Config) (*Result, error) {
-	if err := job.Validate(); err != nil {
-		return nil, err
-	}
-	return nil, errors.New("mapreduce: Run not implemented yet")
-}

@@ -89,7 +89,7 @@ type JobSpec struct {
 	// 0: no bound.
 	ReadTime int64 `json:"read_time"`
 	// Timestamp is the timestamp (microseconds) of the output cells a job
-	// creates without one of their own (Cell.Timestamp == 0): fixed per run,
+	// writes with JobTimestamp: fixed per run,
 	// so a re-executed task rewrites identical cells. Reduce tasks get it
 	// once the map phase is over (by default the newest input cell's
 	// timestamp, so that re-running a job over unchanged input rewrites
@@ -97,6 +97,8 @@ type JobSpec struct {
 	Timestamp int64 `json:"timestamp"`
 	// Reducers is the number of reduce partitions; 0 for a map-only job.
 	Reducers int `json:"reducers"`
+	// Maps is the number of map tasks (known once the input is split).
+	Maps int `json:"maps"`
 }
 
 // Split is one map task's share of the input: a row range of a table, or

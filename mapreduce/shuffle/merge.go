@@ -3,8 +3,12 @@ package shuffle
 import (
 	"bytes"
 	"container/heap"
+	"fmt"
 	"io"
 	"iter"
+	"os"
+	"path/filepath"
+	"slices"
 )
 
 // Merger merges record streams, each sorted by key, into one sorted
@@ -126,4 +130,57 @@ func Group(m *Merger, fn func(key []byte, values iter.Seq[[]byte]) error) error 
 		}
 	}
 	return m.Err()
+}
+
+// MergeFiles merges sorted record files in passes of factor files at a
+// time, writing the merged files into dir and removing the inputs it
+// merged, until at most factor files remain; it returns them. Memory is
+// factor read buffers.
+func MergeFiles(dir string, files []string, factor int) ([]string, error) {
+	factor = max(factor, 2)
+	pass := 0
+	for len(files) > factor {
+		group := files[:factor]
+		out := filepath.Join(dir, fmt.Sprintf("merge-%05d", pass))
+		pass++
+		if err := mergeInto(out, group); err != nil {
+			return nil, err
+		}
+		for _, f := range group {
+			os.Remove(f)
+		}
+		files = append(slices.Clone(files[factor:]), out)
+	}
+	return files, nil
+}
+
+func mergeInto(out string, files []string) error {
+	var srcs []io.Reader
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			return err
+		}
+		defer fh.Close()
+		srcs = append(srcs, fh)
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := NewWriter(f)
+	m := NewMerger(srcs)
+	for m.Next() {
+		if err := w.Write(m.Key(), m.Value()); err != nil {
+			return err
+		}
+	}
+	if err := m.Err(); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return f.Close()
 }
