@@ -262,7 +262,7 @@ type reduceContext struct {
 	ctx      context.Context
 }
 
-func (r *reduceContext) Write(row cell.Row) error    { return r.sink.write(r.ctx, row) }
+func (r *reduceContext) Write(row cell.Row) error   { return r.sink.write(r.ctx, row) }
 func (r *reduceContext) Count(name string, n int64) { r.counters.add(name, n) }
 func (r *reduceContext) Task() Task                 { return r.t }
 

@@ -172,7 +172,6 @@ func (w *LocalWorker) jobDir(jobID string) string {
 	return filepath.Join(w.cfg.Dir, "mr-"+w.cfg.Name+"-"+jobID)
 }
 
-
 // ClientPool dials each cluster address once and shares the client.
 type ClientPool struct {
 	opts    client.Options

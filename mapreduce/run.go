@@ -102,4 +102,3 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
-
