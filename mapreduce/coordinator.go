@@ -205,6 +205,20 @@ type event struct {
 	result *TaskResult // AttemptSucceeded
 }
 
+func isLost(w Worker) bool {
+	select {
+	case <-w.Lost():
+		return true
+	default:
+		return false
+	}
+}
+
+// workerOf returns the worker an attempt ran on, from its report.
+func (co *coordinator) workerOf(a sched.AttemptID) Worker {
+	return co.workers[co.attemptWorker[a]]
+}
+
 type runningAttempt struct {
 	id       AttemptID
 	worker   string
@@ -230,6 +244,8 @@ type coordinator struct {
 	committed       map[sched.TaskID]TaskResult
 	committedWorker map[sched.TaskID]string
 	timestampSet    bool
+	attemptWorker   map[sched.AttemptID]string
+	starts          [2]int // attempts started, by kind
 }
 
 func (co *coordinator) attemptID(a sched.AttemptID) AttemptID {
@@ -244,6 +260,7 @@ func (co *coordinator) run(ctx context.Context) (*Result, error) {
 	runCtx, cancelAll := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelAll()
 	co.results = map[sched.AttemptID]TaskResult{}
+	co.attemptWorker = map[sched.AttemptID]string{}
 	log := co.cfg.Logger.With("job", co.spec.ID)
 	log.Info("job started", "maps", len(co.splits), "reducers", co.job.Reducers, "workers", len(co.workers))
 	watchDone := make(chan struct{})
@@ -309,7 +326,15 @@ func (co *coordinator) run(ctx context.Context) (*Result, error) {
 			if s, ok := ev.ev.(sched.AttemptSucceeded); ok && ev.result != nil {
 				co.results[s.Attempt] = *ev.result
 			}
-			acts = co.s.Step(time.Now(), ev.ev)
+			// An attempt that failed because its worker was lost must not
+			// count as a failure: report the loss first if the watcher's
+			// event has not arrived yet.
+			if f, ok := ev.ev.(sched.AttemptFailed); ok {
+				if w := co.workerOf(f.Attempt); w != nil && isLost(w) {
+					acts = co.s.Step(time.Now(), sched.WorkerLost{Name: w.Name()})
+				}
+			}
+			acts = append(acts, co.s.Step(time.Now(), ev.ev)...)
 		case <-tick.C:
 			acts = co.s.Step(time.Now(), sched.Tick{})
 		case <-progress.C:
@@ -405,6 +430,8 @@ func (co *coordinator) start(ctx context.Context, a sched.Start) {
 			t.MapOutputs = append(t.MapOutputs, MapOutputLocation{Map: m.Map, Attempt: co.attemptID(m.Attempt), Worker: m.Worker})
 		}
 	}
+	co.attemptWorker[a.Attempt] = a.Worker
+	co.starts[a.Attempt.Task.Kind]++
 	actx, cancel := context.WithCancel(ctx)
 	ra := &runningAttempt{id: id, worker: a.Worker, cancel: cancel}
 	co.mu.Lock()
@@ -485,6 +512,8 @@ func (co *coordinator) counters() Counters {
 	c[CounterFailedAttempts] = int64(co.s.Failed)
 	c[CounterKilledAttempts] = int64(co.s.Killed)
 	c[CounterSpeculativeStarts] = int64(co.s.Backups)
+	c[CounterMapAttempts] = int64(co.starts[sched.Map])
+	c[CounterReduceAttempts] = int64(co.starts[sched.Reduce])
 	return c
 }
 

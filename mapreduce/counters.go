@@ -29,6 +29,8 @@ const (
 	CounterFailedAttempts    = "mr.attempts.failed"
 	CounterKilledAttempts    = "mr.attempts.killed"
 	CounterSpeculativeStarts = "mr.attempts.speculative"
+	CounterMapAttempts       = "mr.attempts.map"
+	CounterReduceAttempts    = "mr.attempts.reduce"
 )
 
 // Add adds every counter of o to c.

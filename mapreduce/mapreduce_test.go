@@ -1,0 +1,406 @@
+package mapreduce_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+
+	"github.com/tabuladb/tabula/mapreduce"
+	"github.com/tabuladb/tabula/storage/cell"
+)
+
+var words = strings.Fields("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau upsilon phi chi psi omega news sports cnn home")
+
+// loadAnchors writes rows row00000… with 0–5 anchor cells of a few words
+// each, through the official client, and returns the word counts.
+func loadAnchors(t testing.TB, e *env, table string, rows int) map[string]int64 {
+	t.Helper()
+	tbl := e.data.Open(table)
+	r := rand.New(rand.NewPCG(uint64(rows), 3))
+	want := map[string]int64{}
+	var keys []string
+	var muts []*bigtable.Mutation
+	flush := func() {
+		errs, err := tbl.ApplyBulk(e.ctx, keys, muts)
+		if err != nil || errs != nil {
+			t.Fatal(err, errs)
+		}
+		keys, muts = nil, nil
+	}
+	for i := range rows {
+		m := bigtable.NewMutation()
+		n := r.IntN(6)
+		for a := range n {
+			var text []string
+			for range 1 + r.IntN(4) {
+				w := words[r.IntN(len(words))]
+				text = append(text, w)
+				want[w]++
+			}
+			m.Set("anchor", fmt.Sprintf("site%d.com", a), bigtable.Timestamp(1_000_000+int64(i)*1000), []byte(strings.Join(text, " ")))
+		}
+		m.Set("contents", "", bigtable.Timestamp(1_000_000), []byte("<html>"))
+		keys = append(keys, fmt.Sprintf("row%05d", i))
+		muts = append(muts, m)
+		if len(keys) == 500 {
+			flush()
+		}
+	}
+	if len(keys) > 0 {
+		flush()
+	}
+	return want
+}
+
+// wordCountConf is the test word count's configuration.
+type wordCountConf struct {
+	Table, Out string
+	Reducers   int
+	// FailMap makes every attempt of that map fail; SlowMap makes the
+	// first attempt of that map hang until killed; KillAt kills a worker
+	// when that map starts (see killHook).
+	FailMap, SlowMap, KillAt int
+}
+
+// killHook is what KillAt calls (set by the test).
+var killHook atomic.Pointer[func()]
+
+func init() {
+	mapreduce.Register("test-wordcount", "TABLE: anchor word count (test)", func(conf []byte) (*mapreduce.Job, error) {
+		var c wordCountConf
+		if _, err := fmt.Sscanf(string(conf), "%s %s %d %d %d %d", &c.Table, &c.Out, &c.Reducers, &c.FailMap, &c.SlowMap, &c.KillAt); err != nil {
+			return nil, err
+		}
+		return wordCountJob(c), nil
+	})
+}
+
+func (c wordCountConf) bytes() []byte {
+	return fmt.Appendf(nil, "%s %s %d %d %d %d", c.Table, c.Out, c.Reducers, c.FailMap, c.SlowMap, c.KillAt)
+}
+
+func wordCountJob(c wordCountConf) *mapreduce.Job {
+	sum := mapreduce.TypedCombine(mapreduce.String, mapreduce.Int64, func(_ string, vs iter.Seq[int64], emit func(int64) error) error {
+		var n int64
+		for v := range vs {
+			n += v
+		}
+		return emit(n)
+	})
+	var out mapreduce.Output
+	if c.Out != "-" {
+		out = &mapreduce.TableOutput{Table: c.Out}
+	}
+	return &mapreduce.Job{
+		Input: &mapreduce.TableInput{Table: c.Table, Families: []string{"anchor"}, SplitBytes: 1 << 30},
+		Map: mapreduce.TypedMap(mapreduce.String, mapreduce.Int64, func(ctx context.Context, row cell.Row, emit func(string, int64) error, out mapreduce.MapContext) error {
+			a := out.Task().Attempt
+			if a.Task == c.FailMap {
+				return fmt.Errorf("deliberate failure of row %s", row.Key)
+			}
+			if a.Task == c.SlowMap && a.Attempt == 0 {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			if a.Task == c.KillAt {
+				if f := killHook.Load(); f != nil {
+					(*f)()
+				}
+			}
+			for _, cl := range row.Cells {
+				for _, w := range strings.Fields(string(cl.Value)) {
+					if err := emit(w, 1); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}),
+		Combine:  sum,
+		Reducers: c.Reducers,
+		Reduce: mapreduce.TypedReduce(mapreduce.String, mapreduce.Int64, func(_ context.Context, w string, vs iter.Seq[int64], out mapreduce.ReduceContext) error {
+			var n int64
+			for v := range vs {
+				n += v
+			}
+			return out.Write(cell.Row{Key: []byte(w), Cells: []cell.Cell{{Family: "count", Qualifier: []byte("n"), Timestamp: mapreduce.JobTimestamp, Value: binary.BigEndian.AppendUint64(nil, uint64(n))}}})
+		}),
+		Output: out,
+	}
+}
+
+func runWordCount(t *testing.T, e *env, c wordCountConf, cfg mapreduce.Config) (*mapreduce.Result, error) {
+	t.Helper()
+	job, err := mapreduce.Build("test-wordcount", c.bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Addr = e.addr
+	if cfg.TempDir == "" {
+		cfg.TempDir = t.TempDir()
+	}
+	return mapreduce.Run(e.ctx, job, cfg)
+}
+
+// readCounts reads a word count output table through the official client.
+func readCounts(t *testing.T, e *env, table string) map[string]int64 {
+	t.Helper()
+	got := map[string]int64{}
+	err := e.data.Open(table).ReadRows(e.ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+		for _, it := range r["count"] {
+			got[r.Key()] = int64(binary.BigEndian.Uint64(it.Value))
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+const anchorRows = 3000
+
+func anchorsEnv(t *testing.T) (*env, map[string]int64) {
+	e := startEnv(t)
+	e.createTable(t, "web", []string{"anchor", "contents"}, splitKeys(anchorRows, 9)...)
+	return e, loadAnchors(t, e, "web", anchorRows)
+}
+
+// TestWordCount: a word count with a combiner over 9 tablets equals the
+// count made through the official client; counters add up; re-running it
+// leaves the output table byte-identical (cells and timestamps).
+func TestWordCount(t *testing.T) {
+	e, want := anchorsEnv(t)
+	e.createTable(t, "counts", []string{"count"})
+	res, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 3, FailMap: -1, SlowMap: -1, KillAt: -1}, mapreduce.Config{LocalWorkers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readCounts(t, e, "counts")
+	if len(got) != len(want) {
+		t.Errorf("%d words, want %d", len(got), len(want))
+	}
+	var total int64
+	for w, n := range want {
+		total += n
+		if got[w] != n {
+			t.Errorf("%s = %d, want %d", w, got[w], n)
+		}
+	}
+	c := res.Counters
+	if c[mapreduce.CounterMapOutputRecords] != total || c[mapreduce.CounterReduceGroups] != int64(len(want)) || c[mapreduce.CounterOutputRows] != int64(len(want)) {
+		t.Errorf("counters %v: want %d map output records, %d groups and output rows", c, total, len(want))
+	}
+	if c[mapreduce.CounterInputRows] == 0 || c[mapreduce.CounterInputRows] > anchorRows || c[mapreduce.CounterCombineOut] >= c[mapreduce.CounterCombineIn] {
+		t.Errorf("counters %v: want input rows in (0, %d], combine out < in", c, anchorRows)
+	}
+	first := e.cellDump(t, "counts")
+	if _, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 2, FailMap: -1, SlowMap: -1, KillAt: -1}, mapreduce.Config{LocalWorkers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if second := e.cellDump(t, "counts"); !slices.Equal(first, second) {
+		t.Errorf("re-run changed the table: %d cells before, %d after", len(first), len(second))
+	}
+}
+
+// TestTaskFailsJob: a map that always fails fails the job after 4
+// attempts, naming the task and its error, with nothing written.
+func TestTaskFailsJob(t *testing.T) {
+	e, _ := anchorsEnv(t)
+	e.createTable(t, "counts", []string{"count"})
+	res, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 2, FailMap: 4, SlowMap: -1, KillAt: -1}, mapreduce.Config{LocalWorkers: 3})
+	if err == nil {
+		t.Fatal("job succeeded")
+	}
+	for _, s := range []string{"map 4 failed 4 times", "deliberate failure of row"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
+	}
+	if res.Counters[mapreduce.CounterFailedAttempts] != 4 {
+		t.Errorf("failed attempts %d, want 4", res.Counters[mapreduce.CounterFailedAttempts])
+	}
+	if cells := e.cellDump(t, "counts"); len(cells) != 0 {
+		t.Errorf("a failed job wrote %d cells", len(cells))
+	}
+}
+
+// TestSlowTaskGetsBackup: a map whose first attempt hangs gets a backup
+// attempt that wins; the output equals an undisturbed run's.
+func TestSlowTaskGetsBackup(t *testing.T) {
+	e, want := anchorsEnv(t)
+	e.createTable(t, "counts", []string{"count"})
+	res, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 2, FailMap: -1, SlowMap: 7, KillAt: -1},
+		mapreduce.Config{LocalWorkers: 3, BackupAfter: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Counters[mapreduce.CounterSpeculativeStarts] < 1 || res.Counters[mapreduce.CounterKilledAttempts] < 1 {
+		t.Errorf("counters %v: want a backup started and the straggler killed", res.Counters)
+	}
+	got := readCounts(t, e, "counts")
+	for w, n := range want {
+		if got[w] != n {
+			t.Errorf("%s = %d, want %d", w, got[w], n)
+		}
+	}
+}
+
+// TestLostWorker: killing a worker in the middle of the map phase re-runs
+// its tasks (and map outputs) elsewhere; the output table is identical to
+// an undisturbed run's.
+func TestLostWorker(t *testing.T) {
+	e, _ := anchorsEnv(t)
+	e.createTable(t, "counts", []string{"count"})
+	e.createTable(t, "counts2", []string{"count"})
+	if _, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 2, FailMap: -1, SlowMap: -1, KillAt: -1}, mapreduce.Config{LocalWorkers: 3}); err != nil {
+		t.Fatal(err)
+	}
+	workers := mapreduce.NewLocalWorkers(3, mapreduce.LocalWorkerConfig{Dir: t.TempDir(), SortMemory: 1 << 20})
+	var once sync.Once
+	kill := func() { once.Do(workers[0].Kill) }
+	killHook.Store(&kill)
+	defer killHook.Store(nil)
+	var ws []mapreduce.Worker
+	for _, w := range workers {
+		ws = append(ws, w)
+	}
+	res, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts2", Reducers: 2, FailMap: -1, SlowMap: -1, KillAt: 6}, mapreduce.Config{Workers: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Counters[mapreduce.CounterMapAttempts] <= 9 || res.Counters[mapreduce.CounterFailedAttempts] != 0 {
+		t.Errorf("counters %v: want more than 9 map attempts (the lost worker's re-run), none counted failed", res.Counters)
+	}
+	select {
+	case <-workers[0].Lost():
+	default:
+		t.Fatal("the worker was not killed")
+	}
+	a, b := e.cellDump(t, "counts"), e.cellDump(t, "counts2")
+	if len(a) == 0 || !slices.Equal(a, b) {
+		t.Errorf("output after a lost worker differs: %d cells vs %d undisturbed", len(b), len(a))
+	}
+}
+
+// TestUnknownInputTable: a missing table fails before any task.
+func TestUnknownInputTable(t *testing.T) {
+	e := startEnv(t)
+	_, err := runWordCount(t, e, wordCountConf{Table: "nope", Out: "-", Reducers: 1, FailMap: -1, SlowMap: -1, KillAt: -1}, mapreduce.Config{})
+	if err == nil || !strings.Contains(err.Error(), `"nope" not found`) {
+		t.Fatalf("err = %v, want table not found", err)
+	}
+}
+
+// TestSpillBoundedMemory: a shuffle more than 10× the sort memory budget
+// spills, produces every record in sorted order at the reducer, and the
+// process's peak heap (sampled, with the GC kept tight) stays under the
+// budget plus a constant.
+func TestSpillBoundedMemory(t *testing.T) {
+	const budget = 2 << 20
+	// The constant: the dev server's and clients' working memory while
+	// scanning, the reduce's merge buffers and the sampling's slack.
+	const slack = 24 << 20
+	e := startEnv(t)
+	e.createTable(t, "big", []string{"f"})
+	tbl := e.data.Open("big")
+	var keys []string
+	var muts []*bigtable.Mutation
+	for i := range 400 {
+		m := bigtable.NewMutation()
+		m.Set("f", "q", 1000, []byte(fmt.Sprint(i)))
+		keys, muts = append(keys, fmt.Sprintf("r%04d", i)), append(muts, m)
+	}
+	if errs, err := tbl.ApplyBulk(e.ctx, keys, muts); err != nil || errs != nil {
+		t.Fatal(err, errs)
+	}
+	var violations, values atomic.Int64
+	job := &mapreduce.Job{
+		Input: &mapreduce.TableInput{Table: "big"},
+		// Each row emits 200 records of ~600 bytes: ~48 MB in all.
+		Map: func(_ context.Context, row cell.Row, out mapreduce.MapContext) error {
+			r := rand.New(rand.NewPCG(uint64(len(row.Key)), binary.BigEndian.Uint64(append(make([]byte, 8-min(8, len(row.Key))), row.Key[:min(8, len(row.Key))]...))))
+			v := make([]byte, 500)
+			for range 200 {
+				for i := range v {
+					v[i] = byte('a' + r.IntN(26))
+				}
+				if err := out.Emit(fmt.Appendf(nil, "k%08d", r.IntN(1_000_000)), v); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		Reducers: 1,
+		Reduce: func() func(context.Context, []byte, iter.Seq[[]byte], mapreduce.ReduceContext) error {
+			var last []byte
+			return func(_ context.Context, key []byte, vs iter.Seq[[]byte], out mapreduce.ReduceContext) error {
+				if last != nil && string(key) <= string(last) {
+					violations.Add(1)
+				}
+				last = append(last[:0], key...)
+				for range vs {
+					values.Add(1)
+				}
+				return nil
+			}
+		}(),
+	}
+	old := debug.SetGCPercent(10)
+	defer debug.SetGCPercent(old)
+	runtime.GC()
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(sample)
+	base := sample[0].Value.Uint64()
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > peak.Load() {
+				peak.Store(v)
+			}
+		}
+	}()
+	res, err := mapreduce.Run(e.ctx, job, mapreduce.Config{Addr: e.addr, LocalWorkers: 1, SortMemory: budget, TempDir: t.TempDir()})
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Counters
+	shuffled := c[mapreduce.CounterMapOutputBytes]
+	if shuffled < 10*budget {
+		t.Fatalf("shuffle of %d bytes is not 10× the budget %d", shuffled, budget)
+	}
+	if c[mapreduce.CounterSpilledRecords] == 0 || values.Load() != 400*200 || c[mapreduce.CounterReduceInput] != 400*200 || violations.Load() != 0 {
+		t.Errorf("counters %v, %d values reduced (want %d), %d order violations", c, values.Load(), 400*200, violations.Load())
+	}
+	grew := int64(peak.Load()) - int64(base)
+	t.Logf("shuffle %d MB, budget %d MB, peak heap growth %d MB (bound %d MB)", shuffled>>20, budget>>20, grew>>20, (budget+slack)>>20)
+	if grew > budget+slack {
+		t.Errorf("peak heap grew by %d bytes, over budget %d + %d", grew, budget, slack)
+	}
+}
