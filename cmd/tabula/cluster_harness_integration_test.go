@@ -49,7 +49,9 @@ func tabulaBinary(t *testing.T) string {
 			return
 		}
 		clusterBin = filepath.Join(dir, "tabula")
-		out, err := exec.Command("go", "build", "-o", clusterBin, ".").CombinedOutput()
+		// mrtestjobs: the MapReduce fault tests' jobs must be in the
+		// workers' binary too.
+		out, err := exec.Command("go", "build", "-tags", "mrtestjobs", "-o", clusterBin, ".").CombinedOutput()
 		if err != nil {
 			clusterBinErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -95,6 +97,7 @@ type testCluster struct {
 	opts               clusterOptions
 	mu                 sync.Mutex
 	masters, servers   []*roleProc
+	workers            []*roleProc // tabula worker processes
 }
 
 // roleProc is one running master or tablet server process.
@@ -144,14 +147,17 @@ func newTestCluster(t *testing.T, opts clusterOptions) *testCluster {
 func (c *testCluster) start(role string, args ...string) *roleProc {
 	c.t.Helper()
 	c.mu.Lock()
-	n := len(c.masters) + len(c.servers)
+	n := len(c.masters) + len(c.servers) + len(c.workers)
 	c.mu.Unlock()
 	logPath := filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", role, n))
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	base := []string{role, "--consul", c.consul, "--store", c.store, "--cluster", c.name, "--addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-format", "text"}
+	base := []string{role, "--consul", c.consul, "--cluster", c.name, "--addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-format", "text"}
+	if role != "worker" { // a MapReduce worker has no store
+		base = append(base, "--store", c.store)
+	}
 	cmd := exec.Command(c.bin, append(base, args...)...)
 	cmd.Env = c.env
 	cmd.Stderr = logFile
@@ -228,7 +234,7 @@ func (c *testCluster) kill(p *roleProc) {
 
 func (c *testCluster) stopAll() {
 	c.mu.Lock()
-	procs := append(append([]*roleProc(nil), c.servers...), c.masters...)
+	procs := append(append(append([]*roleProc(nil), c.workers...), c.servers...), c.masters...)
 	c.mu.Unlock()
 	for _, p := range procs {
 		if p.alive() {
