@@ -51,7 +51,7 @@ func (c *testCluster) workerPool(ctx context.Context, n int) (*remote.Pool, []ma
 	}
 	c.t.Cleanup(func() { svc.Close() })
 	opts := mrPoolOptions
-	opts.Logger = slog.New(slog.NewTextHandler(testLogWriter{c.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	opts.Logger = slog.New(slog.NewTextHandler(mrTestLogWriter{c.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	pool, err := remote.NewConsulPool(svc, opts)
 	if err != nil {
 		c.t.Fatal(err)
@@ -66,9 +66,9 @@ func (c *testCluster) workerPool(ctx context.Context, n int) (*remote.Pool, []ma
 	return pool, ws
 }
 
-type testLogWriter struct{ t testing.TB }
+type mrTestLogWriter struct{ t testing.TB }
 
-func (w testLogWriter) Write(p []byte) (int, error) {
+func (w mrTestLogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
@@ -76,9 +76,9 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 // mrWords is the vocabulary of the word-count input.
 func mrWord(i int) string { return "w" + strconv.Itoa(i%37) }
 
-// loadWordTable creates table name split into 9 tablets and writes rows
+// mrLoadWordTable creates table name split into 9 tablets and writes rows
 // rows of a few words each; it returns the word counts.
-func loadWordTable(t testing.TB, ctx context.Context, admin *bigtable.AdminClient, cl *bigtable.Client, name string, rows int) map[string]int64 {
+func mrLoadWordTable(t testing.TB, ctx context.Context, admin *bigtable.AdminClient, cl *bigtable.Client, name string, rows int) map[string]int64 {
 	t.Helper()
 	if err := admin.CreatePresplitTable(ctx, name, []string{"c", "f", "i", "l", "o", "r", "u", "x"}); err != nil {
 		t.Fatal(err)
@@ -114,8 +114,8 @@ func loadWordTable(t testing.TB, ctx context.Context, admin *bigtable.AdminClien
 	return want
 }
 
-// tableCells reads every cell of a table: row → "family:qualifier@ts=value".
-func tableCells(t testing.TB, ctx context.Context, cl *bigtable.Client, name string) map[string][]string {
+// mrTableCells reads every cell of a table: row → "family:qualifier@ts=value".
+func mrTableCells(t testing.TB, ctx context.Context, cl *bigtable.Client, name string) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	err := cl.Open(name).ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
@@ -133,8 +133,8 @@ func tableCells(t testing.TB, ctx context.Context, cl *bigtable.Client, name str
 	return out
 }
 
-// checkCounts checks that a word-count output holds exactly want.
-func checkCounts(t testing.TB, got map[string][]string, want map[string]int64) {
+// mrCheckCounts checks that a word-count output holds exactly want.
+func mrCheckCounts(t testing.TB, got map[string][]string, want map[string]int64) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("output has %d words, want %d", len(got), len(want))
@@ -147,7 +147,7 @@ func checkCounts(t testing.TB, got map[string][]string, want map[string]int64) {
 	}
 }
 
-func createOutputTable(t testing.TB, ctx context.Context, admin *bigtable.AdminClient, name string) {
+func mrCreateOutputTable(t testing.TB, ctx context.Context, admin *bigtable.AdminClient, name string) {
 	t.Helper()
 	if err := admin.CreateTable(ctx, name); err != nil {
 		t.Fatal(err)
@@ -157,12 +157,12 @@ func createOutputTable(t testing.TB, ctx context.Context, admin *bigtable.AdminC
 	}
 }
 
-// fullName is the name jobs give tables the official client calls "p"/"i"'s name.
-func fullName(table string) string { return "projects/p/instances/i/tables/" + table }
+// mrFullName is the name jobs give tables the official client calls "p"/"i"'s name.
+func mrFullName(table string) string { return "projects/p/instances/i/tables/" + table }
 
-// workerMetric sums a worker's metric over the series whose labels
+// mrWorkerMetric sums a worker's metric over the series whose labels
 // contain every one of labels (like `kind="m"`).
-func workerMetric(t testing.TB, p *roleProc, name string, labels ...string) float64 {
+func mrWorkerMetric(t testing.TB, p *roleProc, name string, labels ...string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + p.http + "/metrics")
 	if err != nil {
@@ -216,7 +216,7 @@ func TestWorkerProcessesInConsul(t *testing.T) {
 		t.Fatalf("/healthz: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	if v := workerMetric(t, a, "tabula_mr_worker_slots"); v != 3 {
+	if v := mrWorkerMetric(t, a, "tabula_mr_worker_slots"); v != 3 {
 		t.Fatalf("tabula_mr_worker_slots = %v, want 3", v)
 	}
 
@@ -247,7 +247,7 @@ func TestWorkerProcessesInConsul(t *testing.T) {
 	}
 }
 
-func cellsEqual(a, b map[string][]string) bool {
+func mrCellsEqual(a, b map[string][]string) bool {
 	if len(a) != len(b) {
 		return false
 	}
