@@ -61,8 +61,8 @@ func (s *metadataSource) Root(ctx context.Context) (meta.Location, error) {
 }
 
 // metadataFilter keeps the cells ParseLocation needs: loc:server,
-// loc:epoch, state:id and state:start, newest version only. The rest of
-// state (file lists) and the log family can be large.
+// loc:epoch, state:id and state:start, newest version only. The log
+// family (32 events of each kind) can be large.
 var metadataFilter = &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_Chain_{Chain: &bigtablepb.RowFilter_Chain{Filters: []*bigtablepb.RowFilter{
 	{Filter: &bigtablepb.RowFilter_FamilyNameRegexFilter{FamilyNameRegexFilter: meta.FamilyLoc + "|" + meta.FamilyState}},
 	{Filter: &bigtablepb.RowFilter_ColumnQualifierRegexFilter{ColumnQualifierRegexFilter: []byte(

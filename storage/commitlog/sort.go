@@ -14,7 +14,7 @@ import (
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
-// This file is the paper's refinement of recovery (§5.4, "Commit-log
+// This file is the paper's refinement of recovery (§6, "Commit-log
 // implementation"): when many tablets of a dead server are recovered, its
 // log is sorted once, segment by segment (segments can be sorted in
 // parallel, on different servers), and each recovering tablet then reads

@@ -21,7 +21,7 @@
 // older entries of their scope, duplicate timestamps collapse to the newest
 // write, the family's garbage-collection policy is applied, then the
 // ReadOptions filter (families and columns, time range, versions per
-// column). See Read in assemble.go for the exact rules.
+// column). See assembleRow in assemble.go for the exact rules.
 //
 // # Compactions
 //

@@ -10,8 +10,9 @@ import (
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
-// StateStore persists tablet states. The cluster keeps them in METADATA
-// rows; NewBlobStateStore keeps one object per tablet.
+// StateStore persists tablet states. NewBlobStateStore keeps one object
+// per tablet; `tabula dev` and the cluster both use it (the cluster's
+// METADATA rows hold a tablet's ID, range and location, not its state).
 type StateStore interface {
 	// Load returns the saved state of tablet id; an error matching
 	// ErrStateNotFound when there is none.
