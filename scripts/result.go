@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/tabuladb/tabula/scripts/agg"
 	"github.com/tabuladb/tabula/scripts/value"
@@ -70,56 +69,21 @@ func newTable(t *agg.Table) *Table {
 	return out
 }
 
-// native converts a value to a plain Go value.
-func native(t *value.Type, v value.Value) any {
-	switch t.Kind {
-	case value.Int:
-		return v.N
-	case value.Float:
-		return v.Float()
-	case value.Bool:
-		return v.Bool()
-	case value.String:
-		return v.S
-	case value.Bytes:
-		return []byte(v.S)
-	case value.Time:
-		return time.UnixMicro(v.N).UTC()
-	case value.Array:
-		e := v.Array().Elems
-		out := make([]any, len(e))
-		for i, x := range e {
-			out[i] = native(t.Elem, x)
+// nativeConverter converts values to plain Go values: scalars as
+// value.GoBasic, maps as []MapEntry.
+var nativeConverter = value.Converter{
+	Basic: value.GoBasic,
+	Map: func(keys, values []any) any {
+		out := make([]MapEntry, len(keys))
+		for i := range keys {
+			out[i] = MapEntry{keys[i], values[i]}
 		}
 		return out
-	case value.Map:
-		m := v.Map()
-		out := make([]MapEntry, m.Len())
-		for i := range m.Keys {
-			out[i] = MapEntry{native(t.Key, m.Keys[i]), native(t.Elem, m.Vals[i])}
-		}
-		return out
-	case value.Tuple:
-		f := v.Tuple().Fields
-		named := true
-		for _, fl := range t.Fields {
-			named = named && fl.Name != ""
-		}
-		if named {
-			out := make(map[string]any, len(f))
-			for i, fl := range t.Fields {
-				out[fl.Name] = native(fl.Type, f[i])
-			}
-			return out
-		}
-		out := make([]any, len(f))
-		for i, fl := range t.Fields {
-			out[i] = native(fl.Type, f[i])
-		}
-		return out
-	}
-	return nil
+	},
 }
+
+// native converts a value to a plain Go value.
+func native(t *value.Type, v value.Value) any { return nativeConverter.Convert(t, v) }
 
 // MarshalJSON renders the result as one object mapping each table's name,
 // in declaration order, to an array of entries {"key": [index values…],

@@ -368,23 +368,16 @@ func checkFormat(f string) string {
 	return ""
 }
 
-// goValue converts a value to what fmt formats naturally.
+// goValue converts a value to what fmt formats naturally: basic kinds to
+// their Go values (times as text), others to their literal syntax.
 func goValue(t *value.Type, v value.Value) any {
 	switch t.Kind {
-	case value.Int:
-		return v.N
-	case value.Float:
-		return v.Float()
-	case value.Bool:
-		return v.Bool()
-	case value.String:
-		return v.S
-	case value.Bytes:
-		return []byte(v.S)
 	case value.Time:
 		return value.TimeOf(v).Format(value.TimeLayout)
+	case value.Array, value.Map, value.Tuple:
+		return value.Format(t, v)
 	}
-	return value.Format(t, v)
+	return value.GoBasic(t, v)
 }
 
 // conversion compiles T(x) for a basic type T.
