@@ -19,6 +19,11 @@
 #      chromium-browser on PATH, else it installs Debian's chromium package
 #      with apt-get (through sudo unless root); it exports
 #        TABULA_TEST_CHROMIUM       path of the browser
+#      and installs DuckDB for Node (npm @duckdb/node-api at a pinned
+#      version, whose linux-x64 bindings package ships the library) once
+#      into .cache/npm — Node and npm from Debian's packages with apt-get if
+#      node is missing — and exports
+#        TABULA_TEST_DUCKDB_NODE_PATH   NODE_PATH holding @duckdb/node-api
 #   3. checks formatting (gofmt -l, generated files excepted) and go vet;
 #   4. runs go test -tags integration -count=1 with the arguments given
 #      (default packages: ./...; give package paths like ./storage/blob/... to
@@ -129,6 +134,36 @@ ensure_chromium() {
 }
 ensure_chromium
 log "Chromium: $TABULA_TEST_CHROMIUM"
+
+# DuckDB reads the Parquet files Tabula writes in rowfile's integration
+# tests, through Node: a reader Tabula did not write.
+DUCKDB_NODE_API_VERSION=1.5.6-r.1
+ensure_duckdb() {
+	local sudo=() dir=$REPO/.cache/npm have=
+	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+		command -v apt-get >/dev/null || {
+			log "no node/npm on PATH and no apt-get to install them: install Node.js and npm"
+			return 1
+		}
+		if [[ $(id -u) != 0 ]]; then
+			sudo=(sudo)
+		fi
+		log "installing nodejs and npm with apt-get (once)"
+		"${sudo[@]}" apt-get update -qq
+		"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+	fi
+	if [[ -f $dir/node_modules/@duckdb/node-api/package.json ]]; then
+		have=$(node -p "require('$dir/node_modules/@duckdb/node-api/package.json').version" 2>/dev/null) || have=
+	fi
+	if [[ $have != "$DUCKDB_NODE_API_VERSION" ]]; then
+		log "installing @duckdb/node-api@$DUCKDB_NODE_API_VERSION into $dir (once)"
+		mkdir -p "$dir"
+		npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "@duckdb/node-api@$DUCKDB_NODE_API_VERSION" >&2
+	fi
+	export TABULA_TEST_DUCKDB_NODE_PATH=$dir/node_modules
+}
+ensure_duckdb
+log "DuckDB for Node: @duckdb/node-api@$DUCKDB_NODE_API_VERSION in $TABULA_TEST_DUCKDB_NODE_PATH"
 
 # A helper binary for free ports and health checks (no curl or python needed).
 go build -o "$TMP/testenv" ./deploy/testenv
