@@ -137,6 +137,7 @@ SIGTERM or SIGINT stops it.`,
 func newTabletServerCommand() *cobra.Command {
 	var r roleFlags
 	var memtableBytes, splitBytes, blockCacheBytes, scanCacheBytes int64
+	var tw tabletServerWorker
 	cmd := &cobra.Command{
 		Use:   "tabletserver",
 		Short: "Run a cluster tablet server: serves the tablets the master assigns, and the whole data API",
@@ -169,6 +170,14 @@ back.`,
 			if a := s.HTTPAddr(); a != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "http %s\n", a)
 			}
+			w, err := tw.start(ctx, &r, svc, s.Addr(), nil, log)
+			if err != nil {
+				return errors.Join(fmt.Errorf("--worker: %w", err), s.Close())
+			}
+			if w != nil {
+				defer w.Close()
+				fmt.Fprintf(cmd.OutOrStdout(), "worker %s\n", w.Addr())
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "ready %s\n", s.Addr())
 			select {
 			case <-ctx.Done():
@@ -187,5 +196,6 @@ back.`,
 	f.Int64Var(&splitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
 	f.Int64Var(&blockCacheBytes, "block-cache-size", cluster.DefaultBlockCacheBytes, "SSTable block cache in bytes (negative: none)")
 	f.Int64Var(&scanCacheBytes, "scan-cache-size", cluster.DefaultScanCacheBytes, "scan cache in bytes (negative: none)")
+	tw.register(cmd)
 	return cmd
 }

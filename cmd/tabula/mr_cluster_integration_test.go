@@ -203,13 +203,26 @@ func TestWorkerProcessesInConsul(t *testing.T) {
 	c := newTestCluster(t, clusterOptions{})
 	a := c.startWorker("--slots", "3")
 	b := c.startWorker()
-	_, ws := c.workerPool(ctx, 2)
+	// A tablet server with a worker in its process.
+	ts := c.start("tabletserver", "--worker", "--worker-slots", "1", "--worker-dir", t.TempDir())
+	c.mu.Lock()
+	c.servers = append(c.servers, ts)
+	c.mu.Unlock()
+	_, ws := c.workerPool(ctx, 3)
 	byAddr := map[string]mapreduce.Worker{}
+	var inServer mapreduce.Worker
 	for _, w := range ws {
-		byAddr[w.(*remote.Client).Addr()] = w
+		addr := w.(*remote.Client).Addr()
+		byAddr[addr] = w
+		if addr != a.addr && addr != b.addr {
+			inServer = w
+		}
 	}
-	if byAddr[a.addr] == nil || byAddr[b.addr] == nil || byAddr[a.addr].Slots() != 3 {
-		t.Fatalf("pool %v, want the workers at %s (3 slots) and %s", ws, a.addr, b.addr)
+	if byAddr[a.addr] == nil || byAddr[b.addr] == nil || byAddr[a.addr].Slots() != 3 || inServer == nil || inServer.Slots() != 1 {
+		t.Fatalf("pool %v, want the workers at %s (3 slots), %s and the tablet server's (1 slot)", ws, a.addr, b.addr)
+	}
+	if host, _, _ := strings.Cut(ts.addr, ":"); inServer.Host() != host {
+		t.Fatalf("tablet server %s's worker has host %q", ts.addr, inServer.Host())
 	}
 	resp, err := http.Get("http://" + a.http + "/healthz")
 	if err != nil || resp.StatusCode != http.StatusOK {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -20,12 +22,14 @@ import (
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/mapreduce/remote"
 	"github.com/tabuladb/tabula/storage/cluster"
+	"github.com/tabuladb/tabula/storage/coord"
 )
 
 // workerFlags are the flags of the MapReduce worker's execution, shared by
 // `tabula worker` and `tabula tabletserver --worker`.
 type workerFlags struct {
 	dir        string
+	host       string
 	slots      int
 	sortMemory int64
 }
@@ -33,6 +37,7 @@ type workerFlags struct {
 func (w *workerFlags) register(cmd *cobra.Command, prefix string) {
 	f := cmd.Flags()
 	f.StringVar(&w.dir, prefix+"dir", "", "directory for map outputs and spills (default: a new directory under the system's temporary directory)")
+	f.StringVar(&w.host, prefix+"host", "", "host name matched against the tablet servers' hosts to run map tasks next to their data (default: the host of the listen address)")
 	slotsHelp := "task attempts run at once"
 	if prefix != "" {
 		slotsHelp += " (0: no worker)"
@@ -67,7 +72,7 @@ func (w *workerFlags) config(prefix string) (mapreduce.LocalWorkerConfig, error)
 	probe.Close()
 	_ = os.Remove(probe.Name())
 	abs, _ := filepath.Abs(dir)
-	return mapreduce.LocalWorkerConfig{Dir: abs, Slots: w.slots, SortMemory: w.sortMemory}, nil
+	return mapreduce.LocalWorkerConfig{Dir: abs, Host: w.host, Slots: w.slots, SortMemory: w.sortMemory}, nil
 }
 
 // defaultWorkerAddr is where `tabula worker` listens by default.
@@ -183,4 +188,47 @@ func devWorker(cfg *cluster.DevConfig, wf *workerFlags) (stop func(), err error)
 		svc.Register(g)
 	}
 	return func() { _ = svc.Close() }, nil
+}
+
+// tabletServerWorker is `tabula tabletserver --worker`: a MapReduce worker in
+// the tablet server's process, on a port of its own (--worker-addr),
+// registered in Consul like a `tabula worker`, its host the tablet server's
+// so that the map tasks of the tablets served there run there.
+type tabletServerWorker struct {
+	enabled bool
+	addr    string
+	wf      workerFlags
+}
+
+func (t *tabletServerWorker) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.BoolVar(&t.enabled, "worker", false, "also run a MapReduce worker in this process (see tabula worker)")
+	f.StringVar(&t.addr, "worker-addr", "", "the worker's gRPC listen address (default: the tablet server's host, port picked)")
+	t.wf.register(cmd, "worker-")
+}
+
+// start starts the worker beside the tablet server at serverAddr, unless
+// --worker is off; the worker stops with the returned function, and its
+// Done tells of a lost registration.
+func (t *tabletServerWorker) start(ctx context.Context, r *roleFlags, svc coord.Service, serverAddr string, reg prometheus.Registerer, log *slog.Logger) (*remote.Worker, error) {
+	if !t.enabled {
+		return nil, nil
+	}
+	lw, err := t.wf.config("worker-")
+	if err != nil {
+		return nil, err
+	}
+	if lw.Host == "" {
+		lw.Host = remote.HostOf(serverAddr)
+	}
+	lw.Logger = log
+	addr := t.addr
+	if addr == "" {
+		host, _, _ := net.SplitHostPort(serverAddr)
+		addr = net.JoinHostPort(host, "0")
+	}
+	return remote.StartWorker(ctx, remote.WorkerConfig{
+		Addr: addr, Coord: svc, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
+		Worker: lw, Registerer: reg, Logger: log,
+	})
 }
