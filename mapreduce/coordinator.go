@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/mapreduce/sched"
+	"github.com/tabuladb/tabula/storage/client"
 )
 
 // Run runs job to its end and returns its counters. The input and output
@@ -95,6 +96,11 @@ func Run(ctx context.Context, job *Job, cfg Config) (*Result, error) {
 		}
 	case *FileOutput:
 		if err := checkFileOutput(ctx, out, spec.ID); err != nil {
+			return nil, err
+		}
+	}
+	if job.Check != nil {
+		if err := job.Check(ctx, func(addr string) (*client.Client, error) { return pool.Get(addrOr(addr, spec.Addr)) }); err != nil {
 			return nil, err
 		}
 	}
@@ -350,6 +356,17 @@ func (co *coordinator) run(ctx context.Context) (*Result, error) {
 	cancelAll()
 	co.drain()
 	res := &Result{JobID: co.spec.ID, Counters: co.counters(), Timestamp: co.spec.Timestamp, Elapsed: time.Since(co.started)}
+	for _, k := range []sched.Kind{sched.Map, sched.Reduce} {
+		n := len(co.splits)
+		if k == sched.Reduce {
+			n = co.job.Reducers
+		}
+		for i := range n {
+			if r, ok := co.committed[sched.TaskID{Kind: k, Index: i}]; ok && r.Report != nil {
+				res.Reports = append(res.Reports, TaskReport{Kind: co.attemptID(sched.AttemptID{Task: sched.TaskID{Kind: k, Index: i}}).Kind, Task: i, Data: r.Report})
+			}
+		}
+	}
 	cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	defer func() {

@@ -98,6 +98,8 @@ type mapContext struct {
 	sink     rowSink
 	counters *attemptCounters
 	ctx      context.Context
+	report   []byte
+	clients  func(string) (*client.Client, error)
 }
 
 func (m *mapContext) Emit(key, value []byte) error {
@@ -117,7 +119,11 @@ func (m *mapContext) Write(row cell.Row) error {
 }
 
 func (m *mapContext) Count(name string, n int64) { m.counters.add(name, n) }
-func (m *mapContext) Task() Task                 { return m.t }
+func (m *mapContext) Report(data []byte)         { m.report = data }
+func (m *mapContext) Client(addr string) (*client.Client, error) {
+	return m.clients(addrOr(addr, m.t.Job.Addr))
+}
+func (m *mapContext) Task() Task { return m.t }
 
 // rowBytes is a row's payload size: key plus each cell's column and value.
 func rowBytes(r cell.Row) int64 {
@@ -132,7 +138,7 @@ func (w *LocalWorker) runMap(ctx context.Context, job *Job, t Task, dir string, 
 	if t.Split == nil {
 		return TaskResult{}, errors.New("map task without a split")
 	}
-	mc := &mapContext{t: t, counters: counters, ctx: ctx}
+	mc := &mapContext{t: t, counters: counters, ctx: ctx, clients: w.cfg.Clients}
 	if t.Job.Reducers > 0 {
 		part := job.Partition
 		if part == nil {
@@ -170,7 +176,10 @@ func (w *LocalWorker) runMap(ctx context.Context, job *Job, t Task, dir string, 
 	if err != nil {
 		return TaskResult{}, err
 	}
-	res := TaskResult{MaxInputTimestamp: maxTS}
+	if len(mc.report) > MaxReportBytes {
+		return TaskResult{}, fmt.Errorf("report of %d bytes exceeds %d", len(mc.report), MaxReportBytes)
+	}
+	res := TaskResult{MaxInputTimestamp: maxTS, Report: mc.report}
 	if mc.sorter != nil {
 		sizes, err := mc.sorter.Finish()
 		if err != nil {
@@ -260,10 +269,12 @@ type reduceContext struct {
 	sink     rowSink
 	counters *attemptCounters
 	ctx      context.Context
+	report   []byte
 }
 
 func (r *reduceContext) Write(row cell.Row) error   { return r.sink.write(r.ctx, row) }
 func (r *reduceContext) Count(name string, n int64) { r.counters.add(name, n) }
+func (r *reduceContext) Report(data []byte)         { r.report = data }
 func (r *reduceContext) Task() Task                 { return r.t }
 
 func (w *LocalWorker) runReduce(ctx context.Context, job *Job, t Task, dir string, counters *attemptCounters) (TaskResult, error) {
@@ -322,11 +333,14 @@ func (w *LocalWorker) runReduce(ctx context.Context, job *Job, t Task, dir strin
 	if err != nil {
 		return TaskResult{}, err
 	}
+	if len(rc.report) > MaxReportBytes {
+		return TaskResult{}, fmt.Errorf("report of %d bytes exceeds %d", len(rc.report), MaxReportBytes)
+	}
 	out, err := sink.close(ctx)
 	if err != nil {
 		return TaskResult{}, err
 	}
-	return TaskResult{Output: out}, nil
+	return TaskResult{Output: out, Report: rc.report}, nil
 }
 
 // fetch copies one map output partition to path and returns its size.

@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/client"
 )
 
 // Job is what a MapReduce computes. Exactly one of Map and MapSplit is set.
@@ -43,6 +44,10 @@ type Job struct {
 	Reducers int
 	// Output receives what the job writes; nil keeps only counters.
 	Output Output
+	// Check, optional, is called by Run before any task starts, to check
+	// what the job reads or writes beyond its Input and Output (verify's
+	// second table): an error fails the job having written nothing.
+	Check func(ctx context.Context, clients func(addr string) (*client.Client, error)) error
 	// Timestamp, when not 0, is the output timestamp, of cells written
 	// with JobTimestamp (JobSpec.Timestamp); by default it is the newest
 	// input cell's timestamp for a job with reducers, and the job's read
@@ -78,6 +83,12 @@ type MapContext interface {
 	Write(row cell.Row) error
 	// Count adds n to the user counter name.
 	Count(name string, n int64)
+	// Report sets the attempt's report (see ReduceContext.Report).
+	Report(data []byte)
+	// Client returns the worker's shared client of the cluster at addr
+	// ("": the job's, JobSpec.Addr), for jobs that read their split their
+	// own way (MapSplit). It must not be closed.
+	Client(addr string) (*client.Client, error)
 	// Task is the attempt being run (its job spec, split, IDs).
 	Task() Task
 }
@@ -89,9 +100,17 @@ type ReduceContext interface {
 	Write(row cell.Row) error
 	// Count adds n to the user counter name.
 	Count(name string, n int64)
+	// Report sets the attempt's report: a small result (at most
+	// MaxReportBytes) that the committed attempt hands back to the caller
+	// of Run (Result.Reports) — a script's merged aggregates, the first
+	// rows a comparison found different. The last call wins.
+	Report(data []byte)
 	// Task is the attempt being run.
 	Task() Task
 }
+
+// MaxReportBytes bounds an attempt's report.
+const MaxReportBytes = 16 << 20
 
 // JobTimestamp, as a written cell's timestamp, stands for the job's
 // output timestamp (JobSpec.Timestamp): fixed per run, so that a
@@ -133,6 +152,18 @@ type TableInput struct {
 }
 
 func (*TableInput) input() {}
+
+// ScanOptions returns what a map task of this input scans: the rows of
+// the task's split with the input's families, versions, time range
+// (bounded by the job's read time) and filter. Jobs that read their split
+// themselves (MapSplit) use it to read what a Map would be given.
+func (in *TableInput) ScanOptions(t Task) client.ScanOptions {
+	opts := scanOptions(in, t.Job.ReadTime)
+	if t.Split != nil {
+		opts.Start, opts.End = t.Split.Start, t.Split.End
+	}
+	return opts
+}
 
 // FileInput reads the row files a previous job wrote (package rowfile),
 // one map task per file.

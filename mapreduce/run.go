@@ -63,6 +63,13 @@ type Status struct {
 	Done               bool
 }
 
+// TaskReport is one task's report.
+type TaskReport struct {
+	Kind TaskKind
+	Task int
+	Data []byte
+}
+
 // PhaseStatus counts a phase's tasks.
 type PhaseStatus struct {
 	Total, Done, Running, Failed int
@@ -76,7 +83,10 @@ type Result struct {
 	// Timestamp is the output timestamp of cells written without one.
 	Timestamp int64
 	// Files are the committed output files of a FileOutput.
-	Files   []string
+	Files []string
+	// Reports are the committed attempts' reports, maps then reduces, in
+	// task order; tasks without one are left out.
+	Reports []TaskReport
 	Elapsed time.Duration
 }
 

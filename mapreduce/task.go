@@ -158,4 +158,7 @@ type TaskResult struct {
 	// job's temporary directory), committed by the coordinator if this
 	// attempt wins.
 	Output []string `json:"output,omitempty"`
+	// Report is the attempt's report (MapContext.Report,
+	// ReduceContext.Report), nil for none.
+	Report []byte `json:"report,omitempty"`
 }

@@ -73,6 +73,18 @@ type Cell struct {
 // error of the script, and so on. Rows a filter script keeps are not
 // returned (see FilterRows).
 func (c *Client) RunScript(ctx context.Context, table, src string, opts ScriptOptions) (*scripts.Result, error) {
+	p, err := c.script(ctx, table, src, opts, nil)
+	if err != nil {
+		return nil, err
+	}
+	return p.Result(), nil
+}
+
+// RunScriptPartial is RunScript returning the merged partial aggregates
+// instead of the finalized tables: what a caller that merges runs over
+// several ranges (a MapReduce task per split) keeps, marshals and merges.
+// Errors are RunScript's.
+func (c *Client) RunScriptPartial(ctx context.Context, table, src string, opts ScriptOptions) (*scripts.Partial, error) {
 	return c.script(ctx, table, src, opts, nil)
 }
 
@@ -85,13 +97,17 @@ func (c *Client) FilterRows(ctx context.Context, table, src string, opts ScriptO
 	if fn == nil {
 		return nil, errors.New("client: FilterRows needs a row callback")
 	}
-	return c.script(ctx, table, src, opts, fn)
+	p, err := c.script(ctx, table, src, opts, fn)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	return p.Result(), nil
 }
 
 // errStopped is returned inside when a FilterRows callback says stop.
 var errStopped = errors.New("stopped by the caller")
 
-func (c *Client) script(ctx context.Context, table, src string, opts ScriptOptions, fn func(Row) bool) (*scripts.Result, error) {
+func (c *Client) script(ctx context.Context, table, src string, opts ScriptOptions, fn func(Row) bool) (*scripts.Partial, error) {
 	name := opts.Name
 	if name == "" {
 		name = "script"
@@ -166,7 +182,7 @@ func (c *Client) script(ctx context.Context, table, src string, opts ScriptOptio
 	if opts.Stats != nil {
 		*opts.Stats = stats
 	}
-	return total.Result(), nil
+	return total, nil
 }
 
 // fanOut runs req on every span, Options.Concurrency at a time; the first

@@ -1,0 +1,87 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tabuladb/tabula/mapreduce"
+	"github.com/tabuladb/tabula/rowfile"
+	"github.com/tabuladb/tabula/storage/cell"
+)
+
+// ExportConf configures export.
+type ExportConf struct {
+	Input TableSpec `json:"input"`
+	// Out is a directory or s3://bucket/prefix; Format "parquet" (the
+	// Bigtable→Parquet template's layout) or "jsonl".
+	Out    string `json:"out"`
+	Format string `json:"format"`
+}
+
+// Export writes a table's rows, every version with its timestamp, as
+// files part-SSSSS-of-NNNNN.parquet|jsonl (one per map), committed at the
+// end of the job with a _SUCCESS manifest.
+func Export(c ExportConf) (*mapreduce.Job, error) {
+	in, err := c.Input.Input()
+	if err != nil {
+		return nil, err
+	}
+	if c.Out == "" {
+		return nil, fmt.Errorf("out: required")
+	}
+	f, err := rowfile.ParseFormat(c.Format)
+	if err != nil {
+		return nil, err
+	}
+	if f != rowfile.Parquet && f != rowfile.JSONL {
+		return nil, fmt.Errorf("format %q: want parquet or jsonl", c.Format)
+	}
+	return &mapreduce.Job{
+		Input: in,
+		Map: func(_ context.Context, row cell.Row, out mapreduce.MapContext) error {
+			return out.Write(row)
+		},
+		Output: &mapreduce.FileOutput{URL: c.Out, Format: f.String()},
+	}, nil
+}
+
+// ImportConf configures import.
+type ImportConf struct {
+	// In is the directory or s3:// prefix an export wrote.
+	In string `json:"in"`
+	// Table (on Addr, default the job's cluster) receives the rows.
+	Table string `json:"table"`
+	Addr  string `json:"addr,omitempty"`
+}
+
+// Import writes the rows of exported files (Parquet or JSON Lines, every
+// cell with its own timestamp) into a table, one map per file.
+func Import(c ImportConf) (*mapreduce.Job, error) {
+	if c.In == "" || c.Table == "" {
+		return nil, fmt.Errorf("in and table: required")
+	}
+	return &mapreduce.Job{
+		Input: &mapreduce.FileInput{URL: c.In},
+		Map: func(_ context.Context, row cell.Row, out mapreduce.MapContext) error {
+			return out.Write(row)
+		},
+		Output: &mapreduce.TableOutput{Addr: c.Addr, Table: c.Table},
+	}, nil
+}
+
+func init() {
+	mapreduce.Register("export", "TABLE --out DIR|s3://… --format parquet|jsonl: write a table's rows (all versions) as files", func(conf []byte) (*mapreduce.Job, error) {
+		var c ExportConf
+		if err := decode(conf, &c); err != nil {
+			return nil, err
+		}
+		return Export(c)
+	})
+	mapreduce.Register("import", "DIR TABLE: write the rows of exported files into a table, keeping timestamps", func(conf []byte) (*mapreduce.Job, error) {
+		var c ImportConf
+		if err := decode(conf, &c); err != nil {
+			return nil, err
+		}
+		return Import(c)
+	})
+}
