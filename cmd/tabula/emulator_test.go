@@ -35,7 +35,7 @@ func runTabula(t *testing.T, args ...string) (stdout, stderr string, err error) 
 	t.Helper()
 	root := &cobra.Command{Use: "tabula", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(newCLICommands()...)
-	root.AddCommand(newLoadCommand(), newBenchCommand(), newEmulatorCommand())
+	root.AddCommand(newLoadCommand(), newBenchCommand(), newEmulatorCommand(), newScriptCommand(), newMRCommand())
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)

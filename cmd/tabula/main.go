@@ -26,6 +26,7 @@ func main() {
 	root.AddCommand(newLoadCommand())
 	root.AddCommand(newBenchCommand())
 	root.AddCommand(newScriptCommand())
+	root.AddCommand(newMRCommand())
 	root.AddCommand(newExportCommand(), newImportCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "tabula:", err)
