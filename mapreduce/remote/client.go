@@ -40,12 +40,42 @@ type Client struct {
 	lost  chan struct{}
 	once  sync.Once
 	cause error
+	// declare declares the worker lost: the pool's leave, which also
+	// forgets it.
+	declare func(error)
 }
 
 var _ mapreduce.Worker = (*Client)(nil)
 
-func newClient(reg Registration, conn grpc.ClientConnInterface, book *addrBook, opts PoolOptions) *Client {
-	return &Client{reg: reg, rpc: workerpb.NewWorkerClient(conn), book: book, opts: opts, lost: make(chan struct{})}
+func newClient(reg Registration, conn grpc.ClientConnInterface, book *addrBook, opts PoolOptions, declare func(error)) *Client {
+	c := &Client{reg: reg, rpc: workerpb.NewWorkerClient(conn), book: book, opts: opts, lost: make(chan struct{}), declare: declare}
+	if c.declare == nil {
+		c.declare = func(err error) { c.markLost(err) }
+	}
+	return c
+}
+
+// probe asks the worker whether it lives after a call to it broke, and
+// declares it lost at once if it does not answer (or another worker
+// answers at its address). The coordinator must learn of the loss before
+// the broken attempt's error, or it would count a dead worker's attempts
+// as the task's failures and exhaust its attempts on it before the
+// heartbeats notice.
+func (c *Client) probe(cause error) {
+	select {
+	case <-c.lost:
+		return
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(2*c.opts.HeartbeatInterval, 500*time.Millisecond))
+	defer cancel()
+	resp, err := c.rpc.Heartbeat(ctx, &workerpb.HeartbeatRequest{})
+	switch {
+	case err != nil:
+		c.declare(fmt.Errorf("a call failed (%v) and a heartbeat then too: %w", cause, err))
+	case resp.Worker != c.reg.Name:
+		c.declare(fmt.Errorf("%s now serves at %s (the worker restarted)", resp.Worker, c.reg.Addr))
+	}
 }
 
 // Name is the worker's registered name (unique per worker process).
@@ -115,6 +145,9 @@ func (c *Client) RunTask(ctx context.Context, t mapreduce.Task, progress func(ma
 	defer cancel()
 	stream, err := c.rpc.RunTask(callCtx, req)
 	if err != nil {
+		if ctx.Err() == nil {
+			c.probe(err)
+		}
 		return mapreduce.TaskResult{}, c.callError(ctx, t, err)
 	}
 	type recv struct {
@@ -144,13 +177,20 @@ func (c *Client) RunTask(ctx context.Context, t mapreduce.Task, progress func(ma
 		case <-c.lost:
 			return mapreduce.TaskResult{}, fmt.Errorf("attempt %s: %w", t.Attempt, c.LostErr())
 		case <-silence.C:
-			return mapreduce.TaskResult{}, fmt.Errorf("attempt %s on worker %s: no report for %v", t.Attempt, c.reg.Name, c.opts.LostAfter)
+			err := fmt.Errorf("attempt %s on worker %s: no report for %v", t.Attempt, c.reg.Name, c.opts.LostAfter)
+			c.probe(err)
+			return mapreduce.TaskResult{}, err
 		case r := <-events:
 			if r.err != nil {
-				if r.err == io.EOF {
-					return mapreduce.TaskResult{}, fmt.Errorf("attempt %s on worker %s: stream ended without a result", t.Attempt, c.reg.Name)
+				if ctx.Err() != nil {
+					return mapreduce.TaskResult{}, ctx.Err()
 				}
-				return mapreduce.TaskResult{}, c.callError(ctx, t, r.err)
+				err := r.err
+				if err == io.EOF {
+					err = fmt.Errorf("attempt %s on worker %s: stream ended without a result", t.Attempt, c.reg.Name)
+				}
+				c.probe(err)
+				return mapreduce.TaskResult{}, c.callError(ctx, t, err)
 			}
 			silence.Reset(c.opts.LostAfter)
 			switch ev := r.ev.Event.(type) {

@@ -183,7 +183,7 @@ func (p *Pool) join(reg Registration) *Client {
 	if m, ok := p.members[reg.Name]; ok {
 		return m.client
 	}
-	c := newClient(reg, conn, p.book, p.opts)
+	c := newClient(reg, conn, p.book, p.opts, func(err error) { p.leave(reg.Name, err) })
 	ctx, stop := context.WithCancel(p.ctx)
 	p.members[reg.Name] = &member{client: c, stop: stop}
 	p.book.add(reg.Name, reg.Addr)
