@@ -21,6 +21,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
@@ -557,7 +558,7 @@ func (c *Client) SampleRowKeys(ctx context.Context, table string) ([]RowSample, 
 		}
 	}
 	// Order by key, the empty key (end of table) last; merge duplicates.
-	sort.SliceStable(pieces, func(i, j int) bool { return cmpEnd(pieces[i].key, pieces[j].key) < 0 })
+	sort.SliceStable(pieces, func(i, j int) bool { return tabletdesc.CompareEnds(pieces[i].key, pieces[j].key) < 0 })
 	var out []RowSample
 	var off int64
 	for _, pc := range pieces {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
 )
 
@@ -100,17 +101,11 @@ func (l *serverLocator) tablets(ctx context.Context, table string, start, end []
 		if len(tl.end) == 0 {
 			tl.end = nil
 		}
-		if overlaps(tl.start, tl.end, start, end) {
+		if (tabletdesc.KeyRange{Start: tl.start, End: tl.end}).Overlaps(tabletdesc.KeyRange{Start: start, End: end}) {
 			out = append(out, tl)
 		}
 	}
 	return out, nil
-}
-
-// overlaps reports whether [s1, e1) and [s2, e2) share a key (nil ends
-// unbounded).
-func overlaps(s1, e1, s2, e2 []byte) bool {
-	return (e1 == nil || bytes.Compare(s2, e1) < 0) && (e2 == nil || bytes.Compare(s1, e2) < 0)
 }
 
 // span is a contiguous row range held by one server: one Run.
@@ -128,17 +123,17 @@ type span struct {
 // location that changed while it was read: the caller may retry).
 func spans(tabs []tabletLoc, start, end []byte) ([]span, error) {
 	var out []span
+	want := tabletdesc.KeyRange{Start: start, End: end}
 	next := start // the first key not covered yet
 	for _, t := range tabs {
 		if bytes.Compare(t.start, next) > 0 {
 			return nil, status.Errorf(codes.Unavailable, "no tablet holds the rows from %q to %q", next, t.start)
 		}
-		s := span{start: next, end: t.end, tablets: 1, server: t.server, conn: t.conn}
+		// The tablet's part of the range not covered yet.
+		part := tabletdesc.KeyRange{Start: next, End: t.end}.Intersect(want)
+		s := span{start: part.Start, end: part.End, tablets: 1, server: t.server, conn: t.conn}
 		if t.loc.Server != "" {
 			s.locs = []meta.Location{t.loc}
-		}
-		if end != nil && (s.end == nil || bytes.Compare(end, s.end) < 0) {
-			s.end = end
 		}
 		if n := len(out); n > 0 && out[n-1].server == s.server {
 			out[n-1].end = s.end
@@ -151,11 +146,11 @@ func spans(tabs []tabletLoc, start, end []byte) ([]span, error) {
 			return out, nil
 		}
 		next = s.end
-		if end != nil && bytes.Compare(next, end) >= 0 {
+		if !want.EndsAfter(next) {
 			return out, nil
 		}
 	}
-	if end != nil && bytes.Compare(next, end) >= 0 {
+	if !want.EndsAfter(next) {
 		return out, nil
 	}
 	return nil, status.Errorf(codes.Unavailable, "%s", fmt.Sprintf("no tablet holds the rows from %q on", next))

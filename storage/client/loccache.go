@@ -100,25 +100,10 @@ func NewLocationCache(opts LocationCacheOptions) *LocationCache {
 	return c
 }
 
-// cmpEnd orders end rows with the empty end (end of table) last.
-func cmpEnd(a, b []byte) int {
-	switch {
-	case len(a) == 0 && len(b) == 0:
-		return 0
-	case len(a) == 0:
-		return 1
-	case len(b) == 0:
-		return -1
-	}
-	return bytes.Compare(a, b)
-}
-
 // firstEndingAfter returns the index of the first entry whose end is after
 // row (the only entry that may hold row).
 func firstEndingAfter(ents []*meta.Location, row []byte) int {
-	return sort.Search(len(ents), func(i int) bool {
-		return len(ents[i].End) == 0 || bytes.Compare(ents[i].End, row) > 0
-	})
+	return sort.Search(len(ents), func(i int) bool { return ents[i].Range().EndsAfter(row) })
 }
 
 func keyOf(l *meta.Location) locKey { return locKey{table: l.Table, end: string(l.End)} }
@@ -127,7 +112,7 @@ func keyOf(l *meta.Location) locKey { return locKey{table: l.Table, end: string(
 // removal.
 func (c *LocationCache) unindex(k locKey, l *meta.Location) {
 	ents := c.tables[k.table]
-	i := sort.Search(len(ents), func(i int) bool { return cmpEnd(ents[i].End, l.End) >= 0 })
+	i := sort.Search(len(ents), func(i int) bool { return tabletdesc.CompareEnds(ents[i].End, l.End) >= 0 })
 	if i < len(ents) && ents[i] == l {
 		ents = slices.Delete(ents, i, i+1)
 		if len(ents) == 0 {
@@ -143,7 +128,8 @@ func (c *LocationCache) unindex(k locKey, l *meta.Location) {
 func overlapping(ents []*meta.Location, start, end []byte) (int, int) {
 	i := firstEndingAfter(ents, start)
 	j := i
-	for j < len(ents) && (len(end) == 0 || bytes.Compare(ents[j].Start, end) < 0) {
+	want := tabletdesc.KeyRange{Start: start, End: end}
+	for j < len(ents) && want.EndsAfter(ents[j].Start) {
 		j++
 	}
 	return i, j
@@ -171,7 +157,7 @@ func (c *LocationCache) Insert(locs ...meta.Location) int {
 }
 
 func (c *LocationCache) insertLocked(l meta.Location) bool {
-	if len(l.End) > 0 && bytes.Compare(l.Start, l.End) >= 0 {
+	if l.Range().Empty() {
 		return false
 	}
 	ents := c.tables[l.Table]
@@ -234,11 +220,8 @@ func (c *LocationCache) TabletsInRange(table meta.TableID, start, end []byte) (l
 		c.lru.Get(keyOf(e))
 		locs = append(locs, *e)
 	}
-	if complete && len(end) == 0 && len(ents[j-1].End) != 0 {
-		complete = false // the table's end is not covered
-	}
-	if complete && len(end) != 0 && cmpEnd(ents[j-1].End, end) < 0 {
-		complete = false
+	if complete && tabletdesc.CompareEnds(ents[j-1].End, end) < 0 {
+		complete = false // the range's end (perhaps the table's) is not covered
 	}
 	return locs, complete
 }

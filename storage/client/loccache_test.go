@@ -36,14 +36,7 @@ func loc(table meta.TableID, start, end, id, server string, epoch uint64) meta.L
 type modelCache struct{ locs []meta.Location }
 
 func rangesOverlap(a, b meta.Location) bool {
-	return a.Table == b.Table && overlaps(a.Start, nilIfEmpty(a.End), b.Start, nilIfEmpty(b.End))
-}
-
-func nilIfEmpty(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return b
+	return a.Table == b.Table && a.Range().Overlaps(b.Range())
 }
 
 func (m *modelCache) insert(l meta.Location) {

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,10 +75,10 @@ func (s *metadataSource) ScanMetadata(ctx context.Context, tab meta.Location, fr
 		return nil, err
 	}
 	rr := &bigtablepb.RowRange{StartKey: &bigtablepb.RowRange_StartKeyClosed{StartKeyClosed: from}}
-	if len(tab.End) > 0 {
-		if bytes.Compare(from, tab.End) >= 0 {
-			return nil, nil
-		}
+	if !tab.Range().EndsAfter(from) {
+		return nil, nil // from is past the tablet
+	}
+	if !tab.Range().Unbounded() {
 		rr.EndKey = &bigtablepb.RowRange_EndKeyOpen{EndKeyOpen: tab.End}
 	}
 	req := &bigtablepb.ReadRowsRequest{TableName: meta.MetadataTableName, Rows: &bigtablepb.RowSet{RowRanges: []*bigtablepb.RowRange{rr}},
@@ -219,7 +218,7 @@ func LocateRange(ctx context.Context, cache *LocationCache, src MetadataSource, 
 			return nil, err
 		}
 		out = append(out, l)
-		if len(l.End) == 0 || len(end) > 0 && bytes.Compare(l.End, end) >= 0 {
+		if tabletdesc.CompareEnds(l.End, end) >= 0 {
 			return out, nil
 		}
 		row = l.End

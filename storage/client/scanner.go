@@ -13,6 +13,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // ScanOptions select the rows and cells of a Scan (the paper's Scanner).
@@ -137,7 +138,7 @@ func (s *Scanner) Close() {
 
 // finished reports whether no rows remain in [lo, hi).
 func (s *Scanner) finished() bool {
-	return s.exhausted || s.hi != nil && bytes.Compare(s.lo, s.hi) >= 0 || s.opts.Limit > 0 && s.returned >= s.opts.Limit
+	return s.exhausted || (tabletdesc.KeyRange{Start: s.lo, End: s.hi}).Empty() || s.opts.Limit > 0 && s.returned >= s.opts.Limit
 }
 
 // Next moves to the next row, reporting false at the end of the scan or
@@ -183,7 +184,7 @@ func (s *Scanner) Next() bool {
 					s.hi = s.loc.Start
 				}
 			} else {
-				if len(s.loc.End) == 0 || s.hi != nil && bytes.Compare(s.loc.End, s.hi) >= 0 {
+				if tabletdesc.CompareEnds(s.loc.End, s.hi) >= 0 {
 					s.exhausted = true
 				} else {
 					s.lo = s.loc.End
@@ -237,7 +238,7 @@ func (s *Scanner) open() error {
 		}
 	} else {
 		s.loc = locs[0]
-		if len(s.loc.End) > 0 && (hi == nil || bytes.Compare(s.loc.End, hi) < 0) {
+		if tabletdesc.CompareEnds(s.loc.End, hi) < 0 {
 			hi = s.loc.End
 		}
 	}

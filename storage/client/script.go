@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/tabuladb/tabula/scripts"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
@@ -126,10 +126,11 @@ func (c *Client) script(ctx context.Context, table, src string, opts ScriptOptio
 		}
 		start, end = opts.Prefix, cell.PrefixSuccessor(opts.Prefix)
 	}
+	if (tabletdesc.KeyRange{Start: start, End: end}).Empty() {
+		return nil, fmt.Errorf("client: Start %q is not before End %q", start, end)
+	}
 	if len(end) == 0 {
 		end = nil
-	} else if bytes.Compare(start, end) >= 0 {
-		return nil, fmt.Errorf("client: Start %q is not before End %q", start, end)
 	}
 	// RunScript wants only the tables: a filter script's rows stay on
 	// the servers.

@@ -513,7 +513,7 @@ func splitChildren(p meta.MetadataEntry, ps tabletdesc.State, states map[string]
 		if !ok {
 			return nil, fmt.Errorf("tablet %s: no saved state of its child %s", p.State.ID, id)
 		}
-		if !bytes.Equal(cs.Start, at) || len(cs.End) > 0 && bytes.Compare(cs.End, cs.Start) <= 0 {
+		if !bytes.Equal(cs.Start, at) || cs.Range().Empty() {
 			return nil, fmt.Errorf("tablet %s: child %s has range [%q, %q), want a range from %q", p.State.ID, id, cs.Start, cs.End, at)
 		}
 		out = append(out, splitChild{ID: id, Start: cs.Start, End: cs.End})

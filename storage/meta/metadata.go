@@ -248,10 +248,11 @@ type Location struct {
 	Epoch      uint64
 }
 
+// Range returns the location's row range.
+func (l Location) Range() tabletdesc.KeyRange { return tabletdesc.KeyRange{Start: l.Start, End: l.End} }
+
 // Contains reports whether row lies in the location's range.
-func (l Location) Contains(row []byte) bool {
-	return bytes.Compare(row, l.Start) >= 0 && (len(l.End) == 0 || bytes.Compare(row, l.End) < 0)
-}
+func (l Location) Contains(row []byte) bool { return l.Range().Contains(row) }
 
 // MetadataKey returns the key of the METADATA row describing the tablet.
 func (l Location) MetadataKey() []byte { return MetadataRowKey(l.Table, l.End) }

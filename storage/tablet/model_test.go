@@ -441,8 +441,8 @@ func (h *harness) step() {
 		if err := tb.Compact(ctx, true); err != nil {
 			h.fatalf("major compaction: %v", err)
 		}
-		start, end := tb.Range()
-		h.m.gc(h.schema.Families, start, end, h.clock.Load())
+		r := tb.Range()
+		h.m.gc(h.schema.Families, r.Start, r.End, h.clock.Load())
 	case x < 880:
 		h.count("split")
 		h.split()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/memtable"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // ReadRow reads one row. ok is false when the row has no cell left after
@@ -129,10 +130,10 @@ type ScanOptions struct {
 // returns it. fn may call the tablet's other methods.
 func (t *Tablet) Scan(ctx context.Context, so ScanOptions, fn func(cell.Row) error) error {
 	lower, upper := t.lower, t.upper
-	if len(so.Start) > 0 && bytes.Compare(so.Start, t.start) > 0 {
+	if len(so.Start) > 0 && bytes.Compare(so.Start, t.rng.Start) > 0 {
 		lower = cell.RowPrefix(so.Start)
 	}
-	if len(so.End) > 0 && (t.end == nil || bytes.Compare(so.End, t.end) < 0) {
+	if tabletdesc.CompareEnds(so.End, t.rng.End) < 0 {
 		upper = cell.RowPrefix(so.End)
 	}
 	if lower != nil && upper != nil && bytes.Compare(lower, upper) >= 0 {

@@ -115,8 +115,8 @@ func (t *Tablet) SplitAt(ctx context.Context, key []byte) (SplitResult, error) {
 	if err := t.checkOpen(); err != nil {
 		return SplitResult{}, err
 	}
-	if key != nil && (!t.Contains(key) || bytes.Equal(key, t.start)) {
-		return SplitResult{}, fmt.Errorf("tablet %s: split key %q not strictly inside the range [%q, %q)", t.id, key, t.start, t.end)
+	if key != nil && (!t.Contains(key) || bytes.Equal(key, t.rng.Start)) {
+		return SplitResult{}, fmt.Errorf("tablet %s: split key %q not strictly inside the range [%q, %q)", t.id, key, t.rng.Start, t.rng.End)
 	}
 	if _, err := t.flushLocked(ctx); err != nil {
 		return SplitResult{}, err
@@ -203,7 +203,7 @@ func (t *Tablet) splitLocked(ctx context.Context, key []byte) (SplitResult, erro
 		}
 		return st
 	}
-	res := SplitResult{Key: bytes.Clone(key), Left: child(t.start, key), Right: child(key, t.end)}
+	res := SplitResult{Key: bytes.Clone(key), Left: child(t.rng.Start, key), Right: child(key, t.rng.End)}
 	if res.Left.ID == res.Right.ID || res.Left.ID == t.id || res.Right.ID == t.id {
 		return SplitResult{}, fmt.Errorf("tablet %s: NewID returned a duplicate ID", t.id)
 	}

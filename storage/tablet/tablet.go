@@ -152,11 +152,10 @@ func (v *version) unref() {
 type Tablet struct {
 	opts   Options
 	id     string
-	start  []byte
-	end    []byte // nil: no upper bound
-	lower  []byte // RowPrefix(start), nil when start is empty
-	upper  []byte // RowPrefix(end), nil when unbounded
-	maxKey []byte // sorts after every internal key (reverse scans)
+	rng    tabletdesc.KeyRange // the rows served; End nil when unbounded
+	lower  []byte              // RowPrefix(rng.Start), nil when it is empty
+	upper  []byte              // RowPrefix(rng.End), nil when unbounded
+	maxKey []byte              // sorts after every internal key (reverse scans)
 
 	// writeMu serialises writers: sequence numbers, log order, memtable
 	// inserts, freezes and schema changes.
@@ -229,25 +228,25 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 	if st.Groups == nil {
 		st.Groups = make(map[string][]tabletdesc.FileMeta)
 	}
-	if len(st.End) > 0 && bytes.Compare(st.Start, st.End) >= 0 {
+	if st.Range().Empty() {
 		return nil, fmt.Errorf("tablet %s: empty row range [%q, %q)", opts.ID, st.Start, st.End)
 	}
 
 	t := &Tablet{
 		opts:   opts,
 		id:     opts.ID,
-		start:  bytes.Clone(st.Start),
+		rng:    tabletdesc.KeyRange{Start: bytes.Clone(st.Start)},
 		kick:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		bgDone: make(chan struct{}),
 		mem:    memtable.New(),
 	}
 	if len(st.End) > 0 {
-		t.end = bytes.Clone(st.End)
-		t.upper = cell.RowPrefix(t.end)
+		t.rng.End = bytes.Clone(st.End)
+		t.upper = cell.RowPrefix(t.rng.End)
 	}
-	if len(t.start) > 0 {
-		t.lower = cell.RowPrefix(t.start)
+	if len(t.rng.Start) > 0 {
+		t.lower = cell.RowPrefix(t.rng.Start)
 	}
 	t.maxKey = bytes.Repeat([]byte{0xFF}, max(opts.Limits.MaxRowKeyBytes, 64<<10)+2)
 
@@ -365,13 +364,14 @@ func (t *Tablet) newGen() uint64 {
 // ID returns the tablet's ID.
 func (t *Tablet) ID() string { return t.id }
 
-// Range returns the tablet's row range [start, end); nil end is unbounded.
-func (t *Tablet) Range() (start, end []byte) { return bytes.Clone(t.start), bytes.Clone(t.end) }
+// Range returns a copy of the tablet's row range; its End is nil when
+// unbounded.
+func (t *Tablet) Range() tabletdesc.KeyRange {
+	return tabletdesc.KeyRange{Start: bytes.Clone(t.rng.Start), End: bytes.Clone(t.rng.End)}
+}
 
 // Contains reports whether the tablet's range holds row.
-func (t *Tablet) Contains(row []byte) bool {
-	return bytes.Compare(row, t.start) >= 0 && (t.end == nil || bytes.Compare(row, t.end) < 0)
-}
+func (t *Tablet) Contains(row []byte) bool { return t.rng.Contains(row) }
 
 func (t *Tablet) notServing(row []byte, reason string) error {
 	return &tabletdesc.NotServingError{Tablet: t.id, Row: bytes.Clone(row), Reason: reason}

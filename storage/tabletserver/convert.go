@@ -89,7 +89,8 @@ func (h *Host) describeNotServing(d *tabletpb.NotServing) {
 		for _, tb := range rt.tabs {
 			if tb.ID() == d.TabletId {
 				d.TableName = id.FullName("-")
-				d.TabletStart, d.TabletEnd = tb.Range()
+				r := tb.Range()
+				d.TabletStart, d.TabletEnd = r.Start, r.End
 				return
 			}
 		}
@@ -186,62 +187,60 @@ func checkFamilies(field string, t meta.Table, muts []cell.Mutation) error {
 	return nil
 }
 
-// keyRange is a half-open row range [start, end); nil end is unbounded.
-type keyRange struct{ start, end []byte }
-
 // isPoint reports whether the range holds exactly one row key.
-func (r keyRange) isPoint() bool {
-	n := len(r.start)
-	return len(r.end) == n+1 && r.end[n] == 0 && bytes.Equal(r.end[:n], r.start)
+func isPoint(r tabletdesc.KeyRange) bool {
+	n := len(r.Start)
+	return len(r.End) == n+1 && r.End[n] == 0 && bytes.Equal(r.End[:n], r.Start)
 }
 
-// rowRanges converts a RowSet to sorted, disjoint ranges. An empty RowSet
-// is every row. Keys become one-row ranges, so duplicates and overlaps
-// merge away and rows come out once, in order.
-func rowRanges(rs *bigtablepb.RowSet) ([]keyRange, error) {
+// rowRanges converts a RowSet to sorted, disjoint ranges (End nil when
+// unbounded). An empty RowSet is every row. Keys become one-row ranges, so
+// duplicates and overlaps merge away and rows come out once, in order.
+func rowRanges(rs *bigtablepb.RowSet) ([]tabletdesc.KeyRange, error) {
 	if rs == nil || (len(rs.RowKeys) == 0 && len(rs.RowRanges) == 0) {
-		return []keyRange{{start: []byte{}}}, nil
+		return []tabletdesc.KeyRange{{Start: []byte{}}}, nil
 	}
-	var out []keyRange
+	var out []tabletdesc.KeyRange
 	for _, k := range rs.RowKeys {
-		out = append(out, keyRange{start: k, end: append(bytes.Clone(k), 0)})
+		out = append(out, tabletdesc.KeyRange{Start: k, End: append(bytes.Clone(k), 0)})
 	}
 	for i, r := range rs.RowRanges {
-		kr := keyRange{start: []byte{}}
+		kr := tabletdesc.KeyRange{Start: []byte{}}
 		switch s := r.StartKey.(type) {
 		case *bigtablepb.RowRange_StartKeyClosed:
-			kr.start = s.StartKeyClosed
+			kr.Start = s.StartKeyClosed
 		case *bigtablepb.RowRange_StartKeyOpen:
-			kr.start = append(bytes.Clone(s.StartKeyOpen), 0)
+			kr.Start = append(bytes.Clone(s.StartKeyOpen), 0)
 		}
 		// An empty end key, like an unset one, is the end of the
 		// table, as Cloud Bigtable reads it.
 		switch e := r.EndKey.(type) {
 		case *bigtablepb.RowRange_EndKeyClosed:
 			if len(e.EndKeyClosed) > 0 {
-				kr.end = append(bytes.Clone(e.EndKeyClosed), 0)
+				kr.End = append(bytes.Clone(e.EndKeyClosed), 0)
 			}
 		case *bigtablepb.RowRange_EndKeyOpen:
 			if len(e.EndKeyOpen) > 0 {
-				kr.end = e.EndKeyOpen
+				kr.End = e.EndKeyOpen
 			}
 		}
-		if kr.end != nil && bytes.Compare(kr.start, kr.end) > 0 {
-			return nil, invalidf(fmt.Sprintf("rows.row_ranges[%d]", i), "start key %q is after end key %q", kr.start, kr.end)
-		}
-		if kr.end != nil && bytes.Equal(kr.start, kr.end) {
-			continue
+		if kr.Empty() {
+			if !bytes.Equal(kr.Start, kr.End) {
+				return nil, invalidf(fmt.Sprintf("rows.row_ranges[%d]", i), "start key %q is after end key %q", kr.Start, kr.End)
+			}
+			continue // [k, k): no row
 		}
 		out = append(out, kr)
 	}
-	slices.SortFunc(out, func(a, b keyRange) int { return bytes.Compare(a.start, b.start) })
+	slices.SortFunc(out, func(a, b tabletdesc.KeyRange) int { return bytes.Compare(a.Start, b.Start) })
 	merged := out[:0]
 	for _, r := range out {
 		if n := len(merged); n > 0 {
 			last := &merged[n-1]
-			if last.end == nil || bytes.Compare(r.start, last.end) <= 0 {
-				if last.end != nil && (r.end == nil || bytes.Compare(r.end, last.end) > 0) {
-					last.end = r.end
+			// r overlaps last or touches it (starts at its end).
+			if last.EndsAfter(r.Start) || bytes.Equal(r.Start, last.End) {
+				if tabletdesc.CompareEnds(r.End, last.End) > 0 {
+					last.End = r.End
 				}
 				continue
 			}

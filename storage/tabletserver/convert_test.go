@@ -24,14 +24,14 @@ func TestRowRanges(t *testing.T) {
 		}
 		return r
 	}
-	format := func(rs []keyRange) string {
+	format := func(rs []tabletdesc.KeyRange) string {
 		out := ""
 		for _, r := range rs {
 			end := "∞"
-			if r.end != nil {
-				end = fmt.Sprintf("%q", r.end)
+			if r.End != nil {
+				end = fmt.Sprintf("%q", r.End)
 			}
-			out += fmt.Sprintf("[%q,%s)", r.start, end)
+			out += fmt.Sprintf("[%q,%s)", r.Start, end)
 		}
 		return out
 	}
@@ -63,7 +63,7 @@ func TestRowRanges(t *testing.T) {
 	if _, err := rowRanges(&bigtablepb.RowSet{RowRanges: []*bigtablepb.RowRange{closedOpen("c", "b")}}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("inverted range: %v", err)
 	}
-	if !(keyRange{start: []byte("k"), end: []byte("k\x00")}).isPoint() || (keyRange{start: []byte("k"), end: []byte("l")}).isPoint() {
+	if !isPoint(tabletdesc.KeyRange{Start: []byte("k"), End: []byte("k\x00")}) || isPoint(tabletdesc.KeyRange{Start: []byte("k"), End: []byte("l")}) {
 		t.Fatal("isPoint")
 	}
 }

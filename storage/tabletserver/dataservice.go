@@ -516,8 +516,8 @@ func (s *DataService) sampleTable(id meta.TableID) ([]*bigtablepb.SampleRowKeysR
 		if n := len(samples); n > 0 {
 			base += samples[n-1].Offset
 		}
-		if _, end := tb.Range(); end != nil {
-			out = append(out, &bigtablepb.SampleRowKeysResponse{RowKey: end, OffsetBytes: base})
+		if r := tb.Range(); !r.Unbounded() {
+			out = append(out, &bigtablepb.SampleRowKeysResponse{RowKey: r.End, OffsetBytes: base})
 		}
 	}
 	return append(out, &bigtablepb.SampleRowKeysResponse{RowKey: []byte{}, OffsetBytes: base}), nil

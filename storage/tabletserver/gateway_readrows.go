@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
@@ -47,7 +48,7 @@ func (g *Gateway) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablepb.Bi
 		if len(ranges) == 0 || r.done() {
 			return nil
 		}
-		locs, err := g.tablets(ctx, table, ranges[0].start, ranges[len(ranges)-1].end)
+		locs, err := g.tablets(ctx, table, ranges[0].Start, ranges[len(ranges)-1].End)
 		if err != nil {
 			return err
 		}
@@ -79,7 +80,7 @@ func (g *Gateway) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablepb.Bi
 
 // readTablets reads ranges from locs in order until the rows limit is met;
 // on error it returns the location whose sub-request failed.
-func (g *Gateway) readTablets(ctx context.Context, req *bigtablepb.ReadRowsRequest, locs []meta.Location, ranges []keyRange, r *readRelay) (meta.Location, error) {
+func (g *Gateway) readTablets(ctx context.Context, req *bigtablepb.ReadRowsRequest, locs []meta.Location, ranges []tabletdesc.KeyRange, r *readRelay) (meta.Location, error) {
 	for _, loc := range locs {
 		part := clipRanges(ranges, loc.Start, loc.End)
 		if len(part) == 0 {
@@ -204,7 +205,7 @@ func (r *readRelay) relay(resp *bigtablepb.ReadRowsResponse) error {
 
 // remaining returns the part of ranges (ascending) not yet read: after the
 // last row sent in scan order.
-func (r *readRelay) remaining(ranges []keyRange) []keyRange {
+func (r *readRelay) remaining(ranges []tabletdesc.KeyRange) []tabletdesc.KeyRange {
 	if r.last == nil {
 		return ranges
 	}
@@ -216,38 +217,33 @@ func (r *readRelay) remaining(ranges []keyRange) []keyRange {
 
 // clipRanges returns the parts of ranges (ascending, disjoint) within
 // [start, end); nil end is unbounded.
-func clipRanges(ranges []keyRange, start, end []byte) []keyRange {
-	var out []keyRange
+func clipRanges(ranges []tabletdesc.KeyRange, start, end []byte) []tabletdesc.KeyRange {
+	var out []tabletdesc.KeyRange
+	clip := tabletdesc.KeyRange{Start: start, End: end}
 	for _, kr := range ranges {
-		s, e := kr.start, kr.end
-		if bytes.Compare(s, start) < 0 {
-			s = start
-		}
-		if len(end) > 0 && (e == nil || bytes.Compare(e, end) > 0) {
-			e = end
-		}
-		if e != nil && bytes.Compare(s, e) >= 0 {
+		x := kr.Intersect(clip)
+		if x.Empty() {
 			continue
 		}
-		if s == nil {
-			s = []byte{}
+		if x.Start == nil {
+			x.Start = []byte{}
 		}
-		out = append(out, keyRange{start: s, end: e})
+		out = append(out, x)
 	}
 	return out
 }
 
 // rowSet is the RowSet of ranges: one-row ranges as row keys.
-func rowSet(ranges []keyRange) *bigtablepb.RowSet {
+func rowSet(ranges []tabletdesc.KeyRange) *bigtablepb.RowSet {
 	rs := &bigtablepb.RowSet{}
 	for _, kr := range ranges {
-		if kr.isPoint() {
-			rs.RowKeys = append(rs.RowKeys, kr.start)
+		if isPoint(kr) {
+			rs.RowKeys = append(rs.RowKeys, kr.Start)
 			continue
 		}
-		rr := &bigtablepb.RowRange{StartKey: &bigtablepb.RowRange_StartKeyClosed{StartKeyClosed: kr.start}}
-		if kr.end != nil {
-			rr.EndKey = &bigtablepb.RowRange_EndKeyOpen{EndKeyOpen: kr.end}
+		rr := &bigtablepb.RowRange{StartKey: &bigtablepb.RowRange_StartKeyClosed{StartKeyClosed: kr.Start}}
+		if !kr.Unbounded() {
+			rr.EndKey = &bigtablepb.RowRange_EndKeyOpen{EndKeyOpen: kr.End}
 		}
 		rs.RowRanges = append(rs.RowRanges, rr)
 	}

@@ -204,14 +204,14 @@ type servedTable struct {
 // their ranges copied once so that lookups do not allocate. A split,
 // load or unload replaces the whole routing.
 type routing struct {
-	tabs         []*tablet.Tablet
-	starts, ends [][]byte // ends[i] nil: the end of the table
+	tabs   []*tablet.Tablet
+	ranges []tabletdesc.KeyRange // ranges[i] is tabs[i].Range()
 }
 
 func newRouting(tabs []*tablet.Tablet) *routing {
-	r := &routing{tabs: tabs, starts: make([][]byte, len(tabs)), ends: make([][]byte, len(tabs))}
+	r := &routing{tabs: tabs, ranges: make([]tabletdesc.KeyRange, len(tabs))}
 	for i, tb := range tabs {
-		r.starts[i], r.ends[i] = tb.Range()
+		r.ranges[i] = tb.Range()
 	}
 	return r
 }
@@ -222,10 +222,8 @@ func (st *servedTable) set(tabs []*tablet.Tablet) { st.routes.Store(newRouting(t
 // find returns the tablet that holds row, nil if none does.
 func (r *routing) find(row []byte) *tablet.Tablet {
 	// The first tablet whose end is above row.
-	i := sort.Search(len(r.tabs), func(i int) bool {
-		return r.ends[i] == nil || bytes.Compare(row, r.ends[i]) < 0
-	})
-	if i == len(r.tabs) || bytes.Compare(row, r.starts[i]) < 0 {
+	i := sort.Search(len(r.tabs), func(i int) bool { return r.ranges[i].EndsAfter(row) })
+	if i == len(r.tabs) || bytes.Compare(row, r.ranges[i].Start) < 0 {
 		return nil // past the last tablet, or in a gap (Partial mode)
 	}
 	return r.tabs[i]
@@ -417,16 +415,16 @@ func checkCoverage(tabs []*tablet.Tablet) error {
 	}
 	var prevEnd []byte
 	for i, tb := range tabs {
-		start, end := tb.Range()
-		if !bytes.Equal(start, prevEnd) {
-			return fmt.Errorf("tablet %s starts at %q, want %q", tb.ID(), start, prevEnd)
+		r := tb.Range()
+		if !bytes.Equal(r.Start, prevEnd) {
+			return fmt.Errorf("tablet %s starts at %q, want %q", tb.ID(), r.Start, prevEnd)
 		}
-		if end == nil && i != len(tabs)-1 {
+		if r.Unbounded() && i != len(tabs)-1 {
 			return fmt.Errorf("tablet %s ends the table but is not the last", tb.ID())
 		}
-		prevEnd = end
+		prevEnd = r.End
 	}
-	if prevEnd != nil {
+	if len(prevEnd) > 0 {
 		return fmt.Errorf("the last tablet ends at %q, not at the end of the table", prevEnd)
 	}
 	return nil
@@ -548,10 +546,10 @@ func (h *Host) TableTablets(id meta.TableID) []TabletInfo {
 
 // tabletInfo describes an open tablet.
 func tabletInfo(tb *tablet.Tablet) TabletInfo {
-	start, end := tb.Range()
+	r := tb.Range()
 	s := tb.Stats()
 	own, _ := tabletBytes(tb) // zero for a tablet closed meanwhile
-	return TabletInfo{ID: tb.ID(), Start: start, End: end, Bytes: own, Stats: s}
+	return TabletInfo{ID: tb.ID(), Start: r.Start, End: r.End, Bytes: own, Stats: s}
 }
 
 // Tables returns the IDs of the open tables, sorted.
@@ -749,13 +747,13 @@ func (e *gapError) Unwrap() error { return e.err }
 // scan, where it is the last row of the gap the scan reached that can be
 // named: the gap's start).
 func scanTablets(ctx context.Context, rt *routing, lo, hi []byte, reverse, partial bool, ro tablet.ReadOptions, fn func(cell.Row) error) error {
-	if hi != nil && bytes.Compare(lo, hi) >= 0 {
+	want := tabletdesc.KeyRange{Start: lo, End: hi}
+	if want.Empty() {
 		return nil
 	}
 	var sel []int
-	for i := range rt.tabs {
-		s, e := rt.starts[i], rt.ends[i]
-		if (e == nil || bytes.Compare(lo, e) < 0) && (hi == nil || bytes.Compare(s, hi) < 0) {
+	for i, r := range rt.ranges {
+		if r.Overlaps(want) {
 			sel = append(sel, i)
 		}
 	}
@@ -772,24 +770,24 @@ func scanTablets(ctx context.Context, rt *routing, lo, hi []byte, reverse, parti
 	next, atEnd := lo, false
 	prev, atTop := hi, hi == nil
 	for _, i := range sel {
-		tb, s, e := rt.tabs[i], rt.starts[i], rt.ends[i]
+		tb, r := rt.tabs[i], rt.ranges[i]
 		if partial {
-			if !reverse && bytes.Compare(s, next) > 0 {
+			if !reverse && bytes.Compare(r.Start, next) > 0 {
 				return gap(next)
 			}
-			if reverse && e != nil && (atTop || bytes.Compare(e, prev) < 0) {
-				return gap(e)
+			if reverse && !r.Unbounded() && (atTop || bytes.Compare(r.End, prev) < 0) {
+				return gap(r.End)
 			}
 		}
 		err := tb.Scan(ctx, tablet.ScanOptions{Start: lo, End: hi, Reverse: reverse, ReadOptions: ro}, fn)
 		if err != nil {
 			return err
 		}
-		next, atEnd = e, e == nil
-		prev, atTop = s, false
+		next, atEnd = r.End, r.Unbounded()
+		prev, atTop = r.Start, false
 	}
 	if partial {
-		if !reverse && !atEnd && (hi == nil || bytes.Compare(next, hi) < 0) {
+		if !reverse && !atEnd && want.EndsAfter(next) {
 			return gap(next)
 		}
 		if reverse && (atTop || bytes.Compare(prev, lo) > 0) {

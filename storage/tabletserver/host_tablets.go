@@ -11,6 +11,7 @@ import (
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // This file is the Host's cluster mode (HostOptions.Partial): the master
@@ -278,15 +279,11 @@ func (h *Host) insertTablets(ctx context.Context, t meta.Table, tabs []*tablet.T
 // insertLocked is insertTablets under st.mu.
 func (h *Host) insertLocked(ctx context.Context, st *servedTable, t meta.Table, tabs []*tablet.Tablet) error {
 	merged := slices.Concat(st.list(), tabs)
-	slices.SortFunc(merged, func(a, b *tablet.Tablet) int {
-		as, _ := a.Range()
-		bs, _ := b.Range()
-		return bytes.Compare(as, bs)
-	})
+	slices.SortFunc(merged, func(a, b *tablet.Tablet) int { return bytes.Compare(a.Range().Start, b.Range().Start) })
 	for i := 1; i < len(merged); i++ {
-		_, prevEnd := merged[i-1].Range()
-		start, _ := merged[i].Range()
-		if prevEnd == nil || bytes.Compare(prevEnd, start) > 0 {
+		// Sorted by start: a tablet overlaps one before it when it
+		// starts before the previous one ends.
+		if merged[i-1].Range().EndsAfter(merged[i].Range().Start) {
 			return fmt.Errorf("tablet %s of table %s overlaps tablet %s served here", merged[i].ID(), t.ID, merged[i-1].ID())
 		}
 	}
@@ -420,9 +417,9 @@ func (h *Host) ServedTablets() []ServedTablet {
 	h.mu.RUnlock()
 
 	describe := func(table meta.TableID, tb *tablet.Tablet) ServedTablet {
-		start, end := tb.Range()
+		r := tb.Range()
 		own, _ := tabletBytes(tb) // zero for a tablet closed meanwhile
-		return ServedTablet{Table: table, ID: tb.ID(), Start: start, End: end, Bytes: own, Splitting: splitting[tb.ID()]}
+		return ServedTablet{Table: table, ID: tb.ID(), Start: r.Start, End: r.End, Bytes: own, Splitting: splitting[tb.ID()]}
 	}
 	for id, st := range tables {
 		for _, tb := range st.list() {
@@ -509,22 +506,22 @@ func (h *Host) servesTablet(table meta.TableID, id string) bool {
 }
 
 // coversRanges reports whether the tablets open here hold every row of
-// ranges (keyRange end nil: unbounded).
-func (h *Host) coversRanges(table meta.TableID, ranges []keyRange) bool {
+// ranges.
+func (h *Host) coversRanges(table meta.TableID, ranges []tabletdesc.KeyRange) bool {
 	st, err := h.table(table)
 	if err != nil {
 		return false
 	}
 	rt := st.routes.Load()
 	for _, r := range ranges {
-		at := r.start
+		at := r.Start
 		for {
 			tb := rt.find(at)
 			if tb == nil {
 				return false
 			}
-			_, end := tb.Range()
-			if end == nil || (r.end != nil && bytes.Compare(end, r.end) >= 0) {
+			end := tb.Range().End
+			if tabletdesc.CompareEnds(end, r.End) >= 0 {
 				break
 			}
 			at = end

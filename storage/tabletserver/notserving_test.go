@@ -91,7 +91,7 @@ func TestNotServingDetailOverGRPC(t *testing.T) {
 	// 1. The routing sends every row to the left tablet: the row is
 	// outside its range. Through the generated gRPC stub (what Tabula's
 	// client uses) the detail arrives.
-	st.routes.Store(&routing{tabs: []*tablet.Tablet{left}, starts: [][]byte{nil}, ends: [][]byte{nil}})
+	st.routes.Store(&routing{tabs: []*tablet.Tablet{left}, ranges: []tabletdesc.KeyRange{{}}})
 	_, err = e.stub.MutateRow(ctx, &bigtablepb.MutateRowRequest{TableName: tableName("t"), RowKey: []byte("z"), Mutations: setCell})
 	wantDetail(t, notServingOf(t, err), &tabletpb.NotServing{TableName: table, RowKey: []byte("z"), TabletId: "t-0",
 		TabletEnd: []byte("m"), Reason: "row outside the tablet's range"})
@@ -117,7 +117,7 @@ func TestNotServingDetailOverGRPC(t *testing.T) {
 		RowKey: []byte("z"), TabletId: "t-0", TabletEnd: []byte("m"), Reason: "row outside the tablet's range"})
 
 	// 2. No tablet of the routing holds the row.
-	st.routes.Store(&routing{tabs: []*tablet.Tablet{left}, starts: [][]byte{nil}, ends: [][]byte{[]byte("m")}})
+	st.routes.Store(&routing{tabs: []*tablet.Tablet{left}, ranges: []tabletdesc.KeyRange{{End: []byte("m")}}})
 	_, err = e.stub.CheckAndMutateRow(ctx, &bigtablepb.CheckAndMutateRowRequest{TableName: tableName("t"), RowKey: []byte("z"), TrueMutations: setCell})
 	wantDetail(t, notServingOf(t, err), &tabletpb.NotServing{TableName: table, RowKey: []byte("z"), Reason: "no tablet holds the row"})
 

@@ -82,16 +82,16 @@ func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablep
 			}
 			return nil
 		}
-		if r.isPoint() {
+		if isPoint(r) {
 			// A single row: ReadRow consults the bloom filters and the
 			// scan cache, which a one-row scan would not.
 			var row cell.Row
 			var ok bool
-			if row, ok, err = s.host.readRow(ctx, t.ID, r.start, ro); err == nil && ok {
+			if row, ok, err = s.host.readRow(ctx, t.ID, r.Start, ro); err == nil && ok {
 				err = emit(row)
 			}
 		} else {
-			err = s.host.scan(ctx, t.ID, r.start, r.end, reverse, ro, emit)
+			err = s.host.scan(ctx, t.ID, r.Start, r.End, reverse, ro, emit)
 		}
 		if errors.Is(err, errStopScan) {
 			err = nil

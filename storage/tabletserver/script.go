@@ -1,7 +1,6 @@
 package tabletserver
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/filter"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
 )
 
@@ -331,11 +331,11 @@ func scriptRange(req *scriptpb.RunRequest) (start, end []byte, err error) {
 		return p, cell.PrefixSuccessor(p), nil
 	}
 	start, end = req.GetStartKey(), req.GetEndKey()
+	if (tabletdesc.KeyRange{Start: start, End: end}).Empty() {
+		return nil, nil, invalidf("end_key", "%q is not after start_key %q", end, start)
+	}
 	if len(end) == 0 {
 		return start, nil, nil
-	}
-	if bytes.Compare(start, end) >= 0 {
-		return nil, nil, invalidf("end_key", "%q is not after start_key %q", end, start)
 	}
 	return start, end, nil
 }
