@@ -3,6 +3,7 @@ package rowfile
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -49,6 +50,28 @@ func TestArrowReadsTemplate(t *testing.T) {
 			}
 			if pf.NumRowGroups() < 2 {
 				t.Errorf("%d row groups, want several (RowGroupBytes 32 KiB)", pf.NumRowGroups())
+			}
+			// Every data page is a V1 page, for the widest readers.
+			for g := range pf.NumRowGroups() {
+				for c := range templateColumns {
+					pr, err := pf.RowGroup(g).GetColumnPageReader(c)
+					if err != nil {
+						t.Fatal(err)
+					}
+					pages := 0
+					for pr.Next() {
+						switch typ := fmt.Sprint(pr.Page().Type()); typ {
+						case "DATA_PAGE":
+							pages++
+						case "DICTIONARY_PAGE":
+						default:
+							t.Fatalf("row group %d column %d: a %s page, want DATA_PAGE (V1)", g, c, typ)
+						}
+					}
+					if err := pr.Err(); err != nil || pages == 0 {
+						t.Fatalf("row group %d column %d: %d data pages, %v", g, c, pages, err)
+					}
+				}
 			}
 			if v := pf.MetaData().KeyValueMetadata().FindValue("parquet.avro.schema"); v == nil || *v != TemplateAvroSchema {
 				t.Errorf("parquet.avro.schema metadata = %v", v)

@@ -31,10 +31,14 @@
 //
 // Readers accept more than the writer produces, so that files from the
 // template with either list setting and from other tools import: the
-// three-level list (LIST → repeated group → element group), optional
-// instead of required fields, fields in any order, and a TIMESTAMP(MICROS)
-// annotated timestamp. Anything else — a missing, extra or mistyped field —
-// is an ErrSchema at open time, naming the field.
+// three-level list (LIST → repeated group → element group, as
+// parquet-avro writes with write-old-list-structure=false, and pyarrow),
+// the bare repeated group of the oldest writers, optional instead of
+// required fields (a null qualifier or value reads as empty; a null key,
+// family or timestamp is an invalid row), fields in any order, and a
+// timestamp annotated INT(64, signed) or TIMESTAMP(MICROS). Anything else
+// — a missing, extra or mistyped field, a timestamp in other units — is an
+// ErrSchema at open time, naming the field.
 //
 // Parquet, columns layout (Format ParquetColumns), for analysts: a required
 // binary column "key" and one optional binary column per family:qualifier

@@ -220,36 +220,45 @@ func checkTemplate(root parquet.Node) (templateLayout, error) {
 		return lay, err
 	}
 
-	// Walk cells → (two-level) repeated element group, or (three-level)
-	// repeated group → element group.
+	// Walk cells to the cell group: a LIST holding a repeated group that
+	// is the cell (two-level, what parquet-avro writes by default) or that
+	// holds the cell as its one child (three-level, the Parquet spec's
+	// form), or a bare repeated group (the oldest form).
 	def := 0
-	if cellsF.Repeated() {
-		return lay, schemaErr("cells", "is a bare repeated field, want a LIST group")
-	}
-	if cellsF.Leaf() || !isListNode(cellsF) {
-		return lay, schemaErr("cells", "want a group annotated LIST, got %s", nodeKind(cellsF))
-	}
-	if cellsF.Optional() {
-		def++
-	}
-	inner := cellsF.Fields()
-	if len(inner) != 1 || !inner[0].Repeated() || inner[0].Leaf() {
-		return lay, schemaErr("cells", "LIST must hold exactly one repeated group")
-	}
-	rep := inner[0]
-	path := "cells." + rep.Name()
-	def++
-	lay.cellDef = def
-	elem := parquet.Node(rep)
-	if sub := rep.Fields(); len(sub) == 1 && !sub[0].Leaf() {
-		// Three-level list: the repeated group holds the element group.
-		path += "." + sub[0].Name()
-		elem = sub[0]
-		if sub[0].Repeated() {
-			return lay, schemaErr(path, "element must not be repeated")
+	path := "cells"
+	var elem parquet.Node
+	switch {
+	case cellsF.Repeated():
+		if cellsF.Leaf() {
+			return lay, schemaErr("cells", "want a list of cell groups, got repeated %s", cellsF.Type())
 		}
-		if sub[0].Optional() {
+		def++
+		lay.cellDef = def
+		elem = cellsF
+	case cellsF.Leaf() || !isListNode(cellsF):
+		return lay, schemaErr("cells", "want a group annotated LIST, got %s", nodeKind(cellsF))
+	default:
+		if cellsF.Optional() {
 			def++
+		}
+		inner := cellsF.Fields()
+		if len(inner) != 1 || !inner[0].Repeated() || inner[0].Leaf() {
+			return lay, schemaErr("cells", "LIST must hold exactly one repeated group")
+		}
+		rep := inner[0]
+		path += "." + rep.Name()
+		def++
+		lay.cellDef = def
+		elem = rep
+		if sub := rep.Fields(); len(sub) == 1 && !sub[0].Leaf() {
+			path += "." + sub[0].Name()
+			elem = sub[0]
+			if sub[0].Repeated() {
+				return lay, schemaErr(path, "element must not be repeated")
+			}
+			if sub[0].Optional() {
+				def++
+			}
 		}
 	}
 	lay.elemDef = def
