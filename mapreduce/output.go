@@ -4,6 +4,7 @@ package mapreduce
 // commits or aborts a file output.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,13 +103,15 @@ func (s *tableSink) write(ctx context.Context, row cell.Row) error {
 	if len(row.Cells) == 0 {
 		return nil
 	}
-	rm := cell.RowMutation{Row: row.Key, Mutations: make([]cell.Mutation, len(row.Cells))}
+	// The batch outlives the call: the row's bytes are copied, since a
+	// reducer may hand over the key the merge reuses for the next group.
+	rm := cell.RowMutation{Row: bytes.Clone(row.Key), Mutations: make([]cell.Mutation, len(row.Cells))}
 	for i, c := range row.Cells {
 		ts := c.Timestamp
 		if ts == JobTimestamp {
 			ts = s.ts
 		}
-		rm.Mutations[i] = cell.Set(c.Family, c.Qualifier, ts, c.Value)
+		rm.Mutations[i] = cell.Set(c.Family, bytes.Clone(c.Qualifier), ts, bytes.Clone(c.Value))
 	}
 	s.batch = append(s.batch, rm)
 	n := rm.Size()

@@ -79,9 +79,19 @@ func init() {
 			Combine: mapreduce.TypedCombine(mapreduce.String, mapreduce.Int64, func(_ string, vs iter.Seq[int64], emit func(int64) error) error {
 				return emit(sum(vs))
 			}),
-			Reduce: mapreduce.TypedReduce(mapreduce.String, mapreduce.Int64, func(_ context.Context, w string, vs iter.Seq[int64], out mapreduce.ReduceContext) error {
-				return out.Write(cell.Row{Key: []byte(w), Cells: []cell.Cell{{Family: "f", Qualifier: []byte("n"), Timestamp: mapreduce.JobTimestamp, Value: []byte(strconv.FormatInt(sum(vs), 10))}}})
-			}),
+			// Untyped, writing the key it is given: the output must not
+			// depend on the merge's reuse of the key's bytes.
+			Reduce: func(_ context.Context, key []byte, vs iter.Seq[[]byte], out mapreduce.ReduceContext) error {
+				var n int64
+				for v := range vs {
+					x, err := mapreduce.Int64.Decode(v)
+					if err != nil {
+						return err
+					}
+					n += x
+				}
+				return out.Write(cell.Row{Key: key, Cells: []cell.Cell{{Family: "f", Qualifier: []byte("n"), Timestamp: mapreduce.JobTimestamp, Value: []byte(strconv.FormatInt(n, 10))}}})
+			},
 			Reducers: c.Reducers,
 			Output:   &mapreduce.TableOutput{Table: c.Out},
 		}, nil
