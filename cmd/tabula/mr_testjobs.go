@@ -108,7 +108,7 @@ func buildFaultJob(conf []byte) (*mapreduce.Job, error) {
 			if err != nil {
 				return err
 			}
-			return out.Write(cell.Row{Key: key, Cells: []cell.Cell{{Family: "f", Qualifier: []byte("n"), Value: []byte(strconv.FormatInt(n, 10))}}})
+			return out.Write(cell.Row{Key: key, Cells: []cell.Cell{{Family: "f", Qualifier: []byte("n"), Timestamp: mapreduce.JobTimestamp, Value: []byte(strconv.FormatInt(n, 10))}}})
 		},
 		Reducers: c.Reducers,
 		Output:   &mapreduce.TableOutput{Table: c.Output},

@@ -1,0 +1,235 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/mapreduce"
+	"github.com/tabuladb/tabula/mapreduce/remote"
+)
+
+func TestMRClusterFaults(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := newTestCluster(t, clusterOptions{masters: 1, servers: 2})
+	var workers []*roleProc
+	for range 3 {
+		workers = append(workers, c.startWorker("--slots", "2"))
+	}
+	c.waitAllServed(60*time.Second, 1)
+	server := c.liveServers()[0].addr
+	cl, admin := officialClients(t, ctx, server)
+	want := mrLoadWordTable(t, ctx, admin, cl, "words", 900)
+	_, ws := c.workerPool(ctx, 3)
+
+	run := func(t *testing.T, conf faultJobConf, ws []mapreduce.Worker, progress func(mapreduce.Status)) (*mapreduce.Result, error) {
+		t.Helper()
+		job, err := mapreduce.Build(testFaultJobName, conf.encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mapreduce.Run(ctx, job, mapreduce.Config{
+			Addr: server, Workers: ws, Progress: progress, ProgressInterval: 100 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(mrTestLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+	}
+	base := faultJobConf{Table: mrFullName("words"), Reducers: 3, StuckMap: -1, FailMap: -1}
+
+	// The reference: an undisturbed run.
+	mrCreateOutputTable(t, ctx, admin, "ref")
+	conf := base
+	conf.Output = mrFullName("ref")
+	res, err := run(t, conf, ws, nil)
+	if err != nil {
+		t.Fatalf("undisturbed run: %v", err)
+	}
+	t.Logf("undisturbed run: %v", res.Counters)
+	ref := mrTableCells(t, ctx, cl, "ref")
+	mrCheckCounts(t, ref, want)
+
+	t.Run("KillWorkerMidJob", func(t *testing.T) {
+		mrCreateOutputTable(t, ctx, admin, "killed")
+		conf := base
+		conf.Output = mrFullName("killed")
+		conf.RowDelay = 20 * time.Millisecond // ≈ 2 s per map task
+		// Kill -9 a worker once it holds a finished map output and runs
+		// another attempt: both must be re-run elsewhere.
+		var victim *roleProc
+		var once sync.Once
+		stop := make(chan struct{})
+		killed := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				for _, w := range workers {
+					if mrWorkerMetric(t, w, "tabula_mr_worker_attempts_total", `kind="m"`, `outcome="succeeded"`) >= 1 &&
+						mrWorkerMetric(t, w, "tabula_mr_worker_attempts_running", `kind="m"`) >= 1 {
+						once.Do(func() {
+							victim = w
+							c.kill(w)
+							close(killed)
+						})
+						return
+					}
+				}
+			}
+		}()
+		res, err := run(t, conf, ws, nil)
+		close(stop)
+		if err != nil {
+			t.Fatalf("run with a worker killed: %v", err)
+		}
+		select {
+		case <-killed:
+		default:
+			t.Fatal("the job ended before any worker held a map output while running another attempt: nothing was killed")
+		}
+		var lost mapreduce.Worker
+		for _, w := range ws {
+			if strings.HasPrefix(w.Name(), victim.addr+"/") {
+				lost = w
+			}
+		}
+		if lost == nil {
+			t.Fatalf("no pool worker for the victim at %s", victim.addr)
+		}
+		select {
+		case <-lost.Lost():
+			t.Logf("victim %s: %v", victim.addr, lost.(*remote.Client).LostErr())
+		default:
+			t.Fatalf("the pool did not declare the killed worker %s lost", lost.Name())
+		}
+		if n := res.Counters[mapreduce.CounterFailedAttempts] + res.Counters[mapreduce.CounterKilledAttempts]; n < 1 {
+			t.Fatalf("counters %v: no failed or killed attempt although a worker died mid-attempt", res.Counters)
+		}
+		got := mrTableCells(t, ctx, cl, "killed")
+		if !mrCellsEqual(got, ref) {
+			t.Fatalf("output after a kill -9 differs from the undisturbed run:\n got %v\nwant %v", got, ref)
+		}
+	})
+
+	live := func() []mapreduce.Worker {
+		var out []mapreduce.Worker
+		for _, w := range ws {
+			select {
+			case <-w.Lost():
+			default:
+				out = append(out, w)
+			}
+		}
+		return out
+	}
+
+	t.Run("BackupAttemptWins", func(t *testing.T) {
+		mrCreateOutputTable(t, ctx, admin, "backup")
+		conf := base
+		conf.Output = mrFullName("backup")
+		conf.StuckMap = 4 // its first attempt never ends by itself
+		res, err := run(t, conf, live(), nil)
+		if err != nil {
+			t.Fatalf("run with a stuck map attempt: %v", err)
+		}
+		if res.Counters[mapreduce.CounterSpeculativeStarts] < 1 || res.Counters[mapreduce.CounterKilledAttempts] < 1 {
+			t.Fatalf("counters %v: want a speculative start, and the stuck attempt killed", res.Counters)
+		}
+		got := mrTableCells(t, ctx, cl, "backup")
+		if !mrCellsEqual(got, ref) {
+			t.Fatalf("output with a backup attempt differs from the undisturbed run:\n got %v\nwant %v", got, ref)
+		}
+	})
+
+	t.Run("AlwaysFailingTaskFailsJob", func(t *testing.T) {
+		mrCreateOutputTable(t, ctx, admin, "failed")
+		conf := base
+		conf.Output = mrFullName("failed")
+		conf.FailMap = 2
+		before := 0.0
+		for _, w := range c.workers {
+			if w.alive() {
+				before += mrWorkerMetric(t, w, "tabula_mr_worker_attempts_total", `kind="m"`, `outcome="failed"`)
+			}
+		}
+		_, err := run(t, conf, live(), nil)
+		if err == nil {
+			t.Fatal("a job with a task that always fails succeeded")
+		}
+		if !strings.Contains(err.Error(), "-m-00002") || !strings.Contains(err.Error(), "deliberate failure of map 2") {
+			t.Fatalf("job error %q does not name the task (…-m-00002) and its error", err)
+		}
+		after := 0.0
+		for _, w := range c.workers {
+			if w.alive() {
+				after += mrWorkerMetric(t, w, "tabula_mr_worker_attempts_total", `kind="m"`, `outcome="failed"`)
+			}
+		}
+		if after-before != 4 {
+			t.Fatalf("the workers report %v failed map attempts, want 4 (MaxAttempts)", after-before)
+		}
+		t.Logf("job error: %v", err)
+	})
+}
+
+// TestMRClusterWorkerScaling runs the same word count (with shuffle) on 1,
+// 2 and 4 `tabula worker` processes of a local cluster, one slot each,
+// checks every output, and prints input rows per second and the ratio to
+// one worker. Every process shares this machine's cores (printed), which
+// bound the scaling. The default input is small, to keep the suite fast;
+// TABULA_LONG=1 uses 60000 rows for figures worth recording:
+//
+//	TABULA_LONG=1 bash deploy/test.sh -run MRClusterWorkerScaling -v ./cmd/tabula/
+func TestMRClusterWorkerScaling(t *testing.T) {
+	rows := 3000
+	if os.Getenv("TABULA_LONG") != "" {
+		rows = 60000
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	c := newTestCluster(t, clusterOptions{masters: 1, servers: 2})
+	for range 4 {
+		c.startWorker("--slots", "1")
+	}
+	c.waitAllServed(60*time.Second, 1)
+	server := c.liveServers()[0].addr
+	cl, admin := officialClients(t, ctx, server)
+	want := mrLoadWordTable(t, ctx, admin, cl, "words", rows)
+	_, ws := c.workerPool(ctx, 4)
+
+	var base float64
+	for _, n := range []int{1, 2, 4} {
+		out := fmt.Sprintf("out%d", n)
+		mrCreateOutputTable(t, ctx, admin, out)
+		job, err := mapreduce.Build(testFaultJobName, faultJobConf{Table: mrFullName("words"), Output: mrFullName(out), Reducers: 4, StuckMap: -1, FailMap: -1}.encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		res, err := mapreduce.Run(ctx, job, mapreduce.Config{Addr: server, Workers: ws[:n], NoSpeculation: true})
+		elapsed := time.Since(start)
+		if err != nil {
+			t.Fatalf("%d workers: %v", n, err)
+		}
+		mrCheckCounts(t, mrTableCells(t, ctx, cl, out), want)
+		if got := res.Counters[mapreduce.CounterInputRows]; got != int64(rows) {
+			t.Fatalf("%d workers: %d input rows counted, want %d", n, got, rows)
+		}
+		rate := float64(rows) / elapsed.Seconds()
+		if n == 1 {
+			base = rate
+		}
+		t.Logf("MR word count, %d rows, 9 map tasks, 4 reducers, %d worker(s) × 1 slot, %d cores: %.2fs, %.0f rows/s, %.2f× one worker, shuffle %d bytes",
+			rows, n, runtime.NumCPU(), elapsed.Seconds(), rate, rate/base, res.Counters[mapreduce.CounterShuffleBytes])
+	}
+}
