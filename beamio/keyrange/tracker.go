@@ -1,0 +1,189 @@
+package keyrange
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+)
+
+// Tracker tracks the claims of a splittable DoFn over a Restriction. Its
+// positions are row keys ([]byte): a DoFn claims each row's key, in
+// strictly increasing order, before it emits anything for the row, and
+// stops when a claim fails. Claiming the empty key (nil or []byte{}),
+// which is no row's key, claims the rest of the restriction: a DoFn does
+// so when its read reached the end without the tracker stopping it, so
+// that the restriction is done even when its end is unbounded.
+//
+// It implements sdf.BoundableRTracker (always bounded) and is safe for
+// concurrent use, as dynamic splitting needs: the runner's TrySplit and
+// GetProgress arrive while ProcessElement claims.
+type Tracker struct {
+	mu      sync.Mutex
+	rest    Restriction
+	claimed []byte // the last key claimed; nil: none yet
+	ended   bool   // a claim reached the end (the empty key, or a key at or past End)
+	stopped bool   // TryClaim returned false
+	splits  int    // successful TrySplits
+	err     error
+}
+
+// NewTracker returns a tracker of rest.
+func NewTracker(rest Restriction) *Tracker {
+	return &Tracker{rest: rest}
+}
+
+func (t *Tracker) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return fmt.Sprintf("keyrange.Tracker(%v claimed %q ended %v stopped %v err %v)", t.rest, t.claimed, t.ended, t.stopped, t.err)
+}
+
+// TryClaim claims the key pos ([]byte). It returns true when pos lies in
+// the restriction after every key claimed before: the caller must then
+// process the row fully. It returns false, and the caller must stop
+// without emitting anything more, when
+//   - pos is empty (the end is claimed) or at or past End: the
+//     restriction is done;
+//   - pos is before Start, not after the last claimed key, or not a
+//     []byte, or the tracker had already stopped: an error, reported by
+//     GetError (the bundle fails).
+func (t *Tracker) TryClaim(pos any) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		t.err = errors.New("keyrange: a key was claimed after the tracker had stopped the DoFn")
+		return false
+	}
+	key, ok := pos.([]byte)
+	if !ok {
+		t.stopped = true
+		t.err = fmt.Errorf("keyrange: claimed position is a %T, want a []byte row key", pos)
+		return false
+	}
+	t.stopped = true // until the claim succeeds
+	switch {
+	case len(key) == 0:
+		t.ended = true
+		return false
+	case bytes.Compare(key, t.rest.Start) < 0:
+		t.err = fmt.Errorf("keyrange: claimed key %q is before the restriction %v", key, t.rest)
+		return false
+	case t.claimed != nil && bytes.Compare(key, t.claimed) <= 0:
+		t.err = fmt.Errorf("keyrange: claimed key %q is not after the last claimed key %q", key, t.claimed)
+		return false
+	case !t.rest.Unbounded() && bytes.Compare(key, t.rest.End) >= 0:
+		t.ended = true
+		return false
+	}
+	t.stopped = false
+	t.claimed = bytes.Clone(key)
+	return true
+}
+
+// GetError returns the error that stopped the tracker, nil if none did.
+func (t *Tracker) GetError() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}
+
+// from returns the first key not yet claimed. Callers hold mu.
+func (t *Tracker) from() []byte {
+	if t.claimed == nil {
+		return t.rest.Start
+	}
+	return Successor(t.claimed)
+}
+
+// isDone reports IsDone. Callers hold mu.
+func (t *Tracker) isDone() bool {
+	if t.err != nil {
+		return false
+	}
+	if t.ended {
+		return true
+	}
+	return !t.rest.Unbounded() && bytes.Compare(t.from(), t.rest.End) >= 0
+}
+
+// IsDone reports whether every key of the restriction has been claimed
+// or ruled out: a claim reached the end, or no key lies between the last
+// claimed key and End (as after a split at fraction 0). A tracker
+// stopped by an error is not done.
+func (t *Tracker) IsDone() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.isDone()
+}
+
+// TrySplit splits the unclaimed keys at about fraction of them (by key
+// position, clamped to [0, 1]): the tracker keeps [Start, s) as the
+// primary and returns [s, End) as the residual, where s is after the
+// last claimed key. Fraction 0 is a checkpoint: s is the first unclaimed
+// key, the primary has no work left and the tracker is done. When no
+// split is possible — the tracker is done or stopped, or no key lies
+// between the split point and End — it returns the restriction and a nil
+// residual. Bytes is divided by key position.
+func (t *Tracker) TrySplit(fraction float64) (primary, residual any, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped || t.isDone() {
+		return t.rest, nil, nil
+	}
+	if math.IsNaN(fraction) || fraction < 0 {
+		fraction = 0
+	}
+	from := t.from()
+	s, ok := Interpolate(from, t.rest.End, fraction)
+	if !ok {
+		return t.rest, nil, nil
+	}
+	p := Position(t.rest.Start, t.rest.End, s)
+	pBytes := int64(math.Round(float64(t.rest.Bytes) * p))
+	res := Restriction{Start: s, End: t.rest.End, Bytes: t.rest.Bytes - pBytes}
+	t.rest = Restriction{Start: t.rest.Start, End: s, Bytes: pBytes}
+	t.splits++
+	return t.rest, res, nil
+}
+
+// Splits returns how many times TrySplit gave away a residual: a DoFn
+// reports it (as a metric) to show that the runner split its work.
+func (t *Tracker) Splits() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.splits
+}
+
+// GetProgress reports the work done and remaining by key position
+// within the restriction, scaled to its estimated Bytes (to 1 when
+// unknown): done grows as keys are claimed, and a done tracker has
+// nothing remaining.
+func (t *Tracker) GetProgress() (done, remaining float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	size := float64(t.rest.Bytes)
+	if size <= 0 {
+		size = 1
+	}
+	if t.isDone() {
+		return size, 0
+	}
+	p := 0.0
+	if t.claimed != nil {
+		p = Position(t.rest.Start, t.rest.End, t.claimed)
+	}
+	return p * size, (1 - p) * size
+}
+
+// GetRestriction returns the current restriction (the primary after a
+// split).
+func (t *Tracker) GetRestriction() any {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.rest
+}
+
+// IsBounded reports true: a key range holds finitely many rows.
+func (t *Tracker) IsBounded() bool { return true }
