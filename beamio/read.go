@@ -1,0 +1,423 @@
+package beamio
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/beamio/keyrange"
+	"github.com/tabuladb/tabula/scripts"
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/client"
+)
+
+// Table names a table on a Tabula server (tabula dev, or any tablet
+// server of a cluster).
+type Table struct {
+	// Addr is the server's host:port. Required.
+	Addr string
+	// Project and Instance qualify the table's name; default "tabula"
+	// and "dev", as the CLI's.
+	Project, Instance string
+	// Table is the table ID. Required.
+	Table string
+}
+
+func (t Table) validate() error {
+	if t.Addr == "" {
+		return errors.New("beamio: the server address (Addr) is required")
+	}
+	if t.Table == "" {
+		return errors.New("beamio: the table (Table) is required")
+	}
+	return nil
+}
+
+// dial connects to the table's server.
+func (t Table) dial() (*client.Client, error) {
+	return client.Dial(t.Addr, client.Options{Project: t.Project, Instance: t.Instance})
+}
+
+// RowRange is the rows [Start, End); an empty End is the end of the
+// table.
+type RowRange struct {
+	Start, End []byte
+}
+
+// ReadConfig says what Read reads. The zero value of each selection
+// reads everything.
+type ReadConfig struct {
+	Table
+	// Ranges and Prefixes select rows: a row is read when it lies in one
+	// of the Ranges or starts with one of the Prefixes (both empty: the
+	// whole table). Overlapping selections read each row once.
+	Ranges   []RowRange
+	Prefixes [][]byte
+	// Families keeps only the cells of these families.
+	Families []string
+	// StartTime and EndTime keep only cells with timestamps in
+	// [StartTime, EndTime), microseconds; EndTime 0 is unbounded.
+	StartTime, EndTime int64
+	// Filter is a Bigtable RowFilter applied, in the server, after the
+	// selections above; rows left without cells are not read.
+	Filter *bigtablepb.RowFilter
+	// Script, when set, is the source of a filter script (package
+	// scripts: one that emits to keep) run inside the tablet servers
+	// over the selected cells: only the rows it keeps cross the network.
+	// ScriptName names it in errors.
+	Script, ScriptName string
+	// BundleBytes is the size the initial restrictions are cut to (each
+	// tablet at least one); default 64 MiB. The runner may split them
+	// further while they run.
+	BundleBytes int64
+}
+
+// DefaultBundleBytes is ReadConfig.BundleBytes's default.
+const DefaultBundleBytes = 64 << 20
+
+// readSpec is a ReadConfig as the DoFn carries it through the pipeline
+// (Beam serializes DoFns as JSON: the filter travels as bytes).
+type readSpec struct {
+	Table       Table
+	Ranges      []keyrange.Restriction
+	Families    []string
+	StartTime   int64
+	EndTime     int64
+	Filter      []byte
+	Script      string
+	ScriptName  string
+	BundleBytes int64
+}
+
+// ranges returns cfg's row selection as sorted, merged restrictions.
+func (cfg ReadConfig) ranges() ([]keyrange.Restriction, error) {
+	var rs []keyrange.Restriction
+	for i, r := range cfg.Ranges {
+		kr := keyrange.Restriction{Start: r.Start, End: r.End}
+		if kr.Empty() {
+			return nil, fmt.Errorf("beamio: Ranges[%d]: start %q is not before end %q", i, r.Start, r.End)
+		}
+		rs = append(rs, kr)
+	}
+	for i, p := range cfg.Prefixes {
+		if len(p) == 0 {
+			return nil, fmt.Errorf("beamio: Prefixes[%d] is empty (leave Prefixes and Ranges empty to read the whole table)", i)
+		}
+		rs = append(rs, keyrange.Restriction{Start: p, End: cell.PrefixSuccessor(p)})
+	}
+	if len(rs) == 0 {
+		return []keyrange.Restriction{{}}, nil
+	}
+	sort.Slice(rs, func(i, j int) bool { return bytes.Compare(rs[i].Start, rs[j].Start) < 0 })
+	out := rs[:1]
+	for _, r := range rs[1:] {
+		last := &out[len(out)-1]
+		if last.Unbounded() || bytes.Compare(r.Start, last.End) <= 0 {
+			if r.Unbounded() || !last.Unbounded() && bytes.Compare(r.End, last.End) > 0 {
+				last.End = r.End
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (cfg ReadConfig) spec() (readSpec, error) {
+	if err := cfg.Table.validate(); err != nil {
+		return readSpec{}, err
+	}
+	rs, err := cfg.ranges()
+	if err != nil {
+		return readSpec{}, err
+	}
+	if cfg.EndTime != 0 && cfg.EndTime <= cfg.StartTime {
+		return readSpec{}, fmt.Errorf("beamio: EndTime %d is not after StartTime %d", cfg.EndTime, cfg.StartTime)
+	}
+	sp := readSpec{Table: cfg.Table, Ranges: rs, Families: cfg.Families, StartTime: cfg.StartTime, EndTime: cfg.EndTime,
+		Script: cfg.Script, ScriptName: cfg.ScriptName, BundleBytes: cfg.BundleBytes}
+	if sp.BundleBytes <= 0 {
+		sp.BundleBytes = DefaultBundleBytes
+	}
+	if cfg.Filter != nil {
+		if sp.Filter, err = proto.Marshal(cfg.Filter); err != nil {
+			return readSpec{}, fmt.Errorf("beamio: Filter: %w", err)
+		}
+	}
+	if cfg.Script != "" {
+		name := cfg.ScriptName
+		if name == "" {
+			name = "script"
+		}
+		prog, err := scripts.Compile(name, cfg.Script)
+		if err != nil {
+			return readSpec{}, err
+		}
+		if !prog.IsFilter() {
+			return readSpec{}, fmt.Errorf("beamio: %s is not a filter script: it never emits to keep", name)
+		}
+	}
+	return sp, nil
+}
+
+// Read reads the rows cfg selects as a PCollection of Row, in parallel
+// over the table's tablets; see the package doc. A bad configuration
+// panics, as beam.ParDo does; TryRead returns the error instead. Errors
+// reaching the server (a missing table, say) fail the pipeline when it
+// runs.
+func Read(s beam.Scope, cfg ReadConfig) beam.PCollection {
+	out, err := TryRead(s, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// TryRead is Read returning the configuration's error.
+func TryRead(s beam.Scope, cfg ReadConfig) (beam.PCollection, error) {
+	sp, err := cfg.spec()
+	if err != nil {
+		return beam.PCollection{}, err
+	}
+	s = s.Scope("beamio.Read(" + cfg.Table.Table + ")")
+	imp := beam.Impulse(s)
+	outs, err := beam.TryParDo(s, &readFn{Spec: sp}, imp)
+	if err != nil {
+		return beam.PCollection{}, err
+	}
+	return outs[0], nil
+}
+
+// The read's metrics, in namespace "beamio".
+var (
+	rowsRead       = beam.NewCounter("beamio", "read_rows")
+	cellsRead      = beam.NewCounter("beamio", "read_cells")
+	readSplits     = beam.NewCounter("beamio", "read_dynamic_splits")
+	readRestarts   = beam.NewCounter("beamio", "read_script_restarts")
+	readRestricted = beam.NewCounter("beamio", "read_restrictions")
+)
+
+// readFn is the splittable DoFn of Read: its element is the impulse, its
+// restriction a key range.
+type readFn struct {
+	Spec readSpec
+
+	mu sync.Mutex
+	c  *client.Client
+}
+
+func init() {
+	register.DoFn4x1[context.Context, *keyrange.Tracker, []byte, func(Row), error](&readFn{})
+	register.Emitter1[Row]()
+	beam.RegisterType(reflect.TypeOf((*readFn)(nil)).Elem())
+}
+
+// client returns the connection, dialing it on first use (the SDF's
+// restriction methods may run on an instance whose Setup did not).
+func (f *readFn) client() (*client.Client, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.c == nil {
+		c, err := f.Spec.Table.dial()
+		if err != nil {
+			return nil, err
+		}
+		f.c = c
+	}
+	return f.c, nil
+}
+
+// Setup dials the server.
+func (f *readFn) Setup() error {
+	_, err := f.client()
+	return err
+}
+
+// Teardown closes the connection.
+func (f *readFn) Teardown() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.c != nil {
+		err := f.c.Close()
+		f.c = nil
+		return err
+	}
+	return nil
+}
+
+// CreateInitialRestriction is the hull of the selected ranges.
+func (f *readFn) CreateInitialRestriction(_ []byte) keyrange.Restriction {
+	rs := f.Spec.Ranges
+	return keyrange.Restriction{Start: rs[0].Start, End: rs[len(rs)-1].End}
+}
+
+// SplitRestriction cuts the selected ranges within rest at the table's
+// tablets and samples (PlanSplits).
+func (f *readFn) SplitRestriction(_ []byte, rest keyrange.Restriction) ([]keyrange.Restriction, error) {
+	c, err := f.client()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	table := f.Spec.Table.Table
+	tabs, err := c.Tablets(ctx, table)
+	if err != nil {
+		return nil, fmt.Errorf("beamio: tablets of %s at %s: %w", table, f.Spec.Table.Addr, err)
+	}
+	samples, err := c.SampleRowKeys(ctx, table)
+	if err != nil {
+		return nil, fmt.Errorf("beamio: SampleRowKeys of %s at %s: %w", table, f.Spec.Table.Addr, err)
+	}
+	tablets := make([]Tablet, len(tabs))
+	for i, t := range tabs {
+		tablets[i] = Tablet{Start: t.Start, End: t.End}
+	}
+	smp := make([]Sample, len(samples))
+	for i, s := range samples {
+		smp[i] = Sample{Key: s.Key, Offset: s.Offset}
+	}
+	var ranges []keyrange.Restriction
+	for _, r := range f.Spec.Ranges {
+		if in, ok := intersect(r, rest); ok {
+			ranges = append(ranges, in)
+		}
+	}
+	return PlanSplits(ranges, tablets, smp, f.Spec.BundleBytes), nil
+}
+
+// RestrictionSize is the restriction's estimated bytes (at least 1, so
+// that an unsampled restriction still counts as work).
+func (f *readFn) RestrictionSize(_ []byte, rest keyrange.Restriction) float64 {
+	return float64(max(rest.Bytes, 1))
+}
+
+// CreateTracker tracks a restriction by row key.
+func (f *readFn) CreateTracker(rest keyrange.Restriction) *keyrange.Tracker {
+	return keyrange.NewTracker(rest)
+}
+
+// ProcessElement reads the rows of the tracker's restriction, claiming
+// each before emitting it, until the read or the tracker ends.
+func (f *readFn) ProcessElement(ctx context.Context, rt *keyrange.Tracker, _ []byte, emit func(Row)) error {
+	c, err := f.client()
+	if err != nil {
+		return err
+	}
+	readRestricted.Inc(ctx, 1)
+	defer func() {
+		if n := rt.Splits(); n > 0 {
+			readSplits.Inc(ctx, int64(n))
+		}
+	}()
+	var filter *bigtablepb.RowFilter
+	if len(f.Spec.Filter) > 0 {
+		filter = &bigtablepb.RowFilter{}
+		if err := proto.Unmarshal(f.Spec.Filter, filter); err != nil {
+			return fmt.Errorf("beamio: filter: %w", err)
+		}
+	}
+	rest := rt.GetRestriction().(keyrange.Restriction)
+	var nRows, nCells int64
+	defer func() {
+		rowsRead.Inc(ctx, nRows)
+		cellsRead.Inc(ctx, nCells)
+	}()
+	// claim claims a row and emits it; false stops the read.
+	claim := func(r cell.Row) bool {
+		if !rt.TryClaim(r.Key) {
+			return false
+		}
+		nRows++
+		nCells += int64(len(r.Cells))
+		emit(Row(r))
+		return true
+	}
+	if f.Spec.Script != "" {
+		return f.filterRows(ctx, c, rt, rest, filter, claim)
+	}
+	opts := client.ScanOptions{Start: rest.Start, End: rest.End, Families: f.Spec.Families,
+		StartTime: f.Spec.StartTime, EndTime: f.Spec.EndTime, Filter: filter}
+	if len(opts.Start) == 0 {
+		opts.Start = nil
+	}
+	if len(opts.End) == 0 {
+		opts.End = nil
+	}
+	sc := c.Scan(ctx, f.Spec.Table.Table, opts)
+	defer sc.Close()
+	for sc.Next() {
+		if !claim(sc.Row()) {
+			return nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("beamio: read %s %v: %w", f.Spec.Table.Table, rest, err)
+	}
+	rt.TryClaim([]byte(nil)) // the scan reached the end: the rest is done
+	return nil
+}
+
+// scriptRestarts bounds the restarts of a filter script's read after a
+// retryable failure that came after it had delivered rows.
+const scriptRestarts = 8
+
+// filterRows reads the restriction through a filter script run in the
+// servers. client.FilterRows retries a span only until it delivered a
+// row; after that, this restarts the read after the last row claimed.
+func (f *readFn) filterRows(ctx context.Context, c *client.Client, rt *keyrange.Tracker, rest keyrange.Restriction, filter *bigtablepb.RowFilter, claim func(cell.Row) bool) error {
+	from := rest.Start
+	backoff := 50 * time.Millisecond
+	chain := client.FilterOf(client.ScanOptions{Families: f.Spec.Families, StartTime: f.Spec.StartTime, EndTime: f.Spec.EndTime, Filter: filter})
+	for attempt := 0; ; attempt++ {
+		stopped := false
+		var last []byte
+		_, err := c.FilterRows(ctx, f.Spec.Table.Table, f.Spec.Script,
+			client.ScriptOptions{Name: f.Spec.ScriptName, Start: from, End: rest.End, Filter: chain},
+			func(r client.Row) bool {
+				cr := cell.Row{Key: r.Key, Cells: make([]cell.Cell, len(r.Cells))}
+				for i, c := range r.Cells {
+					cr.Cells[i] = c.Cell
+				}
+				if !claim(cr) {
+					stopped = true
+					return false
+				}
+				last = r.Key
+				return true
+			})
+		if stopped {
+			return nil
+		}
+		if err == nil {
+			rt.TryClaim([]byte(nil))
+			return nil
+		}
+		_, notServing := client.NotServingDetail(err)
+		if !notServing && status.Code(err) != codes.Unavailable || attempt >= scriptRestarts {
+			return fmt.Errorf("beamio: read %s %v through script %s: %w", f.Spec.Table.Table, rest, f.Spec.ScriptName, err)
+		}
+		readRestarts.Inc(ctx, 1)
+		if last != nil {
+			from = keyrange.Successor(last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
