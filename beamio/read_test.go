@@ -58,8 +58,10 @@ func TestReadMatchesOfficialScan(t *testing.T) {
 		{name: "RowFilter", cfg: ReadConfig{Filter: &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_ValueRegexFilter{ValueRegexFilter: []byte("a-new-.*")}}},
 			rs: bigtable.InfiniteRange(""), opts: []bigtable.ReadOption{bigtable.RowFilter(bigtable.ValueFilter("a-new-.*"))}},
 		{name: "script filter in the servers", cfg: ReadConfig{Script: keepGScript, ScriptName: "keep_g.szl", Ranges: []RowRange{{Start: []byte("r00150"), End: []byte("r00750")}}},
-			rs:   bigtable.NewRange("r00150", "r00750"),
-			keep: func(r cell.Row) bool { return slices.ContainsFunc(r.Cells, func(c cell.Cell) bool { return c.Family == "g" }) }},
+			rs: bigtable.NewRange("r00150", "r00750"),
+			keep: func(r cell.Row) bool {
+				return slices.ContainsFunc(r.Cells, func(c cell.Cell) bool { return c.Family == "g" })
+			}},
 		{name: "script filter after families", cfg: ReadConfig{Script: keepGScript, Families: []string{"g"}},
 			rs: bigtable.InfiniteRange(""), opts: []bigtable.ReadOption{bigtable.RowFilter(bigtable.FamilyFilter("g"))}},
 	}
