@@ -74,6 +74,13 @@ func runMain(m *testing.M) int {
 	return ptest.MainRetWithDefault(m, "prism")
 }
 
+// officialOptions are the official client's options for a tabula dev
+// at addr.
+func officialOptions(addr string) []option.ClientOption {
+	return []option.ClientOption{option.WithEndpoint(addr), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+}
+
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
