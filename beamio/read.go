@@ -21,6 +21,7 @@ import (
 	"github.com/tabuladb/tabula/scripts"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
+	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
 // Table names a table on a Tabula server (tabula dev, or any tablet
@@ -405,7 +406,7 @@ func (f *readFn) filterRows(ctx context.Context, c *client.Client, rt *keyrange.
 			rt.TryClaim([]byte(nil))
 			return nil
 		}
-		_, notServing := client.NotServingDetail(err)
+		_, notServing := tabletpb.NotServingDetail(err)
 		if !notServing && status.Code(err) != codes.Unavailable || attempt >= scriptRestarts {
 			return fmt.Errorf("beamio: read %s %v through script %s: %w", f.Spec.Table.Table, rest, f.Spec.ScriptName, err)
 		}

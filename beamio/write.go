@@ -15,6 +15,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
+	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
 // Cloud Bigtable's ceilings on one MutateRows request, which the batch
@@ -360,7 +361,7 @@ func Transient(err error) bool {
 	if errors.Is(err, context.Canceled) {
 		return false
 	}
-	if _, ok := client.NotServingDetail(err); ok {
+	if _, ok := tabletpb.NotServingDetail(err); ok {
 		return true
 	}
 	switch status.Code(err) {
