@@ -12,6 +12,7 @@ import (
 	"github.com/tabuladb/tabula/scripts"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // DefaultSplitBytes is the split-size budget of a table input: a tablet
@@ -31,7 +32,7 @@ func (in *TableInput) rowRange() ([]byte, []byte, error) {
 	if len(end) == 0 {
 		end = nil
 	}
-	if end != nil && bytes.Compare(in.Start, end) >= 0 {
+	if (tabletdesc.KeyRange{Start: in.Start, End: end}).Empty() {
 		return nil, nil, fmt.Errorf("input %s: start %q is not before end %q", in.Table, in.Start, end)
 	}
 	return in.Start, end, nil
@@ -120,18 +121,13 @@ func PlanSplits(table string, tablets []client.TabletInfo, samples []client.RowS
 	}
 	var splits []Split
 	for _, t := range tablets {
-		lo, hi := t.Start, t.End
+		part := tabletdesc.KeyRange{Start: t.Start, End: t.End}.Intersect(tabletdesc.KeyRange{Start: start, End: end})
+		if part.Empty() {
+			continue
+		}
+		lo, hi := part.Start, part.End
 		if len(hi) == 0 {
 			hi = nil
-		}
-		if bytes.Compare(lo, start) < 0 {
-			lo = start
-		}
-		if end != nil && (hi == nil || bytes.Compare(hi, end) > 0) {
-			hi = end
-		}
-		if hi != nil && bytes.Compare(lo, hi) >= 0 {
-			continue
 		}
 		host := t.Server
 		if h, _, err := net.SplitHostPort(t.Server); err == nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/tabuladb/tabula/rowfile"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 func newExportCommand() *cobra.Command {
@@ -316,7 +317,7 @@ func runExport(ctx context.Context, cmd *cobra.Command, j exportJob, format rowf
 			scan.End = []byte(j.end)
 		}
 	}
-	if scan.End != nil && bytes.Compare(scan.Start, scan.End) >= 0 {
+	if (tabletdesc.KeyRange{Start: scan.Start, End: scan.End}).Empty() {
 		return usagef(cmd, "--start %q is not before --end %q", scan.Start, scan.End)
 	}
 	if scan.StartTime, err = parseTime("starttime", j.startTime); err != nil {
@@ -356,7 +357,7 @@ func runExport(ctx context.Context, cmd *cobra.Command, j exportJob, format rowf
 		n := 0
 		for i, t := range tablets {
 			starts[i] = t.Start
-			if (scan.End == nil || bytes.Compare(t.Start, scan.End) < 0) && (t.End == nil || bytes.Compare(t.End, scan.Start) > 0) {
+			if (tabletdesc.KeyRange{Start: t.Start, End: t.End}).Overlaps(tabletdesc.KeyRange{Start: scan.Start, End: scan.End}) {
 				n++
 			}
 		}
