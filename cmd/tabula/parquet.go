@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -124,7 +125,7 @@ object per row: {"key": base64, "cells": [{"family", "qualifier": base64,
 	fs := cmd.Flags()
 	j.conn.register(fs)
 	fs.StringVar(&j.out, "out", "", "destination: a directory, file:///dir, or s3://bucket/path?endpoint=host:port&secure=false (required)")
-	fs.StringVar(&j.prefix, "prefix", "", "file name prefix (default: the table name)")
+	fs.StringVar(&j.prefix, "prefix", "", "file name prefix (default: the table ID)")
 	fs.IntVar(&j.shards, "shards", 0, "number of files (default: one per tablet, at most 64)")
 	if format != rowfile.JSONL {
 		fs.StringVar(&j.layout, "layout", "template", "template (every version, the Dataflow template's schema) or columns (newest value per column)")
@@ -273,7 +274,7 @@ func runExport(ctx context.Context, cmd *cobra.Command, j exportJob, format rowf
 		return usagef(cmd, "--out is required")
 	}
 	if j.prefix == "" {
-		j.prefix = j.table
+		j.prefix = path.Base(j.table) // the table ID of a full projects/P/instances/I/tables/T name
 	}
 	if strings.Contains(j.prefix, "/") {
 		return usagef(cmd, "--prefix %q must not contain '/'; put directories in --out", j.prefix)
