@@ -281,20 +281,35 @@ func (w *LocalWorker) runReduce(ctx context.Context, job *Job, t Task, dir strin
 	if job.Reduce == nil {
 		return TaskResult{}, errors.New("reduce task of a job without Reduce")
 	}
-	// Copy every map's partition to local disk first: a map output lost
-	// mid-merge would otherwise fail the attempt late.
-	var files []string
-	for _, loc := range t.MapOutputs {
-		path := filepath.Join(dir, fmt.Sprintf("in-%05d", loc.Map))
-		n, err := w.fetch(ctx, loc, t.Partition, path)
-		if err != nil {
-			if ctx.Err() != nil {
-				return TaskResult{}, ctx.Err()
+	// Copy every map's partition to local disk first (a few at a time): a
+	// map output lost mid-merge would otherwise fail the attempt late.
+	files := make([]string, len(t.MapOutputs))
+	fetchErrs := make([]error, len(t.MapOutputs))
+	sem := make(chan struct{}, fetchParallelism)
+	var wg sync.WaitGroup
+	for i, loc := range t.MapOutputs {
+		files[i] = filepath.Join(dir, fmt.Sprintf("in-%05d", loc.Map))
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			n, err := w.fetch(ctx, loc, t.Partition, files[i])
+			if err != nil {
+				fetchErrs[i] = &FetchError{Map: loc.Map, Worker: loc.Worker, Err: err}
+				return
 			}
-			return TaskResult{}, &FetchError{Map: loc.Map, Worker: loc.Worker, Err: err}
+			counters.add(CounterShuffleBytes, n)
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return TaskResult{}, err
+	}
+	for _, err := range fetchErrs {
+		if err != nil {
+			return TaskResult{}, err
 		}
-		counters.add(CounterShuffleBytes, n)
-		files = append(files, path)
 	}
 	files, err := shuffle.MergeFiles(dir, files, 64)
 	if err != nil {
@@ -342,6 +357,9 @@ func (w *LocalWorker) runReduce(ctx context.Context, job *Job, t Task, dir strin
 	}
 	return TaskResult{Output: out, Report: rc.report}, nil
 }
+
+// fetchParallelism bounds a reduce attempt's concurrent fetches.
+const fetchParallelism = 4
 
 // fetch copies one map output partition to path and returns its size.
 func (w *LocalWorker) fetch(ctx context.Context, loc MapOutputLocation, partition int, path string) (int64, error) {
