@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/cell"
 )
 
 // Location is a place where shard files live: a local directory, or a
@@ -224,9 +225,11 @@ func (r *objectReader) Close() error {
 }
 
 // OpenShards finds the complete shard set PREFIX-*-of-N.EXT of format in
-// the location and opens a reader on every shard, checking every schema
-// before returning, so a wrong file is found before any row is read. On
-// error nothing stays open.
+// the location and returns a reader per shard, in shard order. Every
+// Parquet file's schema is checked before it returns, so a wrong file is
+// found before any row is read; each file is then opened again when its
+// reader is first used (and closed by Close), so a large set does not
+// hold every file open at once.
 func (l *Location) OpenShards(ctx context.Context, prefix string, opts ReaderOptions) ([]RowReader, error) {
 	names, err := l.Shards(ctx, prefix, opts.Format.Ext())
 	if err != nil {
@@ -238,12 +241,41 @@ func (l *Location) OpenShards(ctx context.Context, prefix string, opts ReaderOpt
 		o.Name = n
 		rr, err := l.OpenShard(ctx, n, o)
 		if err != nil {
-			for _, r := range readers {
-				r.Close()
-			}
 			return nil, err
 		}
-		readers = append(readers, rr)
+		if err := rr.Close(); err != nil {
+			return nil, err
+		}
+		readers = append(readers, &lazyReader{ctx: ctx, loc: l, name: n, opts: o})
 	}
 	return readers, nil
+}
+
+// lazyReader opens its shard on the first Next.
+type lazyReader struct {
+	ctx  context.Context
+	loc  *Location
+	name string
+	opts ReaderOptions
+	r    RowReader
+	err  error
+}
+
+func (z *lazyReader) Next() (cell.Row, error) {
+	if z.r == nil && z.err == nil {
+		z.r, z.err = z.loc.OpenShard(z.ctx, z.name, z.opts)
+	}
+	if z.err != nil {
+		return cell.Row{}, z.err
+	}
+	return z.r.Next()
+}
+
+func (z *lazyReader) Close() error {
+	if z.r == nil {
+		return nil
+	}
+	err := z.r.Close()
+	z.r, z.err = nil, errors.New("rowfile: reader closed")
+	return err
 }

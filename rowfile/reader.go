@@ -110,6 +110,7 @@ type parquetReader struct {
 	group int           // next row group
 	rows  parquet.Rows  // current row group's rows, nil between groups
 	buf   []parquet.Row // rows read ahead
+	batch int           // rows the next fill reads
 	pos   int           // next row of buf
 	n     int64         // rows returned
 	err   error         // sticky
@@ -159,8 +160,12 @@ func (r *parquetReader) Next() (row cell.Row, err error) {
 	return row, nil
 }
 
-// readAhead is how many rows fill reads at once.
-const readAhead = 64
+// readAhead is how many rows fill reads at once, at most; readAheadBytes
+// bounds it for large rows (rows read ahead hold their pages in memory).
+const (
+	readAhead      = 64
+	readAheadBytes = 16 << 20
+)
 
 // fill reads the next batch of rows, moving to the next row group when one
 // ends; io.EOF after the last.
@@ -175,10 +180,23 @@ func (r *parquetReader) fill() error {
 	}
 	if cap(r.buf) == 0 {
 		r.buf = make([]parquet.Row, readAhead)
+		r.batch = 1 // until the size of a row is known
 	}
-	r.buf = r.buf[:readAhead]
+	r.buf = r.buf[:r.batch]
 	n, err := r.rows.ReadRows(r.buf)
 	r.buf, r.pos = r.buf[:n], 0
+	if n > 0 {
+		// Size the next batch from this one's bytes per row.
+		var size int
+		for _, row := range r.buf {
+			for _, v := range row {
+				if v.Kind() == parquet.ByteArray && !v.IsNull() {
+					size += len(v.ByteArray())
+				}
+			}
+		}
+		r.batch = max(1, min(readAhead, readAheadBytes*n/max(size, 1)))
+	}
 	if err == io.EOF {
 		r.rows.Close()
 		r.rows = nil
