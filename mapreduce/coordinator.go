@@ -45,7 +45,8 @@ func Run(ctx context.Context, job *Job, cfg Config) (*Result, error) {
 	spec := JobSpec{
 		ID:   newJobID(job.Name),
 		Name: job.Name, Conf: job.Conf,
-		Addr:     cfg.Addr,
+		Addr:    cfg.Addr,
+		Project: cfg.Client.Project, Instance: cfg.Client.Instance,
 		ReadTime: started.UnixMilli() * 1000, // Bigtable's millisecond granularity
 		Reducers: job.Reducers,
 	}

@@ -219,7 +219,7 @@ func (w *LocalWorker) readSplit(ctx context.Context, job *Job, t Task, fn func(c
 		if in.Script != "" {
 			var ferr error
 			sopts := client.ScriptOptions{Name: "filter", Start: opts.Start, End: opts.End, Filter: client.FilterOf(opts)}
-			_, err := c.FilterRows(ctx, t.Split.Table, in.Script, sopts, func(r client.Row) bool {
+			_, err := c.FilterRows(ctx, t.Job.TableName(t.Split.Table), in.Script, sopts, func(r client.Row) bool {
 				row := cell.Row{Key: r.Key, Cells: make([]cell.Cell, len(r.Cells))}
 				for i, c := range r.Cells {
 					row.Cells[i] = c.Cell
@@ -232,7 +232,7 @@ func (w *LocalWorker) readSplit(ctx context.Context, job *Job, t Task, fn func(c
 			}
 			return err
 		}
-		s := c.Scan(ctx, t.Split.Table, opts)
+		s := c.Scan(ctx, t.Job.TableName(t.Split.Table), opts)
 		defer s.Close()
 		for s.Next() {
 			if err := fn(s.Row()); err != nil {

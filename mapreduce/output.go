@@ -41,7 +41,7 @@ func (w *LocalWorker) openSink(ctx context.Context, job *Job, t Task, counters *
 		if err != nil {
 			return nil, err
 		}
-		return &tableSink{c: c, table: out.Table, ts: t.Job.Timestamp, counters: counters}, nil
+		return &tableSink{c: c, table: t.Job.TableName(out.Table), ts: t.Job.Timestamp, counters: counters}, nil
 	case *FileOutput:
 		format, err := rowfile.ParseFormat(out.Format)
 		if err != nil {

@@ -81,6 +81,10 @@ type JobSpec struct {
 	// the registered builder decodes (Register).
 	Name string `json:"name"`
 	Conf []byte `json:"conf,omitempty"`
+	// Project and Instance qualify the job's table names
+	// (projects/P/instances/I/tables/T) on every worker; see TableName.
+	Project  string `json:"project,omitempty"`
+	Instance string `json:"instance,omitempty"`
 	// Addr is the cluster's address (host:port of any tablet server, or
 	// tabula dev) that table inputs and outputs without their own address use.
 	Addr string `json:"addr"`
@@ -99,6 +103,16 @@ type JobSpec struct {
 	Reducers int `json:"reducers"`
 	// Maps is the number of map tasks (known once the input is split).
 	Maps int `json:"maps"`
+}
+
+// TableName returns the full name of table in the job's project and
+// instance (table itself when already full, or when the job has none):
+// what workers pass to their clients, whatever their own defaults.
+func (s JobSpec) TableName(table string) string {
+	if strings.HasPrefix(table, "projects/") || s.Project == "" || s.Instance == "" {
+		return table
+	}
+	return "projects/" + s.Project + "/instances/" + s.Instance + "/tables/" + table
 }
 
 // Split is one map task's share of the input: a row range of a table, or

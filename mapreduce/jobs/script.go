@@ -72,7 +72,7 @@ func Script(c ScriptConf) (*mapreduce.Job, error) {
 			}
 			opts := in.ScanOptions(mc.Task())
 			var stats client.ScriptStats
-			p, err := cl.RunScriptPartial(ctx, split.Table, c.Source, client.ScriptOptions{
+			p, err := cl.RunScriptPartial(ctx, mc.Task().Job.TableName(split.Table), c.Source, client.ScriptOptions{
 				Name: name, Start: split.Start, End: split.End, Filter: client.FilterOf(opts), Limits: c.Limits, Stats: &stats})
 			if err != nil {
 				return err

@@ -85,7 +85,8 @@ func Verify(c VerifyConf) (*mapreduce.Job, error) {
 				return err
 			}
 			opts := in.ScanOptions(out.Task())
-			sa, sb := ca.Scan(ctx, c.A.Table, opts), cb.Scan(ctx, c.B, opts)
+			spec := out.Task().Job
+			sa, sb := ca.Scan(ctx, spec.TableName(c.A.Table), opts), cb.Scan(ctx, spec.TableName(c.B), opts)
 			defer sa.Close()
 			defer sb.Close()
 			var diffs []VerifyDiff
