@@ -161,6 +161,12 @@ stops it, unregistering at once.`,
 // --worker-dir says otherwise. --worker-slots 0 turns it off. It returns
 // what stops the worker's attempts.
 func devWorker(cfg *cluster.DevConfig, wf *workerFlags) (stop func(), err error) {
+	return devWorkerWithMetrics(cfg, wf, nil)
+}
+
+// devWorkerWithMetrics is devWorker with the worker's metrics registered
+// with reg (nil: none; tabula dev's registry is its own).
+func devWorkerWithMetrics(cfg *cluster.DevConfig, wf *workerFlags, reg prometheus.Registerer) (stop func(), err error) {
 	if wf.slots == 0 {
 		return func() {}, nil
 	}
@@ -176,7 +182,7 @@ func devWorker(cfg *cluster.DevConfig, wf *workerFlags) (stop func(), err error)
 	if lw.Host == "" {
 		lw.Host = remote.HostOf(cfg.Addr)
 	}
-	svc, err := remote.NewService(remote.ServiceConfig{Worker: lw, Logger: cfg.Logger})
+	svc, err := remote.NewService(remote.ServiceConfig{Worker: lw, Registerer: reg, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
