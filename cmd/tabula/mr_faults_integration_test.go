@@ -4,9 +4,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -44,15 +46,32 @@ func TestMRClusterFaults(t *testing.T) {
 	}
 	base := faultJobConf{Table: mrFullName("words"), Reducers: 3, StuckMap: -1, FailMap: -1}
 
-	// The reference: an undisturbed run.
+	// The reference: an undisturbed run, by the command a user runs, on
+	// the workers registered in Consul.
 	mrCreateOutputTable(t, ctx, admin, "ref")
 	conf := base
 	conf.Output = mrFullName("ref")
-	res, err := run(t, conf, ws, nil)
+	cmd := exec.CommandContext(ctx, c.bin, "mr", "run", testFaultJobName, "--conf", string(conf.encode()), "--addr", server,
+		"--workers-consul", c.consul, "--workers-cluster", c.name, "--min-workers", "3", "--progress", "none", "--format", "json")
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("undisturbed run: %v", err)
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("tabula mr run --workers-consul: %v\n%s", err, stderr)
 	}
-	t.Logf("undisturbed run: %v", res.Counters)
+	var printed struct {
+		Counters map[string]int64 `json:"counters"`
+	}
+	if err := json.Unmarshal(out, &printed); err != nil || printed.Counters[mapreduce.CounterInputRows] != 900 {
+		t.Fatalf("tabula mr run printed %s (%v), want counters with 900 input rows", out, err)
+	}
+	for _, w := range workers {
+		if mrWorkerMetric(t, w, "tabula_mr_worker_attempts_total", `outcome="succeeded"`) < 1 {
+			t.Fatalf("worker %s ran no attempt of the command's job", w.addr)
+		}
+	}
 	ref := mrTableCells(t, ctx, cl, "ref")
 	mrCheckCounts(t, ref, want)
 
@@ -64,7 +83,12 @@ func TestMRClusterFaults(t *testing.T) {
 		// Kill -9 a worker once it holds a finished map output and runs
 		// another attempt: both must be re-run elsewhere.
 		var victim *roleProc
+		var victimMaps float64 // map outputs of this job the victim held
 		var once sync.Once
+		before := map[*roleProc]float64{}
+		for _, w := range workers {
+			before[w] = mrWorkerMetric(t, w, "tabula_mr_worker_attempts_total", `kind="m"`, `outcome="succeeded"`)
+		}
 		stop := make(chan struct{})
 		killed := make(chan struct{})
 		go func() {
@@ -75,10 +99,10 @@ func TestMRClusterFaults(t *testing.T) {
 				case <-time.After(50 * time.Millisecond):
 				}
 				for _, w := range workers {
-					if mrWorkerMetric(t, w, "tabula_mr_worker_attempts_total", `kind="m"`, `outcome="succeeded"`) >= 1 &&
-						mrWorkerMetric(t, w, "tabula_mr_worker_attempts_running", `kind="m"`) >= 1 {
+					done := mrWorkerMetric(t, w, "tabula_mr_worker_attempts_total", `kind="m"`, `outcome="succeeded"`) - before[w]
+					if done >= 1 && mrWorkerMetric(t, w, "tabula_mr_worker_attempts_running", `kind="m"`) >= 1 {
 						once.Do(func() {
-							victim = w
+							victim, victimMaps = w, done
 							c.kill(w)
 							close(killed)
 						})
@@ -112,8 +136,12 @@ func TestMRClusterFaults(t *testing.T) {
 		default:
 			t.Fatalf("the pool did not declare the killed worker %s lost", lost.Name())
 		}
-		if n := res.Counters[mapreduce.CounterFailedAttempts] + res.Counters[mapreduce.CounterKilledAttempts]; n < 1 {
-			t.Fatalf("counters %v: no failed or killed attempt although a worker died mid-attempt", res.Counters)
+		if res.Counters[mapreduce.CounterKilledAttempts] < 1 || res.Counters[mapreduce.CounterFailedAttempts] != 0 {
+			t.Fatalf("counters %v: want the dead worker's attempts killed, none counted as failed", res.Counters)
+		}
+		// The map outputs the victim held, and what it ran, were re-run.
+		if min := 9 + int64(victimMaps) + 1; res.Counters[mapreduce.CounterMapAttempts] < min {
+			t.Fatalf("the victim held %v map outputs; %d map attempts ran, want at least %d", victimMaps, res.Counters[mapreduce.CounterMapAttempts], min)
 		}
 		got := mrTableCells(t, ctx, cl, "killed")
 		if !mrCellsEqual(got, ref) {
