@@ -338,6 +338,9 @@ func (f *readFn) ProcessElement(ctx context.Context, rt *keyrange.Tracker, _ []b
 	}()
 	// claim claims a row and emits it; false stops the read.
 	claim := func(r cell.Row) bool {
+		if h := beforeClaimHook; h != nil {
+			h(rt, r.Key)
+		}
 		if !rt.TryClaim(r.Key) {
 			return false
 		}
@@ -370,6 +373,12 @@ func (f *readFn) ProcessElement(ctx context.Context, rt *keyrange.Tracker, _ []b
 	rt.TryClaim([]byte(nil)) // the scan reached the end: the rest is done
 	return nil
 }
+
+// beforeClaimHook, when set by a test before a pipeline runs, is called
+// before each row is claimed (in loopback mode the SDK worker runs in
+// the test's process): the dynamic split test stalls a read there until
+// the runner splits it.
+var beforeClaimHook func(rt *keyrange.Tracker, key []byte)
 
 // scriptRestarts bounds the restarts of a filter script's read after a
 // retryable failure that came after it had delivered rows.
