@@ -14,7 +14,8 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 
-	"github.com/tabuladb/tabula/beamio/keyrange")
+	"github.com/tabuladb/tabula/beamio/keyrange"
+)
 
 // counter returns the committed value of a beamio counter.
 func counter(pr beam.PipelineResult, name string) int64 {
