@@ -98,18 +98,32 @@ func parquetOptions(schema *parquet.Schema, opts WriterOptions, bigColumns [][]s
 }
 
 // parquetFile is what both Parquet layouts share: the parquet-go writer,
-// row group sizing, counters.
+// batching, row group sizing, counters.
+//
+// Rows are handed to parquet-go in batches: each WriteRows call costs a
+// dispatch to the column writers, which dominates when made per row. The
+// batched rows' bytes are copied into an arena, so the caller may reuse
+// its row as soon as Write returns.
 type parquetFile struct {
-	out        *countingWriter
-	pw         *parquet.Writer
-	limits     cell.Limits
-	groupBytes int64
-	inGroup    int64
-	rowBuf     []parquet.Row
-	stats      Stats
-	failed     error
-	closed     bool
+	out          *countingWriter
+	pw           *parquet.Writer
+	limits       cell.Limits
+	groupBytes   int64
+	inGroup      int64 // payload bytes in the current row group
+	pendingBytes int64
+	pending      []parquet.Row
+	vals         []parquet.Value // backing of the pending rows
+	arena        []byte          // their bytes
+	stats        Stats
+	failed       error
+	closed       bool
 }
+
+// Batches end at batchRows rows or batchBytes bytes of values.
+const (
+	batchRows  = 256
+	batchBytes = 1 << 20
+)
 
 func newParquetFile(out *countingWriter, opts WriterOptions, schema *parquet.Schema, big [][]string) (*parquetFile, error) {
 	po, err := parquetOptions(schema, opts, big)
@@ -126,11 +140,9 @@ func newParquetFile(out *countingWriter, opts WriterOptions, schema *parquet.Sch
 		// and nothing else. GenericWriter would build reflection-based
 		// write functions for the schema up front, and parquet-go's
 		// reflection code does not handle the template's two-level list.
-		pw: parquet.NewWriter(out, po...), //nolint:staticcheck // see above
-
+		pw:         parquet.NewWriter(out, po...), //nolint:staticcheck // see above
 		limits:     limitsOrDefault(opts.Limits),
 		groupBytes: opts.RowGroupBytes,
-		rowBuf:     make([]parquet.Row, 1),
 	}
 	if f.groupBytes <= 0 {
 		f.groupBytes = DefaultRowGroupBytes
@@ -138,14 +150,42 @@ func newParquetFile(out *countingWriter, opts WriterOptions, schema *parquet.Sch
 	return f, nil
 }
 
-// writeRow writes one prebuilt Parquet row of payload size size.
-func (f *parquetFile) writeRow(r parquet.Row, size int64) error {
-	f.rowBuf[0] = r
-	if _, err := f.pw.WriteRows(f.rowBuf); err != nil {
-		f.failed = fmt.Errorf("rowfile: write parquet row: %w", err)
-		return f.failed
+// copied returns b copied into the arena. A full arena is replaced, not
+// grown: the pending rows still point into the old one.
+func (f *parquetFile) copied(b []byte) []byte {
+	if len(f.arena)+len(b) > cap(f.arena) {
+		f.arena = make([]byte, 0, max(batchBytes, len(b)))
 	}
+	start := len(f.arena)
+	f.arena = append(f.arena, b...)
+	return f.arena[start:len(f.arena):len(f.arena)]
+}
+
+func (f *parquetFile) bytesValue(b []byte, rep, def, col int) parquet.Value {
+	return parquet.ByteArrayValue(f.copied(b)).Level(rep, def, col)
+}
+
+func (f *parquetFile) stringValue(s string, rep, def, col int) parquet.Value {
+	if len(f.arena)+len(s) > cap(f.arena) {
+		f.arena = make([]byte, 0, max(batchBytes, len(s)))
+	}
+	start := len(f.arena)
+	f.arena = append(f.arena, s...)
+	return parquet.ByteArrayValue(f.arena[start:len(f.arena):len(f.arena)]).Level(rep, def, col)
+}
+
+// endRow ends the row whose values were appended to f.vals from start on,
+// of payload size size, writing the batch or ending the row group when
+// they are full.
+func (f *parquetFile) endRow(start int, size int64) error {
+	f.pending = append(f.pending, f.vals[start:len(f.vals):len(f.vals)])
 	f.inGroup += size
+	f.pendingBytes += size
+	if len(f.pending) >= batchRows || f.pendingBytes >= batchBytes || f.inGroup >= f.groupBytes {
+		if err := f.flushPending(); err != nil {
+			return err
+		}
+	}
 	if f.inGroup >= f.groupBytes {
 		if err := f.pw.Flush(); err != nil {
 			f.failed = fmt.Errorf("rowfile: flush parquet row group: %w", err)
@@ -153,6 +193,19 @@ func (f *parquetFile) writeRow(r parquet.Row, size int64) error {
 		}
 		f.inGroup = 0
 	}
+	return nil
+}
+
+func (f *parquetFile) flushPending() error {
+	if len(f.pending) == 0 {
+		return nil
+	}
+	if _, err := f.pw.WriteRows(f.pending); err != nil {
+		f.failed = fmt.Errorf("rowfile: write parquet rows: %w", err)
+		return f.failed
+	}
+	clear(f.pending)
+	f.pending, f.vals, f.arena, f.pendingBytes = f.pending[:0], f.vals[:0], f.arena[:0], 0
 	return nil
 }
 
@@ -177,6 +230,9 @@ func (f *parquetFile) Close() error {
 	if f.failed != nil {
 		return f.failed
 	}
+	if err := f.flushPending(); err != nil {
+		return err
+	}
 	if err := f.pw.Close(); err != nil {
 		return fmt.Errorf("rowfile: finish parquet file: %w", err)
 	}
@@ -192,7 +248,6 @@ func (f *parquetFile) Stats() Stats {
 // templateWriter writes the template layout.
 type templateWriter struct {
 	*parquetFile
-	vals parquet.Row
 }
 
 func newTemplateWriter(out *countingWriter, opts WriterOptions) (*templateWriter, error) {
@@ -208,37 +263,34 @@ func (w *templateWriter) Write(row cell.Row) error {
 	if err := w.check(row); err != nil {
 		return err
 	}
-	v := append(w.vals[:0], parquet.ByteArrayValue(row.Key).Level(0, 0, colKey))
+	start := len(w.vals)
+	w.vals = append(w.vals, w.bytesValue(row.Key, 0, 0, colKey))
 	if len(row.Cells) == 0 {
 		// An empty list: one null per cell column, below the list's
 		// definition level.
 		for c := colFamily; c <= colValue; c++ {
-			v = append(v, parquet.NullValue().Level(0, 0, c))
+			w.vals = append(w.vals, parquet.NullValue().Level(0, 0, c))
 		}
 	} else {
 		// Values go column by column, as the file stores them; the first
 		// value of each column starts the row (repetition level 0), the
 		// others repeat the list (level 1).
 		for i, c := range row.Cells {
-			v = append(v, parquet.ByteArrayValue([]byte(c.Family)).Level(min(i, 1), 1, colFamily))
+			w.vals = append(w.vals, w.stringValue(c.Family, min(i, 1), 1, colFamily))
 		}
 		for i, c := range row.Cells {
-			v = append(v, parquet.ByteArrayValue(c.Qualifier).Level(min(i, 1), 1, colQualifier))
+			w.vals = append(w.vals, w.bytesValue(c.Qualifier, min(i, 1), 1, colQualifier))
 		}
 		for i, c := range row.Cells {
-			v = append(v, parquet.Int64Value(c.Timestamp).Level(min(i, 1), 1, colTimestamp))
+			w.vals = append(w.vals, parquet.Int64Value(c.Timestamp).Level(min(i, 1), 1, colTimestamp))
 		}
 		for i, c := range row.Cells {
-			v = append(v, parquet.ByteArrayValue(c.Value).Level(min(i, 1), 1, colValue))
+			w.vals = append(w.vals, w.bytesValue(c.Value, min(i, 1), 1, colValue))
 		}
-	}
-	w.vals = v
-	if err := w.writeRow(v, rowBytes(row)); err != nil {
-		return err
 	}
 	w.stats.Rows++
 	w.stats.Cells += int64(len(row.Cells))
-	return nil
+	return w.endRow(start, rowBytes(row))
 }
 
 // columnsWriter writes the columns layout.
@@ -246,7 +298,6 @@ type columnsWriter struct {
 	*parquetFile
 	index  map[string]int // family + "\x00" + qualifier → column position
 	newest []int          // per column: index in the row's cells of its newest version, -1 none
-	vals   parquet.Row
 }
 
 func newColumnsWriter(out *countingWriter, opts WriterOptions) (*columnsWriter, error) {
@@ -291,22 +342,19 @@ func (w *columnsWriter) Write(row cell.Row) error {
 			w.newest[col] = i
 		}
 	}
-	v := append(w.vals[:0], parquet.ByteArrayValue(row.Key).Level(0, 0, 0))
+	start := len(w.vals)
+	w.vals = append(w.vals, w.bytesValue(row.Key, 0, 0, 0))
 	size := int64(len(row.Key))
 	for col, j := range w.newest {
 		if j < 0 {
-			v = append(v, parquet.NullValue().Level(0, 0, col+1))
+			w.vals = append(w.vals, parquet.NullValue().Level(0, 0, col+1))
 			continue
 		}
-		v = append(v, parquet.ByteArrayValue(row.Cells[j].Value).Level(0, 1, col+1))
+		w.vals = append(w.vals, w.bytesValue(row.Cells[j].Value, 0, 1, col+1))
 		size += int64(len(row.Cells[j].Value))
-	}
-	w.vals = v
-	if err := w.writeRow(v, size); err != nil {
-		return err
 	}
 	w.stats.Rows++
 	w.stats.Cells += written
 	w.stats.SkippedCells += int64(len(row.Cells)) - written
-	return nil
+	return w.endRow(start, size)
 }
