@@ -404,3 +404,45 @@ func TestSpillBoundedMemory(t *testing.T) {
 		t.Errorf("peak heap grew by %d bytes, over budget %d + %d", grew, budget, slack)
 	}
 }
+
+// TestTotalOrder: with a total-order partitioner from sampled map keys,
+// every reducer's keys are sorted and each partition's keys come before
+// the next one's, so the concatenated output is globally sorted.
+func TestTotalOrder(t *testing.T) {
+	e, want := anchorsEnv(t)
+	job, err := mapreduce.Build("test-wordcount", wordCountConf{Table: "web", Out: "-", Reducers: 4, FailMap: -1, SlowMap: -1, KillAt: -1}.bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := mapreduce.Config{Addr: e.addr, LocalWorkers: 3, TempDir: t.TempDir()}
+	if err := mapreduce.TotalOrder(e.ctx, job, cfg, 50); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	parts := map[int][]string{}
+	reduce := job.Reduce
+	job.Reduce = func(ctx context.Context, key []byte, vs iter.Seq[[]byte], out mapreduce.ReduceContext) error {
+		mu.Lock()
+		p := out.Task().Partition
+		parts[p] = append(parts[p], string(key))
+		mu.Unlock()
+		return reduce(ctx, key, vs, out)
+	}
+	if _, err := mapreduce.Run(e.ctx, job, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var all []string
+	used := 0
+	for p := range 4 {
+		if len(parts[p]) > 0 {
+			used++
+		}
+		all = append(all, parts[p]...)
+	}
+	if !slices.IsSorted(all) || len(all) != len(want) {
+		t.Errorf("partitions in order hold %d keys (want %d), sorted %v: %v", len(all), len(want), slices.IsSorted(all), parts)
+	}
+	if used < 3 {
+		t.Errorf("only %d of 4 partitions got keys: the sampled bounds do not spread them", used)
+	}
+}

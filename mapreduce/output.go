@@ -56,7 +56,8 @@ func (w *LocalWorker) openSink(ctx context.Context, job *Job, t Task, counters *
 			total = t.Job.Reducers
 		}
 		name := t.Attempt.String() + "." + rowfile.ShardName(filePrefix, t.Attempt.Task, total, format.Ext())
-		sw, err := tmp.CreateShard(ctx, name, rowfile.WriterOptions{Format: format})
+		// Row groups of 32 MiB bound the writer's buffer (the default is 128 MiB).
+		sw, err := tmp.CreateShard(ctx, name, rowfile.WriterOptions{Format: format, RowGroupBytes: 32 << 20})
 		if err != nil {
 			return nil, err
 		}
