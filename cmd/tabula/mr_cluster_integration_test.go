@@ -77,8 +77,13 @@ func (w mrTestLogWriter) Write(p []byte) (int, error) {
 func mrWord(i int) string { return "w" + strconv.Itoa(i%37) }
 
 // mrLoadWordTable creates table name split into 9 tablets and writes rows
-// rows of a few words each; it returns the word counts.
+// rows of three words each; it returns the word counts.
 func mrLoadWordTable(t testing.TB, ctx context.Context, admin *bigtable.AdminClient, cl *bigtable.Client, name string, rows int) map[string]int64 {
+	return mrLoadWords(t, ctx, admin, cl, name, rows, 3)
+}
+
+// mrLoadWords is mrLoadWordTable with perRow words in each row.
+func mrLoadWords(t testing.TB, ctx context.Context, admin *bigtable.AdminClient, cl *bigtable.Client, name string, rows, perRow int) map[string]int64 {
 	t.Helper()
 	if err := admin.CreatePresplitTable(ctx, name, []string{"c", "f", "i", "l", "o", "r", "u", "x"}); err != nil {
 		t.Fatal(err)
@@ -93,6 +98,9 @@ func mrLoadWordTable(t testing.TB, ctx context.Context, admin *bigtable.AdminCli
 		var muts []*bigtable.Mutation
 		for j := i; j < min(i+200, rows); j++ {
 			words := []string{mrWord(j), mrWord(j * 7), mrWord(j*13 + 5)}
+			for k := 3; k < perRow; k++ {
+				words = append(words, mrWord(j*k+k*k))
+			}
 			for _, w := range words {
 				want[w]++
 			}

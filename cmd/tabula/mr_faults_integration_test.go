@@ -215,13 +215,13 @@ func TestMRClusterFaults(t *testing.T) {
 // checks every output, and prints input rows per second and the ratio to
 // one worker. Every process shares this machine's cores (printed), which
 // bound the scaling. The default input is small, to keep the suite fast;
-// TABULA_LONG=1 uses 60000 rows for figures worth recording:
+// TABULA_LONG=1 uses 100000 rows of 40 words for figures worth recording:
 //
 //	TABULA_LONG=1 bash deploy/test.sh -run MRClusterWorkerScaling -v ./cmd/tabula/
 func TestMRClusterWorkerScaling(t *testing.T) {
-	rows := 3000
+	rows, perRow := 3000, 3
 	if os.Getenv("TABULA_LONG") != "" {
-		rows = 60000
+		rows, perRow = 100000, 40
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -232,7 +232,7 @@ func TestMRClusterWorkerScaling(t *testing.T) {
 	c.waitAllServed(60*time.Second, 1)
 	server := c.liveServers()[0].addr
 	cl, admin := officialClients(t, ctx, server)
-	want := mrLoadWordTable(t, ctx, admin, cl, "words", rows)
+	want := mrLoadWords(t, ctx, admin, cl, "words", rows, perRow)
 	_, ws := c.workerPool(ctx, 4)
 
 	var base float64
@@ -257,7 +257,7 @@ func TestMRClusterWorkerScaling(t *testing.T) {
 		if n == 1 {
 			base = rate
 		}
-		t.Logf("MR word count, %d rows, 9 map tasks, 4 reducers, %d worker(s) × 1 slot, %d cores: %.2fs, %.0f rows/s, %.2f× one worker, shuffle %d bytes",
-			rows, n, runtime.NumCPU(), elapsed.Seconds(), rate, rate/base, res.Counters[mapreduce.CounterShuffleBytes])
+		t.Logf("MR word count, %d rows × %d words, 9 map tasks, 4 reducers, %d worker(s) × 1 slot, %d cores: %.2fs, %.0f rows/s, %.2f× one worker, shuffle %d bytes",
+			rows, perRow, n, runtime.NumCPU(), elapsed.Seconds(), rate, rate/base, res.Counters[mapreduce.CounterShuffleBytes])
 	}
 }
