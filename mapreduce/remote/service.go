@@ -277,7 +277,13 @@ func (s *Service) FetchPartition(req *workerpb.FetchPartitionRequest, stream grp
 	defer rc.Close()
 	if req.Offset > 0 {
 		if sk, ok := rc.(io.Seeker); ok {
-			_, err = sk.Seek(req.Offset, io.SeekStart)
+			var size int64
+			if size, err = sk.Seek(0, io.SeekEnd); err == nil {
+				if req.Offset > size {
+					return status.Errorf(codes.OutOfRange, "offset: %d is past the partition's end (%d bytes)", req.Offset, size)
+				}
+				_, err = sk.Seek(req.Offset, io.SeekStart)
+			}
 		} else {
 			_, err = io.CopyN(io.Discard, rc, req.Offset)
 		}
