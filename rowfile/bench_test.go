@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -180,4 +181,92 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkWriteRatio alternates the two writers of BenchmarkWrite within
+// each iteration, so both run under the same machine load, and reports
+// each one's time and rowfile's time over the reference's.
+func BenchmarkWriteRatio(b *testing.B) {
+	rows, _ := benchRows()
+	spec := toSpecRows(rows)
+	var own, ref time.Duration
+	for b.Loop() {
+		start := time.Now()
+		w, _ := NewWriter(io.Discard, WriterOptions{})
+		for _, r := range rows {
+			if err := w.Write(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+		own += time.Since(start)
+		start = time.Now()
+		gw := parquet.NewGenericWriter[specRow](io.Discard, parquet.Compression(&parquet.Snappy))
+		if _, err := gw.Write(spec); err != nil {
+			b.Fatal(err)
+		}
+		if err := gw.Close(); err != nil {
+			b.Fatal(err)
+		}
+		ref += time.Since(start)
+	}
+	b.ReportMetric(float64(own.Milliseconds())/float64(b.N), "rowfile-ms/op")
+	b.ReportMetric(float64(ref.Milliseconds())/float64(b.N), "reference-ms/op")
+	b.ReportMetric(float64(own)/float64(ref), "time-ratio")
+}
+
+// BenchmarkReadRatio does the same for the readers of BenchmarkRead.
+func BenchmarkReadRatio(b *testing.B) {
+	rows, _ := benchRows()
+	var buf, sb bytes.Buffer
+	w, _ := NewWriter(&buf, WriterOptions{})
+	for _, r := range rows {
+		if err := w.Write(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	gw := parquet.NewGenericWriter[specRow](&sb, parquet.Compression(&parquet.Snappy))
+	if _, err := gw.Write(toSpecRows(rows)); err != nil {
+		b.Fatal(err)
+	}
+	if err := gw.Close(); err != nil {
+		b.Fatal(err)
+	}
+	data, sdata := buf.Bytes(), sb.Bytes()
+	out := make([]specRow, 256)
+	var own, ref time.Duration
+	for b.Loop() {
+		start := time.Now()
+		r, err := NewReader(bytes.NewReader(data), int64(len(data)), ReaderOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			if _, err := r.Next(); err == io.EOF {
+				break
+			} else if err != nil {
+				b.Fatal(err)
+			}
+		}
+		own += time.Since(start)
+		start = time.Now()
+		gr := parquet.NewGenericReader[specRow](bytes.NewReader(sdata))
+		for {
+			if _, err := gr.Read(out); err == io.EOF {
+				break
+			} else if err != nil {
+				b.Fatal(err)
+			}
+		}
+		gr.Close()
+		ref += time.Since(start)
+	}
+	b.ReportMetric(float64(own.Milliseconds())/float64(b.N), "rowfile-ms/op")
+	b.ReportMetric(float64(ref.Milliseconds())/float64(b.N), "reference-ms/op")
+	b.ReportMetric(float64(own)/float64(ref), "time-ratio")
 }
