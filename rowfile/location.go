@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path"
 	"strings"
 
@@ -62,6 +63,31 @@ func OpenLocation(ctx context.Context, desc string) (*Location, error) {
 		return nil, fmt.Errorf("rowfile: location %q: %w", desc, err)
 	}
 	return &Location{store: st, dir: dir, desc: desc}, nil
+}
+
+// OpenSource opens a location to read from: as OpenLocation, except that
+// a local directory must exist (OpenLocation would create it).
+func OpenSource(ctx context.Context, desc string) (*Location, error) {
+	dir := desc
+	if strings.HasPrefix(desc, "file://") {
+		u, err := url.Parse(desc)
+		if err != nil {
+			return nil, fmt.Errorf("rowfile: location %q: %w", desc, err)
+		}
+		dir = u.Path
+	} else if strings.Contains(desc, "://") {
+		return OpenLocation(ctx, desc)
+	}
+	if dir != "" {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return nil, fmt.Errorf("rowfile: location %s: %w", desc, err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("rowfile: location %s: not a directory", desc)
+		}
+	}
+	return OpenLocation(ctx, desc)
 }
 
 // NewLocation returns the location dir (a key prefix without leading or

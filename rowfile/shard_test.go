@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -194,5 +195,22 @@ func TestOpenLocationErrors(t *testing.T) {
 	}
 	if names, err := loc.List(ctx); err != nil || len(names) != 0 {
 		t.Errorf("new location lists %v, %v", names, err)
+	}
+}
+
+// TestOpenSource: a source directory must exist; it is not created.
+func TestOpenSource(t *testing.T) {
+	ctx := context.Background()
+	missing := t.TempDir() + "/missing"
+	for _, desc := range []string{missing, "file://" + missing} {
+		if _, err := OpenSource(ctx, desc); err == nil {
+			t.Errorf("OpenSource(%s) succeeded", desc)
+		}
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("OpenSource created %s: %v", missing, err)
+	}
+	if _, err := OpenSource(ctx, t.TempDir()); err != nil {
+		t.Error(err)
 	}
 }

@@ -263,9 +263,11 @@ func planShards(tabletStarts [][]byte, samples []client.RowSample, n int, start,
 
 // exportSummary is what an export wrote.
 type exportSummary struct {
-	Rows, Cells, Bytes int64
-	Files              []string
-	Elapsed            time.Duration
+	Rows, Cells int64
+	Payload     int64 // bytes of keys and cells read from the table
+	Bytes       int64 // bytes of the files
+	Files       []string
+	Elapsed     time.Duration
 }
 
 func runExport(ctx context.Context, cmd *cobra.Command, j exportJob, format rowfile.Format) error {
@@ -416,8 +418,8 @@ func runExport(ctx context.Context, cmd *cobra.Command, j exportJob, format rowf
 	if format != rowfile.JSONL {
 		what += ", " + codec.String()
 	}
-	fmt.Fprintf(out, "exported %s: %d rows, %d cells, %.1f MB in %d files (%s) to %s in %s: %s\n",
-		j.table, s.Rows, s.Cells, float64(s.Bytes)/1e6, len(s.Files), what, loc, s.Elapsed.Round(time.Millisecond), rate(s.Rows, s.Bytes, s.Elapsed))
+	fmt.Fprintf(out, "exported %s: %d rows, %d cells, %.1f MB in %d files of %.1f MB (%s) to %s in %s: %s\n",
+		j.table, s.Rows, s.Cells, float64(s.Payload)/1e6, len(s.Files), float64(s.Bytes)/1e6, what, loc, s.Elapsed.Round(time.Millisecond), rate(s.Rows, s.Payload, s.Elapsed))
 	return nil
 }
 
@@ -517,6 +519,7 @@ func exportShards(ctx context.Context, cl *client.Client, loc *rowfile.Location,
 	}
 	err := g.Wait()
 	prog.finish()
+	s.Payload = prog.bytes.Load()
 	sort.Strings(s.Files)
 	s.Elapsed = time.Since(start)
 	return s, err
@@ -673,7 +676,7 @@ func runImport(ctx context.Context, cmd *cobra.Command, j importJob, format rowf
 	if j.concurrency < 1 || j.batchRows < 1 {
 		return usagef(cmd, "--concurrency and --batch must be at least 1")
 	}
-	loc, err := rowfile.OpenLocation(ctx, j.src)
+	loc, err := rowfile.OpenSource(ctx, j.src)
 	if err != nil {
 		return err
 	}

@@ -205,6 +205,12 @@ func TestExportImportParquet(t *testing.T) {
 		if n := len(tableCells(t, c, "thin")); n != 0 {
 			t.Errorf("refused import wrote %d cells", n)
 		}
+		// A source directory that does not exist is not created.
+		missing := filepath.Join(t.TempDir(), "missing")
+		_, _, err = runRowfileVerbs(t, "import", "parquet", missing, "web_m", "--create", "--addr", addr)
+		if _, serr := os.Stat(missing); err == nil || !os.IsNotExist(serr) {
+			t.Errorf("import from a missing directory: %v; the directory: %v", err, serr)
+		}
 		// Exporting a missing table, or from a server that is not there.
 		_, _, err = runRowfileVerbs(t, "export", "parquet", "nosuch", "--out", t.TempDir(), "--addr", addr)
 		if err == nil || !strings.Contains(err.Error(), "NOT_FOUND") {
