@@ -240,6 +240,13 @@ func TestWorkerProcessesInConsul(t *testing.T) {
 	if v := mrWorkerMetric(t, a, "tabula_mr_worker_slots"); v != 3 {
 		t.Fatalf("tabula_mr_worker_slots = %v, want 3", v)
 	}
+	var st struct {
+		Name  string `json:"name"`
+		Slots int    `json:"slots"`
+	}
+	if err := getJSON(a.http+"/status", &st); err != nil || st.Slots != 3 || st.Name != byAddr[a.addr].Name() {
+		t.Fatalf("worker /status: %+v, %v; want %s with 3 slots", st, err, byAddr[a.addr].Name())
+	}
 
 	c.kill(a)
 	select {

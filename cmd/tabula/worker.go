@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -129,7 +130,7 @@ stops it, unregistering at once.`,
 				if err != nil {
 					return fmt.Errorf("--http: %w", err)
 				}
-				srv := &http.Server{Handler: cluster.OpsHandler(reg, nil, w.Err), ReadHeaderTimeout: 10 * time.Second}
+				srv := &http.Server{Handler: cluster.OpsHandler(reg, workerStatus(w), w.Err), ReadHeaderTimeout: 10 * time.Second}
 				go func() { _ = srv.Serve(lis) }()
 				defer srv.Close()
 				fmt.Fprintf(cmd.OutOrStdout(), "http %s\n", lis.Addr())
@@ -236,5 +237,16 @@ func (t *tabletServerWorker) start(ctx context.Context, r *roleFlags, svc coord.
 	return remote.StartWorker(ctx, remote.WorkerConfig{
 		Addr: addr, Coord: svc, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
 		Worker: lw, Registerer: reg, Logger: log,
+	})
+}
+
+// workerStatus serves a worker's /status: who it is and how busy, as JSON.
+func workerStatus(w *remote.Worker) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		svc := w.Service()
+		rw.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(rw).Encode(map[string]any{
+			"name": svc.Name(), "addr": w.Addr(), "host": svc.Host(), "slots": svc.Slots(), "running": svc.Running(),
+		})
 	})
 }

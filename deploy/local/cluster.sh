@@ -2,7 +2,7 @@
 # A local Tabula cluster on loopback, for people (tests start their own
 # servers through deploy/test.sh):
 #
-#   deploy/local/cluster.sh up [--deps-only] [--tabletservers N] [--split-size B]
+#   deploy/local/cluster.sh up [--deps-only] [--tabletservers N] [--workers N] [--split-size B]
 #                                              start it and print how to use it
 #   deploy/local/cluster.sh status             each process: alive or dead, pid, addresses
 #   deploy/local/cluster.sh down               stop it (idempotent)
@@ -18,10 +18,13 @@
 #        master-1, master-2                      tabula master
 #        tabletserver-1 .. tabletserver-N        tabula tabletserver (N: 3, or
 #                                                --tabletservers N)
+#        worker-1 .. worker-N                    tabula worker, MapReduce workers
+#                                                registered in Consul (N: 2, or
+#                                                --workers N; 0: none)
 #      each in the background, detached from the terminal, with its log in
 #      NAME.log and "pid exe addr http" in NAME.proc;
 #   3. waits until Consul has a leader, MinIO is live and every tablet
-#      server's /healthz answers 200, then prints the client address
+#      server's and worker's /healthz answers 200, then prints the client address
 #      (BIGTABLE_EMULATOR_HOST) and the status pages, and writes them to
 #      env, a file to source.
 #   If a step fails, up stops what it started and shows the failing log.
@@ -40,8 +43,9 @@
 # Environment: TABULA_CLUSTER_DIR (state directory),
 # TABULA_CLUSTER_START_TIMEOUT (seconds to wait for each server, default 60),
 # TABULA_CLUSTER_BINARY (a tabula binary to run instead of building one),
-# TABULA_CLUSTER_TABLETSERVERS and TABULA_CLUSTER_SPLIT_SIZE (defaults of
-# --tabletservers and --split-size).
+# TABULA_CLUSTER_TABLETSERVERS, TABULA_CLUSTER_WORKERS and
+# TABULA_CLUSTER_SPLIT_SIZE (defaults of --tabletservers, --workers and
+# --split-size).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -52,6 +56,7 @@ CLUSTER=local
 BUCKET=tabula
 MASTERS=2
 TABLETSERVERS=${TABULA_CLUSTER_TABLETSERVERS:-3}
+WORKERS=${TABULA_CLUSTER_WORKERS:-2}
 SPLIT_SIZE=${TABULA_CLUSTER_SPLIT_SIZE:-}
 STOP_GRACE=10 # seconds between SIGTERM and SIGKILL
 TABULA=$BIN/tabula
@@ -72,6 +77,10 @@ names() {
 	for ((i = 1; ; i++)); do
 		((i <= TABLETSERVERS)) || [[ -f $DIR/tabletserver-$i.proc ]] || break
 		echo "tabletserver-$i"
+	done
+	for ((i = 1; ; i++)); do
+		((i <= WORKERS)) || [[ -f $DIR/worker-$i.proc ]] || break
+		echo "worker-$i"
 	done
 }
 
@@ -248,9 +257,18 @@ start_role() {
 		--addr "$addr" --cluster "$CLUSTER" --http "$http" "${extra[@]}"
 }
 
+# start_worker NAME PORT HTTPPORT: start a tabula worker (no store: it
+# keeps map outputs in its own directory).
+start_worker() {
+	local name=$1 addr=127.0.0.1:$2 http=127.0.0.1:$3
+	mkdir -p "$DIR/$name"
+	launch "$name" "$addr" "$http" "$TABULA" worker \
+		--consul "$CONSUL" --addr "$addr" --cluster "$CLUSTER" --http "$http" --dir "$DIR/$name"
+}
+
 cmd_up() {
 	local deps_only=false name i
-	local usage="usage: $0 up [--deps-only] [--tabletservers N] [--split-size BYTES]"
+	local usage="usage: $0 up [--deps-only] [--tabletservers N] [--workers N] [--split-size BYTES]"
 	while (($# > 0)); do
 		case $1 in
 		--deps-only) deps_only=true ;;
@@ -264,6 +282,12 @@ cmd_up() {
 			SPLIT_SIZE=$2
 			shift
 			;;
+		--workers)
+			(($# >= 2)) || die "$usage"
+			WORKERS=$2
+			shift
+			;;
+		--workers=*) WORKERS=${1#*=} ;;
 		--tabletservers=*) TABLETSERVERS=${1#*=} ;;
 		--split-size=*) SPLIT_SIZE=${1#*=} ;;
 		*) die "$usage" ;;
@@ -271,6 +295,7 @@ cmd_up() {
 		shift
 	done
 	[[ $TABLETSERVERS =~ ^[1-9][0-9]*$ ]] || die "--tabletservers: want a positive number, not '$TABLETSERVERS'"
+	[[ $WORKERS =~ ^[0-9]+$ ]] || die "--workers: want a number, not '$WORKERS'"
 	[[ -z $SPLIT_SIZE || $SPLIT_SIZE =~ ^[1-9][0-9]*$ ]] || die "--split-size: want a positive number of bytes, not '$SPLIT_SIZE'"
 	mkdir -p "$DIR"
 	for name in $(names); do
@@ -297,7 +322,7 @@ cmd_up() {
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
 
-	take_ports $((4 + 2 + 2 * (MASTERS + TABLETSERVERS)))
+	take_ports $((4 + 2 + 2 * (MASTERS + TABLETSERVERS + WORKERS)))
 	local -a p=("${PORTS[@]}")
 
 	export AWS_ACCESS_KEY_ID=tabula-$(random_hex 6)
@@ -317,8 +342,18 @@ cmd_up() {
 			start_role tabletserver "tabletserver-$i" "${p[k]}" "${p[k + 1]}"
 			k=$((k + 2))
 		done
+		for ((i = 1; i <= WORKERS; i++)); do
+			start_worker "worker-$i" "${p[k]}" "${p[k + 1]}"
+			k=$((k + 2))
+		done
 		for ((i = 1; i <= TABLETSERVERS; i++)); do
 			name=tabletserver-$i
+			proc "$name"
+			wait_until "$name" healthy "http://$HTTP/healthz" || failed "$name"
+			log "$name on $ADDR healthy"
+		done
+		for ((i = 1; i <= WORKERS; i++)); do
+			name=worker-$i
 			proc "$name"
 			wait_until "$name" healthy "http://$HTTP/healthz" || failed "$name"
 			log "$name on $ADDR healthy"
@@ -341,11 +376,15 @@ cmd_up() {
 		echo "  export BIGTABLE_EMULATOR_HOST=$ADDR"
 		echo "The tabula CLI (tabula ls, tabula bench, ...):"
 		echo "  export TABULA_ADDR=$ADDR"
+		if ((WORKERS > 0)); then
+			echo "MapReduce on the $WORKERS workers:"
+			echo "  tabula mr run rowcounter TABLE --workers-consul $CONSUL --workers-cluster $CLUSTER"
+		fi
 		echo
 		echo "Status pages:"
 		for name in $(names); do
 			case $name in
-			master-* | tabletserver-*)
+			master-* | tabletserver-* | worker-*)
 				proc "$name"
 				printf '  %-15s http://%s/status\n' "$name" "$HTTP"
 				;;
@@ -421,7 +460,7 @@ main() {
 	status) cmd_status ;;
 	down) cmd_down ;;
 	*)
-		echo "usage: $0 up [--deps-only] [--tabletservers N] [--split-size BYTES] | status | down" >&2
+		echo "usage: $0 up [--deps-only] [--tabletservers N] [--workers N] [--split-size BYTES] | status | down" >&2
 		exit 2
 		;;
 	esac
