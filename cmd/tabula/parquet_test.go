@@ -205,6 +205,20 @@ func TestExportImportParquet(t *testing.T) {
 		if n := len(tableCells(t, c, "thin")); n != 0 {
 			t.Errorf("refused import wrote %d cells", n)
 		}
+		// An export that fails after committing some shards removes them:
+		// the second shard's name is taken by a directory, so its commit
+		// (a rename) fails after the first shard may have committed.
+		fdir := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(fdir, rowfile.ShardName("web", 1, 2, "parquet"), "blocker"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = runRowfileVerbs(t, "export", "parquet", "web", "--out", fdir, "--shards", "2", "--concurrency", "1", "--addr", addr)
+		if err == nil || !strings.Contains(err.Error(), "files removed") {
+			t.Errorf("export whose second shard cannot commit: %v", err)
+		}
+		if names := dirNames(t, fdir); !slices.Equal(names, []string{rowfile.ShardName("web", 1, 2, "parquet")}) {
+			t.Errorf("failed export left %v", names)
+		}
 		// A source directory that does not exist is not created.
 		missing := filepath.Join(t.TempDir(), "missing")
 		_, _, err = runRowfileVerbs(t, "import", "parquet", missing, "web_m", "--create", "--addr", addr)
