@@ -33,6 +33,7 @@ func TestMRClusterFaults(t *testing.T) {
 	want := mrLoadWordTable(t, ctx, admin, cl, "words", 900)
 	_, ws := c.workerPool(ctx, 3)
 
+	var backupAfter time.Duration // 0: the default
 	run := func(t *testing.T, conf faultJobConf, ws []mapreduce.Worker, progress func(mapreduce.Status)) (*mapreduce.Result, error) {
 		t.Helper()
 		job, err := mapreduce.Build(testFaultJobName, conf.encode())
@@ -40,7 +41,7 @@ func TestMRClusterFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		return mapreduce.Run(ctx, job, mapreduce.Config{
-			Addr: server, Workers: ws, Progress: progress, ProgressInterval: 100 * time.Millisecond,
+			Addr: server, Workers: ws, Progress: progress, ProgressInterval: 100 * time.Millisecond, BackupAfter: backupAfter,
 			Logger: slog.New(slog.NewTextHandler(mrTestLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})
 	}
@@ -166,6 +167,8 @@ func TestMRClusterFaults(t *testing.T) {
 		conf := base
 		conf.Output = mrFullName("backup")
 		conf.StuckMap = 4 // its first attempt never ends by itself
+		backupAfter = time.Second
+		defer func() { backupAfter = 0 }()
 		res, err := run(t, conf, live(), nil)
 		if err != nil {
 			t.Fatalf("run with a stuck map attempt: %v", err)
