@@ -149,14 +149,14 @@ func (l *Location) List(ctx context.Context) ([]string, error) {
 }
 
 // Shards returns the names of the complete shard set PREFIX-SSSSS-of-
-// NNNNN.EXT in the location, in shard order (see SelectShards for the
+// NNNNN.EXT in the location, in shard order (see ListShards for the
 // errors).
 func (l *Location) Shards(ctx context.Context, prefix, ext string) ([]string, error) {
 	names, err := l.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	set, err := SelectShards(names, prefix, ext)
+	set, err := ListShards(names, prefix, ext)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", l.desc, err)
 	}

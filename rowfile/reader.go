@@ -328,6 +328,3 @@ func (r *parquetReader) Close() error {
 	}
 	return nil
 }
-
-// NumRows returns the number of rows a Parquet file's footer declares.
-func (r *parquetReader) NumRows() int64 { return r.file.NumRows() }

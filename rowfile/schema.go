@@ -392,11 +392,11 @@ func isStringType(lt *format.LogicalType) bool {
 
 // columnsLayout locates the columns of a columns-layout file.
 type columnsLayout struct {
-	keyCol  int
-	keyDef  int
-	columns []Column // by file column index - 1 ... see colIndex
+	keyCol  int      // file column index of the key
+	keyDef  int      // definition level of a present key (1 if optional)
+	columns []Column // the value columns, in file order
 	colIdx  []int    // file column index of columns[i]
-	maxDef  []int
+	maxDef  []int    // definition level of a present value of columns[i]
 }
 
 // checkColumns checks a columns-layout schema: a binary key and binary

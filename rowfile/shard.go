@@ -50,14 +50,14 @@ var ErrIncompleteShards = errors.New("rowfile: incomplete shard set")
 // ErrNoShards is matched (errors.Is) when no shard with the prefix exists.
 var ErrNoShards = errors.New("rowfile: no shards")
 
-// SelectShards picks, from object names (base names, without directory),
+// ListShards picks, from object names (base names, without directory),
 // the complete shard set PREFIX-*-of-N.EXT and returns its names in shard
 // order. Names that are not shards of this prefix and extension are
 // ignored. It is an error (ErrNoShards) if there is none, and
 // (ErrIncompleteShards) if some shard of the set is missing or shards of
 // different totals are present (the leftovers of an earlier export with
 // another shard count: a reader could not tell which set is current).
-func SelectShards(names []string, prefix, ext string) ([]string, error) {
+func ListShards(names []string, prefix, ext string) ([]string, error) {
 	byTotal := map[int][]string{}
 	for _, n := range names {
 		s, t, ok := ParseShardName(n, prefix, ext)

@@ -52,24 +52,24 @@ func TestShardName(t *testing.T) {
 	}
 }
 
-func TestSelectShards(t *testing.T) {
+func TestListShards(t *testing.T) {
 	set := []string{"t-00002-of-00003.parquet", "t-00000-of-00003.parquet", "other.txt", "t-00001-of-00003.parquet", "u-00000-of-00001.parquet"}
-	got, err := SelectShards(set, "t", "parquet")
+	got, err := ListShards(set, "t", "parquet")
 	if want := []string{"t-00000-of-00003.parquet", "t-00001-of-00003.parquet", "t-00002-of-00003.parquet"}; err != nil || !slices.Equal(got, want) {
-		t.Errorf("SelectShards = %v, %v; want %v", got, err, want)
+		t.Errorf("ListShards = %v, %v; want %v", got, err, want)
 	}
-	if _, err := SelectShards(set[:2], "t", "parquet"); !errors.Is(err, ErrIncompleteShards) || !strings.Contains(err.Error(), "1 of 3 shards missing: t-00001-of-00003.parquet") {
+	if _, err := ListShards(set[:2], "t", "parquet"); !errors.Is(err, ErrIncompleteShards) || !strings.Contains(err.Error(), "1 of 3 shards missing: t-00001-of-00003.parquet") {
 		t.Errorf("missing shard: %v", err)
 	}
 	mixed := append(slices.Clone(set), "t-00000-of-00002.parquet", "t-00001-of-00002.parquet")
-	if _, err := SelectShards(mixed, "t", "parquet"); !errors.Is(err, ErrIncompleteShards) || !strings.Contains(err.Error(), "[2 3]") {
+	if _, err := ListShards(mixed, "t", "parquet"); !errors.Is(err, ErrIncompleteShards) || !strings.Contains(err.Error(), "[2 3]") {
 		t.Errorf("mixed sets: %v", err)
 	}
-	if _, err := SelectShards(set, "v", "parquet"); !errors.Is(err, ErrNoShards) {
+	if _, err := ListShards(set, "v", "parquet"); !errors.Is(err, ErrNoShards) {
 		t.Errorf("no shards: %v", err)
 	}
 	many := []string{"t-00000-of-00009.parquet"}
-	if _, err := SelectShards(many, "t", "parquet"); err == nil || !strings.Contains(err.Error(), "8 of 9 shards missing") || !strings.Contains(err.Error(), "and 3 more") {
+	if _, err := ListShards(many, "t", "parquet"); err == nil || !strings.Contains(err.Error(), "8 of 9 shards missing") || !strings.Contains(err.Error(), "and 3 more") {
 		t.Errorf("many missing: %v", err)
 	}
 	if got := ShardPrefixes(append(set, "x-y-00000-of-00001.parquet", "-00000-of-00001.parquet"), "parquet"); !slices.Equal(got, []string{"t", "u", "x-y"}) {
