@@ -68,7 +68,7 @@ var dependencyRules = []dependencyRule{{
 	// Beam's IO and pipelines run in SDK workers: they reach tablets
 	// through the client only.
 	name:     "beam",
-	patterns: []string{"./beamio/..."},
+	patterns: []string{"./beamio/...", "./pipelines/..."},
 	packages: engine,
 }}
 
