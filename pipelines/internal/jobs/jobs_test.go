@@ -1,0 +1,373 @@
+package jobs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"cloud.google.com/go/bigtable"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/tabuladb/tabula/beamio"
+	"github.com/tabuladb/tabula/pipelines/internal/pipe"
+	"github.com/tabuladb/tabula/rowfile"
+	"github.com/tabuladb/tabula/storage/cell"
+)
+
+func conn() pipe.Conn { return pipe.Conn{Addr: env.addr, Project: "tabula", Instance: "dev"} }
+
+func sameRows(t *testing.T, got, want []cell.Row) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d rows, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if digest(got[i]) != digest(want[i]) {
+			t.Fatalf("row %d: %s, want %s", i, digest(got[i]), digest(want[i]))
+		}
+	}
+}
+
+// TestExportImportRoundTrip exports a table of ten tablets (every
+// version) to Parquet shards, checks them with Arrow's pqarrow (a reader
+// Tabula did not write), imports them into a new table and compares
+// every cell, timestamps included, through the official client.
+func TestExportImportRoundTrip(t *testing.T) {
+	createTable(t, "src", []string{"f", "g"}, "r00100", "r00200", "r00300", "r00400", "r00500", "r00600", "r00700", "r00800", "r00900")
+	writeRows(t, "src", testRows(1000))
+	want := officialScan(t, "src", bigtable.InfiniteRange(""))
+	dir := t.TempDir()
+	ctx := testCtx(t)
+	sum, err := Export(ctx, ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("src")}, Out: dir, Shards: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells := 0
+	for _, r := range want {
+		cells += len(r.Cells)
+	}
+	if sum.Rows != int64(len(want)) || sum.Cells != int64(cells) || len(sum.Files) != 3 {
+		t.Fatalf("export summary %+v, want %d rows, %d cells, 3 files", sum, len(want), cells)
+	}
+	// Arrow reads every shard: rows and cells add up.
+	var arrowRows, arrowCells int64
+	for i := range 3 {
+		name := filepath.Join(dir, fmt.Sprintf("src-%05d-of-00003.parquet", i))
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pf, err := file.NewParquetReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tbl, err := fr.ReadTable(ctx)
+		if err != nil {
+			t.Fatalf("arrow reads %s: %v", name, err)
+		}
+		arrowRows += tbl.NumRows()
+		cellsCol := tbl.Column(1)
+		for _, chunk := range cellsCol.Data().Chunks() {
+			arrowCells += int64(chunk.Data().Children()[0].Len())
+		}
+		tbl.Release()
+		f.Close()
+	}
+	if arrowRows != int64(len(want)) || arrowCells != int64(cells) {
+		t.Fatalf("arrow reads %d rows, %d cells; want %d, %d", arrowRows, arrowCells, len(want), cells)
+	}
+	// Export again under the same prefix: refused, nothing overwritten.
+	if _, err := Export(ctx, ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("src")}, Out: dir, Shards: 3}); err == nil || !strings.Contains(err.Error(), "already holds shards") {
+		t.Fatalf("second export: %v", err)
+	}
+	isum, err := Import(ctx, ImportConfig{In: dir, Conn: conn(), Table: "dst", Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if isum.Rows != int64(len(want)) || isum.Cells != int64(cells) {
+		t.Fatalf("import summary %+v", isum)
+	}
+	sameRows(t, officialScan(t, "dst", bigtable.InfiniteRange("")), want)
+}
+
+func TestExportColumnsLayout(t *testing.T) {
+	createTable(t, "cols", []string{"f", "g"}, "r00050")
+	writeRows(t, "cols", testRows(100))
+	dir := t.TempDir()
+	ctx := testCtx(t)
+	_, err := Export(ctx, ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("cols")}, Out: dir, Shards: 2, Format: rowfile.ParquetColumns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read back with parquet-go: key plus one column per family:qualifier.
+	var rows int64
+	for i := range 2 {
+		f, err := os.Open(filepath.Join(dir, fmt.Sprintf("cols-%05d-of-00002.parquet", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := f.Stat()
+		pf, err := parquet.OpenFile(f, st.Size())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, c := range pf.Schema().Fields() {
+			names = append(names, c.Name())
+		}
+		if got := strings.Join(names, " "); got != "key f:a f:b g:c" {
+			t.Fatalf("columns %q, want key f:a f:b g:c", got)
+		}
+		rows += pf.NumRows()
+		f.Close()
+	}
+	if rows != 100 {
+		t.Fatalf("%d rows in the columns files, want 100", rows)
+	}
+}
+
+// writeWrongSchema writes a Parquet file that is not in the template's
+// schema under a shard name.
+func writeWrongSchema(t *testing.T, dir, name string) {
+	type other struct {
+		Key  []byte `parquet:"key"`
+		Name string `parquet:"name"`
+	}
+	var buf bytes.Buffer
+	if err := parquet.Write(&buf, []other{{Key: []byte("r1"), Name: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestImportBadFilesWriteNothing: a shard set with one file of another
+// schema, or one that is not Parquet, fails the import before any row is
+// written — the good shard's rows included.
+func TestImportBadFilesWriteNothing(t *testing.T) {
+	createTable(t, "good", []string{"f", "g"})
+	writeRows(t, "good", testRows(50))
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		name    string
+		bad     func(dir string)
+		wantErr error
+	}{
+		{"wrong schema", func(dir string) { writeWrongSchema(t, dir, "good-00001-of-00002.parquet") }, rowfile.ErrSchema},
+		{"not parquet", func(dir string) {
+			os.WriteFile(filepath.Join(dir, "good-00001-of-00002.parquet"), []byte("this is not a parquet file at all"), 0o644)
+		}, rowfile.ErrCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if _, err := Export(ctx, ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("good")}, Out: dir, Shards: 2}); err != nil {
+				t.Fatal(err)
+			}
+			tc.bad(dir)
+			target := "target" + strings.ReplaceAll(tc.name, " ", "")
+			createTable(t, target, []string{"f"})
+			_, err := Import(ctx, ImportConfig{In: dir, Conn: conn(), Table: target})
+			if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), "good-00001-of-00002.parquet") {
+				t.Fatalf("import: %v, want %v naming the file", err, tc.wantErr)
+			}
+			if rows := officialScan(t, target, bigtable.InfiniteRange("")); len(rows) != 0 {
+				t.Fatalf("%d rows written by a failed import", len(rows))
+			}
+			if fams, err := pipe.Families(ctx, conn(), target); err != nil || !slices.Equal(fams, []string{"f"}) {
+				t.Fatalf("families after a failed import: %v %v", fams, err)
+			}
+		})
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	// A missing table.
+	_, err := Export(ctx, ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("nosuch")}, Out: dir})
+	if err == nil || !strings.Contains(err.Error(), "NOT_FOUND") || !strings.Contains(err.Error(), "nosuch") {
+		t.Fatalf("export of a missing table: %v", err)
+	}
+	_, err = Copy(ctx, CopyConfig{Read: beamio.ReadConfig{Table: conn().Table("nosuch")}, DstTable: "x"})
+	if err == nil || !strings.Contains(err.Error(), "NOT_FOUND") {
+		t.Fatalf("copy of a missing table: %v", err)
+	}
+	// An unreachable server.
+	dead := pipe.Conn{Addr: "127.0.0.1:1"}
+	_, err = DomainCount(ctx, DomainCountConfig{Read: beamio.ReadConfig{Table: dead.Table("webtable")}, Out: "d"})
+	if err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("domaincount against an unreachable server: %v", err)
+	}
+	// No shards where the import looks.
+	_, err = Import(ctx, ImportConfig{In: dir, Conn: conn(), Table: "x", Create: true})
+	if err == nil {
+		t.Fatal("import of an empty directory succeeded")
+	}
+	// Import into a missing table without --create.
+	createTable(t, "few", []string{"f", "g"})
+	writeRows(t, "few", testRows(5))
+	if _, err := Export(ctx, ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("few")}, Out: dir, Shards: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Import(ctx, ImportConfig{In: dir, Conn: conn(), Table: "absent"})
+	if err == nil || !strings.Contains(err.Error(), "--create") {
+		t.Fatalf("import into a missing table: %v", err)
+	}
+}
+
+// TestDomainCount counts pages and anchors per domain of a small
+// Webtable and compares with a count made directly through the official
+// client.
+func TestDomainCount(t *testing.T) {
+	createTable(t, "webtable", []string{"contents", "anchor", "language"}, "com.m", "org")
+	var rms []cell.RowMutation
+	sites := []string{"com.cnn.www", "com.example", "org.wikipedia.en", "com.bbc.www", "uk.co.bbc.www"}
+	for i := range 300 {
+		site := sites[i%len(sites)]
+		key := []byte(fmt.Sprintf("%s/page%d", site, i))
+		ms := []cell.Mutation{cell.Set("contents", nil, 1_000_000, []byte("<html>…</html>")), cell.Set("contents", nil, 2_000_000, []byte("<html>v2</html>")),
+			cell.Set("language", nil, 1_000_000, []byte("en"))}
+		for a := range i % 4 {
+			ms = append(ms, cell.Set("anchor", []byte(fmt.Sprintf("ref%d.example", a)), 1_000_000, []byte("link")))
+			ms = append(ms, cell.Set("anchor", []byte(fmt.Sprintf("ref%d.example", a)), 2_000_000, []byte("link v2")))
+		}
+		rms = append(rms, cell.RowMutation{Row: key, Mutations: ms})
+	}
+	writeRows(t, "webtable", rms)
+	// The direct count.
+	want := map[string]DomainCounts{}
+	err := env.data.Open("webtable").ReadRows(testCtx(t), bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+		d, c := CountRow(fromOfficial(r))
+		if c.Anchors > 0 {
+			// The direct count sees every version: count columns.
+			cols := map[string]bool{}
+			for _, it := range r[FamilyAnchor] {
+				cols[it.Column] = true
+			}
+			c.Anchors = int64(len(cols))
+		}
+		w := want[d]
+		want[d] = addCounts(w, c)
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := DomainCount(testCtx(t), DomainCountConfig{Read: beamio.ReadConfig{Table: conn().Table("webtable")}, Out: "domains", Timestamp: 5_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(len(want)) {
+		t.Fatalf("%d domains written, want %d", n, len(want))
+	}
+	got := map[string]DomainCounts{}
+	for _, r := range officialScan(t, "domains", bigtable.InfiniteRange("")) {
+		var c DomainCounts
+		for _, cl := range r.Cells {
+			if cl.Timestamp != 5_000_000 {
+				t.Fatalf("cell %v: timestamp %d, want the job's 5000000", cl, cl.Timestamp)
+			}
+			switch string(cl.Qualifier) {
+			case ColumnPages:
+				c.Pages = int64(beUint(cl.Value))
+			case ColumnAnchors:
+				c.Anchors = int64(beUint(cl.Value))
+			}
+		}
+		got[string(r.Key)] = c
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("counts\n%v\nwant\n%v", got, want)
+	}
+}
+
+func beUint(b []byte) uint64 {
+	var v uint64
+	for _, x := range b {
+		v = v<<8 | uint64(x)
+	}
+	return v
+}
+
+// TestCopy copies a range of a table with its timestamps into a new
+// table and compares.
+func TestCopy(t *testing.T) {
+	createTable(t, "from", []string{"f", "g"}, "r00040")
+	writeRows(t, "from", testRows(120))
+	sum, err := Copy(testCtx(t), CopyConfig{Read: beamio.ReadConfig{Table: conn().Table("from"), Ranges: []beamio.RowRange{{Start: []byte("r00010"), End: []byte("r00100")}}},
+		DstTable: "to", Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Entries != 90 {
+		t.Fatalf("%d entries copied, want 90", sum.Entries)
+	}
+	sameRows(t, officialScan(t, "to", bigtable.InfiniteRange("")), officialScan(t, "from", bigtable.NewRange("r00010", "r00100")))
+}
+
+// TestBinaries builds the import and export binaries and checks their
+// exits: --help lists the flags and exits 0; a wrong-schema file exits 1
+// with the reason; a bad flag exits 2.
+func TestBinaries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin, "../../import", "../../export")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	run := func(name string, args ...string) (string, int) {
+		cmd := exec.Command(filepath.Join(bin, name), args...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	out, code := run("export", "--help")
+	for _, f := range []string{"-addr", "-project", "-instance", "-table", "-out", "-prefix", "-shards", "-layout", "-codec", "-start", "-end", "-filter", "-start-time", "-runner", "-endpoint"} {
+		if !strings.Contains(out, f+" ") && !strings.Contains(out, f+"\n") {
+			t.Errorf("export --help does not list %s", f)
+		}
+	}
+	if code != 0 {
+		t.Errorf("export --help exited %d", code)
+	}
+	dir := t.TempDir()
+	writeWrongSchema(t, dir, "w-00000-of-00001.parquet")
+	createTable(t, "bin", []string{"f"})
+	out, code = run("import", "--addr", env.addr, "--in", dir, "--table", "bin")
+	if code != 1 || !strings.Contains(out, "w-00000-of-00001.parquet") || !strings.Contains(out, "schema") {
+		t.Fatalf("import of a wrong-schema file: exit %d, output\n%s", code, out)
+	}
+	if rows := officialScan(t, "bin", bigtable.InfiniteRange("")); len(rows) != 0 {
+		t.Fatalf("%d rows written", len(rows))
+	}
+	out, code = run("export", "--addr", env.addr, "--table", "bin", "--out", dir, "--layout", "sideways")
+	if code != 2 || !strings.Contains(out, "--layout") {
+		t.Fatalf("bad --layout: exit %d, output\n%s", code, out)
+	}
+	out, code = run("export", "--addr", "127.0.0.1:1", "--table", "bin", "--out", t.TempDir())
+	if code != 1 || !strings.Contains(out, "unreachable") {
+		t.Fatalf("unreachable server: exit %d, output\n%s", code, out)
+	}
+}
