@@ -5,6 +5,9 @@
 //
 //   node duckdb_check.js template FILE...   schema, row and cell counts, every cell
 //   node duckdb_check.js columns FILE...    schema, row count, every value
+//   node duckdb_check.js write ROWS OUT     DuckDB writes the rows of ROWS (JSON
+//                                           Lines, bytes in hex) as a Parquet
+//                                           file of the template's record to OUT
 //
 // Binary values are printed as hex, their md5 and length (large values
 // stay small), BIGINTs as decimal strings.
@@ -22,12 +25,25 @@ async function rows(conn, sql) {
 
 async function main() {
   const [mode, ...files] = process.argv.slice(2);
-  if (!['template', 'columns'].includes(mode) || files.length === 0) {
-    throw new Error('usage: duckdb_check.js template|columns FILE...');
+  if (!['template', 'columns', 'write'].includes(mode) || files.length === 0 || (mode === 'write' && files.length !== 2)) {
+    throw new Error('usage: duckdb_check.js template|columns FILE... | write ROWS OUT');
   }
-  const src = `read_parquet(${sqlList(files)})`;
   const instance = await DuckDBInstance.create(':memory:');
   const conn = await instance.connect();
+  if (mode === 'write') {
+    const [rowsFile, out] = files.map((f) => "'" + f.replaceAll("'", "''") + "'");
+    await conn.run(`COPY (
+      SELECT unhex(key) AS key,
+        list_transform(cells, lambda c: struct_pack(family := c.family, qualifier := unhex(c.qualifier),
+          "timestamp" := c."timestamp", "value" := unhex(c."value"))) AS cells
+      FROM read_json(${rowsFile}, columns = {key: 'VARCHAR',
+        cells: 'STRUCT(family VARCHAR, qualifier VARCHAR, "timestamp" BIGINT, "value" VARCHAR)[]'})
+    ) TO ${out} (FORMAT parquet)`);
+    const schema = await rows(conn, `SELECT name, type, repetition_type, converted_type FROM parquet_schema(${out})`);
+    process.stdout.write(JSON.stringify({ schema }) + '\n');
+    return;
+  }
+  const src = `read_parquet(${sqlList(files)})`;
   const out = { duckdb: (await rows(conn, 'SELECT version()'))[0][0] };
   out.describe = (await rows(conn, `DESCRIBE SELECT * FROM ${src}`)).map((r) => [r[0], r[1]]);
   out.rows = Number((await rows(conn, `SELECT count(*) FROM ${src}`))[0][0]);
