@@ -3,9 +3,12 @@ package mapreduce_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"iter"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -444,5 +447,34 @@ func TestTotalOrder(t *testing.T) {
 	}
 	if used < 3 {
 		t.Errorf("only %d of 4 partitions got keys: the sampled bounds do not spread them", used)
+	}
+}
+
+// TestFailedJobCommitsNoFiles: a map-only job writing files whose one map
+// always fails leaves the output directory without any file (no part, no
+// manifest, no temporary directory), although the other maps finished.
+func TestFailedJobCommitsNoFiles(t *testing.T) {
+	e, _ := anchorsEnv(t)
+	dir := filepath.Join(t.TempDir(), "out")
+	job := &mapreduce.Job{
+		Input: &mapreduce.TableInput{Table: "web"},
+		Map: func(_ context.Context, row cell.Row, out mapreduce.MapContext) error {
+			if out.Task().Attempt.Task == 5 {
+				return errors.New("deliberate")
+			}
+			return out.Write(row)
+		},
+		Output: &mapreduce.FileOutput{URL: dir, Format: "jsonl"},
+	}
+	_, err := mapreduce.Run(e.ctx, job, mapreduce.Config{Addr: e.addr, LocalWorkers: 3, TempDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "map 5 failed 4 times") {
+		t.Fatalf("err = %v", err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range ents {
+		t.Errorf("a failed job left %s in its output", en.Name())
 	}
 }
