@@ -27,16 +27,16 @@ func benchRows() int {
 }
 
 // loadBenchTable writes rows row%08d of a Webtable-like shape (a page of
-// ~1 KB, 0–5 anchors of a few words, a language) into a table of 8
+// pageBytes, 0–5 anchors of a few words, a language) into a table of 8
 // tablets, through Tabula's client.
-func loadBenchTable(b *testing.B, e *env, c *client.Client, table string, rows int) {
+func loadBenchTable(b *testing.B, e *env, c *client.Client, table string, rows, pageBytes int) {
 	var splits []string
 	for i := 1; i < 8; i++ {
 		splits = append(splits, fmt.Sprintf("row%08d", i*rows/8))
 	}
 	e.createTable(b, table, []string{"contents", "anchor", "language"}, splits...)
 	r := rand.New(rand.NewPCG(1, 1))
-	page := []byte(strings.Repeat("<p>lorem ipsum</p>", 60))
+	page := []byte(strings.Repeat("x", pageBytes))
 	var batch []cell.RowMutation
 	for i := range rows {
 		rm := cell.RowMutation{Row: fmt.Appendf(nil, "row%08d", i)}
@@ -70,7 +70,7 @@ func BenchmarkScan(b *testing.B) {
 	}
 	defer c.Close()
 	rows := benchRows()
-	loadBenchTable(b, e, c, "bench", rows)
+	loadBenchTable(b, e, c, "bench", rows, 1000)
 	run := func(job *mapreduce.Job) {
 		res, err := mapreduce.Run(context.Background(), job, mapreduce.Config{Addr: e.addr, LocalWorkers: 4, TempDir: b.TempDir()})
 		if err != nil {
@@ -155,7 +155,7 @@ func BenchmarkWordCount(b *testing.B) {
 	}
 	defer c.Close()
 	rows := benchRows()
-	loadBenchTable(b, e, c, "bench", rows)
+	loadBenchTable(b, e, c, "bench", rows, 100)
 	for _, combine := range []bool{true, false} {
 		b.Run(fmt.Sprintf("combiner=%v", combine), func(b *testing.B) {
 			var spilled, shuffled int64

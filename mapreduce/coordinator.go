@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,7 +115,6 @@ func Run(ctx context.Context, job *Job, cfg Config) (*Result, error) {
 	}
 
 	workers := cfg.Workers
-	var local []*LocalWorker
 	if len(workers) == 0 {
 		dir := cfg.TempDir
 		if dir == "" {
@@ -133,7 +134,6 @@ func Run(ctx context.Context, job *Job, cfg Config) (*Result, error) {
 				},
 			})
 			fetcher.workers[w.Name()] = w
-			local = append(local, w)
 			workers = append(workers, w)
 		}
 	}
@@ -561,16 +561,5 @@ func (co *coordinator) status(final bool) Status {
 }
 
 func sortedNames(m map[string]Worker) []string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	for i := range names {
-		for j := i + 1; j < len(names); j++ {
-			if names[j] < names[i] {
-				names[i], names[j] = names[j], names[i]
-			}
-		}
-	}
-	return names
+	return slices.Sorted(maps.Keys(m))
 }
