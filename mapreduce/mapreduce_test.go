@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/storage/cell"
@@ -188,9 +189,20 @@ func anchorsEnv(t *testing.T) (*env, map[string]int64) {
 func TestWordCount(t *testing.T) {
 	e, want := anchorsEnv(t)
 	e.createTable(t, "counts", []string{"count"})
-	res, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 3, FailMap: -1, SlowMap: -1, KillAt: -1}, mapreduce.Config{LocalWorkers: 3})
+	reg := prometheus.NewRegistry()
+	metrics := mapreduce.NewMetrics(reg)
+	res, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 3, FailMap: -1, SlowMap: -1, KillAt: -1}, mapreduce.Config{LocalWorkers: 3, Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := metricValue(t, reg, "tabula_mr_jobs_total", "test-wordcount", "succeeded"); n != 1 {
+		t.Errorf("jobs metric %v, want 1", n)
+	}
+	if n := metricValue(t, reg, "tabula_mr_attempts_total", "reduce", "succeeded"); n != 3 {
+		t.Errorf("reduce attempts metric %v, want 3", n)
+	}
+	if n := metricValue(t, reg, "tabula_mr_counter_total", mapreduce.CounterReduceGroups); n != float64(len(want)) {
+		t.Errorf("reduce groups metric %v, want %d", n, len(want))
 	}
 	got := readCounts(t, e, "counts")
 	if len(got) != len(want) {
@@ -477,4 +489,29 @@ func TestFailedJobCommitsNoFiles(t *testing.T) {
 	for _, en := range ents {
 		t.Errorf("a failed job left %s in its output", en.Name())
 	}
+}
+
+// metricValue returns the value of the counter name whose label values
+// are labels, from reg.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var vals []string
+			for _, l := range m.GetLabel() {
+				vals = append(vals, l.GetValue())
+			}
+			if slices.Equal(vals, labels) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return -1
 }
