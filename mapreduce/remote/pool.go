@@ -61,6 +61,10 @@ type Pool struct {
 	book   *addrBook
 	wg     sync.WaitGroup
 
+	// static: the addresses are fixed and probed for as long as the pool
+	// lives, so their connections stay open when a worker leaves.
+	static bool
+
 	mu      sync.Mutex
 	members map[string]*member // by worker name
 	conns   map[string]*grpc.ClientConn
@@ -113,6 +117,7 @@ func NewStaticPool(addrs []string, opts PoolOptions) (*Pool, error) {
 		return nil, errors.New("remote: no worker addresses")
 	}
 	p := newPool(opts)
+	p.static = true
 	for _, addr := range addrs {
 		conn, err := p.conn(addr)
 		if err != nil {
@@ -202,10 +207,28 @@ func (p *Pool) leave(name string, why error) {
 		delete(p.members, name)
 		m.stop()
 		p.notifyLocked()
+		if !p.static {
+			p.closeUnusedLocked(m.client.reg.Addr)
+		}
 	}
 	p.mu.Unlock()
 	if ok && m.client.markLost(why) {
 		p.log.Warn("worker lost", "worker", name, "addr", m.client.reg.Addr, "why", why)
+	}
+}
+
+// closeUnusedLocked closes the connection to addr unless a member still
+// uses it: workers come and go, connections to the gone ones should not
+// pile up. A call still in flight on it fails, as it would have anyway.
+func (p *Pool) closeUnusedLocked(addr string) {
+	for _, m := range p.members {
+		if m.client.reg.Addr == addr {
+			return
+		}
+	}
+	if c, ok := p.conns[addr]; ok {
+		delete(p.conns, addr)
+		_ = c.Close()
 	}
 }
 
