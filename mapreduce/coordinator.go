@@ -88,6 +88,12 @@ func Run(ctx context.Context, job *Job, cfg Config) (*Result, error) {
 		}
 	}
 	spec.Maps = len(splits)
+	switch p := job.Partition.(type) {
+	case TotalOrderPartitioner:
+		spec.PartitionBounds = p.Bounds
+	case *TotalOrderPartitioner:
+		spec.PartitionBounds = p.Bounds
+	}
 	switch out := job.Output.(type) {
 	case *TableOutput:
 		c, err := pool.Get(addrOr(out.Addr, spec.Addr))

@@ -141,7 +141,10 @@ func (w *LocalWorker) runMap(ctx context.Context, job *Job, t Task, dir string, 
 	mc := &mapContext{t: t, counters: counters, ctx: ctx, clients: w.cfg.Clients}
 	if t.Job.Reducers > 0 {
 		part := job.Partition
-		if part == nil {
+		switch {
+		case len(t.Job.PartitionBounds) > 0:
+			part = TotalOrderPartitioner{Bounds: t.Job.PartitionBounds}
+		case part == nil:
 			part = HashPartitioner{}
 		}
 		n := t.Job.Reducers

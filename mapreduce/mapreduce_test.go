@@ -433,15 +433,31 @@ func TestTotalOrder(t *testing.T) {
 	if err := mapreduce.TotalOrder(e.ctx, job, cfg, 50); err != nil {
 		t.Fatal(err)
 	}
+	// The workers rebuild the job from its name and configuration, as
+	// workers in other processes do: its Partition is unset, so the
+	// bounds must come with the tasks.
 	var mu sync.Mutex
 	parts := map[int][]string{}
-	reduce := job.Reduce
-	job.Reduce = func(ctx context.Context, key []byte, vs iter.Seq[[]byte], out mapreduce.ReduceContext) error {
-		mu.Lock()
-		p := out.Task().Partition
-		parts[p] = append(parts[p], string(key))
-		mu.Unlock()
-		return reduce(ctx, key, vs, out)
+	cfg.Workers = nil
+	for _, w := range mapreduce.NewLocalWorkers(3, mapreduce.LocalWorkerConfig{Dir: t.TempDir(), Resolve: func(s mapreduce.JobSpec) (*mapreduce.Job, error) {
+		j, err := mapreduce.Build(s.Name, s.Conf)
+		if err != nil {
+			return nil, err
+		}
+		if j.Partition != nil {
+			return nil, errors.New("rebuilt job has a partitioner")
+		}
+		reduce := j.Reduce
+		j.Reduce = func(ctx context.Context, key []byte, vs iter.Seq[[]byte], out mapreduce.ReduceContext) error {
+			mu.Lock()
+			p := out.Task().Partition
+			parts[p] = append(parts[p], string(key))
+			mu.Unlock()
+			return reduce(ctx, key, vs, out)
+		}
+		return j, nil
+	}}) {
+		cfg.Workers = append(cfg.Workers, w)
 	}
 	if _, err := mapreduce.Run(e.ctx, job, cfg); err != nil {
 		t.Fatal(err)

@@ -54,7 +54,10 @@ func SampleKeys(ctx context.Context, job *Job, cfg Config, rowsPerSplit int) ([]
 
 // TotalOrder samples the job's map keys (SampleKeys) and sets its
 // partitioner to a TotalOrderPartitioner over them, so that the reducers'
-// outputs, in partition order, are globally sorted.
+// outputs, in partition order, are globally sorted. Run sends the bounds
+// with every task (JobSpec.PartitionBounds), so workers in other
+// processes, which rebuild the job from its name and configuration,
+// partition alike.
 func TotalOrder(ctx context.Context, job *Job, cfg Config, rowsPerSplit int) error {
 	keys, err := SampleKeys(ctx, job, cfg, rowsPerSplit)
 	if err != nil {

@@ -103,6 +103,11 @@ type JobSpec struct {
 	Reducers int `json:"reducers"`
 	// Maps is the number of map tasks (known once the input is split).
 	Maps int `json:"maps"`
+	// PartitionBounds, when set, are a TotalOrderPartitioner's bounds,
+	// which every map uses whatever the job's rebuilt Partition says: a
+	// partitioner picked from sampled keys at submission travels with the
+	// tasks.
+	PartitionBounds [][]byte `json:"partition_bounds,omitempty"`
 }
 
 // TableName returns the full name of table in the job's project and

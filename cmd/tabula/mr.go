@@ -87,6 +87,7 @@ type mrRunFlags struct {
 	progress     string
 	httpAddr     string
 	verbose      bool
+	totalOrder   int
 
 	// The input's selection.
 	prefix, start, end string
@@ -151,6 +152,7 @@ an invalid filter or script, an unwritable output fail with nothing written.`,
 	fs.StringVar(&f.progress, "progress", "auto", "progress display: auto (a bar on a terminal, lines otherwise), bar, lines, none")
 	fs.StringVar(&f.httpAddr, "http", "", "serve /metrics (Prometheus) and /status (JSON) of the job on this address while it runs")
 	fs.BoolVar(&f.verbose, "verbose", false, "log task attempts to stderr")
+	fs.IntVar(&f.totalOrder, "total-order", 0, "jobs with reducers: partition by ranges of map keys sampled from the first N rows of each split, so the outputs in partition order are globally sorted (0: hash partitioning)")
 
 	fs.StringVar(&f.prefix, "prefix", "", "input: only rows starting with this prefix")
 	fs.StringVar(&f.start, "start", "", "input: first row of the range")
@@ -264,6 +266,14 @@ func runMR(ctx context.Context, cmd *cobra.Command, args []string, f mrRunFlags)
 	}
 	show := newMRProgress(cmd.ErrOrStderr(), f.progress)
 	cfg.Progress = func(s mapreduce.Status) { last.Store(&s); show(s) }
+	if f.totalOrder > 0 {
+		if job.Reducers == 0 {
+			return usagef(cmd, "--total-order: %s has no reducers", name)
+		}
+		if err := mapreduce.TotalOrder(ctx, job, cfg, f.totalOrder); err != nil {
+			return fmt.Errorf("mr run %s: --total-order: %w", name, describe(err))
+		}
+	}
 	res, err := mapreduce.Run(ctx, job, cfg)
 	if err != nil {
 		return fmt.Errorf("mr run %s: %w", name, describe(err))

@@ -2,10 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -74,6 +76,28 @@ func TestMRTabula(t *testing.T) {
 	out = run("mr", "run", "verify", "webtable", "copy")
 	if mrCounter(t, out, "ONLY_IN_B") != "1" || !strings.Contains(out, "ONLY_IN_B\t\"zzz.extra\"") {
 		t.Errorf("verify after adding a row:\n%s", out)
+	}
+
+	// A word count with a total order: its files, in shard order, hold
+	// the words sorted.
+	wc := filepath.Join(t.TempDir(), "wc")
+	run("mr", "run", "wordcount", "webtable", "--output", wc, "--format", "jsonl", "--reducers", "3", "--total-order", "200")
+	var words []string
+	for i := range 3 {
+		b, err := os.ReadFile(filepath.Join(wc, fmt.Sprintf("part-%05d-of-00003.jsonl", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var r struct{ Key []byte }
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			words = append(words, string(r.Key))
+		}
+	}
+	if len(words) < 100 || !slices.IsSorted(words) {
+		t.Errorf("total-order word count: %d words, sorted %v", len(words), slices.IsSorted(words))
 	}
 
 	dir := filepath.Join(t.TempDir(), "export")
