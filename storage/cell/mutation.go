@@ -1,6 +1,9 @@
 package cell
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/binary"
+)
 
 // MutationKind says what a Mutation does.
 type MutationKind uint8
@@ -16,6 +19,14 @@ const (
 	DeleteFromFamily
 	// DeleteFromRow deletes every cell of the row.
 	DeleteFromRow
+	// AddToCell adds one Int64 input (Value: 8 bytes big-endian) to the
+	// cell at Timestamp of a column of an aggregate family. The tablet
+	// turns it into a MergeToCell of the input's state before logging it.
+	AddToCell
+	// MergeToCell merges an aggregate state (Value, in the family's state
+	// encoding) into the cell at Timestamp of a column of an aggregate
+	// family.
+	MergeToCell
 )
 
 // String names the kind as the Cloud Bigtable API does.
@@ -29,6 +40,10 @@ func (k MutationKind) String() string {
 		return "delete_from_family"
 	case DeleteFromRow:
 		return "delete_from_row"
+	case AddToCell:
+		return "add_to_cell"
+	case MergeToCell:
+		return "merge_to_cell"
 	}
 	return "unknown"
 }
@@ -37,11 +52,11 @@ func (k MutationKind) String() string {
 type Mutation struct {
 	Kind      MutationKind
 	Family    string // all kinds but DeleteFromRow
-	Qualifier []byte // SetCell, DeleteFromColumn
-	// Timestamp of a SetCell, in microseconds; ServerTimestamp asks the
-	// server to assign it.
+	Qualifier []byte // SetCell, DeleteFromColumn, AddToCell, MergeToCell
+	// Timestamp of a SetCell, AddToCell or MergeToCell, in microseconds;
+	// ServerTimestamp asks the server to assign it (SetCell only).
 	Timestamp int64
-	Value     []byte // SetCell
+	Value     []byte // SetCell; AddToCell's input; MergeToCell's state
 	// StartTimestamp and EndTimestamp bound a DeleteFromColumn to
 	// [StartTimestamp, EndTimestamp). EndTimestamp 0 means no upper bound,
 	// as in the Cloud Bigtable API.
@@ -58,6 +73,16 @@ type RowMutation struct {
 // Set returns a SetCell mutation.
 func Set(family string, qualifier []byte, timestamp int64, value []byte) Mutation {
 	return Mutation{Kind: SetCell, Family: family, Qualifier: qualifier, Timestamp: timestamp, Value: value}
+}
+
+// Add returns an AddToCell mutation of the Int64 input v.
+func Add(family string, qualifier []byte, timestamp, v int64) Mutation {
+	return Mutation{Kind: AddToCell, Family: family, Qualifier: qualifier, Timestamp: timestamp, Value: binary.BigEndian.AppendUint64(nil, uint64(v))}
+}
+
+// Merge returns a MergeToCell mutation of the aggregate state.
+func Merge(family string, qualifier []byte, timestamp int64, state []byte) Mutation {
+	return Mutation{Kind: MergeToCell, Family: family, Qualifier: qualifier, Timestamp: timestamp, Value: state}
 }
 
 // DeleteColumn returns a DeleteFromColumn mutation over [start, end); end 0

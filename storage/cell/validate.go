@@ -113,7 +113,7 @@ func (l Limits) ValidateRowMutation(rm RowMutation) error {
 func (l Limits) validateMutation(i int, m Mutation) error {
 	field := func(sub string) string { return fmt.Sprintf("mutations[%d].%s.%s", i, m.Kind, sub) }
 	switch m.Kind {
-	case SetCell, DeleteFromColumn, DeleteFromFamily:
+	case SetCell, DeleteFromColumn, DeleteFromFamily, AddToCell, MergeToCell:
 		if !ValidFamilyName(m.Family) {
 			return ValidateFamilyName(field("family_name"), m.Family)
 		}
@@ -134,6 +134,18 @@ func (l Limits) validateMutation(i int, m Mutation) error {
 		}
 		if len(m.Value) > l.MaxValueBytes {
 			return invalid(field("value"), "value is %d bytes, the limit is %d", len(m.Value), l.MaxValueBytes)
+		}
+		return nil
+	}
+	if m.Kind == AddToCell || m.Kind == MergeToCell {
+		if m.Timestamp < 0 || m.Timestamp > MaxTimestamp {
+			return invalid(field("timestamp"), "timestamp %d must be in [0, %d] (aggregate cells take no server-assigned timestamp)", m.Timestamp, MaxTimestamp)
+		}
+		if m.Kind == AddToCell && len(m.Value) != 8 {
+			return invalid(field("input"), "an Int64 input is 8 bytes big-endian, got %d bytes", len(m.Value))
+		}
+		if len(m.Value) > l.MaxValueBytes {
+			return invalid(field("input"), "value is %d bytes, the limit is %d", len(m.Value), l.MaxValueBytes)
 		}
 		return nil
 	}

@@ -122,7 +122,10 @@ type cellVersion struct {
 //     family marker (or the family's drop) those of its family; a column
 //     marker those of its column whose timestamps lie in its range;
 //   - of the versions with the same timestamp only the one with the highest
-//     seq counts (if it is shadowed, so are the others);
+//     seq counts (if it is shadowed, so are the others) — except in an
+//     aggregate family, where every write of the version that is not
+//     shadowed is folded in with the family's aggregator, the result keeping
+//     the key of the newest;
 //   - families not in p.families are dropped;
 //   - then the family's GC policy collects versions (unless p.noGC).
 //
@@ -157,6 +160,10 @@ func resolveRow(entries []entry, p resolveParams) ([]cellVersion, error) {
 		lastTS    int64
 		haveTS    bool
 		decodeErr error
+		// folding: the version at lastTS is live and its family
+		// aggregates; foldSeq is the seq of the last write folded in.
+		folding bool
+		foldSeq uint64
 	)
 	flushColumn := func() {
 		for idx, v := range colVers {
@@ -219,13 +226,38 @@ func resolveRow(entries []entry, p resolveParams) ([]cellVersion, error) {
 			continue
 		}
 		if haveTS && k.Timestamp == lastTS {
-			continue // an older write of the same version
+			// An older write of the same version: hidden, unless the
+			// family aggregates, which folds every live write of
+			// the version into one (the same entry met twice, as
+			// sequence numbers are unique, counts once).
+			if !folding || k.Seq == foldSeq {
+				continue
+			}
+			if k.Seq < famDel || shadowedByColumn(markers, k.Seq, k.Timestamp) {
+				// Shadowing is monotone in seq: so are the rest.
+				folding = false
+				continue
+			}
+			cv := &colVers[len(colVers)-1]
+			merged, err := fam.Aggregate.Merge(cv.value, e.value)
+			if err != nil {
+				return nil, fmt.Errorf("tablet: row %q, column %s:%q at %d: %w", k.Row, k.Family, k.Qualifier, k.Timestamp, err)
+			}
+			// The folded version keeps the key of its newest write,
+			// so that a compaction writing it stays shadowed by
+			// exactly the markers that shadow that write.
+			cv.value = merged
+			cv.raw = entry{key: cv.raw.key, value: merged}
+			foldSeq = k.Seq
+			continue
 		}
 		haveTS, lastTS = true, k.Timestamp
+		folding = false
 		if k.Seq < famDel || shadowedByColumn(markers, k.Seq, k.Timestamp) {
 			continue
 		}
 		colVers = append(colVers, cellVersion{key: k, value: e.value, raw: e})
+		folding, foldSeq = fam.Aggregate != cell.NoAggregator, k.Seq
 	}
 	if decodeErr != nil {
 		return nil, decodeErr

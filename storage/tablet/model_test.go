@@ -3,6 +3,7 @@ package tablet
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,13 +29,62 @@ import (
 type mCell struct {
 	ts  int64
 	val string
+	// An aggregate cell: num is the Sum/Min/Max state (val its 8 bytes),
+	// set the distinct HLL inputs (val "hll:<exact count>").
+	num int64
+	set map[int64]bool
 }
 
 type model struct {
 	rows map[string]map[string]map[string][]mCell
+	// aggs: the aggregator of every aggregate family (they never change).
+	aggs map[string]cell.Aggregator
+	// hllInputs: the inputs each HLL state a MergeToCell carries holds.
+	hllInputs map[string][]int64
 }
 
-func newModel() *model { return &model{rows: make(map[string]map[string]map[string][]mCell)} }
+func newModel() *model {
+	return &model{rows: make(map[string]map[string]map[string][]mCell), aggs: map[string]cell.Aggregator{}, hllInputs: map[string][]int64{}}
+}
+
+// fold merges the input of an AddToCell or MergeToCell into c (fresh when
+// the cell did not exist), the simple way.
+func (m *model) fold(agg cell.Aggregator, c *mCell, fresh bool, mu cell.Mutation) {
+	var ins []int64
+	if agg == cell.HLLUniqueCount && mu.Kind == cell.MergeToCell {
+		ins = m.hllInputs[string(mu.Value)]
+	} else {
+		ins = []int64{int64(binary.BigEndian.Uint64(mu.Value))}
+	}
+	for j, v := range ins {
+		first := fresh && j == 0
+		switch agg {
+		case cell.Sum:
+			if first {
+				c.num = 0
+			}
+			c.num += v
+		case cell.Min:
+			if first || v < c.num {
+				c.num = v
+			}
+		case cell.Max:
+			if first || v > c.num {
+				c.num = v
+			}
+		case cell.HLLUniqueCount:
+			if first || c.set == nil {
+				c.set = map[int64]bool{}
+			}
+			c.set[v] = true
+		}
+	}
+	if agg == cell.HLLUniqueCount {
+		c.val = fmt.Sprintf("hll:%d", len(c.set))
+	} else {
+		c.val = string(binary.BigEndian.AppendUint64(nil, uint64(c.num)))
+	}
+}
 
 func (m *model) apply(rm cell.RowMutation) {
 	row := string(rm.Row)
@@ -55,7 +105,7 @@ func (m *model) apply(rm cell.RowMutation) {
 				q := string(mu.Qualifier)
 				r[mu.Family][q] = slices.DeleteFunc(r[mu.Family][q], func(c mCell) bool { return c.ts >= mu.StartTimestamp && c.ts < end })
 			}
-		case cell.SetCell:
+		case cell.SetCell, cell.AddToCell, cell.MergeToCell:
 			r := m.rows[row]
 			if r == nil {
 				r = make(map[string]map[string][]mCell)
@@ -77,7 +127,12 @@ func (m *model) apply(rm cell.RowMutation) {
 				}
 				return 0
 			})
-			if found {
+			if agg := m.aggs[mu.Family]; agg != cell.NoAggregator {
+				if !found {
+					vs = slices.Insert(vs, i, mCell{ts: mu.Timestamp})
+				}
+				m.fold(agg, &vs[i], !found, mu)
+			} else if found {
 				vs[i].val = string(mu.Value)
 			} else {
 				vs = slices.Insert(vs, i, mCell{ts: mu.Timestamp, val: string(mu.Value)})
@@ -163,6 +218,78 @@ type harness struct {
 	// memOnly: no operation that writes SSTables (flushes, compactions,
 	// splits, reopens); the memtable must hold everything.
 	memOnly bool
+	// agg adds aggregate families (aggFamilies) written with AddToCell
+	// and MergeToCell.
+	agg bool
+}
+
+// aggFamilies are the aggregate families of the harness with agg set, one
+// per aggregator, in both locality groups.
+var aggFamilies = map[string]cell.Aggregator{"s": cell.Sum, "n": cell.Min, "x": cell.Max, "h": cell.HLLUniqueCount}
+
+// norm replaces the value of every cell of an HLL family by "hll:<estimate>"
+// (the model's is the exact count, which the estimate equals for the few
+// inputs a cell gets here): HLL states are not canonical bytes.
+func (h *harness) norm(r cell.Row) cell.Row {
+	for i, c := range r.Cells {
+		if aggFamilies[c.Family] == cell.HLLUniqueCount && h.agg && !bytes.HasPrefix(c.Value, []byte("hll:")) {
+			n, err := cell.HLLEstimate(c.Value)
+			if err != nil {
+				h.fatalf("cell %s:%s of row %s: %v", c.Family, c.Qualifier, r.Key, err)
+			}
+			r.Cells[i].Value = fmt.Appendf(nil, "hll:%d", n)
+		}
+	}
+	return r
+}
+
+// aggMutation returns an AddToCell or a MergeToCell of the aggregate family
+// fam; timestamps come from a small set so that writes of one cell meet.
+func (h *harness) aggMutation(fam string) cell.Mutation {
+	ts := h.ts()
+	if ts == cell.ServerTimestamp || h.r.IntN(2) == 0 {
+		ts = int64(h.r.IntN(4)) * 1000
+	}
+	agg := aggFamilies[fam]
+	input := func() int64 {
+		if agg == cell.HLLUniqueCount {
+			return int64(h.r.IntN(40))
+		}
+		return int64(h.r.IntN(2001) - 1000)
+	}
+	if h.r.IntN(3) > 0 {
+		return cell.Add(fam, h.qual(), ts, input())
+	}
+	if agg != cell.HLLUniqueCount {
+		return cell.Merge(fam, h.qual(), ts, binary.BigEndian.AppendUint64(nil, uint64(input())))
+	}
+	// A state of a few inputs, built by merging their states as a client
+	// holding a sketch would.
+	ins := []int64{input()}
+	state, err := agg.InputState(ins[0])
+	for range h.r.IntN(3) {
+		v := input()
+		ins = append(ins, v)
+		one, err2 := agg.InputState(v)
+		if err2 == nil {
+			state, err2 = agg.Merge(state, one)
+		}
+		err = errors.Join(err, err2)
+	}
+	if err != nil {
+		h.fatalf("building an HLL state: %v", err)
+	}
+	h.m.hllInputs[string(state)] = ins
+	return cell.Merge(fam, h.qual(), ts, state)
+}
+
+// plainFamily returns a family that is not an aggregate one.
+func (h *harness) plainFamily() string {
+	for {
+		if f := h.family(); aggFamilies[f] == cell.NoAggregator || !h.agg {
+			return f
+		}
+	}
 }
 
 func (h *harness) fatalf(format string, args ...any) {
@@ -238,6 +365,15 @@ func (h *harness) randomSchema(dropD bool) tabletdesc.Schema {
 		}
 		s.Families[f] = tabletdesc.Family{GC: h.randomPolicy(0), LocalityGroup: g}
 	}
+	if h.agg {
+		for i, f := range slices.Sorted(maps.Keys(aggFamilies)) {
+			g := "default"
+			if i%2 == 1 {
+				g = "mem"
+			}
+			s.Families[f] = tabletdesc.Family{GC: h.randomPolicy(0), LocalityGroup: g, Aggregate: aggFamilies[f]}
+		}
+	}
 	return s
 }
 
@@ -271,7 +407,12 @@ func (h *harness) mutation() cell.RowMutation {
 		var m cell.Mutation
 		switch x := h.r.IntN(20); {
 		case x < 13:
-			m = cell.Set(h.family(), h.qual(), h.ts(), fmt.Appendf(nil, "v%d", h.op))
+			f := h.family()
+			if h.agg && aggFamilies[f] != cell.NoAggregator {
+				m = h.aggMutation(f)
+			} else {
+				m = cell.Set(f, h.qual(), h.ts(), fmt.Appendf(nil, "v%d", h.op))
+			}
 		case x < 17:
 			start := int64(h.r.IntN(6)) * 1000
 			if h.r.IntN(2) == 0 {
@@ -356,6 +497,10 @@ func (h *harness) step() {
 		if err := h.tabletFor(rm.Row).Apply(ctx, rm); !errors.Is(err, ErrFamilyNotFound) {
 			h.fatalf("apply with an unknown family: %v", err)
 		}
+		if h.agg {
+			h.count("invalid aggregate apply")
+			h.badAggregateApply()
+		}
 		if len(h.tablets) > 1 {
 			rm := h.mutation()
 			for _, tb := range h.tablets {
@@ -370,7 +515,7 @@ func (h *harness) step() {
 	case x < 560:
 		h.count("read-modify-write")
 		row := h.row()
-		fam := h.family()
+		fam := h.plainFamily()
 		var mcur cell.Row
 		mcur, _ = h.m.read(string(row), h.schema.Families, ReadOptions{}, h.clock.Load())
 		incr := func(cur cell.Row) ([]cell.Mutation, error) {
@@ -392,6 +537,7 @@ func (h *harness) step() {
 			h.fatalf("read-modify-write: %v", err)
 		}
 		want, _ := h.m.read(string(row), h.schema.Families, ReadOptions{}, h.clock.Load())
+		got = h.norm(got)
 		if rowString(got) != rowString(want) {
 			h.fatalf("read-modify-write of %s:\n got  %s\n want %s", row, rowString(got), rowString(want))
 		}
@@ -403,6 +549,7 @@ func (h *harness) step() {
 		if err != nil {
 			h.fatalf("read %s: %v", row, err)
 		}
+		got = h.norm(got)
 		want, wok := h.m.read(string(row), h.schema.Families, ro, h.clock.Load())
 		if ok != wok || rowString(got) != rowString(want) {
 			h.fatalf("read %s %+v:\n got  %v %s\n want %v %s", row, ro, ok, rowString(got), wok, rowString(want))
@@ -515,7 +662,7 @@ func (h *harness) scan() {
 			tso.Limit = so.Limit - len(got)
 		}
 		err := tb.Scan(h.ctx, tso, func(r cell.Row) error {
-			got = append(got, rowString(r))
+			got = append(got, rowString(h.norm(r)))
 			return nil
 		})
 		if err != nil {
@@ -610,18 +757,21 @@ func (h *harness) close() {
 
 func runModel(t *testing.T, seed uint64, ops int, memOnly bool) map[string]int {
 	// The log in object mode on the memory store: no fsync per write.
-	return runModelOn(t, seed, ops, memOnly, blob.NewMemory(), true)
+	return runModelOn(t, seed, ops, memOnly, blob.NewMemory(), true, false)
 }
 
 // runModelWith runs the model with everything — SSTables, states and the
 // commit log (object mode) — in store.
 func runModelWith(t *testing.T, seed uint64, ops int, store blob.Store) map[string]int {
-	return runModelOn(t, seed, ops, false, store, true)
+	return runModelOn(t, seed, ops, false, store, true, false)
 }
 
-func runModelOn(t *testing.T, seed uint64, ops int, memOnly bool, store blob.Store, logInStore bool) map[string]int {
+func runModelOn(t *testing.T, seed uint64, ops int, memOnly bool, store blob.Store, logInStore, agg bool) map[string]int {
 	ctx := context.Background()
-	h := &harness{t: t, seed: seed, r: rand.New(rand.NewPCG(seed, 0x7AB1E)), ctx: ctx, m: newModel(), counts: map[string]int{}, memOnly: memOnly}
+	h := &harness{t: t, seed: seed, r: rand.New(rand.NewPCG(seed, 0x7AB1E)), ctx: ctx, m: newModel(), counts: map[string]int{}, memOnly: memOnly, agg: agg}
+	if agg {
+		h.m.aggs = aggFamilies
+	}
 	h.clock.Store(1_000_000)
 	h.store = store
 	h.states = NewBlobStateStore(h.store, "state")
@@ -653,6 +803,7 @@ func runModelOn(t *testing.T, seed uint64, ops int, memOnly bool, store blob.Sto
 		for _, row := range slices.Sorted(maps.Keys(h.m.rows)) {
 			want, wok := h.m.read(row, h.schema.Families, ro, h.clock.Load())
 			got, ok, err := h.tabletFor([]byte(row)).ReadRow(ctx, []byte(row), ro)
+			got = h.norm(got)
 			if err != nil || ok != wok || rowString(got) != rowString(want) {
 				h.fatalf("final read %s: got %v %s (%v), want %v %s", row, ok, rowString(got), err, wok, rowString(want))
 			}
@@ -694,4 +845,59 @@ func TestModel(t *testing.T) {
 func TestModelMemtable(t *testing.T) {
 	counts := runModel(t, 99, 5000, true)
 	t.Logf("%v", counts)
+}
+
+// badAggregateApply checks that writes not matching their family's type are
+// INVALID_ARGUMENT naming the field, and change nothing (the model is not
+// touched; the next reads compare).
+func (h *harness) badAggregateApply() {
+	rm := h.mutation()
+	n := len(rm.Mutations)
+	var field string
+	switch h.r.IntN(4) {
+	case 0:
+		rm.Mutations = append(rm.Mutations, cell.Set("s", []byte("q0"), 1000, []byte("v")))
+		field = fmt.Sprintf("mutations[%d].set_cell.family_name", n)
+	case 1:
+		rm.Mutations = append(rm.Mutations, cell.Add("a", []byte("q0"), 1000, 1))
+		field = fmt.Sprintf("mutations[%d].add_to_cell.family_name", n)
+	case 2:
+		rm.Mutations = append(rm.Mutations, cell.Merge("x", []byte("q0"), 1000, []byte{1, 2, 3}))
+		field = fmt.Sprintf("mutations[%d].merge_to_cell.input", n)
+	default:
+		rm.Mutations = append(rm.Mutations, cell.Merge("h", []byte("q0"), 1000, []byte("not a sketch")))
+		field = fmt.Sprintf("mutations[%d].merge_to_cell.input", n)
+	}
+	err := h.tabletFor(rm.Row).Apply(h.ctx, rm)
+	var ia *cell.InvalidArgumentError
+	if !errors.As(err, &ia) || ia.Field != field {
+		h.fatalf("apply %+v: got %v, want an invalid argument naming %s", rm.Mutations[n], err, field)
+	}
+}
+
+// TestModelAggregates runs the model with aggregate families (Sum, Min, Max,
+// HLL++) written by AddToCell and MergeToCell among SetCells and deletes,
+// interleaved with flushes, merging and major compactions, splits, reopens
+// and crash recoveries.
+func TestModelAggregates(t *testing.T) {
+	seeds := []uint64{11, 12}
+	ops := 8000
+	if os.Getenv("TABULA_LONG") != "" {
+		seeds = nil
+		for s := uint64(11); s <= 30; s++ {
+			seeds = append(seeds, s)
+		}
+		ops = 30_000
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			counts := runModelOn(t, seed, ops, false, blob.NewMemory(), true, true)
+			t.Logf("seed %d: %d operations: %v", seed, ops, counts)
+			for _, k := range []string{"apply", "flush", "major compaction", "split", "crash and recover", "invalid aggregate apply"} {
+				if counts[k] == 0 {
+					t.Errorf("no %q in the run: %v", k, counts)
+				}
+			}
+		})
+	}
 }

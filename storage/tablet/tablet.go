@@ -1,6 +1,7 @@
 package tablet
 
 import (
+	"encoding/binary"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -392,7 +393,10 @@ func (t *Tablet) insert(rm cell.RowMutation, first uint64) {
 		k := cell.Key{Row: rm.Row, Seq: first + uint64(i)}
 		var value []byte
 		switch m.Kind {
-		case cell.SetCell:
+		case cell.SetCell, cell.MergeToCell:
+			// An aggregate family's cells are plain entries: the
+			// family's aggregator folds those of one timestamp when
+			// they are read or compacted (resolveRow).
 			k.Kind, k.Family, k.Qualifier, k.Timestamp = cell.KindSet, m.Family, m.Qualifier, m.Timestamp
 			value = m.Value
 		case cell.DeleteFromColumn:
@@ -412,14 +416,56 @@ func (t *Tablet) insert(rm cell.RowMutation, first uint64) {
 
 // checkFamilies returns a *FamilyNotFoundError for the first mutation
 // naming a family outside the schema. Called under writeMu.
+//
+// It also checks that each write matches its family's type: SetCell only
+// on a family that is not an aggregate one, AddToCell and MergeToCell only
+// on an aggregate family, a MergeToCell's state in the family's encoding
+// (a *cell.InvalidArgumentError naming the field otherwise).
 func (t *Tablet) checkFamilies(rm cell.RowMutation, schema tabletdesc.Schema) error {
 	for i, m := range rm.Mutations {
 		if m.Kind == cell.DeleteFromRow {
 			continue
 		}
-		if _, ok := schema.Families[m.Family]; !ok {
+		f, ok := schema.Families[m.Family]
+		if !ok {
 			return &FamilyNotFoundError{Family: m.Family, Field: fmt.Sprintf("mutations[%d].%s.family_name", i, m.Kind)}
 		}
+		switch m.Kind {
+		case cell.SetCell:
+			if f.Aggregate != cell.NoAggregator {
+				return &cell.InvalidArgumentError{Field: fmt.Sprintf("mutations[%d].set_cell.family_name", i),
+					Reason: fmt.Sprintf("column family %q is an aggregate (%s) family: write it with add_to_cell or merge_to_cell", m.Family, f.Aggregate)}
+			}
+		case cell.AddToCell, cell.MergeToCell:
+			if f.Aggregate == cell.NoAggregator {
+				return &cell.InvalidArgumentError{Field: fmt.Sprintf("mutations[%d].%s.family_name", i, m.Kind),
+					Reason: fmt.Sprintf("column family %q is not an aggregate family: write it with set_cell", m.Family)}
+			}
+			if m.Kind == cell.MergeToCell {
+				if err := f.Aggregate.ValidateState(m.Value); err != nil {
+					return &cell.InvalidArgumentError{Field: fmt.Sprintf("mutations[%d].merge_to_cell.input", i), Reason: err.Error()}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// addsToMerges turns every AddToCell of rm (whose Mutations the caller
+// owns) into the MergeToCell of its input's state, so that the commit log
+// and the memtable hold states only and replay needs no schema. rm has
+// passed checkFamilies against schema.
+func addsToMerges(rm cell.RowMutation, schema tabletdesc.Schema) error {
+	for i := range rm.Mutations {
+		m := &rm.Mutations[i]
+		if m.Kind != cell.AddToCell {
+			continue
+		}
+		state, err := schema.Families[m.Family].Aggregate.InputState(int64(binary.BigEndian.Uint64(m.Value)))
+		if err != nil {
+			return &cell.InvalidArgumentError{Field: fmt.Sprintf("mutations[%d].add_to_cell.input", i), Reason: err.Error()}
+		}
+		m.Kind, m.Value = cell.MergeToCell, state
 	}
 	return nil
 }
@@ -507,10 +553,14 @@ func (t *Tablet) applyLocked(rm cell.RowMutation) (uint64, *commitlog.Commit, er
 	if t.stopErr != nil {
 		return 0, nil, t.stopErr
 	}
-	if err := t.checkFamilies(rm, t.curSchema()); err != nil {
+	schema := t.curSchema()
+	if err := t.checkFamilies(rm, schema); err != nil {
 		return 0, nil, err
 	}
 	rm.Mutations = slices.Clone(rm.Mutations)
+	if err := addsToMerges(rm, schema); err != nil {
+		return 0, nil, err
+	}
 	rm.AssignTimestamps(t.opts.Clock())
 	first := t.lastSeq + 1
 	last := t.lastSeq + uint64(len(rm.Mutations))

@@ -77,6 +77,15 @@ type Family struct {
 	// LocalityGroup names the group whose SSTables hold the family; ""
 	// means DefaultLocalityGroup.
 	LocalityGroup string
+	// Aggregate, when set, makes the family an aggregate family: its
+	// cells are written only by AddToCell and MergeToCell, and the cells
+	// of one column and timestamp fold into one with this aggregator.
+	// It never changes while the family exists.
+	Aggregate cell.Aggregator `json:",omitempty"`
+	// ValueType is the family's value_type as the admin API gave it (the
+	// wire bytes of a google.bigtable.admin.v2.Type), kept to be answered
+	// back; nil for an untyped family. Only the admin API reads it.
+	ValueType []byte `json:",omitempty"`
 }
 
 // Group returns the name of the family's locality group: LocalityGroup, or
@@ -143,6 +152,9 @@ func (s Schema) Validate() error {
 		}
 		if err := cell.ValidateFamilyName("column_families", name); err != nil {
 			return err
+		}
+		if !f.Aggregate.Valid() {
+			return fmt.Errorf("schema: family %q has unknown aggregator %v", name, f.Aggregate)
 		}
 	}
 	return nil
