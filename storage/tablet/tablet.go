@@ -1,10 +1,10 @@
 package tablet
 
 import (
-	"encoding/binary"
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
