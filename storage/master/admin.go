@@ -273,7 +273,7 @@ func tableProto(name string, t meta.Table, view adminpb.Table_View) *adminpb.Tab
 	if schema {
 		out.ColumnFamilies = make(map[string]*adminpb.ColumnFamily, len(t.Families))
 		for name, f := range t.Families {
-			out.ColumnFamilies[name] = &adminpb.ColumnFamily{GcRule: gcPolicyToProto(f.GC)}
+			out.ColumnFamilies[name] = &adminpb.ColumnFamily{GcRule: gcPolicyToProto(f.GC), ValueType: valueTypeProto(f.ValueType)}
 		}
 		out.Granularity = adminpb.Table_MILLIS
 		if t.Granularity == meta.GranularityMicros {
@@ -410,14 +410,15 @@ func (s *AdminService) family(field, name string, cf *adminpb.ColumnFamily) (tab
 	if err := validateFamilyName(field, name); err != nil {
 		return tabletdesc.Family{}, err
 	}
-	if cf.GetValueType() != nil {
-		return tabletdesc.Family{}, unimplemented(field+".value_type", "a typed (aggregate) column family")
+	agg, vt, err := familyType(field+".value_type", cf.GetValueType())
+	if err != nil {
+		return tabletdesc.Family{}, err
 	}
 	gc, err := gcPolicyFromProto(field+".gc_rule", cf.GetGcRule())
 	if err != nil {
 		return tabletdesc.Family{}, err
 	}
-	return tabletdesc.Family{Name: name, GC: gc}, nil
+	return tabletdesc.Family{Name: name, GC: gc, Aggregate: agg, ValueType: vt}, nil
 }
 
 func validateFamilyName(field, name string) error {
@@ -592,23 +593,35 @@ func (s *AdminService) ModifyColumnFamilies(ctx context.Context, req *adminpb.Mo
 				if !exists {
 					return status.Errorf(codes.NotFound, "%s.update: column family %q not found in table %q", field, id, n.String())
 				}
+				// No mask is the older API: the GC rule is updated.
+				setGC, setType := len(m.GetUpdateMask().GetPaths()) == 0, false
 				for j, p := range m.GetUpdateMask().GetPaths() {
 					switch p {
 					case "gc_rule":
+						setGC = true
 					case "value_type":
-						return unimplemented(fmt.Sprintf("%s.update_mask.paths[%d]", field, j), "a typed (aggregate) column family")
+						setType = true
 					default:
-						return invalidArg(fmt.Sprintf("%s.update_mask.paths[%d]", field, j), "unknown column family field %q (gc_rule is the one Tabula updates)", p)
+						return invalidArg(fmt.Sprintf("%s.update_mask.paths[%d]", field, j), "unknown column family field %q (gc_rule and value_type are the ones a family has)", p)
 					}
 				}
 				f, err := s.family(field+".update", id, mod.Update)
 				if err != nil {
 					return err
 				}
-				// Only the GC rule changes: the family keeps its locality
-				// group.
+				// The family keeps its locality group.
 				old.Name = id
-				old.GC = f.GC
+				if setGC {
+					old.GC = f.GC
+				}
+				if setType && !bytes.Equal(old.ValueType, f.ValueType) {
+					// A declared type may change; an aggregate one
+					// may not, nor may a family become one.
+					if old.Aggregate != cell.NoAggregator || f.Aggregate != cell.NoAggregator {
+						return errImmutableAggregate(field + ".update.value_type")
+					}
+					old.ValueType = f.ValueType
+				}
 				t.Families[id] = old
 			case *adminpb.ModifyColumnFamiliesRequest_Modification_Drop:
 				if !mod.Drop {

@@ -422,28 +422,37 @@ func (t *Tablet) insert(rm cell.RowMutation, first uint64) {
 // on an aggregate family, a MergeToCell's state in the family's encoding
 // (a *cell.InvalidArgumentError naming the field otherwise).
 func (t *Tablet) checkFamilies(rm cell.RowMutation, schema tabletdesc.Schema) error {
-	for i, m := range rm.Mutations {
+	return CheckFamilies("mutations", rm.Mutations, schema.Families)
+}
+
+// CheckFamilies is the check of Apply on mutations against a table's
+// families, for servers that check before a tablet does (both branches of
+// a check-and-mutate): a *FamilyNotFoundError for a family not in
+// families, a *cell.InvalidArgumentError for a write that does not match
+// its family's type. Errors name field[i].<kind>.<field>.
+func CheckFamilies(field string, muts []cell.Mutation, families map[string]tabletdesc.Family) error {
+	for i, m := range muts {
 		if m.Kind == cell.DeleteFromRow {
 			continue
 		}
-		f, ok := schema.Families[m.Family]
+		f, ok := families[m.Family]
 		if !ok {
-			return &FamilyNotFoundError{Family: m.Family, Field: fmt.Sprintf("mutations[%d].%s.family_name", i, m.Kind)}
+			return &FamilyNotFoundError{Family: m.Family, Field: fmt.Sprintf("%s[%d].%s.family_name", field, i, m.Kind)}
 		}
 		switch m.Kind {
 		case cell.SetCell:
 			if f.Aggregate != cell.NoAggregator {
-				return &cell.InvalidArgumentError{Field: fmt.Sprintf("mutations[%d].set_cell.family_name", i),
+				return &cell.InvalidArgumentError{Field: fmt.Sprintf("%s[%d].set_cell.family_name", field, i),
 					Reason: fmt.Sprintf("column family %q is an aggregate (%s) family: write it with add_to_cell or merge_to_cell", m.Family, f.Aggregate)}
 			}
 		case cell.AddToCell, cell.MergeToCell:
 			if f.Aggregate == cell.NoAggregator {
-				return &cell.InvalidArgumentError{Field: fmt.Sprintf("mutations[%d].%s.family_name", i, m.Kind),
+				return &cell.InvalidArgumentError{Field: fmt.Sprintf("%s[%d].%s.family_name", field, i, m.Kind),
 					Reason: fmt.Sprintf("column family %q is not an aggregate family: write it with set_cell", m.Family)}
 			}
 			if m.Kind == cell.MergeToCell {
 				if err := f.Aggregate.ValidateState(m.Value); err != nil {
-					return &cell.InvalidArgumentError{Field: fmt.Sprintf("mutations[%d].merge_to_cell.input", i), Reason: err.Error()}
+					return &cell.InvalidArgumentError{Field: fmt.Sprintf("%s[%d].merge_to_cell.input", field, i), Reason: err.Error()}
 				}
 			}
 		}

@@ -3,6 +3,7 @@ package tabletserver
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -151,6 +152,18 @@ func convertMutations(field string, t meta.Table, in []*bigtablepb.Mutation) ([]
 					Reason: fmt.Sprintf("[%d, %d) is not in whole milliseconds: the table's granularity is MILLIS", start, end)}
 			}
 			out = append(out, cell.DeleteColumn(dc.GetFamilyName(), nonNil(dc.GetColumnQualifier()), start, end))
+		case *bigtablepb.Mutation_AddToCell_:
+			mu, err := convertAggregate(f+".add_to_cell", millis, cell.AddToCell, m.AddToCell.GetFamilyName(), m.AddToCell.GetColumnQualifier(), m.AddToCell.GetTimestamp(), m.AddToCell.GetInput())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, mu)
+		case *bigtablepb.Mutation_MergeToCell_:
+			mu, err := convertAggregate(f+".merge_to_cell", millis, cell.MergeToCell, m.MergeToCell.GetFamilyName(), m.MergeToCell.GetColumnQualifier(), m.MergeToCell.GetTimestamp(), m.MergeToCell.GetInput())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, mu)
 		case *bigtablepb.Mutation_DeleteFromFamily_:
 			out = append(out, cell.DeleteFamily(m.DeleteFromFamily.GetFamilyName()))
 		case *bigtablepb.Mutation_DeleteFromRow_:
@@ -164,6 +177,51 @@ func convertMutations(field string, t meta.Table, in []*bigtablepb.Mutation) ([]
 	return out, nil
 }
 
+// convertAggregate converts an AddToCell or MergeToCell, whose qualifier,
+// timestamp and input are typed Values: the qualifier raw bytes, the
+// timestamp raw microseconds (unset: 0), an AddToCell's input an Int64
+// (int_value, or its 8-byte big-endian raw_value), a MergeToCell's input
+// the raw state. Whether the family aggregates, and the state's encoding,
+// the tablet checks.
+func convertAggregate(f string, millis bool, kind cell.MutationKind, family string, qual, ts, input *bigtablepb.Value) (cell.Mutation, error) {
+	m := cell.Mutation{Kind: kind, Family: family, Qualifier: []byte{}}
+	switch q := qual.GetKind().(type) {
+	case *bigtablepb.Value_RawValue:
+		m.Qualifier = nonNil(q.RawValue)
+	case nil:
+	default:
+		return m, &cell.InvalidArgumentError{Field: f + ".column_qualifier", Reason: fmt.Sprintf("a column qualifier is raw_value bytes, got %T", q)}
+	}
+	switch v := ts.GetKind().(type) {
+	case *bigtablepb.Value_RawTimestampMicros:
+		m.Timestamp = v.RawTimestampMicros
+	case nil:
+	default:
+		return m, &cell.InvalidArgumentError{Field: f + ".timestamp", Reason: fmt.Sprintf("a timestamp is raw_timestamp_micros, got %T", v)}
+	}
+	if millis && m.Timestamp%1000 != 0 {
+		return m, &cell.InvalidArgumentError{Field: f + ".timestamp",
+			Reason: fmt.Sprintf("timestamp %d is not a multiple of 1000: the table's granularity is MILLIS", m.Timestamp)}
+	}
+	switch v := input.GetKind().(type) {
+	case *bigtablepb.Value_IntValue:
+		if kind != cell.AddToCell {
+			return m, &cell.InvalidArgumentError{Field: f + ".input", Reason: "a merge_to_cell input is the raw_value of an aggregate state, got int_value"}
+		}
+		m.Value = binary.BigEndian.AppendUint64(nil, uint64(v.IntValue))
+	case *bigtablepb.Value_RawValue:
+		if kind == cell.AddToCell && len(v.RawValue) != 8 {
+			return m, &cell.InvalidArgumentError{Field: f + ".input", Reason: fmt.Sprintf("an Int64 input is int_value or 8 raw big-endian bytes, got %d bytes", len(v.RawValue))}
+		}
+		m.Value = nonNil(v.RawValue)
+	case nil:
+		return m, &cell.InvalidArgumentError{Field: f + ".input", Reason: "no input set"}
+	default:
+		return m, &cell.InvalidArgumentError{Field: f + ".input", Reason: fmt.Sprintf("the families' input type is Int64: int_value or raw_value, got %T", v)}
+	}
+	return m, nil
+}
+
 func nonNil(b []byte) []byte {
 	if b == nil {
 		return []byte{}
@@ -172,19 +230,12 @@ func nonNil(b []byte) []byte {
 }
 
 // checkFamilies returns a *tablet.FamilyNotFoundError for the first
-// mutation naming a family the table does not have. Tablets check this
+// mutation naming a family the table does not have, and an invalid
+// argument for one not matching its family's type. Tablets check this
 // too; CheckAndMutateRow checks both branches up front so that a bad
 // branch is an error whichever branch the predicate picks.
 func checkFamilies(field string, t meta.Table, muts []cell.Mutation) error {
-	for i, m := range muts {
-		if m.Kind == cell.DeleteFromRow {
-			continue
-		}
-		if _, ok := t.Families[m.Family]; !ok {
-			return &tablet.FamilyNotFoundError{Family: m.Family, Field: fmt.Sprintf("%s[%d].%s.family_name", field, i, m.Kind)}
-		}
-	}
-	return nil
+	return tablet.CheckFamilies(field, muts, t.Families)
 }
 
 // isPoint reports whether the range holds exactly one row key.

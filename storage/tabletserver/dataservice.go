@@ -346,8 +346,12 @@ func (s *DataService) ReadModifyWriteRow(ctx context.Context, req *bigtablepb.Re
 		if err := cell.ValidateFamilyName(f+".family_name", r.GetFamilyName()); err != nil {
 			return nil, s.fail("ReadModifyWriteRow", err)
 		}
-		if _, ok := t.Families[r.GetFamilyName()]; !ok {
+		fam, ok := t.Families[r.GetFamilyName()]
+		if !ok {
 			return nil, s.fail("ReadModifyWriteRow", &tablet.FamilyNotFoundError{Family: r.GetFamilyName(), Field: f + ".family_name"})
+		}
+		if fam.Aggregate != cell.NoAggregator {
+			return nil, invalidf(f+".family_name", "column family %q is an aggregate (%s) family: write it with add_to_cell or merge_to_cell in MutateRow", r.GetFamilyName(), fam.Aggregate)
 		}
 		if len(r.GetColumnQualifier()) > lim.MaxQualifierBytes {
 			return nil, invalidf(f+".column_qualifier", "qualifier is %d bytes, the limit is %d", len(r.GetColumnQualifier()), lim.MaxQualifierBytes)
