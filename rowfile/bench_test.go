@@ -150,6 +150,36 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 	})
+	var jbuf bytes.Buffer
+	jw, _ := NewWriter(&jbuf, WriterOptions{Format: JSONL})
+	for _, r := range rows {
+		if err := jw.Write(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := jw.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("rowfile-jsonl", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			r := NewJSONLReader(bytes.NewReader(jbuf.Bytes()), ReaderOptions{})
+			n := 0
+			for {
+				_, err := r.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			if n != len(rows) {
+				b.Fatalf("read %d rows", n)
+			}
+		}
+	})
 	b.Run("reference-parquet-go-generic", func(b *testing.B) {
 		var sb bytes.Buffer
 		gw := parquet.NewGenericWriter[specRow](&sb, parquet.Compression(&parquet.Snappy))

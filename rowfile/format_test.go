@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -154,7 +155,7 @@ func TestJSONLFormat(t *testing.T) {
 		{`{"key":""}`, "row key must not be empty"},
 		{`{"key":"aw==","cells":[{"family":"","timestamp":1}]}`, "cells[0].family"},
 		{`{"key":"aw==","cells":[{"family":"f","timestamp":1.5}]}`, "timestamp"},
-		{`{"key":"aw==","cel`, "invalid character"},
+		{`{"key":"aw==","cel`, "unexpected EOF"},
 		{`[1,2]`, "cannot unmarshal array"},
 	} {
 		r := NewJSONLReader(strings.NewReader(`{"key":"b2s="}`+"\n"+tc.in+"\n"), ReaderOptions{Name: "x.jsonl"})
@@ -175,4 +176,53 @@ func TestJSONLFormat(t *testing.T) {
 			t.Errorf("%s: Next after an error = %v", tc.in, err2)
 		}
 	}
+}
+
+// TestJSONLForms: the same rows in the writer's form and in other valid
+// JSON forms (field order, whitespace, escapes, blank lines, CRLF) read the
+// same.
+func TestJSONLForms(t *testing.T) {
+	rows := smallRows(30)
+	canonical := writeAll(t, rows, WriterOptions{Format: JSONL})
+	other := `
+{ "cells" : [ {"value":"aGk=", "timestamp": 5, "qualifier":"cQ==", "family":"\u0066"} ], "key": "azE=" }` + "\r\n" + `
+{"key":"azI="}
+`
+	want := []cell.Row{
+		{Key: []byte("k1"), Cells: []cell.Cell{{Family: "f", Qualifier: []byte("q"), Timestamp: 5, Value: []byte("hi")}}},
+		{Key: []byte("k2")},
+	}
+	got := readAll(t, append(append([]byte{}, canonical...), other...), ReaderOptions{Format: JSONL})
+	if len(got) != len(rows)+2 {
+		t.Fatalf("read %d rows, want %d", len(got), len(rows)+2)
+	}
+	for i, w := range append(slices.Clone(rows), want...) {
+		if !rowsEqual(normalize(got)[i], normalize([]cell.Row{w})[0]) {
+			t.Errorf("row %d = %s, want %s", i, describeRow(got[i]), describeRow(w))
+		}
+	}
+}
+
+// FuzzJSONLFastPath: whenever the fast path accepts a line, encoding/json
+// decodes it to the same row.
+func FuzzJSONLFastPath(f *testing.F) {
+	for _, r := range smallRows(5) {
+		f.Add(bytes.TrimSuffix(writeAll(f, []cell.Row{r}, WriterOptions{Format: JSONL}), []byte("\n")))
+	}
+	f.Add([]byte(`{"key":"azE=","cells":[]}`))
+	f.Add([]byte(`{"key":"azE=","cells":[{"family":"f","qualifier":"","timestamp":-1,"value":""}]}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		fast, ok := decodeCanonical(line)
+		if !ok {
+			return
+		}
+		r := &jsonlReader{}
+		slow, err := r.decodeJSON(line)
+		if err != nil {
+			t.Fatalf("fast path accepted %q, encoding/json says %v", line, err)
+		}
+		if !rowsEqual(normalize([]cell.Row{fast})[0], normalize([]cell.Row{slow})[0]) {
+			t.Fatalf("%q: fast path %s, encoding/json %s", line, describeRow(fast), describeRow(slow))
+		}
+	})
 }
