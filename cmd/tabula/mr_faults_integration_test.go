@@ -25,14 +25,14 @@ func TestMRClusterFaults(t *testing.T) {
 	defer cancel()
 	c := newTestCluster(t, clusterOptions{masters: 1, servers: 2})
 	var workers []*roleProc
-	for range 3 {
+	for range 4 {
 		workers = append(workers, c.startWorker("--slots", "2"))
 	}
 	c.waitAllServed(60*time.Second, 1)
 	server := c.liveServers()[0].addr
 	cl, admin := officialClients(t, ctx, server)
 	want := mrLoadWordTable(t, ctx, admin, cl, "words", 900)
-	_, ws := c.workerPool(ctx, 3)
+	_, ws := c.workerPool(ctx, 4)
 
 	var backupAfter time.Duration // 0: the default
 	run := func(t *testing.T, conf faultJobConf, ws []mapreduce.Worker, progress func(mapreduce.Status)) (*mapreduce.Result, error) {
@@ -54,7 +54,7 @@ func TestMRClusterFaults(t *testing.T) {
 	conf := base
 	conf.Output = mrFullName("ref")
 	cmd := exec.CommandContext(ctx, c.bin, "mr", "run", testFaultJobName, "--conf", string(conf.encode()), "--addr", server,
-		"--workers-consul", c.consul, "--workers-cluster", c.name, "--min-workers", "3", "--progress", "none", "--format", "json")
+		"--workers-consul", c.consul, "--workers-cluster", c.name, "--min-workers", "4", "--progress", "none", "--format", "json")
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte
@@ -211,6 +211,49 @@ func TestMRClusterFaults(t *testing.T) {
 			t.Fatalf("the workers report %v failed map attempts, want 4 (MaxAttempts)", after-before)
 		}
 		t.Logf("job error: %v", err)
+	})
+
+	t.Run("KillWorkerDuringReduce", func(t *testing.T) {
+		mrCreateOutputTable(t, ctx, admin, "killedreduce")
+		conf := base
+		conf.Output = mrFullName("killedreduce")
+		conf.KeyDelay = 100 * time.Millisecond // ≈ 1.2 s per reduce task
+		// Kill -9 a worker running a reduce attempt: that attempt is
+		// re-run elsewhere, and the re-run cannot fetch the map outputs
+		// the dead worker held, so those maps run again first.
+		var victim *roleProc
+		var once sync.Once
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				for _, w := range workers {
+					if w.alive() && mrWorkerMetric(t, w, "tabula_mr_worker_attempts_running", `kind="r"`) >= 1 {
+						once.Do(func() { victim = w; c.kill(w) })
+						return
+					}
+				}
+			}
+		}()
+		res, err := run(t, conf, live(), nil)
+		close(stop)
+		if err != nil {
+			t.Fatalf("run with a worker killed during the reduce phase: %v", err)
+		}
+		if victim == nil {
+			t.Fatal("no worker was running a reduce attempt: nothing was killed")
+		}
+		if res.Counters[mapreduce.CounterKilledAttempts] < 1 || res.Counters[mapreduce.CounterReduceAttempts] < 4 {
+			t.Fatalf("counters %v: want the dead worker's reduce attempt killed and run again", res.Counters)
+		}
+		if got := mrTableCells(t, ctx, cl, "killedreduce"); !mrCellsEqual(got, ref) {
+			t.Fatalf("output after a kill -9 in the reduce phase differs from the undisturbed run:\n got %v\nwant %v", got, ref)
+		}
+		t.Logf("victim %s; counters %v", victim.addr, res.Counters)
 	})
 }
 

@@ -30,6 +30,9 @@ type faultJobConf struct {
 	// RowDelay is slept after each input row: it makes a job last long
 	// enough for a worker to be killed in its middle.
 	RowDelay time.Duration `json:"row_delay,omitempty"`
+	// KeyDelay is slept before each reduce group: it makes the reduce
+	// phase last long enough for a worker to be killed in it.
+	KeyDelay time.Duration `json:"key_delay,omitempty"`
 	// StuckMap, when ≥ 0, is a map task whose first attempt never ends by
 	// itself (it waits until killed): only a backup attempt can finish it.
 	StuckMap int `json:"stuck_map"`
@@ -103,7 +106,14 @@ func buildFaultJob(conf []byte) (*mapreduce.Job, error) {
 			}
 			return emit(mapreduce.Int64.Append(nil, n))
 		},
-		Reduce: func(_ context.Context, key []byte, values iter.Seq[[]byte], out mapreduce.ReduceContext) error {
+		Reduce: func(ctx context.Context, key []byte, values iter.Seq[[]byte], out mapreduce.ReduceContext) error {
+			if c.KeyDelay > 0 {
+				select {
+				case <-time.After(c.KeyDelay):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			n, err := sum(values)
 			if err != nil {
 				return err
