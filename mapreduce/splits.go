@@ -38,9 +38,9 @@ func (in *TableInput) rowRange() ([]byte, []byte, error) {
 	return in.Start, end, nil
 }
 
-// checkTableInput checks, before any task, that the table exists, the
-// filter and the script filter are valid: one scan of at most one row with
-// the input's filter (the server validates it), and a compile of the
+// checkTableInput checks, before any task, that the table exists and the
+// filter and the script filter are valid: a scan with the input's filter
+// (the server validates it) over an empty range, and a compile of the
 // script.
 func checkTableInput(ctx context.Context, c *client.Client, in *TableInput, readTime int64) error {
 	if in.Table == "" {
@@ -58,8 +58,12 @@ func checkTableInput(ctx context.Context, c *client.Client, in *TableInput, read
 			return fmt.Errorf("input %s: the script is not a filter (it never emits to keep)", in.Table)
 		}
 	}
+	// A scan of one row that cannot exist ("\x00" to "\x00\x00"): the
+	// server checks the table and the filter without reading the table,
+	// where a scan of the input's first row could read far under a
+	// selective filter.
 	opts := scanOptions(in, readTime)
-	opts.Limit = 1
+	opts.Start, opts.End, opts.Limit = []byte{0}, []byte{0, 0}, 1
 	s := c.Scan(ctx, in.Table, opts)
 	defer s.Close()
 	s.Next()

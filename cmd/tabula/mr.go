@@ -175,6 +175,7 @@ an invalid filter or script, an unwritable output fail with nothing written.`,
 	fs.IntVar(&f.maxDiffs, "max-diffs", 10, "verify: differing rows to print")
 	fs.IntVar(&f.reducers, "reducers", 0, "wordcount: reduce tasks (default 4)")
 	fs.StringVar(&f.conf, "conf", "", "other jobs: the job's JSON configuration")
+	fs.StringVar(&f.timestamp, "timestamp", "", "the timestamp (µs since the epoch or RFC 3339) of the cells a job creates (wordcount, script); default: the newest input cell's for jobs that map rows, else the job's start. The same value makes a re-run rewrite the same cells")
 	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{cmd: cmd, err: err} })
 	return cmd
 }
@@ -225,6 +226,16 @@ func runMR(ctx context.Context, cmd *cobra.Command, args []string, f mrRunFlags)
 			printCompileError(cmd.ErrOrStderr(), f.where+f.conf, err)
 		}
 		return fmt.Errorf("mr run: %w", err)
+	}
+	if f.timestamp != "" {
+		ts, err := parseTime("timestamp", f.timestamp)
+		if err != nil {
+			return usagef(cmd, "%v", err)
+		}
+		if ts <= 0 {
+			return usagef(cmd, "--timestamp must be after the epoch")
+		}
+		job.Timestamp = ts
 	}
 	c, err := f.conn.dial(ctx)
 	if err != nil {

@@ -65,6 +65,14 @@ func TestMRTabula(t *testing.T) {
 	if text := run("mr", "run", "script", script, "--table", "webtable"); !strings.Contains(text, run("script", "run", script, "--table", "webtable")) {
 		t.Errorf("mr script text output lacks script run's:\n%s", text)
 	}
+	// Written to a table twice with the same --timestamp: the same cells.
+	run("createtable", "results", "families=result")
+	run("mr", "run", "script", script, "--table", "webtable", "--output", "table:results", "--timestamp", "2026-01-02T00:00:00Z")
+	first := run("read", "results")
+	run("mr", "run", "script", script, "--table", "webtable", "--output", "table:results", "--timestamp", "2026-01-02T00:00:00Z")
+	if second := run("read", "results"); second != first || !strings.Contains(first, "pages/en") || !strings.Contains(first, "2026/01/02-00:00:00") {
+		t.Errorf("script output after a re-run:\n%.600s\nfirst:\n%.600s", second, first)
+	}
 
 	run("createtable", "copy", "families=contents,anchor,language")
 	run("mr", "run", "copytable", "webtable", "copy")
