@@ -173,7 +173,11 @@ func (s *Service) RunTask(req *workerpb.RunTaskRequest, stream grpc.ServerStream
 	kind := t.Attempt.Kind.String()
 	s.metrics.running.WithLabelValues(kind).Inc()
 	defer s.metrics.running.WithLabelValues(kind).Dec()
-	log.Info("attempt started", "split", t.Split, "partition", t.Partition)
+	if t.Split != nil {
+		log.Info("attempt started", "table", t.Split.Table, "start", string(t.Split.Start), "end", string(t.Split.End), "file", t.Split.File)
+	} else {
+		log.Info("attempt started", "partition", t.Partition, "map_outputs", len(t.MapOutputs))
+	}
 	start := time.Now()
 
 	var (
