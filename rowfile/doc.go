@@ -58,6 +58,10 @@
 // key, qualifier and value are standard base64 with padding (RFC 4648 §4,
 // what encoding/json does with []byte), so binary data survives; family is
 // a JSON string; timestamp is an integer of microseconds since the epoch.
+// The reader takes any valid JSON object of this shape per line (fields in
+// any order, whitespace, escapes; blank lines are skipped) and refuses
+// unknown fields; a cell without family or timestamp is an error, a
+// missing qualifier or value is empty.
 //
 // # Validation
 //
