@@ -75,7 +75,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.IntVar(&cfg.Limits.MaxValueBytes, "max-value-bytes", def.MaxValueBytes, "largest cell value")
 	f.IntVar(&cfg.Limits.MaxMutations, "max-mutations", def.MaxMutations, "most mutations in one request")
 	f.StringVar(&logFormat, "log-format", "json", "log format on stderr: json or text")
-	wf.register(cmd, "worker-")
+	wf.register(cmd, "worker-", true)
 	_ = cmd.MarkFlagRequired("dir")
 	return cmd
 }

@@ -35,7 +35,7 @@ type mrWorkerFlags struct {
 
 func (m *mrWorkerFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringSliceVar(&m.addrs, "worker-addrs", nil, "run tasks on the `tabula worker`s at these addresses (host:port,...)")
+	f.StringSliceVar(&m.addrs, "worker-addrs", nil, "run tasks on the tabula workers at these `addresses` (host:port,...)")
 	f.StringVar(&m.consul, "workers-consul", "", "run tasks on the workers registered in this Consul agent (host:port) under --workers-cluster")
 	f.StringVar(&m.cluster, "workers-cluster", coord.DefaultCluster, "cluster name of --workers-consul: the key prefix tabula/<name>/")
 	f.IntVar(&m.minWorkers, "min-workers", 1, "with remote workers, wait until at least this many are up before starting")

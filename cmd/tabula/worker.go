@@ -35,16 +35,18 @@ type workerFlags struct {
 	sortMemory int64
 }
 
-func (w *workerFlags) register(cmd *cobra.Command, prefix string) {
+// register adds the flags, their names prefixed; zeroSlotsDisables says
+// that --PREFIXslots 0 means no worker (tabula dev's, on by default).
+func (w *workerFlags) register(cmd *cobra.Command, prefix string, zeroSlotsDisables bool) {
 	f := cmd.Flags()
 	f.StringVar(&w.dir, prefix+"dir", "", "directory for map outputs and spills (default: a new directory under the system's temporary directory)")
 	f.StringVar(&w.host, prefix+"host", "", "host name matched against the tablet servers' hosts to run map tasks next to their data (default: the host of the listen address)")
 	slotsHelp := "task attempts run at once"
-	if prefix != "" {
+	if zeroSlotsDisables {
 		slotsHelp += " (0: no worker)"
 	}
 	f.IntVar(&w.slots, prefix+"slots", runtime.NumCPU(), slotsHelp)
-	f.Int64Var(&w.sortMemory, prefix+"sort-memory", mapreduce.DefaultSortMemory, "each map attempt's sort buffer in bytes; output beyond it spills to --dir")
+	f.Int64Var(&w.sortMemory, prefix+"sort-memory", mapreduce.DefaultSortMemory, "each map attempt's sort buffer in bytes; output beyond it spills to --"+prefix+"dir")
 }
 
 // config checks the flags and returns the worker's execution settings.
@@ -151,7 +153,7 @@ stops it, unregistering at once.`,
 	// Not the tablet servers' default port: a worker often runs beside one.
 	r.addr = defaultWorkerAddr
 	cmd.Flags().Lookup("addr").DefValue = defaultWorkerAddr
-	wf.register(cmd, "")
+	wf.register(cmd, "", false)
 	return cmd
 }
 
@@ -211,7 +213,7 @@ func (t *tabletServerWorker) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&t.enabled, "worker", false, "also run a MapReduce worker in this process (see tabula worker)")
 	f.StringVar(&t.addr, "worker-addr", "", "the worker's gRPC listen address (default: the tablet server's host, port picked)")
-	t.wf.register(cmd, "worker-")
+	t.wf.register(cmd, "worker-", false)
 }
 
 // start starts the worker beside the tablet server at serverAddr, unless
