@@ -51,8 +51,8 @@ func randomRun(t *testing.T, seed uint64) (outcome string) {
 	committed := map[TaskID]Commit{}  // standing commits
 	failures := map[TaskID]int{}      // counted failures we caused
 	reduceCommits := map[TaskID]int{} // ever
-	ever := map[TaskID]bool{} // committed at least once
-	reran := false            // a task committed again (its output was lost)
+	ever := map[TaskID]bool{}         // committed at least once
+	reran := false                    // a task committed again (its output was lost)
 	nextWorker := 0
 	over, done := false, false
 	var failErr error
