@@ -94,6 +94,23 @@ func TestServiceProtocol(t *testing.T) {
 		t.Fatalf("fetch of an attempt never run: %v, want ErrNoMapOutput", err)
 	}
 
+	// A reduce that fetches map 0's output (held here) and map 1's (never
+	// run) fails with a FetchError naming map 1: the coordinator's cue to
+	// re-run that map rather than blame the reduce.
+	red := mapreduce.Task{Job: spec, Attempt: mapreduce.AttemptID{Job: spec.ID, Kind: mapreduce.ReduceTask, Task: 0}, Partition: 0,
+		MapOutputs: []mapreduce.MapOutputLocation{{Map: 0, Attempt: a, Worker: c.Name()}, {Map: 1, Attempt: other, Worker: c.Name()}}}
+	_, err = c.RunTask(e.ctx, red, nil)
+	var fe *mapreduce.FetchError
+	if !errors.As(err, &fe) || fe.Map != 1 || fe.Worker != c.Name() {
+		t.Fatalf("reduce with a missing map output: %v, want a FetchError for map 1 on %s", err, c.Name())
+	}
+	// A map output held by a worker the pool does not know cannot be
+	// fetched either.
+	red.MapOutputs = []mapreduce.MapOutputLocation{{Map: 0, Attempt: a, Worker: "gone:1/000000"}}
+	if _, err := c.RunTask(e.ctx, red, nil); !errors.As(err, &fe) || fe.Map != 0 || !errors.Is(err, mapreduce.ErrNoMapOutput) {
+		t.Fatalf("reduce fetching from an unknown worker: %v, want a FetchError for map 0", err)
+	}
+
 	conn, err := grpc.NewClient(w.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
