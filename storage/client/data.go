@@ -324,11 +324,15 @@ func (p *dataPlane) do(ctx context.Context, id meta.TableID, name string, row []
 }
 
 // Idempotent reports whether applying rm twice is the same as applying it
-// once: it has no SetCell with cell.ServerTimestamp. Only idempotent
-// mutations are retried after UNAVAILABLE.
+// once: it has no SetCell with cell.ServerTimestamp and no AddToCell or
+// MergeToCell (a counter would count twice). Only idempotent mutations are
+// retried after UNAVAILABLE.
 func Idempotent(rm cell.RowMutation) bool {
 	for _, m := range rm.Mutations {
 		if m.Kind == cell.SetCell && m.Timestamp == cell.ServerTimestamp {
+			return false
+		}
+		if m.Kind == cell.AddToCell || m.Kind == cell.MergeToCell {
 			return false
 		}
 	}
@@ -349,6 +353,20 @@ func MutationsToPB(ms []cell.Mutation) []*bigtablepb.Mutation {
 				TimeRange: &bigtablepb.TimestampRange{StartTimestampMicros: m.StartTimestamp, EndTimestampMicros: m.EndTimestamp}}}}
 		case cell.DeleteFromFamily:
 			out[i] = &bigtablepb.Mutation{Mutation: &bigtablepb.Mutation_DeleteFromFamily_{DeleteFromFamily: &bigtablepb.Mutation_DeleteFromFamily{FamilyName: m.Family}}}
+		case cell.AddToCell:
+			// The input travels as its 8 big-endian bytes, which the
+			// server reads as the Int64 input (int_value or raw_value).
+			out[i] = &bigtablepb.Mutation{Mutation: &bigtablepb.Mutation_AddToCell_{AddToCell: &bigtablepb.Mutation_AddToCell{
+				FamilyName:      m.Family,
+				ColumnQualifier: &bigtablepb.Value{Kind: &bigtablepb.Value_RawValue{RawValue: m.Qualifier}},
+				Timestamp:       &bigtablepb.Value{Kind: &bigtablepb.Value_RawTimestampMicros{RawTimestampMicros: m.Timestamp}},
+				Input:           &bigtablepb.Value{Kind: &bigtablepb.Value_RawValue{RawValue: m.Value}}}}}
+		case cell.MergeToCell:
+			out[i] = &bigtablepb.Mutation{Mutation: &bigtablepb.Mutation_MergeToCell_{MergeToCell: &bigtablepb.Mutation_MergeToCell{
+				FamilyName:      m.Family,
+				ColumnQualifier: &bigtablepb.Value{Kind: &bigtablepb.Value_RawValue{RawValue: m.Qualifier}},
+				Timestamp:       &bigtablepb.Value{Kind: &bigtablepb.Value_RawTimestampMicros{RawTimestampMicros: m.Timestamp}},
+				Input:           &bigtablepb.Value{Kind: &bigtablepb.Value_RawValue{RawValue: m.Value}}}}}
 		default:
 			out[i] = &bigtablepb.Mutation{Mutation: &bigtablepb.Mutation_DeleteFromRow_{DeleteFromRow: &bigtablepb.Mutation_DeleteFromRow{}}}
 		}

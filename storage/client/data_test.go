@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,7 +48,7 @@ func serveHost(t *testing.T, tablets []meta.TabletRef, dopts tabletserver.DataOp
 		t.Fatal(err)
 	}
 	tbl := meta.Table{ID: meta.TableID{Instance: "dev", Table: "d"},
-		Families: map[string]tabletdesc.Family{"f": {}, "g": {}, "c": {}}, Tablets: tablets}
+		Families: map[string]tabletdesc.Family{"f": {}, "g": {}, "c": {}, "sum": {Aggregate: cell.Sum}}, Tablets: tablets}
 	if err := host.OpenTable(ctx, tbl); err != nil {
 		t.Fatal(err)
 	}
@@ -310,6 +311,34 @@ func TestCountersAndCheckAndMutate(t *testing.T) {
 		if err != nil || !ok || string(r.Cells[0].Value) != fmt.Sprint(tc.want) {
 			t.Fatalf("%s after CheckAndMutate: %+v %v %v", tc.row, r, ok, err)
 		}
+	}
+}
+
+// TestAggregateMutations: AddToCell and MergeToCell through Apply and
+// ApplyBulk reach the server as such (the official client reads the sum),
+// and are not retried as idempotent.
+func TestAggregateMutations(t *testing.T) {
+	c, tbl := startDataServer(t, tabletserver.DataOptions{})
+	ctx := context.Background()
+	if err := c.Apply(ctx, "d", cell.RowMutation{Row: []byte("k-agg"), Mutations: []cell.Mutation{
+		cell.Add("sum", []byte("n"), 1000, 40), cell.Merge("sum", []byte("n"), 1000, binary.BigEndian.AppendUint64(nil, 2)),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	errs, err := c.ApplyBulk(ctx, "d", []cell.RowMutation{{Row: []byte("k-agg"), Mutations: []cell.Mutation{cell.Add("sum", []byte("n"), 1000, -100)}}}, BulkOptions{})
+	if err != nil || errors.Join(errs...) != nil {
+		t.Fatalf("ApplyBulk: %v %v", err, errs)
+	}
+	r, err := tbl.ReadRow(ctx, "k-agg")
+	if err != nil || len(r["sum"]) != 1 || int64(binary.BigEndian.Uint64(r["sum"][0].Value)) != -58 {
+		t.Fatalf("official client reads %v, %v; want sum:n = -58", r, err)
+	}
+	if Idempotent(cell.RowMutation{Mutations: []cell.Mutation{cell.Add("sum", nil, 0, 1)}}) {
+		t.Error("an AddToCell is idempotent")
+	}
+	err = c.Apply(ctx, "d", cell.RowMutation{Row: []byte("k-agg"), Mutations: []cell.Mutation{cell.Add("f", []byte("n"), 1000, 1)}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "add_to_cell.family_name") {
+		t.Errorf("AddToCell on a plain family: %v", err)
 	}
 }
 
