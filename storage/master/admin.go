@@ -755,8 +755,10 @@ func (s *AdminService) GenerateConsistencyToken(ctx context.Context, req *adminp
 	return &adminpb.GenerateConsistencyTokenResponse{ConsistencyToken: strconv.FormatInt(s.opts.Now().UnixNano(), 10)}, nil
 }
 
-// CheckConsistency reports every token consistent (see
-// GenerateConsistencyToken).
+// CheckConsistency reports every token GenerateConsistencyToken may have
+// given consistent (see there); a token it cannot have given (not its
+// decimal nanoseconds, or from the future) is INVALID_ARGUMENT, as Cloud
+// Bigtable refuses tokens it did not issue.
 func (s *AdminService) CheckConsistency(ctx context.Context, req *adminpb.CheckConsistencyRequest) (*adminpb.CheckConsistencyResponse, error) {
 	n, err := s.parseTable("name", req.GetName())
 	if err != nil {
@@ -764,6 +766,9 @@ func (s *AdminService) CheckConsistency(ctx context.Context, req *adminpb.CheckC
 	}
 	if req.GetConsistencyToken() == "" {
 		return nil, invalidArg("consistency_token", "must not be empty")
+	}
+	if ns, err := strconv.ParseInt(req.GetConsistencyToken(), 10, 64); err != nil || ns <= 0 || ns > s.opts.Now().UnixNano() {
+		return nil, invalidArg("consistency_token", "%q is not a token GenerateConsistencyToken issued", req.GetConsistencyToken())
 	}
 	if _, err := s.get(ctx, n); err != nil {
 		return nil, err
