@@ -236,10 +236,12 @@ func newCLICommands() []*cobra.Command {
 			},
 		},
 		{
-			use:   "createtable TABLE [families=F1[:GCPOLICY],F2...] [splits=K1,K2...]",
+			use:   "createtable TABLE [families=F1[:agg=KIND][:GCPOLICY],F2...] [splits=K1,K2...]",
 			short: "Create a table, optionally with families and initial splits",
 			long: `createtable creates a table. families= lists families, each with an optional
 GC policy after a colon (families=contents:maxversions=3,anchor);
+agg=sum, agg=min, agg=max or agg=hll right after a family's name makes it an
+aggregate family over Int64 input (families=hits:agg=sum,visitors:agg=hll);
 splits= lists initial split keys (splits=g,n,t).`,
 			args: argsBetween(1, 3),
 			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
@@ -255,7 +257,7 @@ splits= lists initial split keys (splits=g,n,t).`,
 					}
 					conf.ColumnFamilies = map[string]bigtable.Family{}
 					for _, f := range fams {
-						conf.ColumnFamilies[f.Name] = bigtable.Family{GCPolicy: f.Policy}
+						conf.ColumnFamilies[f.Name] = bigtable.Family{GCPolicy: f.Policy, ValueType: f.Type}
 					}
 				}
 				return c.admin.CreateTableFromConf(ctx, conf)
@@ -270,7 +272,7 @@ splits= lists initial split keys (splits=g,n,t).`,
 			},
 		},
 		{
-			use:   "createfamily TABLE FAMILY[:GCPOLICY]",
+			use:   "createfamily TABLE FAMILY[:agg=KIND][:GCPOLICY]",
 			short: "Create a column family",
 			args:  argsBetween(2, 2),
 			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
@@ -278,7 +280,7 @@ splits= lists initial split keys (splits=g,n,t).`,
 				if err != nil || len(fams) != 1 {
 					return usagef(cmd, "bad family %q: %v", args[1], err)
 				}
-				return c.admin.CreateColumnFamilyWithConfig(ctx, args[0], fams[0].Name, bigtable.Family{GCPolicy: fams[0].Policy})
+				return c.admin.CreateColumnFamilyWithConfig(ctx, args[0], fams[0].Name, bigtable.Family{GCPolicy: fams[0].Policy, ValueType: fams[0].Type})
 			},
 		},
 		{
@@ -482,15 +484,27 @@ func listFamilies(ctx context.Context, c *conn, w io.Writer, table string) error
 	}
 	fams := slices.Clone(info.FamilyInfos)
 	slices.SortFunc(fams, func(a, b bigtable.FamilyInfo) int { return strings.Compare(a.Name, b.Name) })
+	// A Type column only when a family has a value type (an aggregate
+	// family): cbt's two columns otherwise.
+	typed := slices.ContainsFunc(fams, func(f bigtable.FamilyInfo) bool { return typeName(f.ValueType) != "" })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "Family Name\tGC Policy")
-	fmt.Fprintln(tw, "-----------\t---------")
+	if typed {
+		fmt.Fprintln(tw, "Family Name\tGC Policy\tType")
+		fmt.Fprintln(tw, "-----------\t---------\t----")
+	} else {
+		fmt.Fprintln(tw, "Family Name\tGC Policy")
+		fmt.Fprintln(tw, "-----------\t---------")
+	}
 	for _, f := range fams {
 		pol := f.GCPolicy
 		if pol == "" {
 			pol = "<never>"
 		}
-		fmt.Fprintf(tw, "%s\t%s\n", f.Name, pol)
+		if typed {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, pol, typeName(f.ValueType))
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\n", f.Name, pol)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -62,11 +62,24 @@ func splitList(s string) []string {
 type familySpec struct {
 	Name   string
 	Policy bigtable.GCPolicy // NoGcPolicy when none was given
+	// Type is the family's value type: an aggregate over Int64 when
+	// agg= was given, nil otherwise.
+	Type bigtable.Type
+}
+
+// aggregators are the agg= values of a family spec.
+var aggregators = map[string]bigtable.Aggregator{
+	"sum": bigtable.SumAggregator{},
+	"min": bigtable.MinAggregator{},
+	"max": bigtable.MaxAggregator{},
+	"hll": bigtable.HllppUniqueCountAggregator{},
 }
 
 // parseFamilies parses cbt's `families=f1:maxversions=3,f2` syntax: a
 // comma-separated list of family names, each optionally followed by ':'
-// and a GC policy expression.
+// and a GC policy expression. Tabula adds aggregate families: agg=KIND
+// right after the name (f:agg=sum, f:agg=hll:maxversions=1), KIND one of
+// sum, min, max (over Int64 input) or hll (a HyperLogLog++ distinct count).
 func parseFamilies(s string) ([]familySpec, error) {
 	var out []familySpec
 	seen := map[string]bool{}
@@ -80,6 +93,14 @@ func parseFamilies(s string) ([]familySpec, error) {
 		}
 		seen[name] = true
 		spec := familySpec{Name: name, Policy: bigtable.NoGcPolicy()}
+		if kind, ok := strings.CutPrefix(policy, "agg="); hasPolicy && ok {
+			kind, policy, hasPolicy = strings.Cut(kind, ":")
+			agg, ok := aggregators[kind]
+			if !ok {
+				return nil, fmt.Errorf("family %q: agg=%q: want sum, min, max or hll", name, kind)
+			}
+			spec.Type = bigtable.AggregateType{Input: bigtable.Int64Type{Encoding: bigtable.BigEndianBytesEncoding{}}, Aggregator: agg}
+		}
 		if hasPolicy {
 			p, err := parseGCPolicy(policy)
 			if err != nil {
@@ -93,6 +114,33 @@ func parseFamilies(s string) ([]familySpec, error) {
 		return nil, fmt.Errorf("families=%q names no family", s)
 	}
 	return out, nil
+}
+
+// typeName renders a family's value type for ls: "sum(int64)" for an
+// aggregate, the type's name for a declared one, "" for none.
+func typeName(vt bigtable.Type) string {
+	switch t := vt.(type) {
+	case bigtable.AggregateType:
+		agg := "aggregate"
+		switch t.Aggregator.(type) {
+		case bigtable.SumAggregator:
+			agg = "sum"
+		case bigtable.MinAggregator:
+			agg = "min"
+		case bigtable.MaxAggregator:
+			agg = "max"
+		case bigtable.HllppUniqueCountAggregator:
+			agg = "hll"
+		}
+		return agg + "(" + typeName(t.Input) + ")"
+	case bigtable.Int64Type:
+		return "int64"
+	case bigtable.StringType:
+		return "string"
+	case bigtable.BytesType:
+		return "bytes"
+	}
+	return ""
 }
 
 var familyNameRE = regexp.MustCompile(`^[_a-zA-Z0-9][-_.a-zA-Z0-9]*$`)

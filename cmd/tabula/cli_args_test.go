@@ -73,7 +73,16 @@ func TestParseFamilies(t *testing.T) {
 			t.Errorf("family %d = %s:%s, want %s:%s", i, got[i].Name, got[i].Policy, w.name, w.policy)
 		}
 	}
-	for _, bad := range []string{"", ",", "f1,f1", "bad name", "f:maxversions=0", "-f"} {
+	aggs, err := parseFamilies("n:agg=sum,u:agg=hll:maxversions=1,m:agg=min,x:agg=max,p:maxversions=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range []struct{ typ, policy string }{{"sum(int64)", ""}, {"hll(int64)", "versions() > 1"}, {"min(int64)", ""}, {"max(int64)", ""}, {"", "versions() > 2"}} {
+		if got := typeName(aggs[i].Type); got != w.typ || aggs[i].Policy.String() != w.policy {
+			t.Errorf("family %s: type %q policy %q, want %q %q", aggs[i].Name, got, aggs[i].Policy, w.typ, w.policy)
+		}
+	}
+	for _, bad := range []string{"", ",", "f1,f1", "bad name", "f:maxversions=0", "-f", "f:agg=avg", "f:agg=sum:maxversions=0"} {
 		if _, err := parseFamilies(bad); err == nil {
 			t.Errorf("parseFamilies(%q) succeeded, want an error", bad)
 		}

@@ -166,3 +166,26 @@ func TestBenchTabula(t *testing.T) {
 		t.Errorf("randread-mem note = %q, want the in-memory group used", note)
 	}
 }
+
+// TestCLIAggregatesTabula: createtable and createfamily make aggregate
+// families, ls shows their types, and set (a SetCell) on one is refused
+// with the field named.
+func TestCLIAggregatesTabula(t *testing.T) {
+	addr := startTabula(t)
+	runCLISteps(t, addr, []cliStep{
+		{args: []string{"createtable", "ctr", "families=hits:agg=sum,visitors:agg=hll:maxversions=1,plain"}},
+		{args: []string{"createfamily", "ctr", "low:agg=min"}},
+		{args: []string{"createfamily", "ctr", "high:agg=max:maxage=1d"}},
+		{args: []string{"ls", "ctr"}, contain: []string{
+			"Family Name  GC Policy       Type\n",
+			"high         age() > 1d      max(int64)\n",
+			"hits         <never>         sum(int64)\n",
+			"low          <never>         min(int64)\n",
+			"plain        <never>         \n",
+			"visitors     versions() > 1  hll(int64)\n",
+		}},
+		{args: []string{"set", "ctr", "r", "hits:n=1"}, errWant: "set_cell.family_name"},
+		{args: []string{"set", "ctr", "r", "plain:n=1"}},
+		{args: []string{"createfamily", "ctr", "bad:agg=avg"}, errWant: "want sum, min, max or hll"},
+	})
+}
