@@ -157,7 +157,7 @@ func Run(ctx context.Context, job *Job, cfg Config) (*Result, error) {
 	}
 	co.s = sched.New(sched.Config{
 		MapHosts: hosts, Reducers: job.Reducers, MaxAttempts: cfg.MaxAttempts,
-		Speculation: !cfg.NoSpeculation, MinBackupAge: cfg.BackupAfter, WaitForWorkers: cfg.WaitForWorkers,
+		Speculation: !cfg.NoSpeculation, MinBackupAge: cfg.BackupAfter, WaitForWorkers: cfg.WaitForWorkers || cfg.Discover != nil,
 	})
 	res, err := co.run(ctx)
 	if cfg.Metrics != nil {
@@ -278,7 +278,7 @@ func (co *coordinator) run(ctx context.Context) (*Result, error) {
 	log.Info("job started", "maps", len(co.splits), "reducers", co.job.Reducers, "workers", len(co.workers))
 	watchDone := make(chan struct{})
 	defer close(watchDone)
-	for _, w := range co.workers {
+	watch := func(w Worker) {
 		go func() {
 			select {
 			case <-w.Lost():
@@ -289,6 +289,9 @@ func (co *coordinator) run(ctx context.Context) (*Result, error) {
 			case <-watchDone:
 			}
 		}()
+	}
+	for _, w := range co.workers {
+		watch(w)
 	}
 	var acts []sched.Action
 	now := time.Now()
@@ -349,7 +352,18 @@ func (co *coordinator) run(ctx context.Context) (*Result, error) {
 			}
 			acts = append(acts, co.s.Step(time.Now(), ev.ev)...)
 		case <-tick.C:
-			acts = co.s.Step(time.Now(), sched.Tick{})
+			if co.cfg.Discover != nil {
+				for _, w := range co.cfg.Discover() {
+					if _, known := co.workers[w.Name()]; known || isLost(w) {
+						continue
+					}
+					co.workers[w.Name()] = w
+					watch(w)
+					log.Info("worker joined", "worker", w.Name())
+					acts = append(acts, co.s.Step(time.Now(), sched.WorkerJoined{Name: w.Name(), Host: w.Host(), Slots: w.Slots()})...)
+				}
+			}
+			acts = append(acts, co.s.Step(time.Now(), sched.Tick{})...)
 		case <-progress.C:
 			if co.cfg.Progress != nil {
 				co.cfg.Progress(co.status(false))

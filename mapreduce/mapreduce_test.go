@@ -531,3 +531,38 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...
 	}
 	return -1
 }
+
+// TestDiscoveredWorker: the job's only worker is killed mid-job; a worker
+// that appears afterwards (Config.Discover, as a remote pool reports a
+// restarted worker) joins and finishes the job, with the right output.
+func TestDiscoveredWorker(t *testing.T) {
+	e, want := anchorsEnv(t)
+	e.createTable(t, "counts", []string{"count"})
+	workers := mapreduce.NewLocalWorkers(2, mapreduce.LocalWorkerConfig{Dir: t.TempDir()})
+	var once sync.Once
+	kill := func() { once.Do(workers[0].Kill) }
+	killHook.Store(&kill)
+	defer killHook.Store(nil)
+	discover := func() []mapreduce.Worker {
+		select {
+		case <-workers[0].Lost():
+			return []mapreduce.Worker{workers[1]}
+		default:
+			return nil
+		}
+	}
+	res, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 2, FailMap: -1, SlowMap: -1, KillAt: 4},
+		mapreduce.Config{Workers: []mapreduce.Worker{workers[0]}, Discover: discover})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readCounts(t, e, "counts")
+	for w, n := range want {
+		if got[w] != n {
+			t.Errorf("%s = %d, want %d", w, got[w], n)
+		}
+	}
+	if res.Counters[mapreduce.CounterFailedAttempts] != 0 {
+		t.Errorf("counters %v: the lost worker's attempts counted as failures", res.Counters)
+	}
+}

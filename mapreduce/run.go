@@ -35,8 +35,13 @@ type Config struct {
 	// Client configures the clients of the cluster (project, instance).
 	Client client.Options
 	// WaitForWorkers keeps a job whose workers are all lost waiting for
-	// new ones (remote pools) instead of failing it.
+	// new ones (remote pools) instead of failing it; implied by Discover.
 	WaitForWorkers bool
+	// Discover, when set, is asked now and then (every few hundred ms)
+	// for the workers available now — a remote pool's Workers — and
+	// those the job does not know yet join it mid-run: a worker restarted
+	// after a crash takes tasks again.
+	Discover func() []Worker
 	// Progress, when set, is called about every ProgressInterval (default
 	// 1 s) and once at the end with the job's status.
 	Progress         func(Status)
