@@ -1,0 +1,225 @@
+package tabletserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
+)
+
+// The Host's background loop: the split policy (a tablet past SplitBytes
+// is split by reference, its children sharing its SSTables) and the
+// truncation of the commit log to the oldest redo point.
+
+// noteWrite tells the background loop that a tablet grew; the loop looks
+// at tablet sizes at most every 50 ms, so a write pays one channel send.
+func (h *Host) noteWrite() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Host) forgetNoSplit(tb *tablet.Tablet) {
+	h.noSplitMu.Lock()
+	delete(h.noSplit, tb)
+	h.noSplitMu.Unlock()
+}
+
+// background runs splits and log truncation until Close.
+func (h *Host) background() {
+	defer close(h.done)
+	splitTick := time.NewTicker(h.opts.SplitCheckInterval)
+	defer splitTick.Stop()
+	truncTick := time.NewTicker(h.opts.LogTruncateInterval)
+	defer truncTick.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-h.stop
+		cancel()
+	}()
+	var lastCheck time.Time
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-splitTick.C:
+		case <-h.kick:
+			// Writes kick often; a check every 50 ms is plenty.
+			if time.Since(lastCheck) < 50*time.Millisecond {
+				if sleepCtx(ctx, 50*time.Millisecond) != nil {
+					return
+				}
+			}
+		case <-truncTick.C:
+			if err := h.TruncateLog(ctx); err != nil && ctx.Err() == nil {
+				h.log.Error("commit log truncation failed", "err", err)
+			}
+			continue
+		}
+		lastCheck = time.Now()
+		h.splitBig(ctx)
+	}
+}
+
+// splitBig splits every open tablet whose stored size passed SplitBytes.
+func (h *Host) splitBig(ctx context.Context) {
+	h.mu.RLock()
+	tables := make([]*servedTable, 0, len(h.tables))
+	for _, st := range h.tables {
+		tables = append(tables, st)
+	}
+	h.mu.RUnlock()
+	for _, st := range tables {
+		if h.opts.Partial && st.meta.Load().ID == meta.MetadataTable {
+			continue // METADATA's tablets do not split (in this version)
+		}
+		for _, tb := range st.list() {
+			if ctx.Err() != nil {
+				return
+			}
+			// Stats count whole SSTables, also those a split child
+			// shares with its sibling, so they only bound the size
+			// from above; the tablet's own bytes come from its
+			// sampled keys, which are costlier (they walk the
+			// memtable), so a tablet found too small (or unsplittable)
+			// is measured again only once it has grown.
+			stored := storedBytes(tb.Stats())
+			if stored < h.opts.SplitBytes {
+				continue
+			}
+			h.noSplitMu.Lock()
+			was, measured := h.noSplit[tb]
+			h.noSplitMu.Unlock()
+			if measured && stored < was+h.opts.SplitBytes/8 {
+				continue
+			}
+			if own, err := tabletBytes(tb); err != nil || own < h.opts.SplitBytes {
+				h.noSplitMu.Lock()
+				h.noSplit[tb] = stored
+				h.noSplitMu.Unlock()
+				continue
+			}
+			size := stored
+			if err := h.SplitTablet(ctx, st.meta.Load().ID, tb.ID()); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				if errors.Is(err, tablet.ErrCannotSplit) {
+					h.noSplitMu.Lock()
+					h.noSplit[tb] = size
+					h.noSplitMu.Unlock()
+					continue
+				}
+				h.log.Error("tablet split failed", "tablet", tb.ID(), "err", err)
+			}
+		}
+	}
+}
+
+// SplitTablet splits an open tablet of a table at a middle key, opens its
+// children and swaps them in for it. Requests that meet the parent while it
+// splits wait for the children (see withTablet). With HostOptions.OnSplit
+// the split is then reported (see reportSplit). In Partial mode the
+// tablets of METADATA are not split (an error matching
+// tablet.ErrCannotSplit).
+func (h *Host) SplitTablet(ctx context.Context, id meta.TableID, tabletID string) error {
+	if h.opts.Partial && id == meta.MetadataTable {
+		return fmt.Errorf("tablet %s: METADATA tablets do not split: %w", tabletID, tablet.ErrCannotSplit)
+	}
+	children, err := h.splitTablet(ctx, id, tabletID)
+	if err != nil {
+		return err
+	}
+	if h.opts.OnSplit != nil {
+		h.reportSplit(ctx, id, tabletID, children)
+	}
+	return nil
+}
+
+// splitTablet is SplitTablet without the report: it returns the children.
+func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string) ([]TabletInfo, error) {
+	st, err := h.table(id)
+	if err != nil {
+		return nil, err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.dropped || st.gone.Load() {
+		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, id)
+	}
+	tabs := st.list()
+	i := slices.IndexFunc(tabs, func(tb *tablet.Tablet) bool { return tb.ID() == tabletID })
+	if i < 0 {
+		return nil, fmt.Errorf("tablet %s of table %s is not open here", tabletID, id)
+	}
+	parent := tabs[i]
+	h.mu.Lock()
+	h.splitting[tabletID] = true
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.splitting, tabletID)
+		h.mu.Unlock()
+	}()
+	res, err := parent.Split(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h.forgetNoSplit(parent)
+	t := *st.meta.Load()
+	var children []*tablet.Tablet
+	for _, c := range []tabletdesc.State{res.Left, res.Right} {
+		if children, err = h.openTablet(ctx, t, c.ID, nil, nil, children); err != nil {
+			// The split is committed; the table cannot be served
+			// whole until the children open. Keep the parent in
+			// the list (it answers ErrNotServing) so the routing
+			// stays complete, and say so loudly.
+			for _, c := range children {
+				_ = c.Close()
+			}
+			h.log.Error("opening split children failed; table partly unavailable", "tablet", tabletID, "err", err)
+			return nil, err
+		}
+	}
+	st.set(slices.Concat(tabs[:i], children, tabs[i+1:]))
+	h.metrics.splits.Inc()
+	h.log.Info("tablet split", "table", id.String(), "tablet", tabletID, "key", string(res.Key),
+		"left", res.Left.ID, "right", res.Right.ID)
+	infos := make([]TabletInfo, 0, len(children))
+	for _, c := range children {
+		infos = append(infos, tabletInfo(c))
+	}
+	return infos, nil
+}
+
+// TruncateLog deletes the commit log's segments that no open tablet needs:
+// those wholly before the oldest redo point of the open tablets. With no
+// tablet open, or while a table is being opened, it does nothing
+// (unopened tablets of a crashed run may still need the log).
+func (h *Host) TruncateLog(ctx context.Context) error {
+	if h.opts.Log == nil || h.opening.Load() > 0 {
+		return nil
+	}
+	h.mu.RLock()
+	var oldest *tabletdesc.LogPosition
+	for _, st := range h.tables {
+		for _, tb := range st.list() {
+			p := tb.State().RedoPoint
+			if oldest == nil || p.Compare(*oldest) < 0 {
+				oldest = &p
+			}
+		}
+	}
+	h.mu.RUnlock()
+	if oldest == nil {
+		return nil
+	}
+	return h.opts.Log.Truncate(ctx, *oldest)
+}
