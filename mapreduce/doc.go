@@ -22,5 +22,19 @@
 //
 // Jobs that remote workers run are registered by name (Register): a worker
 // rebuilds the job from its name and configuration bytes, so the submitting
-// process and the workers run the same code.
+// process and the workers run the same code. What the coordinator decides
+// at submission travels with every task in its JobSpec: the read time (the
+// consistent view: only cells written up to the job's start), the output
+// timestamp (fixed per run, so a re-executed task rewrites identical cells),
+// a total order's partition bounds (TotalOrder), the project and instance.
+//
+// Outputs commit once: table outputs are idempotent by their fixed
+// timestamps; file outputs are written under _temporary/JOBID and moved into
+// place with a _SUCCESS manifest only when every task has committed — a job
+// that fails leaves nothing. A committed attempt may also hand a small
+// report back to the caller (Result.Reports: a script's merged tables, the
+// rows verify found different).
+//
+// Package mapreduce/jobs holds the built-in jobs (rowcounter, copytable,
+// verify, export, import, wordcount, script); `tabula mr` runs them.
 package mapreduce
