@@ -266,6 +266,9 @@ func runMR(ctx context.Context, cmd *cobra.Command, args []string, f mrRunFlags)
 		Metrics: mapreduce.NewMetrics(reg), Logger: logger,
 	}
 	cfg.Client.Project, cfg.Client.Instance = f.conn.project, f.conn.instance
+	if f.workers.pool != nil {
+		cfg.Discover = f.workers.pool.Workers
+	}
 	var last atomic.Pointer[mapreduce.Status]
 	last.Store(&mapreduce.Status{})
 	if f.httpAddr != "" {

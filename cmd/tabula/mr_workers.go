@@ -31,6 +31,10 @@ type mrWorkerFlags struct {
 	inProcess  bool
 	heartbeat  time.Duration
 	lostAfter  time.Duration
+	// pool is the remote workers' pool workers chose (nil: in-process):
+	// its Workers, asked again during the job, bring in workers that
+	// join after it started (mapreduce.Config.Discover).
+	pool *remote.Pool
 }
 
 func (m *mrWorkerFlags) register(cmd *cobra.Command) {
@@ -103,6 +107,7 @@ func (m *mrWorkerFlags) workers(ctx context.Context, addr string, log *slog.Logg
 		release()
 		return nil, noop, err
 	}
+	m.pool = pool
 	return ws, release, nil
 }
 
