@@ -1,6 +1,7 @@
 package cell
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -107,5 +108,47 @@ func TestValidateAggregateMutations(t *testing.T) {
 	}
 	if err := l.ValidateRowMutation(RowMutation{Row: []byte("r"), Mutations: []Mutation{Add("f", nil, 0, 7), Merge("f", []byte("q"), 1000, be(1))}}); err != nil {
 		t.Errorf("valid aggregate mutations: %v", err)
+	}
+}
+
+// TestFolder: a fold of many states equals the chain of pairwise merges,
+// for every aggregator; a malformed state fails the fold.
+func TestFolder(t *testing.T) {
+	for _, a := range []Aggregator{Sum, Min, Max, HLLUniqueCount} {
+		var states [][]byte
+		for _, v := range []int64{5, -3, 12, 5, 0, -40, 7} {
+			s, err := a.InputState(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			states = append(states, s)
+		}
+		chain := states[0]
+		f := a.NewFolder(states[0])
+		for _, s := range states[1:] {
+			var err error
+			if chain, err = a.Merge(chain, s); err != nil {
+				t.Fatal(err)
+			}
+			f.Add(s)
+		}
+		got, err := f.State()
+		if err != nil {
+			t.Fatalf("%v: %v", a, err)
+		}
+		if a == HLLUniqueCount {
+			g, _ := HLLEstimate(got)
+			w, _ := HLLEstimate(chain)
+			if g != w || g != 6 {
+				t.Errorf("hll fold estimate %d, chain %d, want 6", g, w)
+			}
+		} else if !bytes.Equal(got, chain) {
+			t.Errorf("%v: fold %x, chain %x", a, got, chain)
+		}
+		bad := a.NewFolder(states[0])
+		bad.Add([]byte{1})
+		if _, err := bad.State(); err == nil {
+			t.Errorf("%v: a fold with a 1-byte state succeeded", a)
+		}
 	}
 }

@@ -164,8 +164,33 @@ func resolveRow(entries []entry, p resolveParams) ([]cellVersion, error) {
 		// aggregates; foldSeq is the seq of the last write folded in.
 		folding bool
 		foldSeq uint64
+		// folder accumulates the version's writes from the second on
+		// (nil while it has one: the common case costs nothing).
+		folder *cell.Folder
+		foldErr error
 	)
+	// finishFold stores the folded state in the version being folded.
+	finishFold := func() {
+		if folder == nil {
+			return
+		}
+		cv := &colVers[len(colVers)-1]
+		merged, err := folder.State()
+		folder = nil
+		if err != nil {
+			if foldErr == nil {
+				foldErr = fmt.Errorf("tablet: row %q, column %s:%q at %d: %w", cv.key.Row, cv.key.Family, cv.key.Qualifier, cv.key.Timestamp, err)
+			}
+			return
+		}
+		// The folded version keeps the key of its newest write, so
+		// that a compaction writing it stays shadowed by exactly the
+		// markers that shadow that write.
+		cv.value = merged
+		cv.raw = entry{key: cv.raw.key, value: merged}
+	}
 	flushColumn := func() {
+		finishFold()
 		for idx, v := range colVers {
 			if !p.noGC && fam.GC.Collects(idx, v.key.Timestamp, p.now) {
 				break
@@ -238,19 +263,14 @@ func resolveRow(entries []entry, p resolveParams) ([]cellVersion, error) {
 				folding = false
 				continue
 			}
-			cv := &colVers[len(colVers)-1]
-			merged, err := fam.Aggregate.Merge(cv.value, e.value)
-			if err != nil {
-				return nil, fmt.Errorf("tablet: row %q, column %s:%q at %d: %w", k.Row, k.Family, k.Qualifier, k.Timestamp, err)
+			if folder == nil {
+				folder = fam.Aggregate.NewFolder(colVers[len(colVers)-1].value)
 			}
-			// The folded version keeps the key of its newest write,
-			// so that a compaction writing it stays shadowed by
-			// exactly the markers that shadow that write.
-			cv.value = merged
-			cv.raw = entry{key: cv.raw.key, value: merged}
+			folder.Add(e.value)
 			foldSeq = k.Seq
 			continue
 		}
+		finishFold()
 		haveTS, lastTS = true, k.Timestamp
 		folding = false
 		if k.Seq < famDel || shadowedByColumn(markers, k.Seq, k.Timestamp) {
@@ -264,6 +284,9 @@ func resolveRow(entries []entry, p resolveParams) ([]cellVersion, error) {
 	}
 	if haveCol {
 		flushColumn()
+	}
+	if foldErr != nil {
+		return nil, foldErr
 	}
 	return out, nil
 }
