@@ -166,7 +166,7 @@ func resolveRow(entries []entry, p resolveParams) ([]cellVersion, error) {
 		foldSeq uint64
 		// folder accumulates the version's writes from the second on
 		// (nil while it has one: the common case costs nothing).
-		folder *cell.Folder
+		folder  *cell.Folder
 		foldErr error
 	)
 	// finishFold stores the folded state in the version being folded.
