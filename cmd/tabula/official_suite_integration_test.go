@@ -93,6 +93,32 @@ var suitePatch = []struct{ old, new string }{
 }
 
 func TestOfficialSuite(t *testing.T) {
+	runOfficialSuite(t, func(ctx context.Context) string {
+		d, err := cluster.StartDev(ctx, cluster.DevConfig{
+			Dir: t.TempDir(), Addr: "127.0.0.1:0", InstanceAgnostic: true,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d.Addr()
+	})
+}
+
+// TestOfficialSuiteCluster runs the suite against a local cluster (a
+// master and two tablet servers on Consul and MinIO), through one tablet
+// server's gateway.
+func TestOfficialSuiteCluster(t *testing.T) {
+	runOfficialSuite(t, func(ctx context.Context) string {
+		c := newTestCluster(t, clusterOptions{masters: 1, servers: 2})
+		return c.servers[0].addr
+	})
+}
+
+// runOfficialSuite builds the suite, runs it against the emulator and
+// against the server start returns the address of, and compares.
+func runOfficialSuite(t *testing.T, start func(context.Context) string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	goBin, err := exec.LookPath("go")
@@ -105,26 +131,17 @@ func TestOfficialSuite(t *testing.T) {
 	patchSuite(t, filepath.Join(dir, "export_test.go"))
 
 	bin := filepath.Join(t.TempDir(), "suite.test")
-	start := time.Now()
+	began := time.Now()
 	build := exec.CommandContext(ctx, goBin, "test", "-c", "-o", bin, ".")
 	build.Dir = dir
 	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the official suite: %v\n%s", err, out)
 	}
-	t.Logf("built the suite of %s@%s in %v", suiteModule, suiteVersion, time.Since(start).Round(time.Second))
+	t.Logf("built the suite of %s@%s in %v", suiteModule, suiteVersion, time.Since(began).Round(time.Second))
 
 	emu := runSuite(t, ctx, bin, dir, "")
-	d, err := cluster.StartDev(ctx, cluster.DevConfig{
-		Dir: t.TempDir(), Addr: "127.0.0.1:0", InstanceAgnostic: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	tab := runSuite(t, ctx, bin, dir, d.Addr())
-
+	tab := runSuite(t, ctx, bin, dir, start(ctx))
 	names := slices.Sorted(func(yield func(string) bool) {
 		seen := map[string]bool{}
 		for _, m := range []map[string]string{emu, tab} {

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"time"
 
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
@@ -41,12 +43,12 @@ func (g *Gateway) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablepb.Bi
 		g.countLocal("ReadRows")
 		return g.local.ReadRows(req, stream)
 	}
-	r := &readRelay{out: stream, reverse: req.GetReversed(), limit: req.GetRowsLimit()}
+	r := &readRelay{out: stream, reverse: req.GetReversed(), limit: req.GetRowsLimit(), start: time.Now()}
 	attempt := 0
 	for {
 		ranges = r.remaining(ranges)
 		if len(ranges) == 0 || r.done() {
-			return nil
+			return r.finish(req)
 		}
 		locs, err := g.tablets(ctx, table, ranges[0].Start, ranges[len(ranges)-1].End)
 		if err != nil {
@@ -57,7 +59,7 @@ func (g *Gateway) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablepb.Bi
 		}
 		loc, err := g.readTablets(ctx, req, locs, ranges, r)
 		if err == nil {
-			return nil
+			return r.finish(req)
 		}
 		if r.sendErr != nil || !retryable(loc, err) {
 			return err
@@ -163,15 +165,41 @@ type readRelay struct {
 	cur        []byte // key of the row the chunks are at
 	progressed bool   // rows sent since the last failure
 	sendErr    error  // the caller's stream failed
+
+	// The sub-requests' read statistics, summed for the caller's
+	// request stats.
+	start time.Time
+	stats bigtablepb.ReadIterationStats
+}
+
+// finish sends the request stats the caller asked for: the owners'
+// iteration stats summed (rows returned as sent), and the gateway's own
+// latency.
+func (r *readRelay) finish(req *bigtablepb.ReadRowsRequest) error {
+	if req.GetRequestStatsView() != bigtablepb.ReadRowsRequest_REQUEST_STATS_FULL {
+		return nil
+	}
+	st := proto.Clone(&r.stats).(*bigtablepb.ReadIterationStats)
+	st.RowsReturnedCount = r.rows
+	return r.out.Send(&bigtablepb.ReadRowsResponse{RequestStats: &bigtablepb.RequestStats{StatsView: &bigtablepb.RequestStats_FullReadStatsView{
+		FullReadStatsView: &bigtablepb.FullReadStatsView{
+			ReadIterationStats:  st,
+			RequestLatencyStats: &bigtablepb.RequestLatencyStats{FrontendServerLatency: durationpb.New(time.Since(r.start))},
+		}}}})
 }
 
 func (r *readRelay) done() bool { return r.limit > 0 && r.rows >= r.limit }
 
 // relay sends resp to the caller without its request stats (each
-// sub-request would have its own).
+// sub-request has its own), which it adds up for finish.
 func (r *readRelay) relay(resp *bigtablepb.ReadRowsResponse) error {
 	if r.sendErr != nil {
 		return r.sendErr
+	}
+	if st := resp.GetRequestStats().GetFullReadStatsView().GetReadIterationStats(); st != nil {
+		r.stats.RowsSeenCount += st.GetRowsSeenCount()
+		r.stats.CellsSeenCount += st.GetCellsSeenCount()
+		r.stats.CellsReturnedCount += st.GetCellsReturnedCount()
 	}
 	resp.RequestStats = nil
 	if len(resp.Chunks) == 0 && len(resp.LastScannedRowKey) == 0 {

@@ -802,3 +802,26 @@ func TestGatewayReadRowsResumesAfterLastRow(t *testing.T) {
 		t.Errorf("invalidated %v, want B's location thrice", inv)
 	}
 }
+
+// TestGatewayReadRowsStats: a read through a gateway that spans both
+// owners returns one set of request stats, the owners' summed (the
+// official client's callback runs once, with every row and cell).
+func TestGatewayReadRowsStats(t *testing.T) {
+	c := newGWCluster(t)
+	gwFill(t, c)
+	calls := 0
+	var got bigtable.ReadIterationStats
+	n := 0
+	err := c.tbl.ReadRows(c.ctx, bigtable.InfiniteRange(""), func(bigtable.Row) bool { n++; return true },
+		bigtable.WithFullReadStats(func(s *bigtable.FullReadStats) { calls++; got = s.ReadIterationStats }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(len(gwRows))
+	if calls != 1 || n != len(gwRows) || got.RowsReturnedCount != want || got.CellsReturnedCount != want || got.RowsSeenCount < want || got.CellsSeenCount < want {
+		t.Errorf("stats callback called %d times with %+v for %d rows, want once with %d rows and cells returned", calls, got, n, want)
+	}
+	if c.a.requests("ReadRows", routeForwarded) == 0 {
+		t.Error("the read was not forwarded: it tests nothing of the gateway")
+	}
+}
