@@ -716,7 +716,8 @@ func (t *Tablet) readLatestLocked(ctx context.Context, row []byte) (cell.Row, er
 // SetSchema changes the tablet's schema: families added, GC policies
 // changed, families dropped (their cells disappear at once and are removed
 // by the next major compaction; a family re-created later starts empty).
-// A family may not move to another locality group.
+// A family whose aggregator differs from its old one counts as dropped and
+// re-created. A family may not move to another locality group.
 func (t *Tablet) SetSchema(ctx context.Context, s tabletdesc.Schema) error {
 	if err := s.Validate(); err != nil {
 		return err
@@ -740,8 +741,12 @@ func (t *Tablet) SetSchema(ctx context.Context, s tabletdesc.Schema) error {
 		}
 	}
 	drops := maps.Clone(old.drops)
-	for name := range old.schema.Families {
-		if _, ok := s.Families[name]; !ok {
+	for name, of := range old.schema.Families {
+		// A family whose aggregator changed was dropped and created
+		// again (the admin API changes no family's type in place): its
+		// old cells, in another encoding, must not be folded with the
+		// new ones.
+		if f, ok := s.Families[name]; !ok || f.Aggregate != of.Aggregate {
 			t.lastSeq++
 			drops[name] = t.lastSeq
 		}
