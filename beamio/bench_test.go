@@ -260,4 +260,3 @@ func BenchmarkWrite(b *testing.B) {
 		}
 	})
 }
-
