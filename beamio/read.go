@@ -273,14 +273,20 @@ func (f *readFn) SplitRestriction(_ []byte, rest keyrange.Restriction) ([]keyran
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	table := f.Spec.Table.Table
+	return f.Spec.plan(ctx, c, rest, f.Spec.BundleBytes)
+}
+
+// plan returns the initial restrictions of the selected ranges within
+// rest, cut at the table's tablets and samples to about target bytes.
+func (sp readSpec) plan(ctx context.Context, c *client.Client, rest keyrange.Restriction, target int64) ([]keyrange.Restriction, error) {
+	table := sp.Table.Table
 	tabs, err := c.Tablets(ctx, table)
 	if err != nil {
-		return nil, fmt.Errorf("beamio: tablets of %s at %s: %w", table, f.Spec.Table.Addr, err)
+		return nil, fmt.Errorf("beamio: tablets of %s at %s: %w", table, sp.Table.Addr, err)
 	}
 	samples, err := c.SampleRowKeys(ctx, table)
 	if err != nil {
-		return nil, fmt.Errorf("beamio: SampleRowKeys of %s at %s: %w", table, f.Spec.Table.Addr, err)
+		return nil, fmt.Errorf("beamio: SampleRowKeys of %s at %s: %w", table, sp.Table.Addr, err)
 	}
 	tablets := make([]Tablet, len(tabs))
 	for i, t := range tabs {
@@ -291,12 +297,43 @@ func (f *readFn) SplitRestriction(_ []byte, rest keyrange.Restriction) ([]keyran
 		smp[i] = Sample{Key: s.Key, Offset: s.Offset}
 	}
 	var ranges []keyrange.Restriction
-	for _, r := range f.Spec.Ranges {
+	for _, r := range sp.Ranges {
 		if in, ok := intersect(r, rest); ok {
 			ranges = append(ranges, in)
 		}
 	}
-	return PlanSplits(ranges, tablets, smp, f.Spec.BundleBytes), nil
+	return PlanSplits(ranges, tablets, smp, target), nil
+}
+
+// Plan returns the key ranges Read would start from: the selected rows
+// cut at the tablets and, within them, at sampled keys to about target
+// bytes (target <= 0: one per tablet), each with its estimated Bytes, in
+// key order. Writers that need contiguous key ranges of their own (one
+// file per range, say) group them and read each with Scan.
+func (cfg ReadConfig) Plan(ctx context.Context, target int64) ([]keyrange.Restriction, error) {
+	sp, err := cfg.spec()
+	if err != nil {
+		return nil, err
+	}
+	c, err := sp.Table.dial()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return sp.plan(ctx, c, keyrange.Restriction{}, target)
+}
+
+// Scan reads the rows of r that cfg selects (families, times, filter,
+// script; r should lie within cfg's ranges) in key order, straight from
+// the servers as Read does, and calls fn with each until fn returns
+// false. c is a client of cfg's server.
+func (cfg ReadConfig) Scan(ctx context.Context, c *client.Client, r keyrange.Restriction, fn func(cell.Row) bool) error {
+	sp, err := cfg.spec()
+	if err != nil {
+		return err
+	}
+	_, err = sp.scan(ctx, c, r, fn)
+	return err
 }
 
 // RestrictionSize is the restriction's estimated bytes (at least 1, so
@@ -323,13 +360,6 @@ func (f *readFn) ProcessElement(ctx context.Context, rt *keyrange.Tracker, _ []b
 			readSplits.Inc(ctx, int64(n))
 		}
 	}()
-	var filter *bigtablepb.RowFilter
-	if len(f.Spec.Filter) > 0 {
-		filter = &bigtablepb.RowFilter{}
-		if err := proto.Unmarshal(f.Spec.Filter, filter); err != nil {
-			return fmt.Errorf("beamio: filter: %w", err)
-		}
-	}
 	rest := rt.GetRestriction().(keyrange.Restriction)
 	var nRows, nCells int64
 	defer func() {
@@ -349,29 +379,48 @@ func (f *readFn) ProcessElement(ctx context.Context, rt *keyrange.Tracker, _ []b
 		emit(Row(r))
 		return true
 	}
-	if f.Spec.Script != "" {
-		return f.filterRows(ctx, c, rt, rest, filter, claim)
+	ended, err := f.Spec.scan(ctx, c, rest, claim)
+	if err != nil {
+		return err
 	}
-	opts := client.ScanOptions{Start: rest.Start, End: rest.End, Families: f.Spec.Families,
-		StartTime: f.Spec.StartTime, EndTime: f.Spec.EndTime, Filter: filter}
+	if ended {
+		rt.TryClaim([]byte(nil)) // the read reached the end: the rest is done
+	}
+	return nil
+}
+
+// scan reads the rows of rest and hands each to fn until fn returns
+// false; ended reports that the read reached rest's end instead.
+func (sp readSpec) scan(ctx context.Context, c *client.Client, rest keyrange.Restriction, fn func(cell.Row) bool) (ended bool, err error) {
+	var filter *bigtablepb.RowFilter
+	if len(sp.Filter) > 0 {
+		filter = &bigtablepb.RowFilter{}
+		if err := proto.Unmarshal(sp.Filter, filter); err != nil {
+			return false, fmt.Errorf("beamio: filter: %w", err)
+		}
+	}
+	if sp.Script != "" {
+		return sp.filterRows(ctx, c, rest, filter, fn)
+	}
+	opts := client.ScanOptions{Start: rest.Start, End: rest.End, Families: sp.Families,
+		StartTime: sp.StartTime, EndTime: sp.EndTime, Filter: filter}
 	if len(opts.Start) == 0 {
 		opts.Start = nil
 	}
 	if len(opts.End) == 0 {
 		opts.End = nil
 	}
-	sc := c.Scan(ctx, f.Spec.Table.Table, opts)
+	sc := c.Scan(ctx, sp.Table.Table, opts)
 	defer sc.Close()
 	for sc.Next() {
-		if !claim(sc.Row()) {
-			return nil
+		if !fn(sc.Row()) {
+			return false, nil
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return fmt.Errorf("beamio: read %s %v: %w", f.Spec.Table.Table, rest, err)
+		return false, fmt.Errorf("beamio: read %s %v: %w", sp.Table.Table, rest, err)
 	}
-	rt.TryClaim([]byte(nil)) // the scan reached the end: the rest is done
-	return nil
+	return true, nil
 }
 
 // beforeClaimHook, when set by a test before a pipeline runs, is called
@@ -387,15 +436,15 @@ const scriptRestarts = 8
 // filterRows reads the restriction through a filter script run in the
 // servers. client.FilterRows retries a span only until it delivered a
 // row; after that, this restarts the read after the last row claimed.
-func (f *readFn) filterRows(ctx context.Context, c *client.Client, rt *keyrange.Tracker, rest keyrange.Restriction, filter *bigtablepb.RowFilter, claim func(cell.Row) bool) error {
+func (sp readSpec) filterRows(ctx context.Context, c *client.Client, rest keyrange.Restriction, filter *bigtablepb.RowFilter, claim func(cell.Row) bool) (ended bool, err error) {
 	from := rest.Start
 	backoff := 50 * time.Millisecond
-	chain := client.FilterOf(client.ScanOptions{Families: f.Spec.Families, StartTime: f.Spec.StartTime, EndTime: f.Spec.EndTime, Filter: filter})
+	chain := client.FilterOf(client.ScanOptions{Families: sp.Families, StartTime: sp.StartTime, EndTime: sp.EndTime, Filter: filter})
 	for attempt := 0; ; attempt++ {
 		stopped := false
 		var last []byte
-		_, err := c.FilterRows(ctx, f.Spec.Table.Table, f.Spec.Script,
-			client.ScriptOptions{Name: f.Spec.ScriptName, Start: from, End: rest.End, Filter: chain},
+		_, err := c.FilterRows(ctx, sp.Table.Table, sp.Script,
+			client.ScriptOptions{Name: sp.ScriptName, Start: from, End: rest.End, Filter: chain},
 			func(r client.Row) bool {
 				cr := cell.Row{Key: r.Key, Cells: make([]cell.Cell, len(r.Cells))}
 				for i, c := range r.Cells {
@@ -409,15 +458,14 @@ func (f *readFn) filterRows(ctx context.Context, c *client.Client, rt *keyrange.
 				return true
 			})
 		if stopped {
-			return nil
+			return false, nil
 		}
 		if err == nil {
-			rt.TryClaim([]byte(nil))
-			return nil
+			return true, nil
 		}
 		_, notServing := tabletpb.NotServingDetail(err)
 		if !notServing && status.Code(err) != codes.Unavailable || attempt >= scriptRestarts {
-			return fmt.Errorf("beamio: read %s %v through script %s: %w", f.Spec.Table.Table, rest, f.Spec.ScriptName, err)
+			return false, fmt.Errorf("beamio: read %s %v through script %s: %w", sp.Table.Table, rest, sp.ScriptName, err)
 		}
 		readRestarts.Inc(ctx, 1)
 		if last != nil {
@@ -425,7 +473,7 @@ func (f *readFn) filterRows(ctx context.Context, c *client.Client, rt *keyrange.
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 2*time.Second)

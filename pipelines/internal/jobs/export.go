@@ -2,22 +2,27 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"reflect"
 	"sort"
 
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/metrics"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/filter"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
 
 	"github.com/tabuladb/tabula/beamio"
+	"github.com/tabuladb/tabula/beamio/keyrange"
 	"github.com/tabuladb/tabula/pipelines/internal/pipe"
 	"github.com/tabuladb/tabula/rowfile"
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/client"
+	"google.golang.org/protobuf/proto"
 )
 
 // ExportConfig is an export: the rows Read selects, written as shards
@@ -29,9 +34,9 @@ type ExportConfig struct {
 	Out string
 	// Prefix of the shard names; default the table's name.
 	Prefix string
-	// Shards is the number of files; default one per tablet. Rows are
-	// spread over them by a hash of the row key (as the Dataflow template
-	// spreads them), in no particular order within a file.
+	// Shards is the number of files; default one per tablet. Each holds
+	// a contiguous key range of about equal size, its rows in key order,
+	// shard i before shard i+1.
 	Shards int
 	// Format is rowfile.Parquet (the template layout, every version) or
 	// rowfile.ParquetColumns (one column per family:qualifier, newest
@@ -93,17 +98,36 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 		return ExportSummary{}, fmt.Errorf("%s already holds shards of %s (%s, …): remove them or choose another --prefix", cfg.Out, cfg.Prefix, old[0])
 	}
 
-	p, s := beam.NewPipelineWithRoot()
-	rows, err := beamio.TryRead(s, cfg.Read)
+	shardRanges, err := planShards(ctx, cfg.Read, cfg.Shards)
 	if err != nil {
-		return ExportSummary{}, pipe.UsageError{Err: err}
+		return ExportSummary{}, err
 	}
-	keyed := beam.ParDo(s, &shardOfFn{Shards: cfg.Shards}, rows)
-	marks := beam.ParDo(s, &allShardsFn{Shards: cfg.Shards}, beam.Impulse(s))
-	grouped := beam.CoGroupByKey(s, marks, keyed)
+	readSpec := cfg.Read
+	var filterBytes []byte
+	if readSpec.Filter != nil {
+		if filterBytes, err = proto.Marshal(readSpec.Filter); err != nil {
+			return ExportSummary{}, err
+		}
+		readSpec.Filter = nil
+	}
+	var specs []string
+	for i, rs := range shardRanges {
+		b, err := json.Marshal(shardSpec{Index: i, Ranges: rs})
+		if err != nil {
+			return ExportSummary{}, err
+		}
+		specs = append(specs, string(b))
+	}
+
+	p, s := beam.NewPipelineWithRoot()
 	var cols beam.PCollection
 	if cfg.Format == rowfile.ParquetColumns && len(cfg.Columns) == 0 {
-		cols = filter.Distinct(s, beam.ParDo(s, columnsOf, rows))
+		// The columns come first, from a read of their own.
+		rows, err := beamio.TryRead(s, cfg.Read)
+		if err != nil {
+			return ExportSummary{}, pipe.UsageError{Err: err}
+		}
+		cols = filter.Distinct(s, beam.ParDo(s, &columnsOfFn{}, rows))
 	} else {
 		var given []string
 		for _, c := range cfg.Columns {
@@ -111,8 +135,27 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 		}
 		cols = beam.CreateList(s, given)
 	}
-	beam.ParDo0(s, &writeShardFn{Out: cfg.Out, Prefix: cfg.Prefix, Shards: cfg.Shards, Format: int(cfg.Format), Codec: int(cfg.Codec)},
-		grouped, beam.SideInput{Input: cols})
+	// One element per shard; each writes its file from its key ranges,
+	// read straight from the servers in key order (no shuffle of the
+	// rows: on prism a shuffle costs more than the export). On a
+	// distributed runner the shards are reshuffled to spread them over
+	// the workers (a Create is one element on one worker); prism runs
+	// them in this process either way, and a reshuffle there costs a
+	// second of its element manager's time.
+	shards := beam.CreateList(s, specs)
+	if r := *runners.Runner; r != "" && r != "prism" && r != "PrismRunner" {
+		shards = beam.Reshuffle(s, shards)
+	}
+	readJSON, err := json.Marshal(readSpec)
+	if err != nil {
+		return ExportSummary{}, err
+	}
+	// The writer has an output (the file written) although nothing needs
+	// it: prism v2.77.0 spins a core for as long as a bundle of a stage
+	// without outputs runs (its bundle loop selects on a closed channel).
+	written := beam.ParDo(s, &writeShardFn{ReadJSON: string(readJSON), Filter: filterBytes, Out: cfg.Out, Prefix: cfg.Prefix, Shards: cfg.Shards, Format: int(cfg.Format), Codec: int(cfg.Codec)},
+		shards, beam.SideInput{Input: cols})
+	beam.ParDo0(s, noteShard, written)
 
 	pr, err := beamx.RunWithMetrics(ctx, p)
 	var all []string
@@ -148,46 +191,118 @@ var (
 	exportBytes = beam.NewCounter("pipelines", "export_bytes")
 )
 
-// shardOfFn keys each row by its shard: a hash of the key.
-type shardOfFn struct{ Shards int }
-
-func (f *shardOfFn) ProcessElement(r beamio.Row) (int, beamio.Row) {
-	h := fnv.New32a()
-	h.Write(r.Key)
-	return int(h.Sum32() % uint32(f.Shards)), r
+// shardSpec is one shard to write: its index and its key ranges.
+type shardSpec struct {
+	Index  int
+	Ranges []keyrange.Restriction
 }
 
-// allShardsFn names every shard once, so that a shard no row hashes to
-// is still written (an empty file: the set stays complete).
-type allShardsFn struct{ Shards int }
-
-func (f *allShardsFn) ProcessElement(_ []byte, emit func(int, int)) {
-	for i := range f.Shards {
-		emit(i, i)
+// planShards cuts the selection into shards contiguous key ranges of
+// about equal estimated bytes (by the table's samples; by count of
+// pieces when the table has none), shard i before shard i+1. A shard may
+// get no range (more shards than the selection can be cut into): its
+// file is empty.
+func planShards(ctx context.Context, read beamio.ReadConfig, shards int) ([][]keyrange.Restriction, error) {
+	pieces, err := read.Plan(ctx, 0)
+	if err != nil {
+		return nil, err
 	}
+	var total int64
+	for _, p := range pieces {
+		total += p.Bytes
+	}
+	if target := total / int64(4*shards); target > 0 {
+		if pieces, err = read.Plan(ctx, max(target, 64<<10)); err != nil {
+			return nil, err
+		}
+	}
+	return GroupShards(pieces, shards), nil
 }
 
-// columnsOf emits the family:qualifier of each cell of a row (the
-// columns layout's columns, deduplicated afterwards).
-func columnsOf(r beamio.Row, emit func(string)) {
-	var last string
+// GroupShards groups pieces (in key order) into n contiguous groups of
+// about equal Bytes — by count when no piece has a size.
+func GroupShards(pieces []keyrange.Restriction, n int) [][]keyrange.Restriction {
+	out := make([][]keyrange.Restriction, n)
+	var total int64
+	for _, p := range pieces {
+		total += p.Bytes
+	}
+	var acc int64
+	for i, p := range pieces {
+		var shard int
+		if total > 0 {
+			// The shard of the piece's middle byte.
+			shard = int((acc + p.Bytes/2) * int64(n) / total)
+		} else {
+			shard = i * n / len(pieces)
+		}
+		shard = min(shard, n-1)
+		out[shard] = append(out[shard], p)
+		acc += p.Bytes
+	}
+	return out
+}
+
+// columnsOfFn emits the distinct family:qualifier names of a bundle's
+// rows (the columns layout's columns, deduplicated again afterwards).
+type columnsOfFn struct {
+	seen map[string]bool
+}
+
+func (f *columnsOfFn) StartBundle(_ func(string)) { f.seen = map[string]bool{} }
+
+func (f *columnsOfFn) ProcessElement(r beamio.Row, emit func(string)) {
 	for _, c := range r.Cells {
 		name := c.Family + ":" + string(c.Qualifier)
-		if name != last {
-			emit(name)
-			last = name
+		if !f.seen[name] {
+			f.seen[name] = true
+			if len(f.seen) <= maxFoundColumns+1 {
+				emit(name)
+			}
 		}
 	}
 }
 
-// writeShardFn writes one shard's rows to its file and commits it.
+// writeShardFn writes one shard's file from its key ranges and commits it.
 type writeShardFn struct {
+	ReadJSON      string // the beamio.ReadConfig without its Filter, which travels as bytes
+	Filter        []byte
 	Out, Prefix   string
 	Shards        int
 	Format, Codec int
+
+	read beamio.ReadConfig
+	c    *client.Client
 }
 
-func (f *writeShardFn) ProcessElement(ctx context.Context, shard int, _ func(*int) bool, rows func(*beamio.Row) bool, colNames func(*string) bool) error {
+func (f *writeShardFn) Setup() error {
+	if err := json.Unmarshal([]byte(f.ReadJSON), &f.read); err != nil {
+		return err
+	}
+	c, err := client.Dial(f.read.Table.Addr, client.Options{Project: f.read.Table.Project, Instance: f.read.Table.Instance})
+	if err != nil {
+		return err
+	}
+	f.c = c
+	if len(f.Filter) > 0 {
+		f.read.Filter = &bigtablepb.RowFilter{}
+		return proto.Unmarshal(f.Filter, f.read.Filter)
+	}
+	return nil
+}
+
+func (f *writeShardFn) Teardown() error {
+	if f.c != nil {
+		return f.c.Close()
+	}
+	return nil
+}
+
+func (f *writeShardFn) ProcessElement(ctx context.Context, specJSON string, colNames func(*string) bool, emit func(string)) error {
+	var spec shardSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		return err
+	}
 	format := rowfile.Format(f.Format)
 	var cols []rowfile.Column
 	if format == rowfile.ParquetColumns {
@@ -213,16 +328,26 @@ func (f *writeShardFn) ProcessElement(ctx context.Context, shard int, _ func(*in
 	if err != nil {
 		return err
 	}
-	name := rowfile.ShardName(f.Prefix, shard, f.Shards, format.Ext())
+	name := rowfile.ShardName(f.Prefix, spec.Index, f.Shards, format.Ext())
 	w, err := loc.CreateShard(ctx, name, rowfile.WriterOptions{Format: format, Codec: rowfile.Codec(f.Codec), Columns: cols})
 	if err != nil {
 		return err
 	}
-	var r beamio.Row
-	for rows(&r) {
-		if err := w.Write(cell.Row(r)); err != nil {
+	var werr error
+	for _, r := range spec.Ranges {
+		err := f.read.Scan(ctx, f.c, r, func(row cell.Row) bool {
+			if werr = w.Write(row); werr != nil {
+				werr = fmt.Errorf("%s: row %q: %w", name, row.Key, werr)
+				return false
+			}
+			return true
+		})
+		if err == nil {
+			err = werr
+		}
+		if err != nil {
 			w.Abort()
-			return fmt.Errorf("%s: row %q: %w", name, r.Key, err)
+			return err
 		}
 	}
 	if err := w.Commit(); err != nil {
@@ -232,12 +357,17 @@ func (f *writeShardFn) ProcessElement(ctx context.Context, shard int, _ func(*in
 	exportRows.Inc(ctx, st.Rows)
 	exportCells.Inc(ctx, st.Cells)
 	exportBytes.Inc(ctx, st.Bytes)
+	emit(name)
 	return nil
 }
 
+var exportFiles = beam.NewCounter("pipelines", "export_files")
+
+// noteShard counts the files written.
+func noteShard(ctx context.Context, _ string) { exportFiles.Inc(ctx, 1) }
+
 func init() {
-	beam.RegisterType(reflect.TypeOf((*shardOfFn)(nil)).Elem())
-	beam.RegisterType(reflect.TypeOf((*allShardsFn)(nil)).Elem())
+	beam.RegisterType(reflect.TypeOf((*columnsOfFn)(nil)).Elem())
 	beam.RegisterType(reflect.TypeOf((*writeShardFn)(nil)).Elem())
-	beam.RegisterFunction(columnsOf)
+	beam.RegisterFunction(noteShard)
 }
