@@ -749,10 +749,13 @@ func TestGatewayRetriesStaleLocation(t *testing.T) {
 	if n := c.c.fault.calls.Load() - calls; n != gatewayAttempts {
 		t.Errorf("stale owner asked %d times, want %d", n, gatewayAttempts)
 	}
-	// A deadline too close for the next backoff ends the retries early.
+	// A deadline too close for the next backoff ends the retries early:
+	// 2 s holds the first backoffs (10, 20, … 500 ms: about 1.6 s over 8
+	// attempts) but not all 20 attempts' (about 7 s), and leaves the first
+	// attempt time enough on a loaded machine (15 ms did not).
 	c.loc.setStale(c.c.name, true)
 	calls = c.c.fault.calls.Load()
-	dctx, cancel := context.WithTimeout(ctx, 15*time.Millisecond)
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	err = c.a.gw.checkRow(dctx, "zzz")
 	if n := c.c.fault.calls.Load() - calls; n >= gatewayAttempts || !tabletpb.IsNotServing(err) {
