@@ -14,6 +14,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/filter"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/tabuladb/tabula/beamio"
 	"github.com/tabuladb/tabula/beamio/keyrange"
@@ -171,7 +172,43 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 		}
 		return ExportSummary{}, fmt.Errorf("export %s: %w", t.Table, err)
 	}
-	return ExportSummary{Files: all, Rows: counter(pr, "export_rows"), Cells: counter(pr, "export_cells"), Bytes: counter(pr, "export_bytes")}, nil
+	sum := ExportSummary{Files: all, Rows: counter(pr, "export_rows"), Cells: counter(pr, "export_cells"), Bytes: counter(pr, "export_bytes")}
+	if cfg.Format == rowfile.Parquet {
+		// The files' footers are the record (a runner may lose the
+		// metrics of a bundle it split; the files it committed stand).
+		if sum.Rows, sum.Cells, sum.Bytes, err = templateStats(ctx, loc, all); err != nil {
+			return sum, fmt.Errorf("export %s: %w", t.Table, err)
+		}
+	}
+	return sum, nil
+}
+
+// templateStats sums the rows, cells and bytes of template-layout files
+// from their footers: rows per row group, cells as the values of the
+// cells' family column (every row has a cell).
+func templateStats(ctx context.Context, loc *rowfile.Location, names []string) (rows, cells, bytes int64, err error) {
+	for _, n := range names {
+		obj, err := loc.Open(ctx, n)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		pf, err := parquet.OpenFile(obj, obj.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+		if err != nil {
+			obj.Close()
+			return 0, 0, 0, fmt.Errorf("%s: %w", n, err)
+		}
+		bytes += obj.Size()
+		rows += pf.NumRows()
+		for _, rg := range pf.Metadata().RowGroups {
+			for _, c := range rg.Columns {
+				if len(c.MetaData.PathInSchema) > 0 && c.MetaData.PathInSchema[len(c.MetaData.PathInSchema)-1] == "family" {
+					cells += c.MetaData.NumValues
+				}
+			}
+		}
+		obj.Close()
+	}
+	return rows, cells, bytes, nil
 }
 
 // counter is the committed value of a "pipelines" counter.
