@@ -338,7 +338,7 @@ func usage(w io.Writer, name, summary string, register func(fs *flag.FlagSet)) {
 	own.SetOutput(w)
 	own.PrintDefaults()
 	fmt.Fprintf(w, "\nBeam's flags (the SDK's; all of them follow):\n")
-	fmt.Fprintf(w, "  -runner string\n    \tprism (default, in this process), universal (a portable job service: Flink, Spark; with --endpoint), dataflow\n")
+	fmt.Fprintf(w, "  -runner string\n    \tprism (default, in this process); universal, flink or spark (a portable job service, with --endpoint); dataflow\n")
 	fmt.Fprintf(w, "  -endpoint string\n    \tthe job service host:port of --runner universal (Flink's or Spark's job server)\n")
 	fmt.Fprintf(w, "  -environment_type string\n    \tLOOPBACK, DOCKER or PROCESS: where the runner starts the Go SDK workers\n\n")
 	seen := map[string]bool{}
