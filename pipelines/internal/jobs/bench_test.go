@@ -15,7 +15,7 @@ import (
 	"github.com/tabuladb/tabula/storage/client"
 )
 
-const benchRows = 20_000
+const benchRows = 60_000
 
 var benchOnce sync.Once
 

@@ -39,6 +39,12 @@ func toMutations(r beamio.Row, emit func(beamio.RowMutation)) {
 	}
 }
 
+// prismSpin: the dead letters are logged after a shuffle, not in the
+// writers' stage, so that the stage has an output. Prism v2.77.0 spins a
+// core for as long as a bundle of a stage without outputs runs (its
+// bundle loop selects on a closed channel), which halves the writes on
+// two cores.
+
 // logDeadLetter reports a dead letter in the worker's log; the run counts
 // them (beamio's write_dead_letters) and fails.
 func logDeadLetter(ctx context.Context, f beamio.FailedMutation) {

@@ -73,7 +73,7 @@ func Copy(ctx context.Context, cfg CopyConfig) (CopySummary, error) {
 	if err != nil {
 		return CopySummary{}, pipe.UsageError{Err: err}
 	}
-	beam.ParDo0(s, logDeadLetter, dead)
+	beam.ParDo0(s, logDeadLetter, beam.Reshuffle(s, dead)) // a shuffle: see prismSpin
 	pr, err := beamx.RunWithMetrics(ctx, p)
 	if err != nil {
 		return CopySummary{}, fmt.Errorf("copy %s to %s: %w", src.Table, cfg.DstTable, err)

@@ -118,7 +118,7 @@ func DomainCount(ctx context.Context, cfg DomainCountConfig) (domains int64, err
 	if err != nil {
 		return 0, pipe.UsageError{Err: err}
 	}
-	beam.ParDo0(s, logDeadLetter, dead)
+	beam.ParDo0(s, logDeadLetter, beam.Reshuffle(s, dead)) // a shuffle: see prismSpin
 	pr, err := beamx.RunWithMetrics(ctx, p)
 	if err != nil {
 		return 0, fmt.Errorf("domaincount: %w", err)

@@ -151,12 +151,13 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 	if err != nil {
 		return ExportSummary{}, err
 	}
-	// The writer has an output (the file written) although nothing needs
-	// it: prism v2.77.0 spins a core for as long as a bundle of a stage
-	// without outputs runs (its bundle loop selects on a closed channel).
+	// The writers' stage has an output (the files written, counted after
+	// a shuffle) although nothing needs it: prism v2.77.0 spins a core
+	// for as long as a bundle of a stage without outputs runs (its
+	// bundle loop selects on a closed channel).
 	written := beam.ParDo(s, &writeShardFn{ReadJSON: string(readJSON), Filter: filterBytes, Out: cfg.Out, Prefix: cfg.Prefix, Shards: cfg.Shards, Format: int(cfg.Format), Codec: int(cfg.Codec)},
 		shards, beam.SideInput{Input: cols})
-	beam.ParDo0(s, noteShard, written)
+	beam.ParDo0(s, noteShard, beam.Reshuffle(s, written))
 
 	pr, err := beamx.RunWithMetrics(ctx, p)
 	var all []string
@@ -370,22 +371,16 @@ func (f *writeShardFn) ProcessElement(ctx context.Context, specJSON string, colN
 	if err != nil {
 		return err
 	}
-	var werr error
-	for _, r := range spec.Ranges {
-		err := f.read.Scan(ctx, f.c, r, func(row cell.Row) bool {
-			if werr = w.Write(row); werr != nil {
-				werr = fmt.Errorf("%s: row %q: %w", name, row.Key, werr)
-				return false
-			}
-			return true
-		})
-		if err == nil {
-			err = werr
+	// The scan runs ahead of the writer (encoding and compressing the
+	// pages), in batches of rows, so that both use a core.
+	if err := scanAhead(ctx, f.read, f.c, spec.Ranges, func(row cell.Row) error {
+		if err := w.Write(row); err != nil {
+			return fmt.Errorf("%s: row %q: %w", name, row.Key, err)
 		}
-		if err != nil {
-			w.Abort()
-			return err
-		}
+		return nil
+	}); err != nil {
+		w.Abort()
+		return err
 	}
 	if err := w.Commit(); err != nil {
 		return err
@@ -396,6 +391,54 @@ func (f *writeShardFn) ProcessElement(ctx context.Context, specJSON string, colN
 	exportBytes.Inc(ctx, st.Bytes)
 	emit(name)
 	return nil
+}
+
+// scanAhead reads ranges with read.Scan in a goroutine and calls write
+// with each row, in order, here; the first error of either ends both.
+func scanAhead(ctx context.Context, read beamio.ReadConfig, c *client.Client, ranges []keyrange.Restriction, write func(cell.Row) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const batch = 256
+	batches := make(chan []cell.Row, 4)
+	scanErr := make(chan error, 1)
+	go func() {
+		defer close(batches)
+		var cur []cell.Row
+		send := func() bool {
+			select {
+			case batches <- cur:
+				cur = make([]cell.Row, 0, batch)
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for _, r := range ranges {
+			err := read.Scan(ctx, c, r, func(row cell.Row) bool {
+				cur = append(cur, row)
+				return len(cur) < batch || send()
+			})
+			if err != nil {
+				scanErr <- err
+				return
+			}
+		}
+		if len(cur) > 0 {
+			send()
+		}
+		scanErr <- nil
+	}()
+	for rows := range batches {
+		for _, row := range rows {
+			if err := write(row); err != nil {
+				return err
+			}
+		}
+	}
+	if err := <-scanErr; err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 var exportFiles = beam.NewCounter("pipelines", "export_files")

@@ -108,7 +108,7 @@ func Import(ctx context.Context, cfg ImportConfig) (ImportSummary, error) {
 	if err != nil {
 		return ImportSummary{}, pipe.UsageError{Err: err}
 	}
-	beam.ParDo0(s, logDeadLetter, dead)
+	beam.ParDo0(s, logDeadLetter, beam.Reshuffle(s, dead)) // a shuffle: see prismSpin
 	pr, err := beamx.RunWithMetrics(ctx, p)
 	if err != nil {
 		return ImportSummary{}, fmt.Errorf("import into %s: %w", cfg.Table, err)
