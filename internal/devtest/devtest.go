@@ -1,0 +1,260 @@
+// Package devtest is test support shared by the packages above the server
+// (mapreduce, beamio, pipelines): an in-process `tabula dev` with the
+// official Cloud Bigtable clients connected to it — the reference those
+// tests check their results against — and helpers to load tables and
+// compare rows. It is imported only by tests.
+package devtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"testing"
+
+	"cloud.google.com/go/bigtable"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/cluster"
+)
+
+// Project and Instance are those of the official clients, and of
+// Tabula's CLI and client by default.
+const (
+	Project  = "tabula"
+	Instance = "dev"
+)
+
+// Server is a tabula dev in this process with the official data and admin
+// clients on it.
+type Server struct {
+	// Addr is the server's gRPC address.
+	Addr  string
+	Data  *bigtable.Client
+	Admin *bigtable.AdminClient
+
+	dev     *cluster.Dev
+	conn    *grpc.ClientConn
+	tempDir string
+}
+
+// Start starts a server with cfg; an empty cfg.Dir is a temporary
+// directory that Close removes, an empty Addr a free loopback port, a nil
+// Logger discards. Close stops it.
+func Start(ctx context.Context, cfg cluster.DevConfig) (_ *Server, err error) {
+	s := &Server{}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if cfg.Dir == "" {
+		if s.tempDir, err = os.MkdirTemp("", "tabula-devtest"); err != nil {
+			return nil, err
+		}
+		cfg.Dir = s.tempDir
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.dev, err = cluster.StartDev(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("start tabula dev: %w", err)
+	}
+	s.Addr = s.dev.Addr()
+	if s.conn, err = grpc.NewClient(s.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20))); err != nil {
+		return nil, err
+	}
+	if s.Data, err = bigtable.NewClientWithConfig(ctx, Project, Instance,
+		bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}}, option.WithGRPCConn(s.conn)); err != nil {
+		return nil, err
+	}
+	if s.Admin, err = bigtable.NewAdminClient(ctx, Project, Instance, option.WithGRPCConn(s.conn)); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// StartT starts a server for one test, stopped when the test ends; it
+// fails the test if the server does not start.
+func StartT(t testing.TB, cfg cluster.DevConfig) *Server {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	s, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// Close stops the clients and the server and removes a temporary
+// directory Start made.
+func (s *Server) Close() error {
+	var errs []error
+	if s.Data != nil {
+		errs = append(errs, s.Data.Close())
+	}
+	if s.Admin != nil {
+		errs = append(errs, s.Admin.Close())
+	}
+	if s.conn != nil {
+		errs = append(errs, s.conn.Close())
+	}
+	if s.dev != nil {
+		errs = append(errs, s.dev.Close())
+	}
+	if s.tempDir != "" {
+		errs = append(errs, os.RemoveAll(s.tempDir))
+	}
+	return errors.Join(errs...)
+}
+
+// ClientOptions are the official client's options for a server at addr
+// without TLS or credentials (for clients of other projects or instances).
+func ClientOptions(addr string) []option.ClientOption {
+	return []option.ClientOption{option.WithEndpoint(addr), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+}
+
+// CreateTable creates table with families (no garbage collection) and
+// split keys through the official admin client.
+func (s *Server) CreateTable(ctx context.Context, table string, families []string, splits ...string) error {
+	fams := map[string]bigtable.Family{}
+	for _, f := range families {
+		fams[f] = bigtable.Family{GCPolicy: bigtable.NoGcPolicy()}
+	}
+	if err := s.Admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: table, ColumnFamilies: fams, SplitKeys: splits}); err != nil {
+		return fmt.Errorf("create %s: %w", table, err)
+	}
+	return nil
+}
+
+// WriteRows writes the SetCell mutations of rms through the official
+// client, 500 rows a request.
+func (s *Server) WriteRows(ctx context.Context, table string, rms []cell.RowMutation) error {
+	tbl := s.Data.Open(table)
+	for start := 0; start < len(rms); start += 500 {
+		end := min(start+500, len(rms))
+		keys := make([]string, 0, end-start)
+		muts := make([]*bigtable.Mutation, 0, end-start)
+		for _, rm := range rms[start:end] {
+			m := bigtable.NewMutation()
+			for _, mu := range rm.Mutations {
+				m.Set(mu.Family, string(mu.Qualifier), bigtable.Timestamp(mu.Timestamp), mu.Value)
+			}
+			keys = append(keys, string(rm.Row))
+			muts = append(muts, m)
+		}
+		errs, err := tbl.ApplyBulk(ctx, keys, muts)
+		if err != nil {
+			return err
+		}
+		for i, e := range errs {
+			if e != nil {
+				return fmt.Errorf("write %q: %w", keys[i], e)
+			}
+		}
+	}
+	return nil
+}
+
+// ReadRows reads rows through the official client (the reference), each
+// with its cells in Bigtable order.
+func (s *Server) ReadRows(ctx context.Context, table string, rs bigtable.RowSet, opts ...bigtable.ReadOption) ([]cell.Row, error) {
+	var out []cell.Row
+	err := s.Data.Open(table).ReadRows(ctx, rs, func(r bigtable.Row) bool {
+		out = append(out, FromOfficial(r))
+		return true
+	}, opts...)
+	return out, err
+}
+
+// CellDump is every cell of table with its timestamp, in order, as
+// "row|family:qualifier|timestamp|hex value": what "byte-identical"
+// compares.
+func (s *Server) CellDump(ctx context.Context, table string) ([]string, error) {
+	rows, err := s.ReadRows(ctx, table, bigtable.InfiniteRange(""))
+	var out []string
+	for _, r := range rows {
+		for _, c := range r.Cells {
+			out = append(out, fmt.Sprintf("%s|%s:%s|%d|%x", r.Key, c.Family, c.Qualifier, c.Timestamp, c.Value))
+		}
+	}
+	return out, err
+}
+
+// FromOfficial converts a row the official client read, its cells sorted
+// in Bigtable order (family, qualifier, newest first).
+func FromOfficial(r bigtable.Row) cell.Row {
+	cr := cell.Row{Key: []byte(r.Key())}
+	for fam, items := range r {
+		for _, it := range items {
+			q := it.Column[len(fam)+1:]
+			cr.Cells = append(cr.Cells, cell.Cell{Family: fam, Qualifier: []byte(q), Timestamp: int64(it.Timestamp), Value: it.Value})
+		}
+	}
+	sort.SliceStable(cr.Cells, func(i, j int) bool { return cell.CompareCells(cr.Cells[i], cr.Cells[j]) < 0 })
+	return cr
+}
+
+// Digest is a row's identity for comparisons: its key, its cell count and
+// a hash of every cell (family, qualifier, timestamp, value), in order.
+func Digest(r cell.Row) string {
+	h := sha256.New()
+	for _, c := range r.Cells {
+		fmt.Fprintf(h, "%q %q %d %q;", c.Family, c.Qualifier, c.Timestamp, c.Value)
+	}
+	return fmt.Sprintf("%s/%d/%s", r.Key, len(r.Cells), hex.EncodeToString(h.Sum(nil))[:16])
+}
+
+// Digests are the Digest of each row (as []any, for passert).
+func Digests(rows []cell.Row) []any {
+	out := make([]any, len(rows))
+	for i, r := range rows {
+		out[i] = Digest(r)
+	}
+	return out
+}
+
+// SplitKeys returns the n-1 keys splitting rows keys "row%05d" evenly.
+func SplitKeys(rows, n int) []string {
+	var s []string
+	for i := 1; i < n; i++ {
+		s = append(s, fmt.Sprintf("row%05d", i*rows/n))
+	}
+	return s
+}
+
+// Rows returns n rows "r%05d" with two versions of f:a, one of f:b and
+// (every third row) one of g:c; timestamps are whole milliseconds (tables
+// keep millisecond granularity, as Cloud Bigtable's do).
+func Rows(n int) []cell.RowMutation {
+	out := make([]cell.RowMutation, n)
+	for i := range out {
+		key := []byte(fmt.Sprintf("r%05d", i))
+		ms := []cell.Mutation{
+			cell.Set("f", []byte("a"), 1_000_000, []byte(fmt.Sprintf("a-old-%d", i))),
+			cell.Set("f", []byte("a"), 2_000_000+1000*int64(i), []byte(fmt.Sprintf("a-new-%d", i))),
+			cell.Set("f", []byte("b"), 1_500_000, []byte(fmt.Sprintf("b-%d-%x", i, i*7919))),
+		}
+		if i%3 == 0 {
+			ms = append(ms, cell.Set("g", []byte("c"), 3_000_000, []byte{byte(i), 0, 0xff}))
+		}
+		out[i] = cell.RowMutation{Row: key, Mutations: ms}
+	}
+	return out
+}
