@@ -40,8 +40,8 @@ func benchTable(b *testing.B) string {
 		for i := 1; i < 8; i++ {
 			splits = append(splits, fmt.Sprintf("b%07d", i*benchRows/8))
 		}
-		createTable(b, table, []string{"f"}, splits...)
-		c, err := client.Dial(env.addr, client.Options{})
+		dev.CreateTable(b, table, []string{"f"}, splits...)
+		c, err := client.Dial(dev.Addr, client.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -107,7 +107,7 @@ func BenchmarkRead(b *testing.B) {
 	table := benchTable(b)
 	var scanRate float64
 	b.Run("client-scan", func(b *testing.B) {
-		c, err := client.Dial(env.addr, client.Options{})
+		c, err := client.Dial(dev.Addr, client.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func BenchmarkRead(b *testing.B) {
 		start := time.Now()
 		for range b.N {
 			p, s := beam.NewPipelineWithRoot()
-			stats.Sum(s, beam.ParDo(s, &tallyRowsFn{}, Read(s, ReadConfig{Table: Table{Addr: env.addr, Table: table}, BundleBytes: 8 << 20})))
+			stats.Sum(s, beam.ParDo(s, &tallyRowsFn{}, Read(s, ReadConfig{Table: Table{Addr: dev.Addr, Table: table}, BundleBytes: 8 << 20})))
 			pr, err := ptest.RunWithMetrics(p)
 			if err != nil {
 				b.Fatal(err)
@@ -190,11 +190,11 @@ func BenchmarkWrite(b *testing.B) {
 	fresh := func(b *testing.B) string {
 		round++
 		name := fmt.Sprintf("wbench%d", round)
-		createTable(b, name, []string{"f"}, "b0005000", "b0010000", "b0015000")
+		dev.CreateTable(b, name, []string{"f"}, "b0005000", "b0010000", "b0015000")
 		return name
 	}
 	b.Run("client-applybulk", func(b *testing.B) {
-		c, err := client.Dial(env.addr, client.Options{})
+		c, err := client.Dial(dev.Addr, client.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -241,7 +241,7 @@ func BenchmarkWrite(b *testing.B) {
 			// costs more than the writes (measured: a 20,000-element
 			// Reshuffle alone takes ~3 s here).
 			muts := beam.ParDo(s, &genMutationsFn{From: 0, To: n}, beam.Impulse(s))
-			results, _ := Write(s, WriteConfig{Table: Table{Addr: env.addr, Table: table}}, muts)
+			results, _ := Write(s, WriteConfig{Table: Table{Addr: dev.Addr, Table: table}}, muts)
 			// An output leaving the writers' stage: a stage without one
 			// makes prism v2.77.0 spin a core while its bundle runs.
 			stats.Count(s, results)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tabuladb/tabula/beamio/keyrange"
+	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/storage/cell"
 )
 
@@ -121,7 +122,7 @@ func TestReadConfigRanges(t *testing.T) {
 func TestCodersRoundTrip(t *testing.T) {
 	r := Row{Key: []byte("k\x00"), Cells: []cell.Cell{{Family: "f", Qualifier: []byte{}, Timestamp: -5, Value: []byte("v")}, {Family: "g", Qualifier: []byte("q"), Timestamp: 1 << 60}}}
 	got, err := decodeRow(encodeRow(r))
-	if err != nil || digest(cell.Row(got)) != digest(cell.Row(r)) {
+	if err != nil || devtest.Digest(cell.Row(got)) != devtest.Digest(cell.Row(r)) {
 		t.Fatalf("row round trip: %v %v", got, err)
 	}
 	m := RowMutation{Row: []byte("k"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 7, []byte("v")), cell.DeleteColumn("f", []byte("q"), 1, 9), cell.DeleteFamily("g"), cell.DeleteRow()}}
@@ -146,7 +147,7 @@ func FuzzDecodeRow(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := decodeRow(b); err == nil {
 			again, err := decodeRow(encodeRow(r))
-			if err != nil || digest(cell.Row(again)) != digest(cell.Row(r)) {
+			if err != nil || devtest.Digest(cell.Row(again)) != devtest.Digest(cell.Row(r)) {
 				t.Fatalf("decoded %v does not survive a re-encoding: %v %v", r, again, err)
 			}
 		}

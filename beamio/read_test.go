@@ -11,10 +11,11 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/passert"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 
+	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/storage/cell"
 )
 
-func rowDigest(r Row) string { return digest(cell.Row(r)) }
+func rowDigest(r Row) string { return devtest.Digest(cell.Row(r)) }
 
 func init() {
 	register.Function1x1(rowDigest)
@@ -34,8 +35,8 @@ var readTableCreated = map[string]bool{}
 func readTable(t *testing.T, name string) string {
 	t.Helper()
 	if !readTableCreated[name] {
-		createTable(t, name, []string{"f", "g"}, readTableSplits...)
-		writeRows(t, name, testRows(1000))
+		dev.CreateTable(t, name, []string{"f", "g"}, readTableSplits...)
+		dev.WriteRows(t, name, devtest.Rows(1000))
 		readTableCreated[name] = true
 	}
 	return name
@@ -67,7 +68,7 @@ func TestReadMatchesOfficialScan(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			want := officialScan(t, table, tc.rs, tc.opts...)
+			want := dev.ReadRows(t, table, tc.rs, tc.opts...)
 			if tc.keep != nil {
 				want = slices.DeleteFunc(want, func(r cell.Row) bool { return !tc.keep(r) })
 			}
@@ -75,11 +76,11 @@ func TestReadMatchesOfficialScan(t *testing.T) {
 				t.Fatal("the reference scan found no rows")
 			}
 			cfg := tc.cfg
-			cfg.Table = Table{Addr: env.addr, Table: table}
+			cfg.Table = Table{Addr: dev.Addr, Table: table}
 			cfg.BundleBytes = 16 << 10 // several restrictions per tablet
 			p, s := beam.NewPipelineWithRoot()
 			rows := Read(s, cfg)
-			passert.Equals(s, beam.ParDo(s, rowDigest, rows), digests(want)...)
+			passert.Equals(s, beam.ParDo(s, rowDigest, rows), devtest.Digests(want)...)
 			if err := ptest.Run(p); err != nil {
 				t.Fatalf("pipeline: %v", err)
 			}

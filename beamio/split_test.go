@@ -15,6 +15,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 
 	"github.com/tabuladb/tabula/beamio/keyrange"
+	"github.com/tabuladb/tabula/internal/devtest"
 )
 
 // counter returns the committed value of a beamio counter.
@@ -34,9 +35,9 @@ func counter(pr beam.PipelineResult, name string) int64 {
 // and the output is still exactly the table.
 func TestReadSplitsDynamically(t *testing.T) {
 	const table = "dynsplit"
-	createTable(t, table, []string{"f", "g"})
-	writeRows(t, table, testRows(3000))
-	want := officialScan(t, table, bigtable.InfiniteRange(""))
+	dev.CreateTable(t, table, []string{"f", "g"})
+	dev.WriteRows(t, table, devtest.Rows(3000))
+	want := dev.ReadRows(t, table, bigtable.InfiniteRange(""))
 
 	var once sync.Once
 	var stalled atomic.Bool
@@ -57,8 +58,8 @@ func TestReadSplitsDynamically(t *testing.T) {
 	t.Cleanup(func() { beforeClaimHook = nil })
 
 	p, s := beam.NewPipelineWithRoot()
-	rows := Read(s, ReadConfig{Table: Table{Addr: env.addr, Table: table}, BundleBytes: 1 << 40})
-	passert.Equals(s, beam.ParDo(s, rowDigest, rows), digests(want)...)
+	rows := Read(s, ReadConfig{Table: Table{Addr: dev.Addr, Table: table}, BundleBytes: 1 << 40})
+	passert.Equals(s, beam.ParDo(s, rowDigest, rows), devtest.Digests(want)...)
 	pr, err := ptest.RunWithMetrics(p)
 	if err != nil {
 		t.Fatalf("pipeline: %v", err)
@@ -86,14 +87,14 @@ func TestReadSplitsDynamically(t *testing.T) {
 // do not change.
 func TestReadWhileTabletsSplit(t *testing.T) {
 	const table = "splitting"
-	createTable(t, table, []string{"f", "g", "h"}, "r00250", "r00500", "r00750", "s")
-	writeRows(t, table, testRows(1000))
+	dev.CreateTable(t, table, []string{"f", "g", "h"}, "r00250", "r00500", "r00750", "s")
+	dev.WriteRows(t, table, devtest.Rows(1000))
 	readRange := bigtable.NewRange("r", "s")
-	want := officialScan(t, table, readRange, bigtable.RowFilter(bigtable.FamilyFilter("f|g")))
+	want := dev.ReadRows(t, table, readRange, bigtable.RowFilter(bigtable.FamilyFilter("f|g")))
 	before := tabletCount(t, table)
 
 	// Writers: 4 × 500 rows of 4 KiB (8 MB) into the read tablets.
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(devtest.Context(t))
 	defer cancel()
 	var wg sync.WaitGroup
 	var written atomic.Int64
@@ -102,7 +103,7 @@ func TestReadWhileTabletsSplit(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tbl := env.data.Open(table)
+			tbl := dev.Data.Open(table)
 			val := make([]byte, 4<<10)
 			for i := 0; i < 500 && ctx.Err() == nil; i += 20 {
 				var keys []string
@@ -140,9 +141,9 @@ func TestReadWhileTabletsSplit(t *testing.T) {
 		default:
 		}
 		p, s := beam.NewPipelineWithRoot()
-		rows := Read(s, ReadConfig{Table: Table{Addr: env.addr, Table: table}, Ranges: []RowRange{{Start: []byte("r"), End: []byte("s")}},
+		rows := Read(s, ReadConfig{Table: Table{Addr: dev.Addr, Table: table}, Ranges: []RowRange{{Start: []byte("r"), End: []byte("s")}},
 			Families: []string{"f", "g"}, BundleBytes: 64 << 10})
-		passert.Equals(s, beam.ParDo(s, rowDigest, rows), digests(want)...)
+		passert.Equals(s, beam.ParDo(s, rowDigest, rows), devtest.Digests(want)...)
 		if err := ptest.Run(p); err != nil {
 			t.Fatalf("round %d: %v", rounds, err)
 		}
@@ -157,10 +158,10 @@ done:
 		t.Fatalf("tablets: %d before, %d after %d writes: the table did not split", before, after, written.Load())
 	}
 	// The whole grown table against the reference.
-	all := officialScan(t, table, bigtable.InfiniteRange(""))
+	all := dev.ReadRows(t, table, bigtable.InfiniteRange(""))
 	p, s := beam.NewPipelineWithRoot()
-	rows := Read(s, ReadConfig{Table: Table{Addr: env.addr, Table: table}, BundleBytes: 256 << 10})
-	passert.Equals(s, beam.ParDo(s, rowDigest, rows), digests(all)...)
+	rows := Read(s, ReadConfig{Table: Table{Addr: dev.Addr, Table: table}, BundleBytes: 256 << 10})
+	passert.Equals(s, beam.ParDo(s, rowDigest, rows), devtest.Digests(all)...)
 	if err := ptest.Run(p); err != nil {
 		t.Fatal(err)
 	}
@@ -169,12 +170,12 @@ done:
 
 func tabletCount(t *testing.T, table string) int {
 	t.Helper()
-	c, err := (Table{Addr: env.addr, Table: table}).dial()
+	c, err := (Table{Addr: dev.Addr, Table: table}).dial()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	tabs, err := c.Tablets(testCtx(t), table)
+	tabs, err := c.Tablets(devtest.Context(t), table)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
 	"google.golang.org/grpc/codes"
 
+	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/storage/cell"
 )
 
@@ -41,7 +42,7 @@ type countRowsFn struct {
 }
 
 func (f *countRowsFn) ProcessElement(ctx context.Context, _ []byte, emit func(int)) error {
-	c, err := bigtable.NewClient(ctx, "tabula", "dev", officialOptions(f.Addr)...)
+	c, err := bigtable.NewClient(ctx, "tabula", "dev", devtest.ClientOptions(f.Addr)...)
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,7 @@ func init() {
 // letters with their status, and a step after Wait sees every write.
 func TestWriteDeadLetters(t *testing.T) {
 	const table = "write"
-	createTable(t, table, []string{"f"}, "m")
+	dev.CreateTable(t, table, []string{"f"}, "m")
 	var muts []any
 	var wantDead []any
 	valid := 0
@@ -89,17 +90,17 @@ func TestWriteDeadLetters(t *testing.T) {
 	}
 	p, s := beam.NewPipelineWithRoot()
 	in := beam.Create(s, muts...)
-	results, dead := Write(s, WriteConfig{Table: Table{Addr: env.addr, Table: table}, BatchEntries: 64}, in)
+	results, dead := Write(s, WriteConfig{Table: Table{Addr: dev.Addr, Table: table}, BatchEntries: 64}, in)
 	passert.Equals(s, beam.ParDo(s, deadLetterLine, dead), wantDead...)
 	passert.Equals(s, stats.Sum(s, beam.ParDo(s, writtenOf, results)), int64(valid))
 	passert.Equals(s, stats.Sum(s, beam.ParDo(s, failedOf, results)), int64(len(wantDead)))
 	after := Wait(s, results, beam.Impulse(s))
-	passert.Equals(s, beam.ParDo(s, &countRowsFn{Addr: env.addr, Table: table}, after), valid)
+	passert.Equals(s, beam.ParDo(s, &countRowsFn{Addr: dev.Addr, Table: table}, after), valid)
 	if err := ptest.Run(p); err != nil {
 		t.Fatalf("pipeline: %v", err)
 	}
 	// The table holds exactly the valid entries.
-	rows := officialScan(t, table, bigtable.InfiniteRange(""))
+	rows := dev.ReadRows(t, table, bigtable.InfiniteRange(""))
 	if len(rows) != valid {
 		t.Fatalf("table has %d rows, want %d", len(rows), valid)
 	}

@@ -33,7 +33,7 @@ func loadBenchTable(b *testing.B, e *env, c *client.Client, table string, rows, 
 	for i := 1; i < 8; i++ {
 		splits = append(splits, fmt.Sprintf("row%08d", i*rows/8))
 	}
-	e.createTable(b, table, []string{"contents", "anchor", "language"}, splits...)
+	e.CreateTable(b, table, []string{"contents", "anchor", "language"}, splits...)
 	r := rand.New(rand.NewPCG(1, 1))
 	page := []byte(strings.Repeat("x", pageBytes))
 	var batch []cell.RowMutation
@@ -63,7 +63,7 @@ func loadBenchTable(b *testing.B, e *env, c *client.Client, table string, rows, 
 // ratios (job over reference: above 1 is faster).
 func BenchmarkScan(b *testing.B) {
 	e := startEnv(b)
-	c, err := client.Dial(e.addr, client.Options{})
+	c, err := client.Dial(e.Addr, client.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func BenchmarkScan(b *testing.B) {
 	rows := benchRows()
 	loadBenchTable(b, e, c, "bench", rows, 1000)
 	run := func(job *mapreduce.Job) {
-		res, err := mapreduce.Run(context.Background(), job, mapreduce.Config{Addr: e.addr, LocalWorkers: 4, TempDir: b.TempDir()})
+		res, err := mapreduce.Run(context.Background(), job, mapreduce.Config{Addr: e.Addr, LocalWorkers: 4, TempDir: b.TempDir()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func BenchmarkScan(b *testing.B) {
 // spilled and shuffled bytes.
 func BenchmarkWordCount(b *testing.B) {
 	e := startEnv(b)
-	c, err := client.Dial(e.addr, client.Options{})
+	c, err := client.Dial(e.Addr, client.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func BenchmarkWordCount(b *testing.B) {
 				job.Combine = nil
 			}
 			t0 := time.Now()
-			res, err := mapreduce.Run(context.Background(), job, mapreduce.Config{Addr: e.addr, LocalWorkers: 4,
+			res, err := mapreduce.Run(context.Background(), job, mapreduce.Config{Addr: e.Addr, LocalWorkers: 4,
 				SortMemory: 1 << 20, TempDir: b.TempDir()})
 			if err != nil {
 				b.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/storage/cell"
 )
@@ -32,7 +33,7 @@ var words = strings.Fields("alpha beta gamma delta epsilon zeta eta theta iota k
 // each, through the official client, and returns the word counts.
 func loadAnchors(t testing.TB, e *env, table string, rows int) map[string]int64 {
 	t.Helper()
-	tbl := e.data.Open(table)
+	tbl := e.Data.Open(table)
 	r := rand.New(rand.NewPCG(uint64(rows), 3))
 	want := map[string]int64{}
 	var keys []string
@@ -152,7 +153,7 @@ func runWordCount(t *testing.T, e *env, c wordCountConf, cfg mapreduce.Config) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Addr = e.addr
+	cfg.Addr = e.Addr
 	if cfg.TempDir == "" {
 		cfg.TempDir = t.TempDir()
 	}
@@ -163,7 +164,7 @@ func runWordCount(t *testing.T, e *env, c wordCountConf, cfg mapreduce.Config) (
 func readCounts(t *testing.T, e *env, table string) map[string]int64 {
 	t.Helper()
 	got := map[string]int64{}
-	err := e.data.Open(table).ReadRows(e.ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+	err := e.Data.Open(table).ReadRows(e.ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
 		for _, it := range r["count"] {
 			got[r.Key()] = int64(binary.BigEndian.Uint64(it.Value))
 		}
@@ -179,7 +180,7 @@ const anchorRows = 3000
 
 func anchorsEnv(t *testing.T) (*env, map[string]int64) {
 	e := startEnv(t)
-	e.createTable(t, "web", []string{"anchor", "contents"}, splitKeys(anchorRows, 9)...)
+	e.CreateTable(t, "web", []string{"anchor", "contents"}, devtest.SplitKeys(anchorRows, 9)...)
 	return e, loadAnchors(t, e, "web", anchorRows)
 }
 
@@ -188,7 +189,7 @@ func anchorsEnv(t *testing.T) (*env, map[string]int64) {
 // leaves the output table byte-identical (cells and timestamps).
 func TestWordCount(t *testing.T) {
 	e, want := anchorsEnv(t)
-	e.createTable(t, "counts", []string{"count"})
+	e.CreateTable(t, "counts", []string{"count"})
 	reg := prometheus.NewRegistry()
 	metrics := mapreduce.NewMetrics(reg)
 	res, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 3, FailMap: -1, SlowMap: -1, KillAt: -1}, mapreduce.Config{LocalWorkers: 3, Metrics: metrics})
@@ -222,11 +223,11 @@ func TestWordCount(t *testing.T) {
 	if c[mapreduce.CounterInputRows] == 0 || c[mapreduce.CounterInputRows] > anchorRows || c[mapreduce.CounterCombineOut] >= c[mapreduce.CounterCombineIn] {
 		t.Errorf("counters %v: want input rows in (0, %d], combine out < in", c, anchorRows)
 	}
-	first := e.cellDump(t, "counts")
+	first := e.CellDump(t, "counts")
 	if _, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 2, FailMap: -1, SlowMap: -1, KillAt: -1}, mapreduce.Config{LocalWorkers: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if second := e.cellDump(t, "counts"); !slices.Equal(first, second) {
+	if second := e.CellDump(t, "counts"); !slices.Equal(first, second) {
 		t.Errorf("re-run changed the table: %d cells before, %d after", len(first), len(second))
 	}
 }
@@ -235,7 +236,7 @@ func TestWordCount(t *testing.T) {
 // attempts, naming the task and its error, with nothing written.
 func TestTaskFailsJob(t *testing.T) {
 	e, _ := anchorsEnv(t)
-	e.createTable(t, "counts", []string{"count"})
+	e.CreateTable(t, "counts", []string{"count"})
 	res, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 2, FailMap: 4, SlowMap: -1, KillAt: -1}, mapreduce.Config{LocalWorkers: 3})
 	if err == nil {
 		t.Fatal("job succeeded")
@@ -248,7 +249,7 @@ func TestTaskFailsJob(t *testing.T) {
 	if res.Counters[mapreduce.CounterFailedAttempts] != 4 {
 		t.Errorf("failed attempts %d, want 4", res.Counters[mapreduce.CounterFailedAttempts])
 	}
-	if cells := e.cellDump(t, "counts"); len(cells) != 0 {
+	if cells := e.CellDump(t, "counts"); len(cells) != 0 {
 		t.Errorf("a failed job wrote %d cells", len(cells))
 	}
 }
@@ -257,7 +258,7 @@ func TestTaskFailsJob(t *testing.T) {
 // attempt that wins; the output equals an undisturbed run's.
 func TestSlowTaskGetsBackup(t *testing.T) {
 	e, want := anchorsEnv(t)
-	e.createTable(t, "counts", []string{"count"})
+	e.CreateTable(t, "counts", []string{"count"})
 	res, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 2, FailMap: -1, SlowMap: 7, KillAt: -1},
 		mapreduce.Config{LocalWorkers: 3, BackupAfter: 100 * time.Millisecond})
 	if err != nil {
@@ -279,8 +280,8 @@ func TestSlowTaskGetsBackup(t *testing.T) {
 // an undisturbed run's.
 func TestLostWorker(t *testing.T) {
 	e, _ := anchorsEnv(t)
-	e.createTable(t, "counts", []string{"count"})
-	e.createTable(t, "counts2", []string{"count"})
+	e.CreateTable(t, "counts", []string{"count"})
+	e.CreateTable(t, "counts2", []string{"count"})
 	if _, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 2, FailMap: -1, SlowMap: -1, KillAt: -1}, mapreduce.Config{LocalWorkers: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func TestLostWorker(t *testing.T) {
 	default:
 		t.Fatal("the worker was not killed")
 	}
-	a, b := e.cellDump(t, "counts"), e.cellDump(t, "counts2")
+	a, b := e.CellDump(t, "counts"), e.CellDump(t, "counts2")
 	if len(a) == 0 || !slices.Equal(a, b) {
 		t.Errorf("output after a lost worker differs: %d cells vs %d undisturbed", len(b), len(a))
 	}
@@ -330,8 +331,8 @@ func TestSpillBoundedMemory(t *testing.T) {
 	// scanning, the reduce's merge buffers and the sampling's slack.
 	const slack = 24 << 20
 	e := startEnv(t)
-	e.createTable(t, "big", []string{"f"})
-	tbl := e.data.Open("big")
+	e.CreateTable(t, "big", []string{"f"})
+	tbl := e.Data.Open("big")
 	var keys []string
 	var muts []*bigtable.Mutation
 	for i := range 400 {
@@ -399,7 +400,7 @@ func TestSpillBoundedMemory(t *testing.T) {
 			}
 		}
 	}()
-	res, err := mapreduce.Run(e.ctx, job, mapreduce.Config{Addr: e.addr, LocalWorkers: 1, SortMemory: budget, TempDir: t.TempDir()})
+	res, err := mapreduce.Run(e.ctx, job, mapreduce.Config{Addr: e.Addr, LocalWorkers: 1, SortMemory: budget, TempDir: t.TempDir()})
 	close(stop)
 	wg.Wait()
 	if err != nil {
@@ -429,7 +430,7 @@ func TestTotalOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := mapreduce.Config{Addr: e.addr, LocalWorkers: 3, TempDir: t.TempDir()}
+	cfg := mapreduce.Config{Addr: e.Addr, LocalWorkers: 3, TempDir: t.TempDir()}
 	if err := mapreduce.TotalOrder(e.ctx, job, cfg, 50); err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +495,7 @@ func TestFailedJobCommitsNoFiles(t *testing.T) {
 		},
 		Output: &mapreduce.FileOutput{URL: dir, Format: "jsonl"},
 	}
-	_, err := mapreduce.Run(e.ctx, job, mapreduce.Config{Addr: e.addr, LocalWorkers: 3, TempDir: t.TempDir()})
+	_, err := mapreduce.Run(e.ctx, job, mapreduce.Config{Addr: e.Addr, LocalWorkers: 3, TempDir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "map 5 failed 4 times") {
 		t.Fatalf("err = %v", err)
 	}
@@ -537,7 +538,7 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels ...
 // restarted worker) joins and finishes the job, with the right output.
 func TestDiscoveredWorker(t *testing.T) {
 	e, want := anchorsEnv(t)
-	e.createTable(t, "counts", []string{"count"})
+	e.CreateTable(t, "counts", []string{"count"})
 	workers := mapreduce.NewLocalWorkers(2, mapreduce.LocalWorkerConfig{Dir: t.TempDir()})
 	var once sync.Once
 	kill := func() { once.Do(workers[0].Kill) }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"sort"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/api/option"
@@ -86,6 +87,20 @@ func Start(ctx context.Context, cfg cluster.DevConfig) (_ *Server, err error) {
 	return s, nil
 }
 
+// Main runs a test binary's tests (run, e.g. m.Run or Beam's
+// ptest.MainRet) with one server shared by all of them in *shared, and
+// returns the exit code; TestMain passes it to os.Exit.
+func Main(cfg cluster.DevConfig, shared **Server, run func() int) int {
+	s, err := Start(context.Background(), cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer s.Close()
+	*shared = s
+	return run()
+}
+
 // StartT starts a server for one test, stopped when the test ends; it
 // fails the test if the server does not start.
 func StartT(t testing.TB, cfg cluster.DevConfig) *Server {
@@ -130,22 +145,32 @@ func ClientOptions(addr string) []option.ClientOption {
 		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
 }
 
+// Context returns a context for one of t's calls, cancelled when t ends
+// or after 3 minutes.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // CreateTable creates table with families (no garbage collection) and
-// split keys through the official admin client.
-func (s *Server) CreateTable(ctx context.Context, table string, families []string, splits ...string) error {
+// split keys through the official admin client, failing t if it cannot.
+func (s *Server) CreateTable(t testing.TB, table string, families []string, splits ...string) {
+	t.Helper()
 	fams := map[string]bigtable.Family{}
 	for _, f := range families {
 		fams[f] = bigtable.Family{GCPolicy: bigtable.NoGcPolicy()}
 	}
-	if err := s.Admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: table, ColumnFamilies: fams, SplitKeys: splits}); err != nil {
-		return fmt.Errorf("create %s: %w", table, err)
+	if err := s.Admin.CreateTableFromConf(Context(t), &bigtable.TableConf{TableID: table, ColumnFamilies: fams, SplitKeys: splits}); err != nil {
+		t.Fatalf("create %s: %v", table, err)
 	}
-	return nil
 }
 
 // WriteRows writes the SetCell mutations of rms through the official
-// client, 500 rows a request.
-func (s *Server) WriteRows(ctx context.Context, table string, rms []cell.RowMutation) error {
+// client, 500 rows a request, failing t if any fails.
+func (s *Server) WriteRows(t testing.TB, table string, rms []cell.RowMutation) {
+	t.Helper()
+	ctx := Context(t)
 	tbl := s.Data.Open(table)
 	for start := 0; start < len(rms); start += 500 {
 		end := min(start+500, len(rms))
@@ -161,40 +186,44 @@ func (s *Server) WriteRows(ctx context.Context, table string, rms []cell.RowMuta
 		}
 		errs, err := tbl.ApplyBulk(ctx, keys, muts)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		for i, e := range errs {
 			if e != nil {
-				return fmt.Errorf("write %q: %w", keys[i], e)
+				t.Fatalf("write %q: %v", keys[i], e)
 			}
 		}
 	}
-	return nil
 }
 
 // ReadRows reads rows through the official client (the reference), each
-// with its cells in Bigtable order.
-func (s *Server) ReadRows(ctx context.Context, table string, rs bigtable.RowSet, opts ...bigtable.ReadOption) ([]cell.Row, error) {
+// with its cells in Bigtable order, failing t if the read fails.
+func (s *Server) ReadRows(t testing.TB, table string, rs bigtable.RowSet, opts ...bigtable.ReadOption) []cell.Row {
+	t.Helper()
 	var out []cell.Row
-	err := s.Data.Open(table).ReadRows(ctx, rs, func(r bigtable.Row) bool {
+	err := s.Data.Open(table).ReadRows(Context(t), rs, func(r bigtable.Row) bool {
 		out = append(out, FromOfficial(r))
 		return true
 	}, opts...)
-	return out, err
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // CellDump is every cell of table with its timestamp, in order, as
 // "row|family:qualifier|timestamp|hex value": what "byte-identical"
 // compares.
-func (s *Server) CellDump(ctx context.Context, table string) ([]string, error) {
-	rows, err := s.ReadRows(ctx, table, bigtable.InfiniteRange(""))
+func (s *Server) CellDump(t testing.TB, table string) []string {
+	t.Helper()
+	rows := s.ReadRows(t, table, bigtable.InfiniteRange(""))
 	var out []string
 	for _, r := range rows {
 		for _, c := range r.Cells {
 			out = append(out, fmt.Sprintf("%s|%s:%s|%d|%x", r.Key, c.Family, c.Qualifier, c.Timestamp, c.Value))
 		}
 	}
-	return out, err
+	return out
 }
 
 // FromOfficial converts a row the official client read, its cells sorted

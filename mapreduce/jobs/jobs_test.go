@@ -12,6 +12,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/mapreduce/jobs"
 	"github.com/tabuladb/tabula/storage/client"
@@ -25,8 +26,8 @@ var anchorWords = strings.Fields("Breaking News sports CNN home page weather Lis
 // with up to three versions, anchors from other sites, a language.
 func loadWeb(t *testing.T, e *env, table string) {
 	t.Helper()
-	e.createTable(t, table, []string{"contents", "anchor", "language"}, splitKeys(webRows, 10)...)
-	tbl := e.data.Open(table)
+	e.CreateTable(t, table, []string{"contents", "anchor", "language"}, devtest.SplitKeys(webRows, 10)...)
+	tbl := e.Data.Open(table)
 	r := rand.New(rand.NewPCG(7, 7))
 	var keys []string
 	var muts []*bigtable.Mutation
@@ -57,7 +58,7 @@ func (e *env) run(t *testing.T, name string, conf any, cfg mapreduce.Config) (*m
 	if err != nil {
 		return nil, err
 	}
-	cfg.Addr = e.addr
+	cfg.Addr = e.Addr
 	if cfg.TempDir == "" {
 		cfg.TempDir = t.TempDir()
 	}
@@ -90,7 +91,7 @@ func TestRowCounter(t *testing.T) {
 		t.Errorf("%d map attempts, want one per tablet (10)", res.Counters[mapreduce.CounterMapAttempts])
 	}
 	want := 0
-	if err := e.data.Open("web").ReadRows(e.ctx, bigtable.PrefixRange("row012"), func(bigtable.Row) bool { want++; return true }); err != nil {
+	if err := e.Data.Open("web").ReadRows(e.ctx, bigtable.PrefixRange("row012"), func(bigtable.Row) bool { want++; return true }); err != nil {
 		t.Fatal(err)
 	}
 	res = e.mustRun(t, "rowcounter", jobs.RowCounterConf{Input: jobs.TableSpec{Table: "web", Prefix: []byte("row012")}})
@@ -106,9 +107,9 @@ func TestRowCounter(t *testing.T) {
 func TestCopyTableThenVerify(t *testing.T) {
 	e := startEnv(t)
 	loadWeb(t, e, "web")
-	e.createTable(t, "copy", []string{"contents", "anchor", "language"}, "row00500")
+	e.CreateTable(t, "copy", []string{"contents", "anchor", "language"}, "row00500")
 	e.mustRun(t, "copytable", jobs.CopyTableConf{Input: jobs.TableSpec{Table: "web"}, Dst: "copy"})
-	if a, b := e.cellDump(t, "web"), e.cellDump(t, "copy"); !slices.Equal(a, b) {
+	if a, b := e.CellDump(t, "web"), e.CellDump(t, "copy"); !slices.Equal(a, b) {
 		t.Fatalf("copy differs: %d cells vs %d", len(b), len(a))
 	}
 	res := e.mustRun(t, "verify", jobs.VerifyConf{A: jobs.TableSpec{Table: "web"}, B: "copy"})
@@ -116,7 +117,7 @@ func TestCopyTableThenVerify(t *testing.T) {
 	if c[jobs.CounterGood] != webRows || c[jobs.CounterOnlyInA]+c[jobs.CounterOnlyInB]+c[jobs.CounterContentDifferent] != 0 {
 		t.Fatalf("verify of a copy: %v", c)
 	}
-	cp := e.data.Open("copy")
+	cp := e.Data.Open("copy")
 	m := bigtable.NewMutation()
 	m.Set("language", "", bigtable.Timestamp(1_000_000_000), []byte("XX"))
 	if err := cp.Apply(e.ctx, "row00042", m); err != nil {
@@ -146,13 +147,13 @@ func TestCopyTableThenVerify(t *testing.T) {
 		t.Errorf("diffs %v, want %v", diffs, want)
 	}
 
-	e.createTable(t, "renamed", []string{"links"})
+	e.CreateTable(t, "renamed", []string{"links"})
 	e.mustRun(t, "copytable", jobs.CopyTableConf{Input: jobs.TableSpec{Table: "web"}, Dst: "renamed", Rename: map[string]string{"anchor": "links"}})
 	n, m2 := 0, 0
-	if err := e.data.Open("web").ReadRows(e.ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool { n += len(r["anchor"]); return true }); err != nil {
+	if err := e.Data.Open("web").ReadRows(e.ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool { n += len(r["anchor"]); return true }); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.data.Open("renamed").ReadRows(e.ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool { m2 += len(r["links"]); return true }); err != nil {
+	if err := e.Data.Open("renamed").ReadRows(e.ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool { m2 += len(r["links"]); return true }); err != nil {
 		t.Fatal(err)
 	}
 	if n == 0 || n != m2 {
@@ -186,13 +187,13 @@ func TestExportImportVerify(t *testing.T) {
 				t.Errorf("manifest %s: %v", b, err)
 			}
 			table := "imported_" + format
-			e.createTable(t, table, []string{"contents", "anchor", "language"})
+			e.CreateTable(t, table, []string{"contents", "anchor", "language"})
 			e.mustRun(t, "import", jobs.ImportConf{In: dir, Table: table})
 			res = e.mustRun(t, "verify", jobs.VerifyConf{A: jobs.TableSpec{Table: "web"}, B: table})
 			if c := res.Counters; c[jobs.CounterGood] != webRows || c[jobs.CounterOnlyInA]+c[jobs.CounterOnlyInB]+c[jobs.CounterContentDifferent] != 0 {
 				t.Errorf("verify after import: %v", c)
 			}
-			if a, b := e.cellDump(t, "web"), e.cellDump(t, table); !slices.Equal(a, b) {
+			if a, b := e.CellDump(t, "web"), e.CellDump(t, table); !slices.Equal(a, b) {
 				t.Errorf("imported table differs: %d cells vs %d", len(b), len(a))
 			}
 			// A second export into the same directory is refused before
@@ -214,7 +215,7 @@ func TestScriptJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.Dial(e.addr, client.Options{})
+	c, err := client.Dial(e.Addr, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func TestScriptJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.createTable(t, "results", []string{"result"})
+	e.CreateTable(t, "results", []string{"result"})
 	conf := jobs.ScriptConf{Input: jobs.TableSpec{Table: "web"}, Name: "webtable.szl", Source: string(src), Output: jobs.OutputSpec{Table: "results"}}
 	res := e.mustRun(t, "script", conf)
 	got, err := jobs.ScriptResult(res, conf.Name, conf.Source)
@@ -234,7 +235,7 @@ func TestScriptJob(t *testing.T) {
 		t.Errorf("mr script:\n%s\nscript run:\n%s", got, direct)
 	}
 	rows := 0
-	if err := e.data.Open("results").ReadRows(e.ctx, bigtable.PrefixRange("pages/"), func(r bigtable.Row) bool { rows++; return true }); err != nil {
+	if err := e.Data.Open("results").ReadRows(e.ctx, bigtable.PrefixRange("pages/"), func(r bigtable.Row) bool { rows++; return true }); err != nil {
 		t.Fatal(err)
 	}
 	if want := len(direct.Table("pages").Entries); rows != want || rows == 0 {
@@ -251,7 +252,7 @@ func TestWordCountJob(t *testing.T) {
 	e := startEnv(t)
 	loadWeb(t, e, "web")
 	want := map[string]int{}
-	if err := e.data.Open("web").ReadRows(e.ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+	if err := e.Data.Open("web").ReadRows(e.ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
 		for _, it := range r["anchor"] {
 			for _, w := range jobs.Words(string(it.Value)) {
 				want[w]++
@@ -261,10 +262,10 @@ func TestWordCountJob(t *testing.T) {
 	}, bigtable.RowFilter(bigtable.FamilyFilter("anchor"))); err != nil {
 		t.Fatal(err)
 	}
-	e.createTable(t, "wc", []string{"count"})
+	e.CreateTable(t, "wc", []string{"count"})
 	e.mustRun(t, "wordcount", jobs.WordCountConf{Input: jobs.TableSpec{Table: "web"}, Output: jobs.OutputSpec{Table: "wc"}})
 	got := map[string]int{}
-	if err := e.data.Open("wc").ReadRows(e.ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+	if err := e.Data.Open("wc").ReadRows(e.ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
 		var n int
 		fmt.Sscan(string(r["count"][0].Value), &n)
 		got[r.Key()] = n

@@ -36,8 +36,8 @@ func benchTable(b *testing.B) []cell.Row {
 		for i := 1; i < 6; i++ {
 			splits = append(splits, fmt.Sprintf("b%07d", i*benchRows/6))
 		}
-		createTable(b, "bench", []string{"f"}, splits...)
-		c, err := client.Dial(env.addr, client.Options{})
+		dev.CreateTable(b, "bench", []string{"f"}, splits...)
+		c, err := client.Dial(dev.Addr, client.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func benchTable(b *testing.B) []cell.Row {
 			}
 		}
 	})
-	c, err := client.Dial(env.addr, client.Options{})
+	c, err := client.Dial(dev.Addr, client.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"cloud.google.com/go/bigtable"
 
 	"github.com/tabuladb/tabula/beamio"
+	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/storage/blob/blobtest"
 )
 
@@ -29,11 +30,11 @@ func TestDuckDBReadsExport(t *testing.T) {
 	if nodePath == "" {
 		t.Fatal("TABULA_TEST_DUCKDB_NODE_PATH is not set: run through deploy/test.sh, which installs @duckdb/node-api")
 	}
-	createTable(t, "duck", []string{"f", "g"}, "r00100", "r00200")
-	writeRows(t, "duck", testRows(300))
-	want := officialScan(t, "duck", bigtable.InfiniteRange(""))
+	dev.CreateTable(t, "duck", []string{"f", "g"}, "r00100", "r00200")
+	dev.WriteRows(t, "duck", devtest.Rows(300))
+	want := dev.ReadRows(t, "duck", bigtable.InfiniteRange(""))
 	dir := t.TempDir()
-	if _, err := Export(testCtx(t), ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("duck")}, Out: dir, Shards: 3}); err != nil {
+	if _, err := Export(devtest.Context(t), ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("duck")}, Out: dir, Shards: 3}); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "duck-*-of-00003.parquet"))
@@ -94,14 +95,14 @@ func TestExportImportS3(t *testing.T) {
 	cfg := blobtest.S3Config(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", cfg.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", cfg.SecretKey)
-	createTable(t, "s3src", []string{"f", "g"}, "r00100")
-	writeRows(t, "s3src", testRows(200))
+	dev.CreateTable(t, "s3src", []string{"f", "g"}, "r00100")
+	dev.WriteRows(t, "s3src", devtest.Rows(200))
 	loc := "s3://" + cfg.Bucket + "/exports/s3src?endpoint=" + cfg.Endpoint + "&secure=false"
-	if _, err := Export(testCtx(t), ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("s3src")}, Out: loc, Shards: 2}); err != nil {
+	if _, err := Export(devtest.Context(t), ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("s3src")}, Out: loc, Shards: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Import(testCtx(t), ImportConfig{In: loc, Conn: conn(), Table: "s3dst", Create: true}); err != nil {
+	if _, err := Import(devtest.Context(t), ImportConfig{In: loc, Conn: conn(), Table: "s3dst", Create: true}); err != nil {
 		t.Fatal(err)
 	}
-	sameRows(t, officialScan(t, "s3dst", bigtable.InfiniteRange("")), officialScan(t, "s3src", bigtable.InfiniteRange("")))
+	sameRows(t, dev.ReadRows(t, "s3dst", bigtable.InfiniteRange("")), dev.ReadRows(t, "s3src", bigtable.InfiniteRange("")))
 }

@@ -18,12 +18,13 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/tabuladb/tabula/beamio"
+	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/pipelines/internal/pipe"
 	"github.com/tabuladb/tabula/rowfile"
 	"github.com/tabuladb/tabula/storage/cell"
 )
 
-func conn() pipe.Conn { return pipe.Conn{Addr: env.addr, Project: "tabula", Instance: "dev"} }
+func conn() pipe.Conn { return pipe.Conn{Addr: dev.Addr, Project: "tabula", Instance: "dev"} }
 
 func sameRows(t *testing.T, got, want []cell.Row) {
 	t.Helper()
@@ -31,8 +32,8 @@ func sameRows(t *testing.T, got, want []cell.Row) {
 		t.Fatalf("%d rows, want %d", len(got), len(want))
 	}
 	for i := range want {
-		if digest(got[i]) != digest(want[i]) {
-			t.Fatalf("row %d: %s, want %s", i, digest(got[i]), digest(want[i]))
+		if devtest.Digest(got[i]) != devtest.Digest(want[i]) {
+			t.Fatalf("row %d: %s, want %s", i, devtest.Digest(got[i]), devtest.Digest(want[i]))
 		}
 	}
 }
@@ -42,11 +43,11 @@ func sameRows(t *testing.T, got, want []cell.Row) {
 // Tabula did not write), imports them into a new table and compares
 // every cell, timestamps included, through the official client.
 func TestExportImportRoundTrip(t *testing.T) {
-	createTable(t, "src", []string{"f", "g"}, "r00100", "r00200", "r00300", "r00400", "r00500", "r00600", "r00700", "r00800", "r00900")
-	writeRows(t, "src", testRows(1000))
-	want := officialScan(t, "src", bigtable.InfiniteRange(""))
+	dev.CreateTable(t, "src", []string{"f", "g"}, "r00100", "r00200", "r00300", "r00400", "r00500", "r00600", "r00700", "r00800", "r00900")
+	dev.WriteRows(t, "src", devtest.Rows(1000))
+	want := dev.ReadRows(t, "src", bigtable.InfiniteRange(""))
 	dir := t.TempDir()
-	ctx := testCtx(t)
+	ctx := devtest.Context(t)
 	sum, err := Export(ctx, ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("src")}, Out: dir, Shards: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -100,14 +101,14 @@ func TestExportImportRoundTrip(t *testing.T) {
 	if isum.Rows != int64(len(want)) || isum.Cells != int64(cells) {
 		t.Fatalf("import summary %+v", isum)
 	}
-	sameRows(t, officialScan(t, "dst", bigtable.InfiniteRange("")), want)
+	sameRows(t, dev.ReadRows(t, "dst", bigtable.InfiniteRange("")), want)
 }
 
 func TestExportColumnsLayout(t *testing.T) {
-	createTable(t, "cols", []string{"f", "g"}, "r00050")
-	writeRows(t, "cols", testRows(100))
+	dev.CreateTable(t, "cols", []string{"f", "g"}, "r00050")
+	dev.WriteRows(t, "cols", devtest.Rows(100))
 	dir := t.TempDir()
-	ctx := testCtx(t)
+	ctx := devtest.Context(t)
 	_, err := Export(ctx, ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("cols")}, Out: dir, Shards: 2, Format: rowfile.ParquetColumns})
 	if err != nil {
 		t.Fatal(err)
@@ -159,9 +160,9 @@ func writeWrongSchema(t *testing.T, dir, name string) {
 // schema, or one that is not Parquet, fails the import before any row is
 // written — the good shard's rows included.
 func TestImportBadFilesWriteNothing(t *testing.T) {
-	createTable(t, "good", []string{"f", "g"})
-	writeRows(t, "good", testRows(50))
-	ctx := testCtx(t)
+	dev.CreateTable(t, "good", []string{"f", "g"})
+	dev.WriteRows(t, "good", devtest.Rows(50))
+	ctx := devtest.Context(t)
 	for _, tc := range []struct {
 		name    string
 		bad     func(dir string)
@@ -179,12 +180,12 @@ func TestImportBadFilesWriteNothing(t *testing.T) {
 			}
 			tc.bad(dir)
 			target := "target" + strings.ReplaceAll(tc.name, " ", "")
-			createTable(t, target, []string{"f"})
+			dev.CreateTable(t, target, []string{"f"})
 			_, err := Import(ctx, ImportConfig{In: dir, Conn: conn(), Table: target})
 			if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), "good-00001-of-00002.parquet") {
 				t.Fatalf("import: %v, want %v naming the file", err, tc.wantErr)
 			}
-			if rows := officialScan(t, target, bigtable.InfiniteRange("")); len(rows) != 0 {
+			if rows := dev.ReadRows(t, target, bigtable.InfiniteRange("")); len(rows) != 0 {
 				t.Fatalf("%d rows written by a failed import", len(rows))
 			}
 			if fams, err := pipe.Families(ctx, conn(), target); err != nil || !slices.Equal(fams, []string{"f"}) {
@@ -195,7 +196,7 @@ func TestImportBadFilesWriteNothing(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := devtest.Context(t)
 	dir := t.TempDir()
 	// A missing table.
 	_, err := Export(ctx, ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("nosuch")}, Out: dir})
@@ -218,8 +219,8 @@ func TestBadInput(t *testing.T) {
 		t.Fatal("import of an empty directory succeeded")
 	}
 	// Import into a missing table without --create.
-	createTable(t, "few", []string{"f", "g"})
-	writeRows(t, "few", testRows(5))
+	dev.CreateTable(t, "few", []string{"f", "g"})
+	dev.WriteRows(t, "few", devtest.Rows(5))
 	if _, err := Export(ctx, ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("few")}, Out: dir, Shards: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func TestBadInput(t *testing.T) {
 // Webtable and compares with a count made directly through the official
 // client.
 func TestDomainCount(t *testing.T) {
-	createTable(t, "webtable", []string{"contents", "anchor", "language"}, "com.m", "org")
+	dev.CreateTable(t, "webtable", []string{"contents", "anchor", "language"}, "com.m", "org")
 	var rms []cell.RowMutation
 	sites := []string{"com.cnn.www", "com.example", "org.wikipedia.en", "com.bbc.www", "uk.co.bbc.www"}
 	for i := range 300 {
@@ -247,11 +248,11 @@ func TestDomainCount(t *testing.T) {
 		}
 		rms = append(rms, cell.RowMutation{Row: key, Mutations: ms})
 	}
-	writeRows(t, "webtable", rms)
+	dev.WriteRows(t, "webtable", rms)
 	// The direct count.
 	want := map[string]DomainCounts{}
-	err := env.data.Open("webtable").ReadRows(testCtx(t), bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
-		d, c := CountRow(fromOfficial(r))
+	err := dev.Data.Open("webtable").ReadRows(devtest.Context(t), bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+		d, c := CountRow(devtest.FromOfficial(r))
 		if c.Anchors > 0 {
 			// The direct count sees every version: count columns.
 			cols := map[string]bool{}
@@ -267,7 +268,7 @@ func TestDomainCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := DomainCount(testCtx(t), DomainCountConfig{Read: beamio.ReadConfig{Table: conn().Table("webtable")}, Out: "domains", Timestamp: 5_000_000})
+	n, err := DomainCount(devtest.Context(t), DomainCountConfig{Read: beamio.ReadConfig{Table: conn().Table("webtable")}, Out: "domains", Timestamp: 5_000_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func TestDomainCount(t *testing.T) {
 		t.Fatalf("%d domains written, want %d", n, len(want))
 	}
 	got := map[string]DomainCounts{}
-	for _, r := range officialScan(t, "domains", bigtable.InfiniteRange("")) {
+	for _, r := range dev.ReadRows(t, "domains", bigtable.InfiniteRange("")) {
 		var c DomainCounts
 		for _, cl := range r.Cells {
 			if cl.Timestamp != 5_000_000 {
@@ -306,9 +307,9 @@ func beUint(b []byte) uint64 {
 // TestCopy copies a range of a table with its timestamps into a new
 // table and compares.
 func TestCopy(t *testing.T) {
-	createTable(t, "from", []string{"f", "g"}, "r00040")
-	writeRows(t, "from", testRows(120))
-	sum, err := Copy(testCtx(t), CopyConfig{Read: beamio.ReadConfig{Table: conn().Table("from"), Ranges: []beamio.RowRange{{Start: []byte("r00010"), End: []byte("r00100")}}},
+	dev.CreateTable(t, "from", []string{"f", "g"}, "r00040")
+	dev.WriteRows(t, "from", devtest.Rows(120))
+	sum, err := Copy(devtest.Context(t), CopyConfig{Read: beamio.ReadConfig{Table: conn().Table("from"), Ranges: []beamio.RowRange{{Start: []byte("r00010"), End: []byte("r00100")}}},
 		DstTable: "to", Create: true})
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +317,7 @@ func TestCopy(t *testing.T) {
 	if sum.Entries != 90 {
 		t.Fatalf("%d entries copied, want 90", sum.Entries)
 	}
-	sameRows(t, officialScan(t, "to", bigtable.InfiniteRange("")), officialScan(t, "from", bigtable.NewRange("r00010", "r00100")))
+	sameRows(t, dev.ReadRows(t, "to", bigtable.InfiniteRange("")), dev.ReadRows(t, "from", bigtable.NewRange("r00010", "r00100")))
 }
 
 // TestBinaries builds the import and export binaries and checks their
@@ -354,15 +355,15 @@ func TestBinaries(t *testing.T) {
 	}
 	dir := t.TempDir()
 	writeWrongSchema(t, dir, "w-00000-of-00001.parquet")
-	createTable(t, "bin", []string{"f"})
-	out, code = run("import", "--addr", env.addr, "--in", dir, "--table", "bin")
+	dev.CreateTable(t, "bin", []string{"f"})
+	out, code = run("import", "--addr", dev.Addr, "--in", dir, "--table", "bin")
 	if code != 1 || !strings.Contains(out, "w-00000-of-00001.parquet") || !strings.Contains(out, "schema") {
 		t.Fatalf("import of a wrong-schema file: exit %d, output\n%s", code, out)
 	}
-	if rows := officialScan(t, "bin", bigtable.InfiniteRange("")); len(rows) != 0 {
+	if rows := dev.ReadRows(t, "bin", bigtable.InfiniteRange("")); len(rows) != 0 {
 		t.Fatalf("%d rows written", len(rows))
 	}
-	out, code = run("export", "--addr", env.addr, "--table", "bin", "--out", dir, "--layout", "sideways")
+	out, code = run("export", "--addr", dev.Addr, "--table", "bin", "--out", dir, "--layout", "sideways")
 	if code != 2 || !strings.Contains(out, "--layout") {
 		t.Fatalf("bad --layout: exit %d, output\n%s", code, out)
 	}
