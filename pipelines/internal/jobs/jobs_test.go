@@ -325,7 +325,7 @@ func TestCopy(t *testing.T) {
 // with the reason; a bad flag exits 2.
 func TestBinaries(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds binaries")
+		t.Skip("short mode: builds binaries")
 	}
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin, "../../import", "../../export")
