@@ -26,14 +26,19 @@ type BulkOptions struct {
 	// of it. Default 16 MiB.
 	BudgetBytes int
 	// BatchBytes: the mutations bound for one tablet are sent as one
-	// MutateRows once they hold this many bytes (or 10,000 mutations).
-	// Default 1 MiB, and at most BudgetBytes.
+	// MutateRows once they hold this many bytes (or maxBatchEntries row
+	// mutations, or maxBatchMutations mutations in all). Default 1 MiB,
+	// and at most BudgetBytes.
 	BatchBytes int
 }
 
-// maxBatchEntries bounds the mutations of one MutateRows (the API allows
-// 100,000).
-const maxBatchEntries = 10_000
+// maxBatchEntries bounds the row mutations (entries) of one MutateRows,
+// and maxBatchMutations their mutations together: the API allows 100,000
+// in one request, counted over all its entries.
+const (
+	maxBatchEntries   = 10_000
+	maxBatchMutations = 100_000
+)
 
 // bulkInFlightHook, when set (by tests), sees the bytes in flight after
 // each acquisition of the budget.
@@ -100,6 +105,14 @@ func (c *Client) ApplyBulk(ctx context.Context, table string, rms []cell.RowMuta
 		}
 		k := loc.Server + "\x00" + string(loc.Start)
 		b := pending[k]
+		if b != nil && b.mutations+len(rms[i].Mutations) > maxBatchMutations {
+			// The request would pass the API's limit: send what is
+			// pending first. (A row mutation over the limit alone goes
+			// by itself and is refused for itself.)
+			delete(pending, k)
+			send(b)
+			b = nil
+		}
 		if b == nil {
 			b = &batch{loc: loc}
 			pending[k] = b
@@ -107,7 +120,8 @@ func (c *Client) ApplyBulk(ctx context.Context, table string, rms []cell.RowMuta
 		}
 		b.idx = append(b.idx, i)
 		b.bytes += rms[i].Size()
-		if b.bytes >= opts.BatchBytes || len(b.idx) >= maxBatchEntries {
+		b.mutations += len(rms[i].Mutations)
+		if b.bytes >= opts.BatchBytes || len(b.idx) >= maxBatchEntries || b.mutations >= maxBatchMutations {
 			delete(pending, k)
 			send(b)
 		}
@@ -137,9 +151,10 @@ func (c *Client) ApplyBulk(ctx context.Context, table string, rms []cell.RowMuta
 
 // batch is mutations (indexes into ApplyBulk's rms) bound for one tablet.
 type batch struct {
-	loc   meta.Location
-	idx   []int
-	bytes int
+	loc       meta.Location
+	idx       []int
+	bytes     int
+	mutations int // of the row mutations idx names, together
 }
 
 // applyOne applies one mutation alone, with Apply's retries.

@@ -482,6 +482,35 @@ func TestApplyBulkBudget(t *testing.T) {
 	}
 }
 
+// TestApplyBulkMutationLimit: narrow rows of many cells fill a batch's
+// mutation count before its bytes; ApplyBulk must cut batches at the
+// API's 100,000 mutations per request, which the server enforces over a
+// MutateRows request's entries together.
+func TestApplyBulkMutationLimit(t *testing.T) {
+	c, tbl := startDataServer(t, tabletserver.DataOptions{})
+	ctx := context.Background()
+	const rows, cells = 1500, 100 // 150,000 mutations in about 1.1 MB, under BatchBytes
+	var rms []cell.RowMutation
+	for i := range rows {
+		rm := cell.RowMutation{Row: []byte(fmt.Sprintf("a%05d", i))}
+		for j := range cells {
+			rm.Mutations = append(rm.Mutations, cell.Set("f", []byte{byte(j)}, 1000, []byte{1}))
+		}
+		rms = append(rms, rm)
+	}
+	if errs, err := c.ApplyBulk(ctx, "d", rms, BulkOptions{BatchBytes: 8 << 20}); err != nil {
+		t.Fatalf("ApplyBulk: %v (first errors %v)", err, errs[:min(3, len(errs))])
+	}
+	got := officialRows(t, tbl, bigtable.PrefixRange("a"))
+	n := 0
+	for _, r := range got {
+		n += len(r.Cells)
+	}
+	if len(got) != rows || n != rows*cells {
+		t.Fatalf("%d rows, %d cells applied; want %d, %d", len(got), n, rows, rows*cells)
+	}
+}
+
 // flaky fails the first n calls of each listed method with UNAVAILABLE.
 type flaky struct {
 	n       int64
