@@ -375,18 +375,7 @@ func readFileSplit(ctx context.Context, in *FileInput, name string, fn func(cell
 		return err
 	}
 	defer r.Close()
-	for {
-		row, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := fn(row); err != nil {
-			return err
-		}
-	}
+	return rowfile.Each(r, fn)
 }
 
 // fileSplits lists a file input's shard set, checking every file's

@@ -328,3 +328,21 @@ func (r *parquetReader) Close() error {
 	}
 	return nil
 }
+
+// Each calls fn with every row r returns, in order, until the end of the
+// file (nil), an error of r, or an error of fn, which it returns. It does
+// not close r.
+func Each(r RowReader, fn func(cell.Row) error) error {
+	for {
+		row, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(row); err != nil {
+			return err
+		}
+	}
+}

@@ -772,23 +772,16 @@ func checkImport(ctx context.Context, loc *rowfile.Location, j importJob, format
 			defer r.Close()
 			var rows, cells, size int64
 			local := map[string]bool{}
-			for {
-				if err := gctx.Err(); err != nil {
-					return err
-				}
-				row, err := r.Next()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					return err
-				}
+			if err := rowfile.Each(r, func(row cell.Row) error {
 				rows++
 				cells += int64(len(row.Cells))
 				size += int64(len(row.Key)) + cellBytes(row)
 				for _, c := range row.Cells {
 					local[c.Family] = true
 				}
+				return gctx.Err()
+			}); err != nil {
+				return err
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -888,14 +881,7 @@ func importFile(ctx context.Context, cl *client.Client, loc *rowfile.Location, j
 		batch, batchBytes, batchRows, batchCells = batch[:0], 0, 0, 0
 		return nil
 	}
-	for {
-		row, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
+	if err := rowfile.Each(r, func(row cell.Row) error {
 		batchRows++
 		batchCells += int64(len(row.Cells))
 		batchBytes += int64(len(row.Key)) + cellBytes(row)
@@ -909,10 +895,11 @@ func importFile(ctx context.Context, cl *client.Client, loc *rowfile.Location, j
 			cells = cells[n:]
 		}
 		if len(batch) >= j.batchRows || batchBytes >= importBatchBytes {
-			if err := flush(); err != nil {
-				return err
-			}
+			return flush()
 		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	return flush()
 }

@@ -2,9 +2,7 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"sort"
 
@@ -141,18 +139,7 @@ func (s fileSpec) each(ctx context.Context, name string, fn func(cell.Row) error
 		return err
 	}
 	defer r.Close()
-	for {
-		row, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := fn(row); err != nil {
-			return err
-		}
-	}
+	return rowfile.Each(r, fn)
 }
 
 var (
