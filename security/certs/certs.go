@@ -218,11 +218,11 @@ func (p *Pair) WriteFiles(certFile, keyFile string) error {
 
 // File names Generate writes into a directory.
 const (
-	CAFile         = "ca.crt"
-	CAKeyFile      = "ca.key"
-	ServerFile     = "server.crt"
-	ServerKeyFile  = "server.key"
-	clientSuffix   = ".crt"
+	CAFile          = "ca.crt"
+	CAKeyFile       = "ca.key"
+	ServerFile      = "server.crt"
+	ServerKeyFile   = "server.key"
+	clientSuffix    = ".crt"
 	clientKeySuffix = ".key"
 )
 
