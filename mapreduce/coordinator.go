@@ -216,6 +216,9 @@ func NewLocalWorkers(n int, cfg LocalWorkerConfig) []*LocalWorker {
 type event struct {
 	ev     sched.Event
 	result *TaskResult // AttemptSucceeded
+	// lost is the worker a WorkerLost event is about: a stale event about
+	// a worker since replaced by a new member of its name is dropped.
+	lost Worker
 }
 
 func isLost(w Worker) bool {
@@ -283,7 +286,7 @@ func (co *coordinator) run(ctx context.Context) (*Result, error) {
 			select {
 			case <-w.Lost():
 				select {
-				case co.events <- event{ev: sched.WorkerLost{Name: w.Name()}}:
+				case co.events <- event{ev: sched.WorkerLost{Name: w.Name()}, lost: w}:
 				case <-watchDone:
 				}
 			case <-watchDone:
@@ -339,6 +342,9 @@ func (co *coordinator) run(ctx context.Context) (*Result, error) {
 		}
 		select {
 		case ev := <-co.events:
+			if ev.lost != nil && co.workers[ev.lost.Name()] != ev.lost {
+				break // that worker was already replaced (and reported lost)
+			}
 			if s, ok := ev.ev.(sched.AttemptSucceeded); ok && ev.result != nil {
 				co.results[s.Attempt] = *ev.result
 			}
@@ -354,8 +360,17 @@ func (co *coordinator) run(ctx context.Context) (*Result, error) {
 		case <-tick.C:
 			if co.cfg.Discover != nil {
 				for _, w := range co.cfg.Discover() {
-					if _, known := co.workers[w.Name()]; known || isLost(w) {
+					// A known name is skipped unless that worker was lost
+					// and the pool has a new member of the name (it answers
+					// again): the scheduler takes it as a fresh worker.
+					if known, ok := co.workers[w.Name()]; (ok && (known == w || !isLost(known))) || isLost(w) {
 						continue
+					}
+					if known, ok := co.workers[w.Name()]; ok {
+						// Report the old member's loss before the new one
+						// joins, so that its attempts and map outputs are
+						// given up first (its own event, later, is stale).
+						acts = append(acts, co.s.Step(time.Now(), sched.WorkerLost{Name: known.Name()})...)
 					}
 					co.workers[w.Name()] = w
 					watch(w)

@@ -567,3 +567,41 @@ func TestDiscoveredWorker(t *testing.T) {
 		t.Errorf("counters %v: the lost worker's attempts counted as failures", res.Counters)
 	}
 }
+
+// TestRejoinedWorkerOfSameName: the job's only worker is lost mid-job and a
+// new member of the same name appears (a remote pool's worker that was
+// paused answers again): the coordinator gives up the old member's work
+// and finishes the job on the new one, with the right output and no
+// attempt counted failed.
+func TestRejoinedWorkerOfSameName(t *testing.T) {
+	e, want := anchorsEnv(t)
+	e.CreateTable(t, "counts", []string{"count"})
+	first := mapreduce.NewLocalWorker(mapreduce.LocalWorkerConfig{Name: "w", Dir: t.TempDir()})
+	again := mapreduce.NewLocalWorker(mapreduce.LocalWorkerConfig{Name: "w", Dir: t.TempDir()})
+	var once sync.Once
+	kill := func() { once.Do(first.Kill) }
+	killHook.Store(&kill)
+	defer killHook.Store(nil)
+	discover := func() []mapreduce.Worker {
+		select {
+		case <-first.Lost():
+			return []mapreduce.Worker{again}
+		default:
+			return []mapreduce.Worker{first}
+		}
+	}
+	res, err := runWordCount(t, e, wordCountConf{Table: "web", Out: "counts", Reducers: 2, FailMap: -1, SlowMap: -1, KillAt: 4},
+		mapreduce.Config{Workers: []mapreduce.Worker{first}, Discover: discover})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readCounts(t, e, "counts")
+	for w, n := range want {
+		if got[w] != n {
+			t.Errorf("%s = %d, want %d", w, got[w], n)
+		}
+	}
+	if res.Counters[mapreduce.CounterFailedAttempts] != 0 {
+		t.Errorf("counters %v: the lost member's attempts counted as failures", res.Counters)
+	}
+}

@@ -51,8 +51,11 @@ func (o *PoolOptions) defaults() {
 // (NewStaticPool). It watches every worker's heartbeat and declares a
 // worker lost (closing its Client's Lost channel) when it stops answering,
 // unregisters, or restarts; the coordinator then fails its running
-// attempts and re-runs its map outputs. A worker that comes back is a new
-// member with a new name.
+// attempts and re-runs its map outputs. A restarted worker comes back with
+// a new name. One that only stopped answering (paused, cut off) and answers
+// again under its old name — while still registered, in a Consul pool —
+// rejoins as a new member of that name: a new Client, whose earlier map
+// outputs the coordinator has already given up on.
 type Pool struct {
 	opts   PoolOptions
 	log    *slog.Logger
@@ -67,8 +70,12 @@ type Pool struct {
 
 	mu      sync.Mutex
 	members map[string]*member // by worker name
-	conns   map[string]*grpc.ClientConn
-	changed chan struct{} // closed and replaced at every membership change
+	// registered holds a Consul pool's current registrations by worker
+	// name, members or not: a member lost for silence is probed for as
+	// long as it stays registered (rejoin).
+	registered map[string]Registration
+	conns      map[string]*grpc.ClientConn
+	changed    chan struct{} // closed and replaced at every membership change
 }
 
 type member struct {
@@ -80,7 +87,7 @@ func newPool(opts PoolOptions) *Pool {
 	opts.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Pool{opts: opts, log: opts.Logger, ctx: ctx, cancel: cancel, book: newAddrBook(),
-		members: map[string]*member{}, conns: map[string]*grpc.ClientConn{}, changed: make(chan struct{})}
+		members: map[string]*member{}, registered: map[string]Registration{}, conns: map[string]*grpc.ClientConn{}, changed: make(chan struct{})}
 }
 
 // NewConsulPool returns the pool of the workers registered under
@@ -97,6 +104,13 @@ func NewConsulPool(kv coord.KV, opts PoolOptions) (*Pool, error) {
 	go func() {
 		defer p.wg.Done()
 		for ev := range events {
+			p.mu.Lock()
+			if ev.Joined {
+				p.registered[ev.Worker.Name] = ev.Worker
+			} else {
+				delete(p.registered, ev.Worker.Name)
+			}
+			p.mu.Unlock()
 			if ev.Joined {
 				p.join(ev.Worker)
 			} else {
@@ -264,8 +278,56 @@ func (p *Pool) watch(ctx context.Context, c *Client) {
 			lastOK = time.Now()
 		case time.Since(lastOK) >= p.opts.LostAfter:
 			p.leave(c.reg.Name, fmt.Errorf("no heartbeat answered for %v: %w", time.Since(lastOK).Round(time.Millisecond), err))
+			if !p.static { // a static address has its probe already
+				p.wg.Add(1)
+				go p.rejoin(c.reg)
+			}
 			return
 		}
+	}
+}
+
+// rejoin probes a Consul pool's worker lost for silence for as long as it
+// stays registered, and adds it again when it answers under its name: a
+// paused or briefly cut-off worker is not lost to the pool for good, as
+// its registration would never announce it a second time. A different
+// name answering means the worker restarted; its new registration brings
+// it back, so the probe ends.
+func (p *Pool) rejoin(reg Registration) {
+	defer p.wg.Done()
+	for {
+		select {
+		case <-time.After(p.opts.HeartbeatInterval):
+		case <-p.ctx.Done():
+			return
+		}
+		p.mu.Lock()
+		current, still := p.registered[reg.Name]
+		_, member := p.members[reg.Name]
+		p.mu.Unlock()
+		if !still || member || current.Addr != reg.Addr {
+			return
+		}
+		conn, err := p.conn(reg.Addr)
+		if err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(p.ctx, p.opts.LostAfter)
+		resp, err := workerpb.NewWorkerClient(conn).Heartbeat(ctx, &workerpb.HeartbeatRequest{})
+		cancel()
+		switch {
+		case err != nil:
+			continue
+		case resp.Worker != reg.Name:
+			return
+		}
+		p.mu.Lock()
+		_, still = p.registered[reg.Name]
+		p.mu.Unlock()
+		if still && p.join(reg) != nil {
+			p.log.Info("worker answers again", "worker", reg.Name, "addr", reg.Addr)
+		}
+		return
 	}
 }
 

@@ -3,8 +3,13 @@ package remote
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/storage/coord"
@@ -137,5 +142,57 @@ func TestStaticPoolSeesRestart(t *testing.T) {
 func TestStaticPoolRejectsEmpty(t *testing.T) {
 	if _, err := NewStaticPool(nil, PoolOptions{}); err == nil {
 		t.Fatal("empty address list accepted")
+	}
+}
+
+// A Consul pool's worker that stops answering while it stays registered
+// (paused, cut off) is lost, and rejoins under its name once it answers
+// again — its registration will not announce it a second time.
+func TestConsulPoolRejoinsSilentWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	svc := coord.NewLocal(coord.LocalConfig{LockDelay: -1})
+	defer svc.Close()
+	w := startTestWorker(t, "127.0.0.1:0", svc, 1)
+	var cut atomic.Bool
+	opts := fastPool
+	opts.DialOptions = []grpc.DialOption{grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		if cut.Load() {
+			return status.Error(codes.Unavailable, "test: cut off")
+		}
+		return invoker(ctx, method, req, reply, cc, callOpts...)
+	})}
+	pool, err := NewConsulPool(svc, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ws, err := pool.WaitWorkers(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut.Store(true)
+	if err := waitLost(t, ws[0]); err == nil || !strings.Contains(err.Error(), "no heartbeat") {
+		t.Fatalf("lost because %v, want no heartbeat", err)
+	}
+	if got := pool.Workers(); len(got) != 0 {
+		t.Fatalf("workers while cut off: %v", got)
+	}
+	cut.Store(false)
+	back, err := pool.WaitWorkers(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back[0].Name() != w.Name() || back[0] == ws[0] || isLostNow(back[0]) {
+		t.Fatalf("after the cut: member %s (same client: %v), want a new live member named %s", back[0].Name(), back[0] == ws[0], w.Name())
+	}
+}
+
+func isLostNow(w mapreduce.Worker) bool {
+	select {
+	case <-w.Lost():
+		return true
+	default:
+		return false
 	}
 }
