@@ -50,14 +50,7 @@ const suiteSkipped = "^TestIntegration_SessionVRpc_"
 // suiteKnownFailures are the tests the emulator passes and Tabula does
 // not, with the reason. Keep it short and true: TestOfficialSuite fails
 // when one of them passes.
-var suiteKnownFailures = map[string]string{
-	"TestIntegration_FullReadStats/read_with_RowKeyFilter_escaped": "the filter " +
-		"`.*j\\xC2\\xA7.*` must match the row key \"j§adams\" (bytes 6A C2 A7): the suite " +
-		"reads \\xHH as one byte, as the emulator's Latin-1 matching does; storage/filter " +
-		"compiles RE2 in UTF-8 mode, where \\xC2 is the character U+00C2 (bytes C3 82), " +
-		"so the key does not match",
-	"TestIntegration_FullReadStats": "its subtest read_with_RowKeyFilter_escaped (above)",
-}
+var suiteKnownFailures = map[string]string{}
 
 // suitePatch is the change to export_test.go: the emulated environment
 // uses TABULA_SUITE_ADDR when set instead of starting bttest, and then has

@@ -30,8 +30,8 @@ import (
 // (open start or closed end bounds of ranges, a condition without predicate)
 // go through the generated gRPC stub of the same API. The generator avoids
 // the places where the emulator is known to differ from Cloud Bigtable or to
-// be non-deterministic (see generator.emulatorSafe), and the data are ASCII,
-// where the emulator's Latin-1 regex matching and RE2's UTF-8 matching agree.
+// be non-deterministic (see generator.emulatorSafe). Some values are not
+// UTF-8: both sides match regexes over bytes (RE2's Latin-1 mode).
 // Copies of one cell (same column and timestamp) are compared as a multiset:
 // their mutual order is unspecified in Cloud Bigtable and random in the
 // emulator.

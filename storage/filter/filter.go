@@ -16,8 +16,9 @@
 // where that emulator is known to disagree with the service. Each such
 // decision is stated at the code that makes it. In short:
 //
-//   - Regex filters are RE2, full match, over bytes: '.' is one UTF-8
-//     character other than '\n', \C is any byte (see bytesRegexp).
+//   - Regex filters are RE2, full match, over raw bytes (RE2's Latin-1
+//     mode): '.' is any byte other than '\n', \C is any byte, \xHH is the
+//     byte HH (see bytesRegexp).
 //   - Chains and interleaves need at least two filters; a condition without
 //     predicate takes its true branch; a missing true or false branch
 //     outputs nothing; an empty RowFilter message is an error.

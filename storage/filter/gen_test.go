@@ -16,7 +16,9 @@ import (
 var (
 	genFamilies   = []string{"a", "b", "c"}
 	genQualifiers = []string{"x", "y", "xy", "yx", "z"}
-	genValues     = []string{"", "a", "b", "ab", "ba", "aab", "1", "10", "2"}
+	// Two values are not UTF-8 and one is a UTF-8 '§': regexes match
+	// bytes (RE2's Latin-1 mode, in Tabula and in the emulator alike).
+	genValues = []string{"", "a", "b", "ab", "ba", "aab", "1", "10", "2", "\xc2\xa7", "a\xff", "\xfe"}
 )
 
 // randomRow returns a row of up to maxCells distinct cells in row order, with
@@ -142,7 +144,7 @@ func (g *generator) filter(depth int, st genState, noLabel, inCond bool) (*bigta
 			if st.stripped && g.emulatorSafe {
 				continue // fine, but every value is empty: dull
 			}
-			return valueRegex(pick(r, []string{"a.*", ".*b", "[ab]+", "1|2", "", ".", "a?b?"})), st, false
+			return valueRegex(pick(r, []string{"a.*", ".*b", "[ab]+", "1|2", "", ".", "a?b?", `\xc2.`, "[^a]+", `.\xff`, "\xc2\xa7", ".."})), st, false
 		case 6:
 			lo, hi := g.bounds(genQualifiers)
 			st.oneFamily = true

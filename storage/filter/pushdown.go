@@ -2,7 +2,6 @@ package filter
 
 import (
 	"math"
-	"regexp/syntax"
 	"slices"
 )
 
@@ -107,8 +106,8 @@ loop:
 			// every cell.
 		case familyRegexNode:
 			famPreds = append(famPreds, n.re.MatchString)
-			if lit, ok := literalPattern(n.re.pattern); ok {
-				addFamilies([]string{lit})
+			if n.re.hasLiteral {
+				addFamilies([]string{n.re.literal})
 			}
 		case columnRangeNode:
 			fam := n.family
@@ -157,27 +156,4 @@ loop:
 		h.TimestampEnd = end
 	}
 	return h
-}
-
-// literalPattern reports whether an RE2 pattern matches exactly one string
-// (under full-match semantics) and returns it.
-func literalPattern(p string) (string, bool) {
-	re, err := syntax.Parse(p, syntax.Perl)
-	if err != nil {
-		return "", false
-	}
-	re = re.Simplify()
-	for re.Op == syntax.OpCapture {
-		re = re.Sub[0]
-	}
-	switch re.Op {
-	case syntax.OpLiteral:
-		if re.Flags&syntax.FoldCase != 0 {
-			return "", false
-		}
-		return string(re.Rune), true
-	case syntax.OpEmptyMatch:
-		return "", true
-	}
-	return "", false
 }

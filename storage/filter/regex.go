@@ -7,77 +7,86 @@ import (
 	"regexp/syntax"
 	"strconv"
 	"strings"
-	"unicode"
+	"sync"
 	"unicode/utf8"
 )
 
 // bytesRegexp is an RE2 pattern compiled with Cloud Bigtable's semantics for
-// row keys, qualifiers and values:
+// row keys, family names, qualifiers and values, which are RE2's Latin-1
+// mode over raw bytes:
 //
 //   - the pattern must match the whole input (Cloud Bigtable evaluates every
 //     regex filter as a full match);
-//   - the pattern is UTF-8 and matches UTF-8 (RE2's default mode): '.' matches
-//     one whole character except '\n', and never a byte that is not part of
-//     valid UTF-8;
-//   - \C matches any single byte, which is what Cloud Bigtable tells users to
-//     write when they want a true wildcard over binary data.
+//   - every byte of the input is one character (U+0000..U+00FF): '.' matches
+//     any one byte except '\n', a negated class matches any byte outside it,
+//     and \xHH (or \x{HH}) is the byte HH. So `\xC2\xA7` matches the UTF-8
+//     encoding of '§', as the official client's integration suite expects of
+//     the service;
+//   - the pattern's own bytes are Latin-1 characters too: a UTF-8 literal
+//     such as "§" is its two bytes in sequence and matches those two bytes,
+//     and a pattern need not be valid UTF-8;
+//   - \C matches any single byte, '\n' included (Cloud Bigtable's documented
+//     "true wildcard");
+//   - (?i) folds case within Latin-1, and Unicode classes (\pL, [[:alpha:]])
+//     keep only their members up to U+00FF, as RE2 compiles them in Latin-1
+//     mode.
 //
-// Go's regexp package differs from RE2 on the last two points: it has no \C,
-// and it decodes an invalid byte as U+FFFD, which '.' and negated classes then
-// match. So the pattern is parsed with regexp/syntax and rewritten to work on a
-// Latin-1 view of the input (one rune per byte): every character class becomes
-// the alternation of the UTF-8 byte sequences of its characters, exactly as
-// RE2 compiles classes to byte automata, and \C becomes the class of all 256
-// bytes.
+// The official emulator (bttest) implements the same mode with a byte-wise
+// fork of Go's regexp. Here Go's own regexp is used on a Latin-1 view: the
+// pattern's bytes are read as the runes U+0000..U+00FF, and an input that is
+// not all ASCII is presented to the compiled program with each byte as the
+// rune of the same value. Since the view holds no rune above U+00FF, every
+// construct of the pattern (classes, '.', case folding) behaves on it exactly
+// as RE2's Latin-1 mode does on the bytes; on ASCII input the view is the
+// input itself.
 type bytesRegexp struct {
 	pattern string
 	re      *regexp.Regexp
-	// ascii is the pattern as Go's regexp reads it, with \C as (?s:.). On
-	// input that is all ASCII, where every character is one byte, it
-	// matches exactly what re does, and much faster: it has no
-	// alternations of byte sequences.
-	ascii *regexp.Regexp
-	// byteLevel is false when the rewritten pattern only ever matches ASCII
-	// bytes. Then the Latin-1 view of any input and Go's UTF-8 view of it
-	// agree on every byte the pattern can match, and re can run on the raw
-	// bytes directly.
-	byteLevel bool
+	// literal is the only string the pattern matches, when it matches
+	// exactly one (hasLiteral); the read planner uses it to narrow the
+	// families it opens.
+	literal    string
+	hasLiteral bool
 }
 
 // errRegexpTooLong is wrapped by compileBytesRegexp when the pattern exceeds
 // the limit given to it.
 var errRegexpTooLong = errors.New("regular expression too long")
 
-// compileBytesRegexp compiles an RE2 pattern for full-match, byte-safe
-// matching. maxLen bounds the pattern length in bytes (0 = no bound).
+// compileBytesRegexp compiles an RE2 pattern for full-match matching over
+// bytes in Latin-1 mode. maxLen bounds the pattern length in bytes (0 = no
+// bound). The error says what is wrong with the pattern (prefixed "invalid
+// RE2") or that it is too long.
 func compileBytesRegexp(pattern []byte, maxLen int) (*bytesRegexp, error) {
 	if maxLen > 0 && len(pattern) > maxLen {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", errRegexpTooLong, len(pattern), maxLen)
 	}
-	if !utf8.Valid(pattern) {
-		// RE2 rejects such patterns in UTF-8 mode too; a raw byte is
-		// spelled \xHH only for code points, so binary data needs \C.
-		return nil, errors.New("invalid RE2: pattern is not valid UTF-8 (use \\C to match an arbitrary byte)")
-	}
-	src, anyByte := substituteAnyByte(string(pattern))
+	src, anyByte := substituteAnyByte(latin1ToUTF8(nil, pattern))
 	tree, err := syntax.Parse(src, syntax.Perl)
 	if err != nil {
 		return nil, fmt.Errorf("invalid RE2: %v", unsubstituteError(err, anyByte))
 	}
-	t := translator{anyByte: anyByte}
-	out := t.rewrite(tree)
+	out := replaceAnyByte(tree, anyByte)
 	// Full match: anchor the whole expression at both ends of the text.
 	re, err := regexp.Compile(anchor(out).String())
 	if err != nil {
-		// The rewrite only grows classes into alternations; the one way
-		// this fails is a pattern whose expansion is too large.
 		return nil, fmt.Errorf("invalid RE2: %v", err)
 	}
-	ascii, err := regexp.Compile(anchor(asciiTree(tree, anyByte)).String())
-	if err != nil {
-		return nil, fmt.Errorf("invalid RE2: %v", err)
+	lit, ok := literalOf(out)
+	return &bytesRegexp{pattern: string(pattern), re: re, literal: lit, hasLiteral: ok}, nil
+}
+
+// latin1ToUTF8 appends to dst the UTF-8 encoding of b read as Latin-1: each
+// byte becomes the rune of the same value.
+func latin1ToUTF8(dst, b []byte) []byte {
+	for _, c := range b {
+		if c < utf8.RuneSelf {
+			dst = append(dst, c)
+		} else {
+			dst = append(dst, 0xC0|c>>6, 0x80|c&0x3F)
+		}
 	}
-	return &bytesRegexp{pattern: string(pattern), re: re, ascii: ascii, byteLevel: t.byteLevel}, nil
+	return dst
 }
 
 // anchor makes re match only the whole text.
@@ -89,44 +98,83 @@ func anchor(re *syntax.Regexp) *syntax.Regexp {
 	}}
 }
 
-// asciiTree returns a copy of re with the groups standing for \C replaced
-// by "any character".
-func asciiTree(re *syntax.Regexp, anyByte string) *syntax.Regexp {
-	if re.Op == syntax.OpCapture && anyByte != "" && strings.HasPrefix(re.Name, anyByte) {
-		return &syntax.Regexp{Op: syntax.OpAnyChar}
+// replaceAnyByte returns a copy of re with the groups standing for \C
+// replaced by "any character" ('\n' included), which on the Latin-1 view is
+// any byte, and with every other capture group dropped (groups do not matter
+// to a yes/no match, and dropping them keeps user-chosen names from
+// colliding with ours).
+func replaceAnyByte(re *syntax.Regexp, anyByte string) *syntax.Regexp {
+	if re.Op == syntax.OpCapture {
+		if anyByte != "" && strings.HasPrefix(re.Name, anyByte) {
+			return &syntax.Regexp{Op: syntax.OpAnyChar}
+		}
+		return replaceAnyByte(re.Sub[0], anyByte)
 	}
 	out := *re
 	if len(re.Sub) > 0 {
 		out.Sub = make([]*syntax.Regexp, len(re.Sub))
 		for i, s := range re.Sub {
-			out.Sub[i] = asciiTree(s, anyByte)
+			out.Sub[i] = replaceAnyByte(s, anyByte)
 		}
 		out.Sub0 = [1]*syntax.Regexp{}
 	}
 	return &out
 }
 
+// literalOf reports whether re (over the Latin-1 view, without captures)
+// matches exactly one string under full-match semantics, and returns that
+// string as bytes.
+func literalOf(re *syntax.Regexp) (string, bool) {
+	re = re.Simplify()
+	switch re.Op {
+	case syntax.OpLiteral:
+		if re.Flags&syntax.FoldCase != 0 {
+			return "", false
+		}
+		b := make([]byte, len(re.Rune))
+		for i, r := range re.Rune {
+			if r > 0xFF {
+				// Matches no byte string at all; not worth narrowing.
+				return "", false
+			}
+			b[i] = byte(r)
+		}
+		return string(b), true
+	case syntax.OpEmptyMatch:
+		return "", true
+	}
+	return "", false
+}
+
 // Match reports whether the whole of b matches.
 func (r *bytesRegexp) Match(b []byte) bool {
 	if isASCII(b) {
-		return r.ascii.Match(b)
-	}
-	if !r.byteLevel {
 		return r.re.Match(b)
 	}
-	return r.re.MatchReader(&latin1Reader{b: b})
+	bp := latin1Bufs.Get().(*[]byte)
+	v := latin1ToUTF8((*bp)[:0], b)
+	ok := r.re.Match(v)
+	if cap(v) <= maxPooledBuf {
+		*bp = v
+		latin1Bufs.Put(bp)
+	}
+	return ok
 }
 
 // MatchString reports whether the whole of s matches.
 func (r *bytesRegexp) MatchString(s string) bool {
 	if isASCIIString(s) {
-		return r.ascii.MatchString(s)
-	}
-	if !r.byteLevel {
 		return r.re.MatchString(s)
 	}
-	return r.re.MatchReader(&latin1Reader{b: []byte(s)})
+	return r.Match([]byte(s))
 }
+
+// latin1Bufs holds the buffers of Latin-1 views of non-ASCII inputs, so that
+// matching many cells does not allocate one each.
+var latin1Bufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+// maxPooledBuf keeps huge values' views out of the pool.
+const maxPooledBuf = 64 << 10
 
 func isASCII(b []byte) bool {
 	for _, c := range b {
@@ -146,31 +194,13 @@ func isASCIIString(s string) bool {
 	return true
 }
 
-// latin1Reader presents each byte as one rune, the view the rewritten
-// pattern is written against.
-type latin1Reader struct {
-	b []byte
-	i int
-}
-
-func (r *latin1Reader) ReadRune() (rune, int, error) {
-	if r.i >= len(r.b) {
-		return 0, 0, errEOF
-	}
-	c := r.b[r.i]
-	r.i++
-	return rune(c), 1, nil
-}
-
-// errEOF ends a latin1Reader; regexp only checks that an error is non-nil.
-var errEOF = errors.New("EOF")
-
 // substituteAnyByte replaces each \C outside character classes and \Q…\E by
 // an empty named group whose name is unique to this pattern, so that the Go
 // parser (which has no \C) accepts the pattern and the rewrite can find the
 // spots again. A \C inside a class is left alone: RE2 rejects it there, and so
 // does the Go parser. The returned name prefix is "" when there is no \C.
-func substituteAnyByte(p string) (string, string) {
+func substituteAnyByte(pb []byte) (string, string) {
+	p := string(pb)
 	if !strings.Contains(p, `\C`) {
 		return p, ""
 	}
@@ -247,189 +277,4 @@ func unsubstituteError(err error, prefix string) string {
 	}
 	re := regexp.MustCompile(`\(\?P<` + regexp.QuoteMeta(prefix) + `[0-9]+>\)`)
 	return re.ReplaceAllLiteralString(msg, `\C`)
-}
-
-// translator rewrites a parsed pattern from runes to the Latin-1 byte view.
-type translator struct {
-	anyByte   string // name prefix of the groups standing for \C
-	byteLevel bool   // set once the output can match a byte >= 0x80
-}
-
-func (t *translator) rewrite(re *syntax.Regexp) *syntax.Regexp {
-	switch re.Op {
-	case syntax.OpLiteral:
-		subs := make([]*syntax.Regexp, 0, len(re.Rune))
-		for _, r := range re.Rune {
-			if re.Flags&syntax.FoldCase != 0 {
-				subs = append(subs, t.class(foldOrbit(r)))
-			} else {
-				subs = append(subs, t.class([]rune{r, r}))
-			}
-		}
-		return concat(subs)
-	case syntax.OpCharClass:
-		return t.class(re.Rune)
-	case syntax.OpAnyCharNotNL:
-		return t.class([]rune{0, '\n' - 1, '\n' + 1, unicode.MaxRune})
-	case syntax.OpAnyChar:
-		return t.class([]rune{0, unicode.MaxRune})
-	case syntax.OpCapture:
-		if t.anyByte != "" && strings.HasPrefix(re.Name, t.anyByte) {
-			t.byteLevel = true
-			return &syntax.Regexp{Op: syntax.OpCharClass, Rune: []rune{0, 0xFF}}
-		}
-		// Named or numbered groups do not matter for a yes/no match;
-		// dropping them keeps the rewritten pattern free of names the
-		// user chose (which could collide with our \C groups).
-		return t.rewrite(re.Sub[0])
-	case syntax.OpStar, syntax.OpPlus, syntax.OpQuest, syntax.OpRepeat:
-		out := *re
-		out.Sub = []*syntax.Regexp{t.rewrite(re.Sub[0])}
-		out.Sub0 = [1]*syntax.Regexp{}
-		return &out
-	case syntax.OpConcat, syntax.OpAlternate:
-		out := *re
-		out.Sub = make([]*syntax.Regexp, len(re.Sub))
-		for i, s := range re.Sub {
-			out.Sub[i] = t.rewrite(s)
-		}
-		out.Sub0 = [1]*syntax.Regexp{}
-		return &out
-	default:
-		// Empty matches, anchors and word boundaries are the same over
-		// bytes and over runes: \b only knows ASCII word characters.
-		out := *re
-		return &out
-	}
-}
-
-// class returns an expression matching the UTF-8 encoding of exactly one rune
-// of the class given as [lo, hi] pairs, over the Latin-1 byte view.
-func (t *translator) class(ranges []rune) *syntax.Regexp {
-	var ascii []rune
-	var alts []*syntax.Regexp
-	for i := 0; i+1 < len(ranges); i += 2 {
-		lo, hi := ranges[i], ranges[i+1]
-		if lo < utf8.RuneSelf {
-			ascii = append(ascii, lo, min(hi, utf8.RuneSelf-1))
-			if hi < utf8.RuneSelf {
-				continue
-			}
-			lo = utf8.RuneSelf
-		}
-		for _, seq := range utf8Sequences(lo, hi) {
-			subs := make([]*syntax.Regexp, len(seq))
-			for j, br := range seq {
-				subs[j] = &syntax.Regexp{Op: syntax.OpCharClass, Rune: []rune{rune(br[0]), rune(br[1])}}
-			}
-			alts = append(alts, concat(subs))
-			t.byteLevel = true
-		}
-	}
-	if len(ascii) > 0 {
-		alts = append([]*syntax.Regexp{{Op: syntax.OpCharClass, Rune: ascii}}, alts...)
-	}
-	switch len(alts) {
-	case 0:
-		return &syntax.Regexp{Op: syntax.OpNoMatch}
-	case 1:
-		return alts[0]
-	}
-	return &syntax.Regexp{Op: syntax.OpAlternate, Sub: alts}
-}
-
-func concat(subs []*syntax.Regexp) *syntax.Regexp {
-	switch len(subs) {
-	case 0:
-		return &syntax.Regexp{Op: syntax.OpEmptyMatch}
-	case 1:
-		return subs[0]
-	}
-	return &syntax.Regexp{Op: syntax.OpConcat, Sub: subs}
-}
-
-// foldOrbit returns the case-folding orbit of r as sorted [lo, hi] pairs, the
-// set of runes (?i) lets a literal r match.
-func foldOrbit(r rune) []rune {
-	set := []rune{r}
-	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-		set = append(set, f)
-	}
-	out := make([]rune, 0, 2*len(set))
-	for _, x := range sortedRunes(set) {
-		out = append(out, x, x)
-	}
-	return out
-}
-
-func sortedRunes(rs []rune) []rune {
-	for i := 1; i < len(rs); i++ {
-		for j := i; j > 0 && rs[j] < rs[j-1]; j-- {
-			rs[j], rs[j-1] = rs[j-1], rs[j]
-		}
-	}
-	return rs
-}
-
-// byteRange is an inclusive range of byte values.
-type byteRange [2]byte
-
-// utf8Sequences splits the code points [lo, hi] (lo >= 0x80) into sequences
-// of byte ranges such that the UTF-8 encodings of exactly those code points
-// are the byte strings matching one of the sequences. Surrogates, which have
-// no UTF-8 encoding, are left out. This is the construction RE2 and Rust's
-// utf8-ranges use.
-func utf8Sequences(lo, hi rune) [][]byteRange {
-	var out [][]byteRange
-	var split func(lo, hi rune)
-	split = func(lo, hi rune) {
-		if lo > hi {
-			return
-		}
-		// Cut out the surrogates.
-		if lo <= 0xDFFF && hi >= 0xD800 {
-			split(lo, 0xD7FF)
-			split(0xE000, hi)
-			return
-		}
-		// Cut at the boundaries of encoding lengths.
-		for _, max := range []rune{0x7F, 0x7FF, 0xFFFF} {
-			if lo <= max && hi > max {
-				split(lo, max)
-				split(max+1, hi)
-				return
-			}
-		}
-		if hi < utf8.RuneSelf {
-			out = append(out, []byteRange{{byte(lo), byte(hi)}})
-			return
-		}
-		// Split until every continuation byte position spans either
-		// one value or the full 0x80-0xBF range.
-		for i := 1; i < 4; i++ {
-			m := rune(1)<<(6*i) - 1
-			if lo&^m != hi&^m {
-				if lo&m != 0 {
-					split(lo, lo|m)
-					split((lo|m)+1, hi)
-					return
-				}
-				if hi&m != m {
-					split(lo, (hi&^m)-1)
-					split(hi&^m, hi)
-					return
-				}
-			}
-		}
-		var a, b [utf8.UTFMax]byte
-		n := utf8.EncodeRune(a[:], lo)
-		utf8.EncodeRune(b[:], hi)
-		seq := make([]byteRange, n)
-		for i := range n {
-			seq[i] = byteRange{a[i], b[i]}
-		}
-		out = append(out, seq)
-	}
-	split(lo, hi)
-	return out
 }
