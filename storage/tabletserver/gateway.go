@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -135,7 +136,12 @@ const (
 // retries, up to 20 attempts (about 9 s: a tablet moving or splitting is unserved for a moment) with a backoff doubling from 10 ms to 500 ms,
 // and never past the request's deadline: then the last not-serving status
 // (UNAVAILABLE for an unassigned tablet) is returned. A ReadRows retry resumes after the last row already sent;
-// attempts that returned rows do not count. Every other error (of the
+// attempts that returned rows do not count. UNAVAILABLE from another
+// server (dead or unreachable: its tablets will move) is retried the same
+// way, except for a non-idempotent single-row write (ReadModifyWriteRow,
+// CheckAndMutateRow, a MutateRow with AddToCell, MergeToCell or a
+// server-timestamp SetCell) that may have reached the owner: that one is
+// returned, an unknown outcome, and never applied twice. Every other error (of the
 // owners, of Dial, of the connection) is returned unchanged; errors of the
 // Locator that are not gRPC statuses become UNAVAILABLE.
 //
@@ -233,6 +239,15 @@ func (g *Gateway) countLocal(method string) {
 
 // client returns a Bigtable client to loc's server.
 func (g *Gateway) client(loc meta.Location) (bigtablepb.BigtableClient, error) {
+	conn, err := g.conn(loc)
+	if err != nil {
+		return nil, err
+	}
+	return bigtablepb.NewBigtableClient(conn), nil
+}
+
+// conn returns the connection to loc's server.
+func (g *Gateway) conn(loc meta.Location) (grpc.ClientConnInterface, error) {
 	addr := meta.ServerAddr(loc.Server)
 	conn, err := g.opts.Dial(addr)
 	if err != nil {
@@ -241,7 +256,38 @@ func (g *Gateway) client(loc meta.Location) (bigtablepb.BigtableClient, error) {
 		}
 		return nil, status.Errorf(codes.Unavailable, "connecting to tablet server %s: %v", addr, err)
 	}
-	return bigtablepb.NewBigtableClient(conn), nil
+	return conn, nil
+}
+
+// sentConn learns whether a unary call reached the network: gRPC fills a
+// grpc.Peer call option only once the call got a transport stream, so a
+// call that fails with no peer was never sent (no connection to the server
+// could be made). One call at a time.
+type sentConn struct {
+	grpc.ClientConnInterface
+	peer peer.Peer
+}
+
+func (s *sentConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return s.ClientConnInterface.Invoke(ctx, method, args, reply, append(opts, grpc.Peer(&s.peer))...)
+}
+
+// mayHaveSent reports whether the finished call may have reached its
+// server.
+func (s *sentConn) mayHaveSent() bool { return s.peer.Addr != nil }
+
+// idempotentMutations reports whether applying ms twice is the same as
+// once: no SetCell with the server's timestamp (-1), no AddToCell or
+// MergeToCell.
+func idempotentMutations(ms []*bigtablepb.Mutation) bool {
+	for _, m := range ms {
+		switch {
+		case m.GetSetCell() != nil && m.GetSetCell().GetTimestampMicros() == -1,
+			m.GetAddToCell() != nil, m.GetMergeToCell() != nil:
+			return false
+		}
+	}
+	return true
 }
 
 // parseTable parses a request's table_name.
@@ -322,8 +368,15 @@ func (g *Gateway) backoff(ctx context.Context, attempt int) error {
 }
 
 // routeRow runs a single-row request: locally when this server holds the
-// row's tablet, else through the owner, retrying not-serving answers.
-func routeRow[R any](ctx context.Context, g *Gateway, method, tableName string, row []byte,
+// row's tablet, else through the owner, retrying not-serving answers and
+// unassigned tablets. An UNAVAILABLE answer of another server (ownerGone)
+// is retried only when idempotent, or when the request certainly never
+// left this server (gRPC had no transport to send it on): a
+// non-idempotent request (an increment, an append, a conditional
+// mutation) that may have reached its owner — which may have applied it
+// and lost only the answer — is never sent twice; its caller gets the
+// UNAVAILABLE, an unknown outcome, never a double apply.
+func routeRow[R any](ctx context.Context, g *Gateway, method, tableName string, row []byte, idempotent bool,
 	local func(context.Context) (R, error), remote func(context.Context, bigtablepb.BigtableClient) (R, error)) (R, error) {
 	var zero R
 	if isForwarded(ctx) {
@@ -346,9 +399,13 @@ func routeRow[R any](ctx context.Context, g *Gateway, method, tableName string, 
 		case g.route(method, loc):
 			resp, err = local(ctx)
 		default:
-			var c bigtablepb.BigtableClient
-			if c, err = g.client(loc); err == nil {
-				resp, err = remote(forwardContext(ctx), c)
+			var conn grpc.ClientConnInterface
+			if conn, err = g.conn(loc); err == nil {
+				sent := &sentConn{ClientConnInterface: conn}
+				resp, err = remote(forwardContext(ctx), bigtablepb.NewBigtableClient(sent))
+				if err != nil && !idempotent && ownerGone(loc, err) && sent.mayHaveSent() {
+					return resp, err
+				}
 			}
 		}
 		if err == nil || !retryable(loc, err) || attempt >= gatewayAttempts {
@@ -364,7 +421,7 @@ func routeRow[R any](ctx context.Context, g *Gateway, method, tableName string, 
 
 // MutateRow applies the mutations of one row on the row's owner.
 func (g *Gateway) MutateRow(ctx context.Context, req *bigtablepb.MutateRowRequest) (*bigtablepb.MutateRowResponse, error) {
-	return routeRow(ctx, g, "MutateRow", req.GetTableName(), req.GetRowKey(),
+	return routeRow(ctx, g, "MutateRow", req.GetTableName(), req.GetRowKey(), idempotentMutations(req.GetMutations()),
 		func(ctx context.Context) (*bigtablepb.MutateRowResponse, error) { return g.local.MutateRow(ctx, req) },
 		func(ctx context.Context, c bigtablepb.BigtableClient) (*bigtablepb.MutateRowResponse, error) {
 			return c.MutateRow(ctx, req)
@@ -373,7 +430,7 @@ func (g *Gateway) MutateRow(ctx context.Context, req *bigtablepb.MutateRowReques
 
 // CheckAndMutateRow runs the conditional mutation on the row's owner.
 func (g *Gateway) CheckAndMutateRow(ctx context.Context, req *bigtablepb.CheckAndMutateRowRequest) (*bigtablepb.CheckAndMutateRowResponse, error) {
-	return routeRow(ctx, g, "CheckAndMutateRow", req.GetTableName(), req.GetRowKey(),
+	return routeRow(ctx, g, "CheckAndMutateRow", req.GetTableName(), req.GetRowKey(), false,
 		func(ctx context.Context) (*bigtablepb.CheckAndMutateRowResponse, error) {
 			return g.local.CheckAndMutateRow(ctx, req)
 		},
@@ -383,9 +440,11 @@ func (g *Gateway) CheckAndMutateRow(ctx context.Context, req *bigtablepb.CheckAn
 }
 
 // ReadModifyWriteRow runs the rules on the row's owner. A not-serving
-// answer means nothing was applied, so the retry does not apply twice.
+// answer means nothing was applied, so the retry does not apply twice; an
+// UNAVAILABLE one after the request may have left is not retried (see
+// routeRow).
 func (g *Gateway) ReadModifyWriteRow(ctx context.Context, req *bigtablepb.ReadModifyWriteRowRequest) (*bigtablepb.ReadModifyWriteRowResponse, error) {
-	return routeRow(ctx, g, "ReadModifyWriteRow", req.GetTableName(), req.GetRowKey(),
+	return routeRow(ctx, g, "ReadModifyWriteRow", req.GetTableName(), req.GetRowKey(), false,
 		func(ctx context.Context) (*bigtablepb.ReadModifyWriteRowResponse, error) {
 			return g.local.ReadModifyWriteRow(ctx, req)
 		},
