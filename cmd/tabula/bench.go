@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,9 +34,13 @@ const (
 	wlRandRead    = "randread"
 	wlRandReadMem = "randread-mem"
 	wlScan        = "scan"
+	// wlEmpty is the RPC floor: PingAndWarm, a unary call that does no
+	// work on either server, so its rate is what the connection, gRPC and
+	// the two processes' scheduling allow at this concurrency.
+	wlEmpty = "empty"
 )
 
-var allWorkloads = []string{wlSeqWrite, wlRandWrite, wlSeqRead, wlRandRead, wlRandReadMem, wlScan}
+var allWorkloads = []string{wlSeqWrite, wlRandWrite, wlSeqRead, wlRandRead, wlRandReadMem, wlScan, wlEmpty}
 
 // The bench table's families: data for most workloads, mem for the
 // in-memory random reads.
@@ -59,6 +64,7 @@ type benchConfig struct {
 	presplit        int // tablets at creation: N-1 split keys evenly over the rows; 0 and 1 none
 	workloads       []string
 	compareEmulator bool
+	rounds          int // each workload runs this many times per target, the order alternating
 	json            bool
 	keep            bool
 	// emulatorCmd returns the command that runs the emulator process;
@@ -81,10 +87,18 @@ func newBenchCommand() *cobra.Command {
   randread-mem  ReadRow of random rows of a family in an in-memory locality group
                 (a normal family, said so in the report, when the server has no such extension)
   scan          ReadRows over the whole table, in requests of 1000 rows
-Each reports ops/s (rows/s), MB/s of values, and p50/p99 latency per request.
+  empty         PingAndWarm, --rows calls: the RPC floor (no work on the server)
+Each reports ops/s (rows/s; calls for empty), MB/s of values, and p50/p99
+latency per request.
 --compare-emulator starts the Cloud Bigtable emulator in a separate process,
-runs each workload against it right after the server (so that both see the
+runs each workload against it next to the server (so that both see the
 same machine load) and prints the ratio server/emulator.
+--rounds N runs everything N times: in each round every workload runs
+against both targets, the server first in odd rounds and the emulator first
+in even ones (A B, B A, A B, ...), so neither always gets the warmer or the
+quieter slot. The report gives every round's figures, and per workload the
+median ratio with its range; and the point reads' rates as a fraction of
+the empty-RPC floor measured in the same run.
 The table (--table) is dropped and re-created at the start and deleted at
 the end unless --keep. --presplit N creates it with N-1 initial split keys
 spread evenly over the rows, so that a cluster serves it from N tablets
@@ -108,6 +122,7 @@ spread evenly over the rows, so that a cluster serves it from N tablets
 	cmd.Flags().IntVar(&b.presplit, "presplit", 1, "tablets to create the table with (N-1 split keys evenly spaced over the rows)")
 	cmd.Flags().StringVar(&workloads, "workloads", strings.Join(allWorkloads, ","), "comma-separated workloads to run")
 	cmd.Flags().BoolVar(&b.compareEmulator, "compare-emulator", false, "also run against the Cloud Bigtable emulator in a subprocess and print ratios")
+	cmd.Flags().IntVar(&b.rounds, "rounds", 1, "times to run every workload on each target, alternating which goes first; medians and ranges are reported")
 	cmd.Flags().BoolVar(&b.json, "json", false, "print the results as JSON")
 	cmd.Flags().BoolVar(&b.keep, "keep", false, "keep the table afterwards")
 	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{cmd: cmd, err: err} })
@@ -117,6 +132,7 @@ spread evenly over the rows, so that a cluster serves it from N tablets
 // workloadResult is one workload's measurements against one server.
 type workloadResult struct {
 	Workload  string  `json:"workload"`
+	Round     int     `json:"round"` // 1-based
 	Ops       int64   `json:"ops"`
 	Requests  int64   `json:"requests"`
 	Bytes     int64   `json:"bytes"`
@@ -137,20 +153,46 @@ type targetReport struct {
 
 // benchReport is what --json prints.
 type benchReport struct {
-	Rows        int            `json:"rows"`
-	Concurrency int            `json:"concurrency"`
-	Batch       int            `json:"batch"`
-	ValueSize   int            `json:"value_size"`
-	Presplit    int            `json:"presplit"`
-	Targets     []targetReport `json:"targets"`
-	// Ratios are server ops/s over emulator ops/s per workload, present
-	// with --compare-emulator.
+	Rows        int `json:"rows"`
+	Concurrency int `json:"concurrency"`
+	Batch       int `json:"batch"`
+	ValueSize   int `json:"value_size"`
+	Presplit    int `json:"presplit"`
+	Rounds      int `json:"rounds"`
+	// Targets hold every round's results, in the order they ran per
+	// target (round by round, workload by workload).
+	Targets []targetReport `json:"targets"`
+	// Ratios are the median over the rounds of server ops/s over
+	// emulator ops/s per workload, present with --compare-emulator.
 	Ratios map[string]float64 `json:"ratios,omitempty"`
+	// Summary is per workload the ratios of every round, their median
+	// and range (with --compare-emulator), and each target's median
+	// ops/s.
+	Summary []workloadSummary `json:"summary"`
+	// FloorFractions are, per point-read workload and target, the median
+	// over rounds of its ops/s over the empty workload's in the same
+	// round: how close a read gets to the RPC floor. Present when the
+	// empty workload ran.
+	FloorFractions map[string]map[string]float64 `json:"floor_fractions,omitempty"`
+}
+
+// workloadSummary is one workload over all rounds.
+type workloadSummary struct {
+	Workload string `json:"workload"`
+	// MedianOpsPerSec is per target (in Targets' order) the median ops/s.
+	MedianOpsPerSec []float64 `json:"median_ops_per_sec"`
+	RoundRatios     []float64 `json:"round_ratios,omitempty"`
+	MedianRatio     float64   `json:"median_ratio,omitempty"`
+	MinRatio        float64   `json:"min_ratio,omitempty"`
+	MaxRatio        float64   `json:"max_ratio,omitempty"`
 }
 
 func (b benchConfig) validate() error {
 	if b.rows < 1 || b.concurrency < 1 || b.batch < 1 || b.valueSize < 1 {
 		return fmt.Errorf("--rows, --concurrency, --batch and --value-size must be ≥ 1")
+	}
+	if b.rounds < 1 || b.rounds > 100 {
+		return fmt.Errorf("--rounds %d: want 1 to 100", b.rounds)
 	}
 	if b.presplit < 0 {
 		return fmt.Errorf("--presplit %d: want a number of tablets ≥ 0 (0 and 1: no splits)", b.presplit)
@@ -171,15 +213,19 @@ func (b benchConfig) validate() error {
 
 // runBench runs the workloads against the server and, with
 // compareEmulator, against an emulator subprocess, then reports. With
-// both, each workload runs against the server and then against the
-// emulator before the next workload starts, so that the two measurements
-// a ratio compares are minutes apart at most, not a whole run: on a
-// shared machine the load changes faster than that.
+// both, each workload runs against one target and then the other before
+// the next workload starts, so that the two measurements a ratio compares
+// are a minute apart at most, not a whole run: on a shared machine the
+// load changes faster than that. Over several rounds the order alternates
+// (A B, B A, ...) and the ratios' median and range are reported.
 func runBench(ctx context.Context, b benchConfig, out, progress io.Writer) (err error) {
+	if b.rounds == 0 {
+		b.rounds = 1
+	}
 	if err := b.validate(); err != nil {
 		return err
 	}
-	rep := benchReport{Rows: b.rows, Concurrency: b.concurrency, Batch: b.batch, ValueSize: b.valueSize, Presplit: max(1, b.presplit)}
+	rep := benchReport{Rows: b.rows, Concurrency: b.concurrency, Batch: b.batch, ValueSize: b.valueSize, Presplit: max(1, b.presplit), Rounds: b.rounds}
 	srv, err := openBenchTarget(ctx, b, "server", b.conn, progress)
 	if err != nil {
 		return err
@@ -208,27 +254,30 @@ func runBench(ctx context.Context, b benchConfig, out, progress io.Writer) (err 
 		defer et.close()
 		targets = append(targets, et)
 	}
-	for _, w := range allWorkloads {
-		if !slices.Contains(b.workloads, w) {
-			continue
+	for round := 1; round <= b.rounds; round++ {
+		order := roundOrder(targets, round)
+		if b.rounds > 1 {
+			names := make([]string, len(order))
+			for i, t := range order {
+				names[i] = t.report.Target
+			}
+			fmt.Fprintf(progress, "round %d of %d: %s\n", round, b.rounds, strings.Join(names, " then "))
 		}
-		for _, t := range targets {
-			if err := t.run(ctx, w); err != nil {
-				return err
+		for _, w := range allWorkloads {
+			if !slices.Contains(b.workloads, w) {
+				continue
+			}
+			for _, t := range order {
+				if err := t.run(ctx, w, round); err != nil {
+					return err
+				}
 			}
 		}
 	}
 	for _, t := range targets {
 		rep.Targets = append(rep.Targets, t.report)
 	}
-	if b.compareEmulator {
-		rep.Ratios = map[string]float64{}
-		for i, r := range rep.Targets[0].Results {
-			if e := rep.Targets[1].Results[i].OpsPerSec; e > 0 {
-				rep.Ratios[r.Workload] = r.OpsPerSec / e
-			}
-		}
-	}
+	summarize(&rep)
 	if b.json {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -236,6 +285,102 @@ func runBench(ctx context.Context, b benchConfig, out, progress io.Writer) (err 
 	}
 	printBenchReport(out, rep)
 	return nil
+}
+
+// roundOrder is the order the targets run in round (1-based): as given in
+// odd rounds, reversed in even ones.
+func roundOrder[T any](targets []T, round int) []T {
+	order := slices.Clone(targets)
+	if round%2 == 0 {
+		slices.Reverse(order)
+	}
+	return order
+}
+
+// pointReads are the workloads whose rate is compared with the RPC floor.
+var pointReads = []string{wlSeqRead, wlRandRead, wlRandReadMem}
+
+// summarize fills rep's Summary, Ratios and FloorFractions from its
+// targets' per-round results.
+func summarize(rep *benchReport) {
+	type key struct {
+		workload string
+		round    int
+	}
+	rates := make([]map[key]float64, len(rep.Targets))
+	for i, t := range rep.Targets {
+		rates[i] = map[key]float64{}
+		for _, r := range t.Results {
+			rates[i][key{r.Workload, r.Round}] = r.OpsPerSec
+		}
+	}
+	compare := len(rep.Targets) > 1
+	if compare {
+		rep.Ratios = map[string]float64{}
+	}
+	for _, w := range allWorkloads {
+		if _, ran := rates[0][key{w, 1}]; !ran {
+			continue
+		}
+		s := workloadSummary{Workload: w}
+		for i := range rep.Targets {
+			var xs []float64
+			for round := 1; round <= rep.Rounds; round++ {
+				xs = append(xs, rates[i][key{w, round}])
+			}
+			s.MedianOpsPerSec = append(s.MedianOpsPerSec, median(xs))
+		}
+		if compare {
+			for round := 1; round <= rep.Rounds; round++ {
+				if e := rates[1][key{w, round}]; e > 0 {
+					s.RoundRatios = append(s.RoundRatios, rates[0][key{w, round}]/e)
+				}
+			}
+			if len(s.RoundRatios) > 0 {
+				s.MedianRatio = median(s.RoundRatios)
+				s.MinRatio, s.MaxRatio = slices.Min(s.RoundRatios), slices.Max(s.RoundRatios)
+				rep.Ratios[w] = s.MedianRatio
+			}
+		}
+		rep.Summary = append(rep.Summary, s)
+	}
+	if _, ran := rates[0][key{wlEmpty, 1}]; !ran {
+		return
+	}
+	for _, w := range pointReads {
+		if _, ran := rates[0][key{w, 1}]; !ran {
+			continue
+		}
+		if rep.FloorFractions == nil {
+			rep.FloorFractions = map[string]map[string]float64{}
+		}
+		rep.FloorFractions[w] = map[string]float64{}
+		for i, t := range rep.Targets {
+			var xs []float64
+			for round := 1; round <= rep.Rounds; round++ {
+				if f := rates[i][key{wlEmpty, round}]; f > 0 {
+					xs = append(xs, rates[i][key{w, round}]/f)
+				}
+			}
+			if len(xs) > 0 {
+				rep.FloorFractions[w][t.Target] = median(xs)
+			}
+		}
+	}
+}
+
+// median is the middle of xs (the mean of the middle two for an even
+// count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // benchTarget is one server under test: its connection, its freshly
@@ -266,7 +411,13 @@ func openBenchTarget(ctx context.Context, b benchConfig, target string, cf connF
 	if !inMemory {
 		t.memNote = "no in-memory locality groups on this server (no tabula.admin.v1.LocalityGroups); fell back to a normal family"
 	}
-	t.runner = &benchRunner{cfg: b, tbl: c.data.Open(b.table), progress: progress, target: target, pool: valuePool(b.valueSize)}
+	data := btpb.NewBigtableClient(c.cc)
+	instance := fmt.Sprintf("projects/%s/instances/%s", cf.project, cf.instance)
+	ping := func(ctx context.Context) error {
+		_, err := data.PingAndWarm(ctx, &btpb.PingAndWarmRequest{Name: instance})
+		return err
+	}
+	t.runner = &benchRunner{cfg: b, tbl: c.data.Open(b.table), ping: ping, progress: progress, target: target, pool: valuePool(b.valueSize)}
 	if err := t.runner.awaitTablets(ctx, append([]string{benchKey(0)}, splits...)); err != nil {
 		t.close()
 		return nil, fmt.Errorf("%s %s: %w", target, cf.addr, err)
@@ -274,9 +425,9 @@ func openBenchTarget(ctx context.Context, b benchConfig, target string, cf connF
 	return t, nil
 }
 
-// run runs workload w, first filling the rows it reads, untimed, unless
+// run runs round's run of workload w, first filling the rows it reads, untimed, unless
 // an earlier workload wrote them.
-func (t *benchTarget) run(ctx context.Context, w string) error {
+func (t *benchTarget) run(ctx context.Context, w string, round int) error {
 	r := t.runner
 	fam := ""
 	switch w {
@@ -297,6 +448,7 @@ func (t *benchTarget) run(ctx context.Context, w string) error {
 	if w == wlRandReadMem {
 		res.Note = t.memNote
 	}
+	res.Round = round
 	t.report.Results = append(t.report.Results, res)
 	return nil
 }
@@ -336,12 +488,17 @@ func createBenchTable(ctx context.Context, c *conn, table string, splits []strin
 	return false, nil
 }
 
-// printBenchReport prints one line per workload, with the emulator's
-// numbers and the ratio when there are two targets.
+// printBenchReport prints one line per workload and round, with the
+// emulator's numbers and the ratio when there are two targets; then, over
+// several rounds, the medians and ranges; then the point reads against the
+// RPC floor.
 func printBenchReport(w io.Writer, rep benchReport) {
-	fmt.Fprintf(w, "rows %d, concurrency %d, batch %d, value size %d B, presplit %d\n", rep.Rows, rep.Concurrency, rep.Batch, rep.ValueSize, rep.Presplit)
+	fmt.Fprintf(w, "rows %d, concurrency %d, batch %d, value size %d B, presplit %d, rounds %d\n", rep.Rows, rep.Concurrency, rep.Batch, rep.ValueSize, rep.Presplit, rep.Rounds)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	head := "workload\t"
+	if rep.Rounds > 1 {
+		head += "round\t"
+	}
 	for _, t := range rep.Targets {
 		head += fmt.Sprintf("%s ops/s\tMB/s\tp50\tp99\t", t.Target)
 	}
@@ -352,6 +509,9 @@ func printBenchReport(w io.Writer, rep benchReport) {
 	var notes []string
 	for i, r := range rep.Targets[0].Results {
 		line := r.Workload + "\t"
+		if rep.Rounds > 1 {
+			line += fmt.Sprintf("%d\t", r.Round)
+		}
 		for _, t := range rep.Targets {
 			x := t.Results[i]
 			line += fmt.Sprintf("%.0f\t%.2f\t%s\t%s\t", x.OpsPerSec, x.MBPerSec, fmtMicros(x.P50Micros), fmtMicros(x.P99Micros))
@@ -360,11 +520,45 @@ func printBenchReport(w io.Writer, rep benchReport) {
 			}
 		}
 		if len(rep.Targets) > 1 {
-			line += fmt.Sprintf("%.2fx\t", rep.Ratios[r.Workload])
+			line += fmt.Sprintf("%.2fx\t", r.OpsPerSec/rep.Targets[1].Results[i].OpsPerSec)
 		}
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
+	if rep.Rounds > 1 {
+		fmt.Fprintf(w, "\nover %d rounds:\n", rep.Rounds)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		head = "workload\t"
+		for _, t := range rep.Targets {
+			head += fmt.Sprintf("%s median ops/s\t", t.Target)
+		}
+		if len(rep.Targets) > 1 {
+			head += "median ratio\trange\t"
+		}
+		fmt.Fprintln(tw, head)
+		for _, s := range rep.Summary {
+			line := s.Workload + "\t"
+			for _, x := range s.MedianOpsPerSec {
+				line += fmt.Sprintf("%.0f\t", x)
+			}
+			if len(rep.Targets) > 1 {
+				line += fmt.Sprintf("%.2fx\t%.2f–%.2fx\t", s.MedianRatio, s.MinRatio, s.MaxRatio)
+			}
+			fmt.Fprintln(tw, line)
+		}
+		tw.Flush()
+	}
+	for _, pr := range pointReads {
+		f, ok := rep.FloorFractions[pr]
+		if !ok {
+			continue
+		}
+		line := fmt.Sprintf("%s / empty-RPC floor (median of rounds):", pr)
+		for _, t := range rep.Targets {
+			line += fmt.Sprintf(" %s %.0f%%", t.Target, 100*f[t.Target])
+		}
+		fmt.Fprintln(w, line)
+	}
 	for _, n := range slices.Compact(notes) {
 		fmt.Fprintln(w, "note:", n)
 	}

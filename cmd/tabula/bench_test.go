@@ -12,15 +12,28 @@ import (
 	"time"
 )
 
-// checkResults asserts that every workload ran and reported sane numbers.
+// checkResults asserts that every workload ran in every round, in order,
+// and reported sane numbers.
 func checkResults(t *testing.T, tr targetReport, workloads []string, rows int) {
 	t.Helper()
-	if len(tr.Results) != len(workloads) {
-		t.Fatalf("%s: %d results, want %d", tr.Target, len(tr.Results), len(workloads))
+	checkRounds(t, tr, workloads, rows, 1)
+}
+
+func checkRounds(t *testing.T, tr targetReport, workloads []string, rows, rounds int) {
+	t.Helper()
+	if len(tr.Results) != len(workloads)*rounds {
+		t.Fatalf("%s: %d results, want %d", tr.Target, len(tr.Results), len(workloads)*rounds)
 	}
 	for i, r := range tr.Results {
-		if r.Workload != workloads[i] {
-			t.Errorf("%s: result %d is %s, want %s", tr.Target, i, r.Workload, workloads[i])
+		if w := workloads[i%len(workloads)]; r.Workload != w || r.Round != 1+i/len(workloads) {
+			t.Errorf("%s: result %d is %s of round %d, want %s of round %d", tr.Target, i, r.Workload, r.Round, w, 1+i/len(workloads))
+		}
+		if r.Workload == wlEmpty {
+			// Calls, no values.
+			if r.Ops != int64(rows) || r.Requests != int64(rows) || r.OpsPerSec <= 0 || r.Bytes != 0 || r.P50Micros <= 0 || r.P50Micros > r.P99Micros {
+				t.Errorf("%s empty: %+v", tr.Target, r)
+			}
+			continue
 		}
 		if r.Ops != int64(rows) || r.OpsPerSec <= 0 || r.MBPerSec <= 0 || r.Requests <= 0 {
 			t.Errorf("%s %s: ops %d (want %d), %.1f ops/s, %.3f MB/s, %d requests", tr.Target, r.Workload, r.Ops, rows, r.OpsPerSec, r.MBPerSec, r.Requests)
@@ -130,6 +143,7 @@ func TestBenchCompareEmulator(t *testing.T) {
 	}
 	for i, w := range allWorkloads {
 		f := strings.Fields(lines[2+i])
+		// The empty workload moves no bytes: 0.00 MB/s.
 		if len(f) != 10 || f[0] != w || !strings.HasSuffix(f[9], "x") {
 			t.Errorf("row for %s = %q, want workload, 2×4 numbers and a ratio", w, lines[2+i])
 		}
@@ -152,6 +166,105 @@ func TestBenchCompareEmulator(t *testing.T) {
 		t.Errorf("JSON report: %d targets, ratios %v", len(rep.Targets), rep.Ratios)
 	}
 	checkResults(t, rep.Targets[1], cfg.workloads, 60)
+}
+
+// TestBenchRounds runs three rounds against the emulator in and out of
+// process: every round has every workload on both targets, the order
+// alternates, the summary's median lies within its range, and the point
+// reads are related to the empty floor.
+func TestBenchRounds(t *testing.T) {
+	addr := startEmulator(t)
+	cfg := benchConfig{
+		conn:        connFlags{addr: addr, project: "tabula", instance: "dev"},
+		table:       "rounds",
+		rows:        40,
+		concurrency: 2,
+		batch:       4,
+		valueSize:   100,
+		rounds:      3,
+		workloads:   []string{wlSeqWrite, wlRandRead, wlEmpty},
+		emulatorCmd: func() (*exec.Cmd, error) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestEmulatorProcess$")
+			cmd.Env = append(os.Environ(), emulatorProcessEnv+"=1")
+			return cmd, nil
+		},
+		compareEmulator: true,
+		json:            true,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out, progress bytes.Buffer
+	if err := runBench(ctx, cfg, &out, &progress); err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("bad JSON %v:\n%s", err, out.String())
+	}
+	if rep.Rounds != 3 || len(rep.Targets) != 2 {
+		t.Fatalf("rounds %d, %d targets", rep.Rounds, len(rep.Targets))
+	}
+	for _, tr := range rep.Targets {
+		checkRounds(t, tr, cfg.workloads, 40, 3)
+	}
+	for _, want := range []string{"round 1 of 3: server then emulator", "round 2 of 3: emulator then server", "round 3 of 3: server then emulator"} {
+		if !strings.Contains(progress.String(), want) {
+			t.Errorf("progress lacks %q:\n%s", want, progress.String())
+		}
+	}
+	if len(rep.Summary) != 3 {
+		t.Fatalf("summary %+v, want 3 workloads", rep.Summary)
+	}
+	for _, s := range rep.Summary {
+		if len(s.RoundRatios) != 3 || s.MinRatio > s.MedianRatio || s.MedianRatio > s.MaxRatio || s.MinRatio <= 0 || rep.Ratios[s.Workload] != s.MedianRatio {
+			t.Errorf("summary of %s: %+v (ratios %v)", s.Workload, s, rep.Ratios)
+		}
+		if len(s.MedianOpsPerSec) != 2 || s.MedianOpsPerSec[0] <= 0 || s.MedianOpsPerSec[1] <= 0 {
+			t.Errorf("summary of %s: medians %v", s.Workload, s.MedianOpsPerSec)
+		}
+	}
+	f := rep.FloorFractions[wlRandRead]
+	if f["server"] <= 0 || f["emulator"] <= 0 || len(rep.FloorFractions) != 1 {
+		t.Errorf("floor fractions %v, want randread's for both targets", rep.FloorFractions)
+	}
+	// The text report has a line per workload and round, and the medians.
+	cfg.json = false
+	cfg.rounds = 2
+	cfg.workloads = []string{wlEmpty}
+	out.Reset()
+	if err := runBench(ctx, cfg, &out, &progress); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{"rounds 2", "over 2 rounds:", "median ratio", "empty 1", "empty 2"} {
+		if !strings.Contains(strings.Join(strings.Fields(text), " "), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text)
+		}
+	}
+	cfg.rounds = -1
+	if err := runBench(ctx, cfg, &out, &progress); err == nil || !strings.Contains(err.Error(), "--rounds") {
+		t.Errorf("--rounds -1: %v, want an error naming the flag", err)
+	}
+}
+
+func TestRoundOrderAndMedian(t *testing.T) {
+	if got := roundOrder([]string{"a", "b"}, 1); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("round 1: %v", got)
+	}
+	if got := roundOrder([]string{"a", "b"}, 2); !slices.Equal(got, []string{"b", "a"}) {
+		t.Errorf("round 2: %v", got)
+	}
+	if got := roundOrder([]string{"a"}, 2); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("one target, round 2: %v", got)
+	}
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(tc.xs); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
+		}
+	}
 }
 
 func TestBenchSplits(t *testing.T) {

@@ -45,6 +45,7 @@ func valuePool(size int) []byte {
 type benchRunner struct {
 	cfg      benchConfig
 	tbl      *bigtable.Table
+	ping     func(context.Context) error // one PingAndWarm call
 	progress io.Writer
 	target   string
 	pool     []byte
@@ -172,6 +173,10 @@ func (r *benchRunner) run(ctx context.Context, w string) (workloadResult, error)
 	case wlRandReadMem:
 		op = func(ctx context.Context, rng *rand.Rand, _ int) (int64, int64, error) {
 			return readOne(ctx, benchKey(rng.IntN(n)), benchMemFamily)
+		}
+	case wlEmpty:
+		op = func(ctx context.Context, _ *rand.Rand, _ int) (int64, int64, error) {
+			return 1, 0, r.ping(ctx)
 		}
 	case wlScan:
 		requests = (n + scanChunk - 1) / scanChunk
