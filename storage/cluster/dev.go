@@ -214,7 +214,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	}
 	adminOpts := master.Options{
 		Catalog: master.NewBlobCatalog(store, "catalog"),
-		Control: d.host,
+		Host:    d.host,
 		Store:   store,
 		Limits:  cfg.Limits,
 		Logger:  d.log,

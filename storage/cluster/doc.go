@@ -2,7 +2,7 @@
 // from the pieces below it: the tablet server role (a tabletserver.Host in
 // partial mode behind a coord session, its commit log in the object store,
 // the gateway and the TabletControl service), and the master role (the
-// master.Control loop, the admin API over a catalog kept in the lock
+// master.Loop, the admin API over a catalog kept in the lock
 // service, METADATA access and file garbage collection) — and `tabula
 // dev`, the whole of Tabula in one process (StartDev: one Host serving every
 // tablet of every table, the admin API over a catalog in a local directory).

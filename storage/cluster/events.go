@@ -58,7 +58,7 @@ func (e *eventServers) List(ctx context.Context, server string) ([]assign.Served
 	return e.inner.List(ctx, server)
 }
 
-func (e *eventServers) Load(ctx context.Context, server string, t assign.Tablet, rec master.Recovery) error {
+func (e *eventServers) Load(ctx context.Context, server string, t assign.Tablet, rec master.RecoverySource) error {
 	err := e.inner.Load(ctx, server, t, rec)
 	detail := t.Table
 	if rec.From != "" {

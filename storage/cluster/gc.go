@@ -100,7 +100,7 @@ func (m *Master) collectGarbage(ctx context.Context) (files, logNames []string, 
 	for _, t := range tablets {
 		ids = append(ids, string(t.ID))
 	}
-	for _, s := range m.control.Observed().Live {
+	for _, s := range m.loop.Observed().Live {
 		for _, sv := range s.Serving {
 			ids = append(ids, string(sv.ID))
 		}

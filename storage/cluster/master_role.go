@@ -51,7 +51,7 @@ type MasterConfig struct {
 	SplitBytes int64
 	// SessionTTL and LockDelay configure the master's lease.
 	SessionTTL, LockDelay time.Duration
-	// Tick is the control loop's period; default 1s.
+	// Tick is the assignment loop's period; default 1s.
 	Tick time.Duration
 	// GCInterval is how often the active master collects garbage files
 	// (DefaultGCInterval); GCGrace spares young files (DefaultGCGrace).
@@ -60,7 +60,7 @@ type MasterConfig struct {
 }
 
 // Master is a running master: it serves the admin API, campaigns for the
-// master lock and, while it holds it, runs the control loop and collects
+// master lock and, while it holds it, runs the assignment loop and collects
 // garbage files.
 type Master struct {
 	cfg       MasterConfig
@@ -74,7 +74,7 @@ type Master struct {
 	self      *grpc.ClientConn
 	cl        *client.Client
 	md        *metadataStore
-	control   *master.Control
+	loop      *master.Loop
 	states    tablet.StateStore
 	registry  *prometheus.Registry
 	events    *eventRing
@@ -128,7 +128,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	m.md.states = m.states // to finish splits a crash cut short
 	catalog := NewCoordCatalog(cfg.Coord)
 	servers := &serverClient{conns: m.conns, catalog: catalog}
-	if m.control, err = master.NewControl(master.ControlOptions{
+	if m.loop, err = master.NewLoop(master.LoopOptions{
 		Coord:    cfg.Coord,
 		Servers:  &eventServers{inner: servers, events: m.events},
 		Metadata: m.md,
@@ -142,7 +142,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	}
 	admin, err := master.NewAdminService(master.Options{
 		Catalog: catalog,
-		Control: &adminControl{kv: cfg.Coord, md: m.md, servers: servers},
+		Host:    &clusterTableHost{kv: cfg.Coord, md: m.md, servers: servers},
 		Logger:  m.log,
 	})
 	if err != nil {
@@ -152,7 +152,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	m.registerMetrics()
 	m.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes))
 	admin.Register(m.grpc)
-	clusterpb.RegisterMasterControlServer(m.grpc, &masterControlService{m: m})
+	clusterpb.RegisterServerReportsServer(m.grpc, &serverReportsService{m: m})
 	healthpb.RegisterHealthServer(m.grpc, health.NewServer())
 	go func() { _ = m.grpc.Serve(m.lis) }()
 	if cfg.HTTPAddr != "" {
@@ -167,8 +167,8 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	m.wg.Add(2)
 	go func() {
 		defer m.wg.Done()
-		if err := m.control.Run(runCtx); err != nil && runCtx.Err() == nil {
-			m.log.Error("control loop ended", "err", err)
+		if err := m.loop.Run(runCtx); err != nil && runCtx.Err() == nil {
+			m.log.Error("assignment loop ended", "err", err)
 		}
 	}()
 	go func() {
@@ -192,7 +192,7 @@ func (m *Master) HTTPAddr() string {
 
 // Leading reports whether this master is the active one.
 func (m *Master) Leading() bool {
-	on, _ := m.control.Leading()
+	on, _ := m.loop.Leading()
 	return on
 }
 
@@ -218,18 +218,18 @@ func (m *Master) Close() {
 	m.conns.close()
 }
 
-// masterControlService receives the tablet servers' split reports.
-type masterControlService struct {
-	clusterpb.UnimplementedMasterControlServer
+// serverReportsService receives the tablet servers' split reports.
+type serverReportsService struct {
+	clusterpb.UnimplementedServerReportsServer
 	m *Master
 }
 
-func (s *masterControlService) ReportSplit(ctx context.Context, req *clusterpb.ReportSplitRequest) (*clusterpb.ReportSplitResponse, error) {
+func (s *serverReportsService) ReportSplit(ctx context.Context, req *clusterpb.ReportSplitRequest) (*clusterpb.ReportSplitResponse, error) {
 	sp := assign.Split{Server: assign.ServerID(req.GetServerId()), Table: req.GetTable(), Parent: assign.TabletID(req.GetParentId())}
 	for _, c := range req.GetChildIds() {
 		sp.Children = append(sp.Children, assign.TabletID(c))
 	}
-	s.m.control.ReportSplit(sp)
+	s.m.loop.ReportSplit(sp)
 	s.m.events.add(event{Kind: "split", Tablet: req.GetParentId(), Server: req.GetServerId(), Detail: fmt.Sprintf("into %v", req.GetChildIds())})
 	return &clusterpb.ReportSplitResponse{}, nil
 }

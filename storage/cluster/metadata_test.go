@@ -358,7 +358,7 @@ func newMetadataFixture(t *testing.T) *metadataFixture {
 		t.Fatal(err)
 	}
 	for i, ref := range []meta.TabletRef{{ID: meta.RootTabletID, End: meta.RootTabletEnd()}, {ID: meta.MetaTabletID, Start: meta.RootTabletEnd()}} {
-		if err := s.host.LoadTablet(ctx, metadataTable(), ref, tabletserver.Recovery{}); err != nil {
+		if err := s.host.LoadTablet(ctx, metadataTable(), ref, tabletserver.ReplayLog{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.md.SetLocation(ctx, ref.ID, s.Name(), uint64(i+1)); err != nil {

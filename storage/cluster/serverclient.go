@@ -26,7 +26,7 @@ type serverClient struct {
 	catalog meta.Catalog
 }
 
-func (s *serverClient) control(server string) (clusterpb.TabletControlClient, error) {
+func (s *serverClient) tabletControl(server string) (clusterpb.TabletControlClient, error) {
 	cc, err := s.conns.get(meta.ServerAddr(server))
 	if err != nil {
 		return nil, err
@@ -35,7 +35,7 @@ func (s *serverClient) control(server string) (clusterpb.TabletControlClient, er
 }
 
 func (s *serverClient) List(ctx context.Context, server string) ([]assign.Served, error) {
-	c, err := s.control(server)
+	c, err := s.tabletControl(server)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func (s *serverClient) tableEntry(ctx context.Context, table string) (meta.Table
 	return s.catalog.Get(ctx, id)
 }
 
-func (s *serverClient) Load(ctx context.Context, server string, t assign.Tablet, rec master.Recovery) error {
+func (s *serverClient) Load(ctx context.Context, server string, t assign.Tablet, rec master.RecoverySource) error {
 	entry, err := s.tableEntry(ctx, t.Table)
 	if err != nil {
 		return err
@@ -76,7 +76,7 @@ func (s *serverClient) Load(ctx context.Context, server string, t assign.Tablet,
 	if err != nil {
 		return err
 	}
-	c, err := s.control(server)
+	c, err := s.tabletControl(server)
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func (s *serverClient) SortLog(ctx context.Context, dead string, sorters []strin
 		return err
 	}
 	return sortSegments(ctx, segs, sorters, func(ctx context.Context, sorter string, seg uint64) error {
-		c, err := s.control(sorter)
+		c, err := s.tabletControl(sorter)
 		if err != nil {
 			return err
 		}
@@ -133,7 +133,7 @@ func (s *serverClient) SortLog(ctx context.Context, dead string, sorters []strin
 func (s *serverClient) logSegments(ctx context.Context, dead string, sorters []string) ([]uint64, error) {
 	var errs []error
 	for _, sorter := range sorters {
-		c, err := s.control(sorter)
+		c, err := s.tabletControl(sorter)
 		if err == nil {
 			var resp *clusterpb.ListLogSegmentsResponse
 			if resp, err = c.ListLogSegments(ctx, &clusterpb.ListLogSegmentsRequest{DeadServer: dead}); err == nil {
@@ -246,7 +246,7 @@ func sortSegments(ctx context.Context, segs []uint64, sorters []string, sortOne 
 }
 
 func (s *serverClient) Unload(ctx context.Context, server, tabletID string) error {
-	c, err := s.control(server)
+	c, err := s.tabletControl(server)
 	if err != nil {
 		return err
 	}

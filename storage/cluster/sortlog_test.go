@@ -178,7 +178,7 @@ func startSorter(t *testing.T, store blob.Store) *sorterServer {
 	}
 	ts := &TabletServer{cfg: ServerConfig{Store: store}, name: name, log: slog.New(slog.NewTextHandler(logs, nil)), host: host}
 	srv := grpc.NewServer()
-	clusterpb.RegisterTabletControlServer(srv, newControlService(ts))
+	clusterpb.RegisterTabletControlServer(srv, newTabletControlService(ts))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(func() {
 		srv.Stop()
@@ -226,7 +226,7 @@ func writeDeadLog(t *testing.T, store blob.Store, dead string, tablets []string,
 // TestSortLogAndLoad sorts a dead server's log through the TabletControl
 // RPCs, on two live sorters and one that is gone (listed first, so that it
 // is asked first and its segments go elsewhere), then loads the dead
-// server's tablets with Recovery.Sorted: every tablet's rows are back.
+// server's tablets with RecoverySource.Sorted: every tablet's rows are back.
 func TestSortLogAndLoad(t *testing.T) {
 	ctx := context.Background()
 	store := blob.NewMemory()
@@ -291,7 +291,7 @@ func TestSortLogAndLoad(t *testing.T) {
 			}
 		}
 		at := assign.Tablet{ID: assign.TabletID(ref.ID), Table: tbl.ID.String(), Start: string(ref.Start), End: string(ref.End)}
-		if err := sc.Load(ctx, a.name, at, master.Recovery{From: dead, Sorted: true}); err != nil {
+		if err := sc.Load(ctx, a.name, at, master.RecoverySource{From: dead, Sorted: true}); err != nil {
 			t.Fatalf("load %s: %v", ref.ID, err)
 		}
 	}
@@ -337,7 +337,7 @@ func TestSortLogSegmentErrors(t *testing.T) {
 	conns := newConns()
 	defer conns.close()
 	sc := &serverClient{conns: conns}
-	c, err := sc.control(a.name)
+	c, err := sc.tabletControl(a.name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,15 +10,15 @@ import (
 	"github.com/tabuladb/tabula/storage/meta"
 )
 
-// masterStatus fills the master's status page from the control loop's last
+// masterStatus fills the master's status page from the assignment loop's last
 // observation and the event ring.
 func (m *Master) masterStatus(context.Context) (statuspage.MasterStatus, error) {
-	active, since := m.control.Leading()
+	active, since := m.loop.Leading()
 	st := statuspage.MasterStatus{Cluster: m.cfg.Cluster, Addr: m.addr, Active: active}
 	if active {
 		st.MasterSince = since
 	}
-	obs := m.control.Observed()
+	obs := m.loop.Observed()
 	served := make(map[assign.TabletID]bool)
 	byID := make(map[assign.TabletID]assign.Tablet, len(obs.Tablets))
 	for _, t := range obs.Tablets {

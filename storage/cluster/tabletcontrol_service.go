@@ -17,16 +17,16 @@ import (
 	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
-// controlService is a tablet server's TabletControl: the master's requests.
-type controlService struct {
+// tabletControlService is a tablet server's TabletControl: the master's requests.
+type tabletControlService struct {
 	clusterpb.UnimplementedTabletControlServer
 	s *TabletServer
 	// sorting holds a token per segment being sorted (sortSlots).
 	sorting chan struct{}
 }
 
-func newControlService(s *TabletServer) *controlService {
-	return &controlService{s: s, sorting: make(chan struct{}, sortSlots)}
+func newTabletControlService(s *TabletServer) *tabletControlService {
+	return &tabletControlService{s: s, sorting: make(chan struct{}, sortSlots)}
 }
 
 func decodeTableJSON(b []byte) (meta.Table, error) {
@@ -40,7 +40,7 @@ func decodeTableJSON(b []byte) (meta.Table, error) {
 	return t, nil
 }
 
-func (c *controlService) LoadTablet(ctx context.Context, req *clusterpb.LoadTabletRequest) (*clusterpb.LoadTabletResponse, error) {
+func (c *tabletControlService) LoadTablet(ctx context.Context, req *clusterpb.LoadTabletRequest) (*clusterpb.LoadTabletResponse, error) {
 	t, err := decodeTableJSON(req.GetTableJson())
 	if err != nil {
 		return nil, err
@@ -48,7 +48,7 @@ func (c *controlService) LoadTablet(ctx context.Context, req *clusterpb.LoadTabl
 	if req.GetTabletId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "tablet_id: empty")
 	}
-	var recover tabletserver.Recovery
+	var recover tabletserver.ReplayLog
 	if from := req.GetRecoverFrom(); from != "" {
 		recover.Log = commitlog.Options{Store: c.s.cfg.Store, Prefix: LogPrefix(from)}
 		if req.GetSortedLog() {
@@ -75,7 +75,7 @@ func (c *controlService) LoadTablet(ctx context.Context, req *clusterpb.LoadTabl
 
 // deadLog returns the commit log of server dead and where its sorted copy
 // goes, refusing this server's own (live) log.
-func (c *controlService) deadLog(dead string) (commitlog.Options, commitlog.SortedLog, error) {
+func (c *tabletControlService) deadLog(dead string) (commitlog.Options, commitlog.SortedLog, error) {
 	switch dead {
 	case "":
 		return commitlog.Options{}, commitlog.SortedLog{}, status.Error(codes.InvalidArgument, "dead_server: empty")
@@ -86,7 +86,7 @@ func (c *controlService) deadLog(dead string) (commitlog.Options, commitlog.Sort
 		commitlog.SortedLog{Store: c.s.cfg.Store, Prefix: SortedLogPrefix(dead)}, nil
 }
 
-func (c *controlService) ListLogSegments(ctx context.Context, req *clusterpb.ListLogSegmentsRequest) (*clusterpb.ListLogSegmentsResponse, error) {
+func (c *tabletControlService) ListLogSegments(ctx context.Context, req *clusterpb.ListLogSegmentsRequest) (*clusterpb.ListLogSegmentsResponse, error) {
 	log, _, err := c.deadLog(req.GetDeadServer())
 	if err != nil {
 		return nil, err
@@ -102,7 +102,7 @@ func (c *controlService) ListLogSegments(ctx context.Context, req *clusterpb.Lis
 // twice a segment (64 MiB by default) in memory.
 const sortSlots = 1
 
-func (c *controlService) SortLogSegment(ctx context.Context, req *clusterpb.SortLogSegmentRequest) (*clusterpb.SortLogSegmentResponse, error) {
+func (c *tabletControlService) SortLogSegment(ctx context.Context, req *clusterpb.SortLogSegmentRequest) (*clusterpb.SortLogSegmentResponse, error) {
 	log, sorted, err := c.deadLog(req.GetDeadServer())
 	if err != nil {
 		return nil, err
@@ -132,7 +132,7 @@ func (c *controlService) SortLogSegment(ctx context.Context, req *clusterpb.Sort
 		SourceBytes: st.SourceBytes, SortedBytes: st.SortedBytes}, nil
 }
 
-func (c *controlService) UnloadTablet(ctx context.Context, req *clusterpb.UnloadTabletRequest) (*clusterpb.UnloadTabletResponse, error) {
+func (c *tabletControlService) UnloadTablet(ctx context.Context, req *clusterpb.UnloadTabletRequest) (*clusterpb.UnloadTabletResponse, error) {
 	if err := c.s.host.UnloadTablet(ctx, req.GetTabletId()); err != nil {
 		return nil, status.Errorf(codes.Internal, "unloading tablet %s: %v", req.GetTabletId(), err)
 	}
@@ -140,7 +140,7 @@ func (c *controlService) UnloadTablet(ctx context.Context, req *clusterpb.Unload
 	return &clusterpb.UnloadTabletResponse{}, nil
 }
 
-func (c *controlService) ListTablets(ctx context.Context, _ *clusterpb.ListTabletsRequest) (*clusterpb.ListTabletsResponse, error) {
+func (c *tabletControlService) ListTablets(ctx context.Context, _ *clusterpb.ListTabletsRequest) (*clusterpb.ListTabletsResponse, error) {
 	resp := &clusterpb.ListTabletsResponse{ServerId: c.s.name}
 	for _, t := range c.s.host.ServedTablets() {
 		resp.Tablets = append(resp.Tablets, &clusterpb.ServedTablet{
@@ -151,7 +151,7 @@ func (c *controlService) ListTablets(ctx context.Context, _ *clusterpb.ListTable
 	return resp, nil
 }
 
-func (c *controlService) UpdateSchema(ctx context.Context, req *clusterpb.UpdateSchemaRequest) (*clusterpb.UpdateSchemaResponse, error) {
+func (c *tabletControlService) UpdateSchema(ctx context.Context, req *clusterpb.UpdateSchemaRequest) (*clusterpb.UpdateSchemaResponse, error) {
 	t, err := decodeTableJSON(req.GetTableJson())
 	if err != nil {
 		return nil, err

@@ -192,7 +192,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	)
 	bigtablepb.RegisterBigtableServer(s.grpc, s.gateway)
 	scriptpb.RegisterScriptsServer(s.grpc, tabletserver.NewScriptService(s.host, tabletserver.ScriptOptions{Logger: s.log}))
-	clusterpb.RegisterTabletControlServer(s.grpc, newControlService(s))
+	clusterpb.RegisterTabletControlServer(s.grpc, newTabletControlService(s))
 	clusterpb.RegisterLocatorServer(s.grpc, &locatorService{kv: cfg.Coord})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)
@@ -378,7 +378,7 @@ func (s *TabletServer) commitSplit(ctx context.Context, table meta.TableID, pare
 		for i, c := range children {
 			ids[i] = c.ID
 		}
-		_, _ = clusterpb.NewMasterControlClient(cc).ReportSplit(ctx, &clusterpb.ReportSplitRequest{ServerId: s.name, Table: table.String(), ParentId: parent, ChildIds: ids})
+		_, _ = clusterpb.NewServerReportsClient(cc).ReportSplit(ctx, &clusterpb.ReportSplitRequest{ServerId: s.name, Table: table.String(), ParentId: parent, ChildIds: ids})
 	}
 	return nil
 }

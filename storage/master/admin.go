@@ -45,13 +45,13 @@ const (
 // cluster_states of REPLICATION_VIEW and FULL table views.
 const ClusterID = "tabula"
 
-// Options configure an AdminService. Catalog and Control are required; zero
+// Options configure an AdminService. Catalog and Host are required; zero
 // values of the others take the documented defaults.
 type Options struct {
 	// Catalog is the durable record of the tables.
 	Catalog meta.Catalog
-	// Control opens, updates and drops the tables' tablets.
-	Control TabletControl
+	// Host opens, updates and drops the tables' tablets.
+	Host TableHost
 	// Store holds the tables' SSTables (under meta.Table.Dir): DeleteTable
 	// deletes a deleted table's files from it and Start deletes the files
 	// of tables that are no longer in the catalog. Nil: files are left.
@@ -94,8 +94,8 @@ type AdminService struct {
 
 // NewAdminService returns the service. Call Start before serving.
 func NewAdminService(opts Options) (*AdminService, error) {
-	if opts.Catalog == nil || opts.Control == nil {
-		return nil, errors.New("master: Options.Catalog and Options.Control are required")
+	if opts.Catalog == nil || opts.Host == nil {
+		return nil, errors.New("master: Options.Catalog and Options.Host are required")
 	}
 	if opts.MaxInitialSplits <= 0 {
 		opts.MaxInitialSplits = DefaultMaxInitialSplits
@@ -148,7 +148,7 @@ func (s *AdminService) Start(ctx context.Context) error {
 	}
 	var errs []error
 	for _, t := range tables {
-		if err := s.opts.Control.OpenTable(ctx, t); err != nil {
+		if err := s.opts.Host.OpenTable(ctx, t); err != nil {
 			errs = append(errs, fmt.Errorf("master: opening table %s: %w", t.ID, err))
 		}
 	}
@@ -320,11 +320,11 @@ func (s *AdminService) CreateTable(ctx context.Context, req *adminpb.CreateTable
 		}
 		return nil, toStatus(err)
 	}
-	if err := s.opts.Control.OpenTable(ctx, t); err != nil {
+	if err := s.opts.Host.OpenTable(ctx, t); err != nil {
 		// Undo, so that the table either exists and is served or does not
 		// exist; the client may have gone, the undo must still run.
 		undo := context.WithoutCancel(ctx)
-		_ = s.opts.Control.DropTable(undo, t)
+		_ = s.opts.Host.DropTable(undo, t)
 		if derr := s.opts.Catalog.Delete(undo, n.id); derr != nil {
 			s.opts.Logger.Error("undoing a table creation", "table", n.id, "err", derr)
 		}
@@ -505,7 +505,7 @@ func (s *AdminService) DeleteTable(ctx context.Context, req *adminpb.DeleteTable
 	// From here on the table is going away; finish even if the client
 	// does not wait.
 	ctx = context.WithoutCancel(ctx)
-	if err := s.opts.Control.DropTable(ctx, t); err != nil {
+	if err := s.opts.Host.DropTable(ctx, t); err != nil {
 		// The tablets failed to close cleanly (a flush failed): their
 		// data is being deleted anyway, and stopping here would leave a
 		// table in the catalog that no tablet serves.
@@ -542,7 +542,7 @@ func (s *AdminService) update(ctx context.Context, n tableName, schema bool, cha
 		return meta.Table{}, toStatus(err)
 	}
 	if schema {
-		if err := s.opts.Control.UpdateSchema(ctx, t); err != nil {
+		if err := s.opts.Host.UpdateSchema(ctx, t); err != nil {
 			// The catalog has the new schema: tablets that missed it get
 			// it when the table is next opened or updated.
 			return meta.Table{}, toStatus(fmt.Errorf("schema of %s saved, but applying it to the tablets failed: %w", n, err))
@@ -676,7 +676,7 @@ func (s *AdminService) DropRowRange(ctx context.Context, req *adminpb.DropRowRan
 	if err != nil {
 		return nil, err
 	}
-	if err := s.opts.Control.DropRowRange(ctx, t, prefix); err != nil {
+	if err := s.opts.Host.DropRowRange(ctx, t, prefix); err != nil {
 		return nil, toStatus(err)
 	}
 	return &emptypb.Empty{}, nil

@@ -554,7 +554,7 @@ func TestWaitForReplication(t *testing.T) {
 // and collects the files of tables deleted half-way.
 func TestStartReopensTables(t *testing.T) {
 	store := blob.NewMemory()
-	e := newEnvOn(t, store, newFakeControl(), Options{})
+	e := newEnvOn(t, store, newFakeTableHost(), Options{})
 	if err := e.admin.CreateTableFromConf(e.ctx, &bigtable.TableConf{TableID: "a", SplitKeys: []string{"k"},
 		Families: map[string]bigtable.GCPolicy{"f": bigtable.MaxVersionsPolicy(2)}}); err != nil {
 		t.Fatal(err)
@@ -569,7 +569,7 @@ func TestStartReopensTables(t *testing.T) {
 		}
 	}
 
-	control := newFakeControl()
+	control := newFakeTableHost()
 	e2 := newEnvOn(t, store, control, Options{})
 	if calls := control.Calls(); !slices.Equal(calls, []string{"OpenTable inst/a", "OpenTable inst/b"}) {
 		t.Fatalf("restart calls %v", calls)
@@ -584,9 +584,9 @@ func TestStartReopensTables(t *testing.T) {
 	}
 
 	// A table that fails to open makes Start fail, naming it.
-	bad := newFakeControl()
+	bad := newFakeTableHost()
 	bad.setFail("OpenTable", errors.New("corrupt state"))
-	svc, _ := NewAdminService(Options{Catalog: NewBlobCatalog(store, "catalog"), Control: bad, Logger: quietLogger()})
+	svc, _ := NewAdminService(Options{Catalog: NewBlobCatalog(store, "catalog"), Host: bad, Logger: quietLogger()})
 	if err := svc.Start(e.ctx); err == nil || !strings.Contains(err.Error(), "inst/a") {
 		t.Fatalf("Start with failing tablets: %v", err)
 	}
@@ -595,7 +595,7 @@ func TestStartReopensTables(t *testing.T) {
 // With Options.Instance every instance is the same namespace, and names
 // in responses keep the request's instance.
 func TestInstanceAgnostic(t *testing.T) {
-	e := newEnvOn(t, blob.NewMemory(), newFakeControl(), Options{Instance: "all"})
+	e := newEnvOn(t, blob.NewMemory(), newFakeTableHost(), Options{Instance: "all"})
 	if err := e.admin.CreateTable(e.ctx, "t"); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 // AdminService implements the Cloud Bigtable table admin API
 // (google.bigtable.admin.v2.BigtableTableAdmin) over a meta.Catalog, the
 // durable record of every table's schema and initial tablets, and a
-// TabletControl, the tablet servers that serve those tablets.
+// TableHost, the tablet servers that serve those tablets.
 // LocalityGroupService is Tabula's admin extension for what the Cloud API
 // has no field for: the paper's locality groups.
 //

@@ -14,7 +14,7 @@ import (
 	"github.com/tabuladb/tabula/storage/master/assign"
 )
 
-// TabletServers is what the master's control loop asks of tablet servers
+// TabletServers is what the master's assignment loop asks of tablet servers
 // (implemented over gRPC in the cluster, by fakes in tests). Server names
 // are assign.ServerIDs: the part of a server's key under servers/ after the
 // prefix (coord.ServerID); an implementation finds a server's address in
@@ -30,21 +30,23 @@ type TabletServers interface {
 	// point as rec says. An error does not mean the server will not load t
 	// (the request may have reached it): the master treats the load as
 	// still in flight.
-	Load(ctx context.Context, server string, t assign.Tablet, rec Recovery) error
+	Load(ctx context.Context, server string, t assign.Tablet, rec RecoverySource) error
 	// Unload asks server to compact and unload tabletID.
 	Unload(ctx context.Context, server, tabletID string) error
 	// SortLog sorts dead's commit log by (tablet, sequence), sharing the
 	// work out among sorters (live servers), and returns once the sorted
 	// copy is complete and durable: from then on a Load with
-	// Recovery.Sorted reads only its own tablet's records from it. Sorting
+	// RecoverySource.Sorted reads only its own tablet's records from it. Sorting
 	// again (after a master failover, say) rewrites the same copy.
 	SortLog(ctx context.Context, dead string, sorters []string) error
 }
 
-// Recovery says where a loading tablet's writes after its redo point are:
-// in the commit log of From, its last owner (a dead server), or nowhere
-// when From is empty. Sorted says From's log has been sorted (SortLog).
-type Recovery struct {
+// RecoverySource names where a loading tablet's writes after its redo
+// point are: in the commit log of From, its last owner (a dead server), or
+// nowhere when From is empty. Sorted says From's log has been sorted
+// (SortLog). The tablet server resolves it to the log's objects
+// (tabletserver.ReplayLog).
+type RecoverySource struct {
 	From   string
 	Sorted bool
 }
@@ -67,9 +69,9 @@ type Metadata interface {
 // hand out the same epoch.
 const KeyEpoch = "epoch"
 
-// ControlOptions configure a Control. Coord, Servers and Metadata are
+// LoopOptions configure a Loop. Coord, Servers and Metadata are
 // required; zero values of the rest take defaults.
-type ControlOptions struct {
+type LoopOptions struct {
 	Coord    coord.Service
 	Servers  TabletServers
 	Metadata Metadata
@@ -120,11 +122,11 @@ type ControlOptions struct {
 	Logger      *slog.Logger
 }
 
-// Control is the master's control loop: election through coord.KeyMaster,
-// then the paper's §5.2 startup scan and the assignment loop. Create it
-// with NewControl and call Run.
+// Loop is the master's election and assignment loop: election through
+// coord.KeyMaster, then the paper's §5.2 startup scan and the rounds that
+// assign tablets. Create it with NewLoop and call Run.
 //
-// Once elected, a Control watches servers/ (a key locked by its own
+// Once elected, a Loop watches servers/ (a key locked by its own
 // session is a live server, its value the server's address), asks every
 // live server what it serves, reads METADATA, and each round hands that
 // State to assign.Plan and carries out the actions. A round runs at start,
@@ -158,21 +160,21 @@ type ControlOptions struct {
 //   - Each completed load is recorded in METADATA with a fresh epoch
 //     (see KeyEpoch), after the load, so that METADATA's location stays the
 //     server whose log to recover from if the load never happened.
-type Control struct {
-	opts ControlOptions
+type Loop struct {
+	opts LoopOptions
 
 	mu     sync.Mutex
 	splits []assign.Split // reported, not yet seen in METADATA
-	// leading is set while this Control holds the master lock; observed
+	// leading is set while this Loop holds the master lock; observed
 	// is the State of its last round (for status pages).
 	leading  bool
 	since    time.Time
 	observed assign.State
 }
 
-// Leading reports whether the Control holds the master lock now, and
+// Leading reports whether the Loop holds the master lock now, and
 // since when.
-func (c *Control) Leading() (bool, time.Time) {
+func (c *Loop) Leading() (bool, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.leading, c.since
@@ -180,13 +182,13 @@ func (c *Control) Leading() (bool, time.Time) {
 
 // Observed returns the State the last round planned on (zero before the
 // first round of a term). The caller must not modify it.
-func (c *Control) Observed() assign.State {
+func (c *Loop) Observed() assign.State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.observed
 }
 
-func (c *Control) setLeading(on bool) {
+func (c *Loop) setLeading(on bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.leading = on
@@ -196,10 +198,10 @@ func (c *Control) setLeading(on bool) {
 	}
 }
 
-// NewControl checks opts and returns a Control.
-func NewControl(opts ControlOptions) (*Control, error) {
+// NewLoop checks opts and returns a Loop.
+func NewLoop(opts LoopOptions) (*Loop, error) {
 	if opts.Coord == nil || opts.Servers == nil || opts.Metadata == nil {
-		return nil, errors.New("master: ControlOptions needs Coord, Servers and Metadata")
+		return nil, errors.New("master: LoopOptions needs Coord, Servers and Metadata")
 	}
 	if opts.Clock == nil {
 		opts.Clock = coord.RealClock{}
@@ -232,25 +234,25 @@ func NewControl(opts ControlOptions) (*Control, error) {
 		opts.Session.Name = "master"
 	}
 	opts.Plan.NoMerge = true
-	return &Control{opts: opts}, nil
+	return &Loop{opts: opts}, nil
 }
 
 // ReportSplit records a split a tablet server reports having committed to
 // METADATA. The planner holds the parent back and rereads METADATA until
 // it shows the children. Safe for concurrent use.
-func (c *Control) ReportSplit(s assign.Split) {
+func (c *Loop) ReportSplit(s assign.Split) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.splits = append(c.splits, s)
 }
 
 // Run campaigns for the master lock and, while it holds it, runs the
-// control loop. A standby blocks in coord's Lock; an active master whose
+// assignment loop. A standby blocks in coord's Lock; an active master whose
 // session lapses or whose lock is lost stops acting at once (no request is
 // sent after it notices) and campaigns again with a new session. Run
 // returns ctx's error when ctx is done, or the service's error if it is
 // closed.
-func (c *Control) Run(ctx context.Context) error {
+func (c *Loop) Run(ctx context.Context) error {
 	log := c.opts.Logger
 	for {
 		if err := ctx.Err(); err != nil {
@@ -308,7 +310,7 @@ func destroy(s coord.Session) {
 
 // pause waits a tick (on the control's clock) or until ctx is done, so a
 // failing service is not hammered.
-func (c *Control) pause(ctx context.Context) {
+func (c *Loop) pause(ctx context.Context) {
 	ch := make(chan struct{})
 	stop := c.opts.Clock.AfterFunc(c.opts.Tick, func() { close(ch) })
 	defer stop()

@@ -21,9 +21,9 @@ import (
 	"github.com/tabuladb/tabula/storage/meta"
 )
 
-// fakeControl records what the master asks of the tablet servers and keeps
+// fakeTableHost records what the master asks of the tablet servers and keeps
 // the schema each open table was last given.
-type fakeControl struct {
+type fakeTableHost struct {
 	mu    sync.Mutex
 	calls []string
 	open  map[meta.TableID]meta.Table
@@ -31,18 +31,18 @@ type fakeControl struct {
 	fail map[string]error
 }
 
-func newFakeControl() *fakeControl {
-	return &fakeControl{open: make(map[meta.TableID]meta.Table), fail: make(map[string]error)}
+func newFakeTableHost() *fakeTableHost {
+	return &fakeTableHost{open: make(map[meta.TableID]meta.Table), fail: make(map[string]error)}
 }
 
-func (f *fakeControl) record(method string, t meta.Table, extra string) error {
+func (f *fakeTableHost) record(method string, t meta.Table, extra string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("%s %s%s", method, t.ID, extra))
 	return f.fail[method]
 }
 
-func (f *fakeControl) OpenTable(_ context.Context, t meta.Table) error {
+func (f *fakeTableHost) OpenTable(_ context.Context, t meta.Table) error {
 	if err := f.record("OpenTable", t, ""); err != nil {
 		return err
 	}
@@ -52,7 +52,7 @@ func (f *fakeControl) OpenTable(_ context.Context, t meta.Table) error {
 	return nil
 }
 
-func (f *fakeControl) DropTable(_ context.Context, t meta.Table) error {
+func (f *fakeTableHost) DropTable(_ context.Context, t meta.Table) error {
 	if err := f.record("DropTable", t, ""); err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func (f *fakeControl) DropTable(_ context.Context, t meta.Table) error {
 	return nil
 }
 
-func (f *fakeControl) UpdateSchema(_ context.Context, t meta.Table) error {
+func (f *fakeTableHost) UpdateSchema(_ context.Context, t meta.Table) error {
 	if err := f.record("UpdateSchema", t, ""); err != nil {
 		return err
 	}
@@ -72,24 +72,24 @@ func (f *fakeControl) UpdateSchema(_ context.Context, t meta.Table) error {
 	return nil
 }
 
-func (f *fakeControl) DropRowRange(_ context.Context, t meta.Table, prefix []byte) error {
+func (f *fakeTableHost) DropRowRange(_ context.Context, t meta.Table, prefix []byte) error {
 	return f.record("DropRowRange", t, fmt.Sprintf(" %q", prefix))
 }
 
-func (f *fakeControl) Calls() []string {
+func (f *fakeTableHost) Calls() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.calls...)
 }
 
-func (f *fakeControl) Open(id meta.TableID) (meta.Table, bool) {
+func (f *fakeTableHost) Open(id meta.TableID) (meta.Table, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t, ok := f.open[id]
 	return t, ok
 }
 
-func (f *fakeControl) setFail(method string, err error) {
+func (f *fakeTableHost) setFail(method string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fail[method] = err
@@ -101,7 +101,7 @@ type env struct {
 	ctx     context.Context
 	store   blob.Store
 	catalog meta.Catalog
-	control *fakeControl
+	control *fakeTableHost
 	svc     *AdminService
 	admin   *bigtable.AdminClient
 	ext     adminextpb.LocalityGroupsClient
@@ -118,16 +118,16 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	store := blob.NewMemory()
-	return newEnvOn(t, store, newFakeControl(), Options{})
+	return newEnvOn(t, store, newFakeTableHost(), Options{})
 }
 
 // newEnvOn starts a service over store and control; opts supplies the
 // remaining options.
-func newEnvOn(t *testing.T, store blob.Store, control *fakeControl, opts Options) *env {
+func newEnvOn(t *testing.T, store blob.Store, control *fakeTableHost, opts Options) *env {
 	t.Helper()
 	ctx := context.Background()
 	opts.Catalog = NewBlobCatalog(store, "catalog")
-	opts.Control = control
+	opts.Host = control
 	opts.Store = store
 	opts.Logger = quietLogger()
 	svc, err := NewAdminService(opts)

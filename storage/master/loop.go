@@ -20,7 +20,7 @@ var errLost = errors.New("master: lock lost")
 // reports and METADATA (the paper's §5.2), so nothing here needs
 // persisting except the epoch counter.
 type term struct {
-	c    *Control
+	c    *Loop
 	sess coord.Session
 	lock coord.Lock
 	ep   epochs
@@ -37,7 +37,7 @@ type term struct {
 	// start of the term): the holder may believe its lease valid until
 	// then.
 	fenced map[string]time.Time
-	// serverTTL is ControlOptions.ServerTTL, resolved.
+	// serverTTL is LoopOptions.ServerTTL, resolved.
 	serverTTL time.Duration
 	// sorted receives the outcome of the SortLog calls under way.
 	sorted chan sortOutcome
@@ -48,9 +48,9 @@ type sortOutcome struct {
 	err  error
 }
 
-// lead runs the control loop while the lock holds. It returns errLost when
+// lead runs the assignment loop while the lock holds. It returns errLost when
 // the session lapses or the lock is lost, ctx's error, or ErrClosed.
-func (c *Control) lead(ctx context.Context, sess coord.Session, lock coord.Lock) error {
+func (c *Loop) lead(ctx context.Context, sess coord.Session, lock coord.Lock) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -411,7 +411,7 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 			return call{}
 		}
 		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: a.Tablet, Server: a.Server}, sent: now}
-		rec := Recovery{From: string(a.RecoverFrom), Sorted: a.SortedLog}
+		rec := RecoverySource{From: string(a.RecoverFrom), Sorted: a.SortedLog}
 		return call{action: a, run: func(ctx context.Context) error { return t.load(ctx, tb, a.Server, rec) }}
 	case assign.Unassign:
 		if t.released[a.Server] {
@@ -436,7 +436,7 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 
 // load asks server to load tb and, once it has, records the new location
 // in METADATA under a fresh epoch.
-func (t *term) load(ctx context.Context, tb assign.Tablet, server assign.ServerID, rec Recovery) error {
+func (t *term) load(ctx context.Context, tb assign.Tablet, server assign.ServerID, rec RecoverySource) error {
 	rctx, cancel := t.rpcCtx(ctx)
 	err := t.c.opts.Servers.Load(rctx, string(server), tb, rec)
 	cancel()

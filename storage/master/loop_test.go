@@ -69,7 +69,7 @@ func (f *fakeServers) List(_ context.Context, server string) ([]assign.Served, e
 	return out, nil
 }
 
-func (f *fakeServers) Load(ctx context.Context, server string, t assign.Tablet, rec Recovery) error {
+func (f *fakeServers) Load(ctx context.Context, server string, t assign.Tablet, rec RecoverySource) error {
 	recoverFrom := rec.From
 	if f.loadDelay > 0 {
 		f.mu.Lock()
@@ -264,11 +264,11 @@ func newCluster(t *testing.T, servers ...string) *cluster {
 	return c
 }
 
-// startMaster runs a Control named name until the test ends or stop is
+// startMaster runs a Loop named name until the test ends or stop is
 // called. tune, if given, adjusts its options.
-func (c *cluster) startMaster(name string, tune ...func(*ControlOptions)) (stop func()) {
+func (c *cluster) startMaster(name string, tune ...func(*LoopOptions)) (stop func()) {
 	c.t.Helper()
-	opts := ControlOptions{
+	opts := LoopOptions{
 		Coord:    c.svc,
 		Servers:  c.servers,
 		Metadata: c.meta,
@@ -280,7 +280,7 @@ func (c *cluster) startMaster(name string, tune ...func(*ControlOptions)) (stop 
 	for _, f := range tune {
 		f(&opts)
 	}
-	ctl, err := NewControl(opts)
+	ctl, err := NewLoop(opts)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func (c *cluster) masterName() string {
 	return string(e.Value)
 }
 
-func TestControlStartupAssignsInOrder(t *testing.T) {
+func TestLoopStartupAssignsInOrder(t *testing.T) {
 	c := newCluster(t, "s1", "s2", "s3")
 	c.startMaster("m1")
 	c.waitFor("all tablets served", 0, c.allServed)
@@ -409,7 +409,7 @@ func TestControlStartupAssignsInOrder(t *testing.T) {
 	}
 }
 
-func TestControlReassignsDeadServersTablets(t *testing.T) {
+func TestLoopReassignsDeadServersTablets(t *testing.T) {
 	c := newCluster(t, "s1", "s2", "s3")
 	c.startMaster("m1")
 	c.waitFor("all tablets served", 0, c.allServed)
@@ -478,7 +478,7 @@ func TestControlReassignsDeadServersTablets(t *testing.T) {
 	}
 }
 
-func TestControlRetriesFailedLoadAfterTimeout(t *testing.T) {
+func TestLoopRetriesFailedLoadAfterTimeout(t *testing.T) {
 	c := newCluster(t, "s1", "s2")
 	c.servers.failLoads["u3"] = 1
 	c.startMaster("m1")
@@ -518,7 +518,7 @@ func TestControlRetriesFailedLoadAfterTimeout(t *testing.T) {
 	}
 }
 
-func TestControlFailover(t *testing.T) {
+func TestLoopFailover(t *testing.T) {
 	c := newCluster(t, "s1", "s2", "s3")
 	stops := map[string]func(){"m1": c.startMaster("m1"), "m2": c.startMaster("m2")}
 	c.waitFor("a master", 0, func() bool { return c.masterName() != "" })
@@ -618,7 +618,7 @@ func TestEpochsNeverReused(t *testing.T) {
 // A master whose session lapses, or whose lock key is deleted, stops
 // acting and campaigns again with a new session; re-elected, it carries on
 // from a fresh scan without moving anything.
-func TestControlStepsDownAndCampaignsAgain(t *testing.T) {
+func TestLoopStepsDownAndCampaignsAgain(t *testing.T) {
 	for _, how := range []string{"session expires", "lock key deleted"} {
 		t.Run(how, func(t *testing.T) {
 			c := newCluster(t, "s1", "s2")
@@ -653,7 +653,7 @@ func TestControlStepsDownAndCampaignsAgain(t *testing.T) {
 // (the server died while no master was active) must not hand out its
 // tablets, although it never heard from it: METADATA's location holds
 // them until the master has taken the lock and deleted the key.
-func TestControlStartupWaitsForReleasedServer(t *testing.T) {
+func TestLoopStartupWaitsForReleasedServer(t *testing.T) {
 	c := newCluster(t, "s1", "s2", "s3")
 	stop := c.startMaster("m1")
 	c.waitFor("all tablets served", 0, c.allServed)
@@ -694,7 +694,7 @@ func (f *fakeServers) SortLog(_ context.Context, dead string, sorters []string) 
 // on a machine whose lock-service session has not expired yet, or one
 // paused), has its session ended by the master after UnreachableAfter; its
 // tablets move a session TTL later, not before.
-func TestControlEndsSessionOfUnreachableServer(t *testing.T) {
+func TestLoopEndsSessionOfUnreachableServer(t *testing.T) {
 	c := newCluster(t, "s1", "s2", "s3")
 	c.startMaster("m1")
 	c.waitFor("all tablets served", 0, c.allServed)
@@ -740,7 +740,7 @@ func TestControlEndsSessionOfUnreachableServer(t *testing.T) {
 
 // A master that reaches no server at all ends nobody's session: it is more
 // likely cut off itself.
-func TestControlEndsNoSessionWhenNoServerAnswers(t *testing.T) {
+func TestLoopEndsNoSessionWhenNoServerAnswers(t *testing.T) {
 	c := newCluster(t, "s1", "s2")
 	c.startMaster("m1")
 	c.waitFor("all tablets served", 0, c.allServed)
@@ -759,7 +759,7 @@ func TestControlEndsNoSessionWhenNoServerAnswers(t *testing.T) {
 
 // A new master that finds a server's key released does not take it for a
 // server TTL: its predecessor may have just ended the session.
-func TestControlWaitsOutReleasedKeyAtStart(t *testing.T) {
+func TestLoopWaitsOutReleasedKeyAtStart(t *testing.T) {
 	c := newCluster(t, "s1", "s2")
 	stop := c.startMaster("m1")
 	c.waitFor("all tablets served", 0, c.allServed)
@@ -782,7 +782,7 @@ func TestControlWaitsOutReleasedKeyAtStart(t *testing.T) {
 }
 
 // A round's loads go out in parallel.
-func TestControlLoadsInParallel(t *testing.T) {
+func TestLoopLoadsInParallel(t *testing.T) {
 	c := newCluster(t, "s1", "s2")
 	c.servers.loadDelay = 100 * time.Millisecond
 	c.startMaster("m1")
@@ -797,14 +797,14 @@ func TestControlLoadsInParallel(t *testing.T) {
 
 // When many of a dead server's tablets wait, its log is sorted first and
 // they load from the sorted log; if sorting fails, from the unsorted one.
-func TestControlSortsDeadServersLog(t *testing.T) {
+func TestLoopSortsDeadServersLog(t *testing.T) {
 	for _, sortFails := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sortFails=%v", sortFails), func(t *testing.T) {
 			c := newCluster(t, "s1", "s2")
 			if !sortFails {
 				c.servers.sortErr = nil
 			}
-			c.startMaster("m1", func(o *ControlOptions) { o.Plan.SortLogMin = 2 })
+			c.startMaster("m1", func(o *LoopOptions) { o.Plan.SortLogMin = 2 })
 			c.waitFor("all tablets served", 0, c.allServed)
 			var lost []string
 			for id, ss := range c.servers.where() {

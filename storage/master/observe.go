@@ -16,7 +16,7 @@ import (
 // out — the decisions about released servers, stale reports and skipped
 // rounds, testable without servers like assign.Plan.
 
-// roundView is what one round of the control loop gathered by I/O.
+// roundView is what one round of the assignment loop gathered by I/O.
 type roundView struct {
 	// Tablets are METADATA's.
 	Tablets []assign.Tablet

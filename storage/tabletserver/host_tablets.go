@@ -56,9 +56,10 @@ type unloadOp struct {
 	done  chan struct{}
 }
 
-// Recovery says where a loading tablet's writes after its redo point are
-// (LoadTablet).
-type Recovery struct {
+// ReplayLog is the commit log a loading tablet replays its writes after its
+// redo point from (LoadTablet): the master's master.RecoverySource, resolved
+// to the log's location.
+type ReplayLog struct {
 	// Log is the commit log to replay from the tablet's redo point: the
 	// log of the server that served the tablet last, if it died. The zero
 	// value replays nothing: the tablet was unloaded cleanly (flushed), or
@@ -74,7 +75,7 @@ type Recovery struct {
 }
 
 // recovers reports whether rec names a log to replay.
-func (rec Recovery) recovers() bool { return rec.Log.Dir != "" || rec.Log.Store != nil }
+func (rec ReplayLog) recovers() bool { return rec.Log.Dir != "" || rec.Log.Store != nil }
 
 // LoadTablet starts serving tablet ref of table t: it opens the tablet
 // (with t's schema) and adds it to the table's routing, creating the
@@ -91,7 +92,7 @@ func (rec Recovery) recovers() bool { return rec.Log.Dir != "" || rec.Log.Store 
 // tablets, as UpdateSchema does. The commit log is not truncated while a
 // load is under way (the tablet may need records before every open
 // tablet's redo point).
-func (h *Host) LoadTablet(ctx context.Context, t meta.Table, ref meta.TabletRef, recover Recovery) error {
+func (h *Host) LoadTablet(ctx context.Context, t meta.Table, ref meta.TabletRef, recover ReplayLog) error {
 	if err := tablet.ValidateID(ref.ID); err != nil {
 		return err
 	}
@@ -181,7 +182,7 @@ func (h *Host) updateMeta(ctx context.Context, t meta.Table) error {
 
 // load opens ref (or its split children) for op and inserts the tablets
 // into the routing.
-func (h *Host) load(ctx context.Context, t meta.Table, ref meta.TabletRef, recover Recovery, op *loadOp) error {
+func (h *Host) load(ctx context.Context, t meta.Table, ref meta.TabletRef, recover ReplayLog, op *loadOp) error {
 	tabs, err := h.openForLoad(ctx, t, ref.ID, ref.Start, ref.End, recover, op, nil)
 	if err != nil {
 		closeAll(tabs)
@@ -209,7 +210,7 @@ func closeAll(tabs []*tablet.Tablet) {
 // when it was split, those of its children no other call serves or loads
 // (claimed for op, so that no tablet is ever opened twice), appending
 // them to out in range order.
-func (h *Host) openForLoad(ctx context.Context, t meta.Table, id string, start, end []byte, recover Recovery, op *loadOp, out []*tablet.Tablet) ([]*tablet.Tablet, error) {
+func (h *Host) openForLoad(ctx context.Context, t meta.Table, id string, start, end []byte, recover ReplayLog, op *loadOp, out []*tablet.Tablet) ([]*tablet.Tablet, error) {
 	opts := h.tabletOptions(t, id, start, end)
 	opts.LogOptions, opts.SortedLog = recover.Log, recover.Sorted
 	tb, err := tablet.Open(ctx, opts)

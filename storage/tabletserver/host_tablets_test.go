@@ -65,7 +65,7 @@ func newPartialHost(t *testing.T, store blob.Store, abandon bool, edit func(*Hos
 	return h, logOpts
 }
 
-func loadAll(t *testing.T, h *Host, tbl meta.Table, recover Recovery, which ...int) {
+func loadAll(t *testing.T, h *Host, tbl meta.Table, recover ReplayLog, which ...int) {
 	t.Helper()
 	for _, i := range which {
 		if err := h.LoadTablet(context.Background(), tbl, tbl.Tablets[i], recover); err != nil {
@@ -141,8 +141,8 @@ func servedIDs(h *Host) string {
 func TestPartialServesOnlyLoadedTablets(t *testing.T) {
 	h, _ := newPartialHost(t, blob.NewMemory(), false, nil)
 	tbl := partialTable("pt")
-	loadAll(t, h, tbl, Recovery{}, 0, 2)
-	loadAll(t, h, tbl, Recovery{}, 0) // idempotent
+	loadAll(t, h, tbl, ReplayLog{}, 0, 2)
+	loadAll(t, h, tbl, ReplayLog{}, 0) // idempotent
 	if got := servedIDs(h); got != "pt-0 pt-2" {
 		t.Fatalf("served %q", got)
 	}
@@ -207,7 +207,7 @@ func TestPartialUnloadReload(t *testing.T) {
 	a, _ := newPartialHost(t, store, false, nil)
 	b, _ := newPartialHost(t, store, false, nil)
 	tbl := partialTable("mv")
-	loadAll(t, a, tbl, Recovery{}, 0, 1, 2)
+	loadAll(t, a, tbl, ReplayLog{}, 0, 1, 2)
 	rows := []string{"a", "i", "k", "o", "z"}
 	for _, row := range rows {
 		if err := putRow(a, tbl.ID, row); err != nil {
@@ -228,7 +228,7 @@ func TestPartialUnloadReload(t *testing.T) {
 		t.Fatalf("A serves %q", got)
 	}
 
-	loadAll(t, b, tbl, Recovery{}, 1)
+	loadAll(t, b, tbl, ReplayLog{}, 1)
 	for _, row := range []string{"i", "k", "o"} {
 		getRow(t, b, tbl.ID, row)
 	}
@@ -247,7 +247,7 @@ func TestPartialUnloadReload(t *testing.T) {
 		t.Fatalf("A still has tables %v", got)
 	}
 	// And it comes back with a load.
-	loadAll(t, a, tbl, Recovery{}, 2)
+	loadAll(t, a, tbl, ReplayLog{}, 2)
 	getRow(t, a, tbl.ID, "z")
 }
 
@@ -265,7 +265,7 @@ func TestPartialCrashRecovery(t *testing.T) {
 	})
 	b, _ := newPartialHost(t, store, false, nil)
 	tbl := partialTable("cr")
-	loadAll(t, a, tbl, Recovery{}, 0, 1, 2)
+	loadAll(t, a, tbl, ReplayLog{}, 0, 1, 2)
 	var rows []string
 	for i := range 60 {
 		row := fmt.Sprintf("%c%02d", 'a'+i%26, i)
@@ -277,7 +277,7 @@ func TestPartialCrashRecovery(t *testing.T) {
 	valid.Store(false) // A is cut off; it never closes its tablets cleanly
 
 	// A fresh reader of A's log, as the master hands it to B.
-	recover := Recovery{Log: commitlog.Options{Dir: aLog.Dir}}
+	recover := ReplayLog{Log: commitlog.Options{Dir: aLog.Dir}}
 	loadAll(t, b, tbl, recover, 0, 1, 2)
 	for _, row := range rows {
 		getRow(t, b, tbl.ID, row)
@@ -329,7 +329,7 @@ func TestPartialCrashRecoverySorted(t *testing.T) {
 	}
 	defer a.Close()
 	tbl := partialTable("srt")
-	loadAll(t, a, tbl, Recovery{}, 0, 1, 2)
+	loadAll(t, a, tbl, ReplayLog{}, 0, 1, 2)
 	var rows []string
 	for i := range 90 {
 		row := fmt.Sprintf("%c%02d", 'a'+i%26, i)
@@ -356,7 +356,7 @@ func TestPartialCrashRecoverySorted(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := newPartialHost(t, store, false, nil)
-	if err := c.LoadTablet(ctx, tbl, tbl.Tablets[0], Recovery{Log: aLog, Sorted: sorted}); !errors.Is(err, commitlog.ErrNotSorted) {
+	if err := c.LoadTablet(ctx, tbl, tbl.Tablets[0], ReplayLog{Log: aLog, Sorted: sorted}); !errors.Is(err, commitlog.ErrNotSorted) {
 		t.Fatalf("load from an incomplete sorted copy: %v, want ErrNotSorted", err)
 	}
 	if err := store.Put(ctx, last, data); err != nil {
@@ -364,7 +364,7 @@ func TestPartialCrashRecoverySorted(t *testing.T) {
 	}
 
 	b, _ := newPartialHost(t, store, false, nil)
-	loadAll(t, b, tbl, Recovery{Log: aLog, Sorted: sorted}, 0, 1, 2)
+	loadAll(t, b, tbl, ReplayLog{Log: aLog, Sorted: sorted}, 0, 1, 2)
 	for _, row := range rows {
 		getRow(t, b, tbl.ID, row)
 	}
@@ -394,7 +394,7 @@ func TestPartialOnSplit(t *testing.T) {
 		}
 	})
 	tbl := partialTable("sp")
-	loadAll(t, a, tbl, Recovery{}, 1)
+	loadAll(t, a, tbl, ReplayLog{}, 1)
 	for _, row := range []string{"h1", "i", "j", "k", "l", "m", "n"} {
 		if err := putRow(a, tbl.ID, row); err != nil {
 			t.Fatal(err)
@@ -437,11 +437,11 @@ func TestPartialOnSplit(t *testing.T) {
 		}
 	}
 	b, _ := newPartialHost(t, store, false, nil)
-	loadAll(t, b, tbl, Recovery{}, 1)
+	loadAll(t, b, tbl, ReplayLog{}, 1)
 	if got, want := servedIDs(b), served[0].ID+" "+served[1].ID; got != want {
 		t.Fatalf("B serves %q, want the children %q", got, want)
 	}
-	loadAll(t, b, tbl, Recovery{}, 1) // idempotent through the split
+	loadAll(t, b, tbl, ReplayLog{}, 1) // idempotent through the split
 	if got := len(b.ServedTablets()); got != 2 {
 		t.Fatalf("B serves %d tablets after loading the parent again", got)
 	}
@@ -452,7 +452,7 @@ func TestPartialOnSplit(t *testing.T) {
 	// METADATA does not split.
 	mt := meta.Table{ID: meta.MetadataTable, Families: map[string]tabletdesc.Family{"f": {}},
 		Tablets: []meta.TabletRef{{ID: "meta-root"}}}
-	loadAll(t, b, mt, Recovery{}, 0)
+	loadAll(t, b, mt, ReplayLog{}, 0)
 	for _, row := range []string{"a", "b", "c"} {
 		if err := putRow(b, meta.MetadataTable, row); err != nil {
 			t.Fatal(err)
@@ -488,11 +488,11 @@ func TestPartialServedTabletsLoading(t *testing.T) {
 		entered: make(chan struct{}), release: make(chan struct{})}
 	h, _ := newPartialHost(t, store, false, func(o *HostOptions) { o.StateStore = states })
 	tbl := partialTable("ld")
-	loadAll(t, h, tbl, Recovery{}, 0)
+	loadAll(t, h, tbl, ReplayLog{}, 0)
 	errs := make(chan error, 2)
-	go func() { errs <- h.LoadTablet(context.Background(), tbl, tbl.Tablets[1], Recovery{}) }()
+	go func() { errs <- h.LoadTablet(context.Background(), tbl, tbl.Tablets[1], ReplayLog{}) }()
 	<-states.entered
-	go func() { errs <- h.LoadTablet(context.Background(), tbl, tbl.Tablets[1], Recovery{}) }()
+	go func() { errs <- h.LoadTablet(context.Background(), tbl, tbl.Tablets[1], ReplayLog{}) }()
 
 	got := h.ServedTablets()
 	want := []ServedTablet{

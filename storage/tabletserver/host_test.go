@@ -213,10 +213,10 @@ func TestAutoSplitStitchedReads(t *testing.T) {
 	}
 }
 
-// TestHostControl covers the master's interface: UpdateSchema, DropRowRange,
-// DropTable, reopening a table whose tablets were split (on a local store,
+// TestHostAsTableHost covers the master's interface (master.TableHost):
+// UpdateSchema, DropRowRange, DropTable, reopening a table whose tablets were split (on a local store,
 // across a Host restart), and log truncation.
-func TestHostControl(t *testing.T) {
+func TestHostAsTableHost(t *testing.T) {
 	dir := t.TempDir()
 	store, err := blob.NewLocal(dir + "/store")
 	if err != nil {

@@ -1085,7 +1085,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0eSortLogSegment\x12(.tabula.cluster.v1.SortLogSegmentRequest\x1a).tabula.cluster.v1.SortLogSegmentResponse2[\n" +
 	"\aLocator\x12P\n" +
 	"\aGetRoot\x12!.tabula.cluster.v1.GetRootRequest\x1a\".tabula.cluster.v1.GetRootResponse2m\n" +
-	"\rMasterControl\x12\\\n" +
+	"\rServerReports\x12\\\n" +
 	"\vReportSplit\x12%.tabula.cluster.v1.ReportSplitRequest\x1a&.tabula.cluster.v1.ReportSplitResponseB6Z4github.com/tabuladb/tabula/storage/cluster/clusterpbb\x06proto3"
 
 var (
@@ -1132,7 +1132,7 @@ var file_cluster_proto_depIdxs = []int32{
 	11, // 6: tabula.cluster.v1.TabletControl.ListLogSegments:input_type -> tabula.cluster.v1.ListLogSegmentsRequest
 	13, // 7: tabula.cluster.v1.TabletControl.SortLogSegment:input_type -> tabula.cluster.v1.SortLogSegmentRequest
 	15, // 8: tabula.cluster.v1.Locator.GetRoot:input_type -> tabula.cluster.v1.GetRootRequest
-	17, // 9: tabula.cluster.v1.MasterControl.ReportSplit:input_type -> tabula.cluster.v1.ReportSplitRequest
+	17, // 9: tabula.cluster.v1.ServerReports.ReportSplit:input_type -> tabula.cluster.v1.ReportSplitRequest
 	1,  // 10: tabula.cluster.v1.TabletControl.LoadTablet:output_type -> tabula.cluster.v1.LoadTabletResponse
 	3,  // 11: tabula.cluster.v1.TabletControl.UnloadTablet:output_type -> tabula.cluster.v1.UnloadTabletResponse
 	6,  // 12: tabula.cluster.v1.TabletControl.ListTablets:output_type -> tabula.cluster.v1.ListTabletsResponse
@@ -1141,7 +1141,7 @@ var file_cluster_proto_depIdxs = []int32{
 	12, // 15: tabula.cluster.v1.TabletControl.ListLogSegments:output_type -> tabula.cluster.v1.ListLogSegmentsResponse
 	14, // 16: tabula.cluster.v1.TabletControl.SortLogSegment:output_type -> tabula.cluster.v1.SortLogSegmentResponse
 	16, // 17: tabula.cluster.v1.Locator.GetRoot:output_type -> tabula.cluster.v1.GetRootResponse
-	18, // 18: tabula.cluster.v1.MasterControl.ReportSplit:output_type -> tabula.cluster.v1.ReportSplitResponse
+	18, // 18: tabula.cluster.v1.ServerReports.ReportSplit:output_type -> tabula.cluster.v1.ReportSplitResponse
 	10, // [10:19] is the sub-list for method output_type
 	1,  // [1:10] is the sub-list for method input_type
 	1,  // [1:1] is the sub-list for extension type_name

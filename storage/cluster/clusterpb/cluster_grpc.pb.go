@@ -510,111 +510,113 @@ var Locator_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	MasterControl_ReportSplit_FullMethodName = "/tabula.cluster.v1.MasterControl/ReportSplit"
+	ServerReports_ReportSplit_FullMethodName = "/tabula.cluster.v1.ServerReports/ReportSplit"
 )
 
-// MasterControlClient is the client API for MasterControl service.
+// ServerReportsClient is the client API for ServerReports service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// MasterControl is served by the master and called by tablet servers.
-type MasterControlClient interface {
+// ServerReports is served by the master and called by tablet servers: what
+// they tell the master.
+type ServerReportsClient interface {
 	// ReportSplit tells the master of a split the server committed to
 	// METADATA. The master learns of it from METADATA anyway: the report
 	// only makes it act sooner.
 	ReportSplit(ctx context.Context, in *ReportSplitRequest, opts ...grpc.CallOption) (*ReportSplitResponse, error)
 }
 
-type masterControlClient struct {
+type serverReportsClient struct {
 	cc grpc.ClientConnInterface
 }
 
-func NewMasterControlClient(cc grpc.ClientConnInterface) MasterControlClient {
-	return &masterControlClient{cc}
+func NewServerReportsClient(cc grpc.ClientConnInterface) ServerReportsClient {
+	return &serverReportsClient{cc}
 }
 
-func (c *masterControlClient) ReportSplit(ctx context.Context, in *ReportSplitRequest, opts ...grpc.CallOption) (*ReportSplitResponse, error) {
+func (c *serverReportsClient) ReportSplit(ctx context.Context, in *ReportSplitRequest, opts ...grpc.CallOption) (*ReportSplitResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReportSplitResponse)
-	err := c.cc.Invoke(ctx, MasterControl_ReportSplit_FullMethodName, in, out, cOpts...)
+	err := c.cc.Invoke(ctx, ServerReports_ReportSplit_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// MasterControlServer is the server API for MasterControl service.
-// All implementations must embed UnimplementedMasterControlServer
+// ServerReportsServer is the server API for ServerReports service.
+// All implementations must embed UnimplementedServerReportsServer
 // for forward compatibility.
 //
-// MasterControl is served by the master and called by tablet servers.
-type MasterControlServer interface {
+// ServerReports is served by the master and called by tablet servers: what
+// they tell the master.
+type ServerReportsServer interface {
 	// ReportSplit tells the master of a split the server committed to
 	// METADATA. The master learns of it from METADATA anyway: the report
 	// only makes it act sooner.
 	ReportSplit(context.Context, *ReportSplitRequest) (*ReportSplitResponse, error)
-	mustEmbedUnimplementedMasterControlServer()
+	mustEmbedUnimplementedServerReportsServer()
 }
 
-// UnimplementedMasterControlServer must be embedded to have
+// UnimplementedServerReportsServer must be embedded to have
 // forward compatible implementations.
 //
 // NOTE: this should be embedded by value instead of pointer to avoid a nil
 // pointer dereference when methods are called.
-type UnimplementedMasterControlServer struct{}
+type UnimplementedServerReportsServer struct{}
 
-func (UnimplementedMasterControlServer) ReportSplit(context.Context, *ReportSplitRequest) (*ReportSplitResponse, error) {
+func (UnimplementedServerReportsServer) ReportSplit(context.Context, *ReportSplitRequest) (*ReportSplitResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReportSplit not implemented")
 }
-func (UnimplementedMasterControlServer) mustEmbedUnimplementedMasterControlServer() {}
-func (UnimplementedMasterControlServer) testEmbeddedByValue()                       {}
+func (UnimplementedServerReportsServer) mustEmbedUnimplementedServerReportsServer() {}
+func (UnimplementedServerReportsServer) testEmbeddedByValue()                       {}
 
-// UnsafeMasterControlServer may be embedded to opt out of forward compatibility for this service.
-// Use of this interface is not recommended, as added methods to MasterControlServer will
+// UnsafeServerReportsServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ServerReportsServer will
 // result in compilation errors.
-type UnsafeMasterControlServer interface {
-	mustEmbedUnimplementedMasterControlServer()
+type UnsafeServerReportsServer interface {
+	mustEmbedUnimplementedServerReportsServer()
 }
 
-func RegisterMasterControlServer(s grpc.ServiceRegistrar, srv MasterControlServer) {
-	// If the following call pancis, it indicates UnimplementedMasterControlServer was
+func RegisterServerReportsServer(s grpc.ServiceRegistrar, srv ServerReportsServer) {
+	// If the following call pancis, it indicates UnimplementedServerReportsServer was
 	// embedded by pointer and is nil.  This will cause panics if an
 	// unimplemented method is ever invoked, so we test this at initialization
 	// time to prevent it from happening at runtime later due to I/O.
 	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
 		t.testEmbeddedByValue()
 	}
-	s.RegisterService(&MasterControl_ServiceDesc, srv)
+	s.RegisterService(&ServerReports_ServiceDesc, srv)
 }
 
-func _MasterControl_ReportSplit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+func _ServerReports_ReportSplit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReportSplitRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(MasterControlServer).ReportSplit(ctx, in)
+		return srv.(ServerReportsServer).ReportSplit(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: MasterControl_ReportSplit_FullMethodName,
+		FullMethod: ServerReports_ReportSplit_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(MasterControlServer).ReportSplit(ctx, req.(*ReportSplitRequest))
+		return srv.(ServerReportsServer).ReportSplit(ctx, req.(*ReportSplitRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
-// MasterControl_ServiceDesc is the grpc.ServiceDesc for MasterControl service.
+// ServerReports_ServiceDesc is the grpc.ServiceDesc for ServerReports service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
-var MasterControl_ServiceDesc = grpc.ServiceDesc{
-	ServiceName: "tabula.cluster.v1.MasterControl",
-	HandlerType: (*MasterControlServer)(nil),
+var ServerReports_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "tabula.cluster.v1.ServerReports",
+	HandlerType: (*ServerReportsServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
 			MethodName: "ReportSplit",
-			Handler:    _MasterControl_ReportSplit_Handler,
+			Handler:    _ServerReports_ReportSplit_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

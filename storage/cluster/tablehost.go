@@ -18,19 +18,19 @@ import (
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
-// adminControl is the admin API's master.TabletControl in a cluster: a new
-// table becomes METADATA rows of unassigned tablets (the control loop
+// clusterTableHost is the admin API's master.TableHost in a cluster: a new
+// table becomes METADATA rows of unassigned tablets (the assignment loop
 // assigns them), a dropped one loses its rows and is unloaded, schema
 // changes and row-range drops go to every live server.
-type adminControl struct {
+type clusterTableHost struct {
 	kv      coord.KV
 	md      *metadataStore
 	servers *serverClient
 }
 
-var _ master.TabletControl = (*adminControl)(nil)
+var _ master.TableHost = (*clusterTableHost)(nil)
 
-func (a *adminControl) OpenTable(ctx context.Context, t meta.Table) error {
+func (a *clusterTableHost) OpenTable(ctx context.Context, t meta.Table) error {
 	rows, err := a.md.tableRows(ctx, t.ID)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "reading METADATA: %v", err)
@@ -50,7 +50,7 @@ func (a *adminControl) OpenTable(ctx context.Context, t meta.Table) error {
 	return nil
 }
 
-func (a *adminControl) DropTable(ctx context.Context, t meta.Table) error {
+func (a *clusterTableHost) DropTable(ctx context.Context, t meta.Table) error {
 	rows, err := a.md.tableRows(ctx, t.ID)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "reading METADATA: %v", err)
@@ -60,7 +60,7 @@ func (a *adminControl) DropTable(ctx context.Context, t meta.Table) error {
 			return status.Errorf(codes.Unavailable, "writing METADATA: %v", err)
 		}
 	}
-	// The rows are gone, so the control loop no longer assigns the
+	// The rows are gone, so the assignment loop no longer assigns the
 	// tablets; unload them where they are served.
 	return a.eachServer(ctx, func(ctx context.Context, c clusterpb.TabletControlClient) error {
 		resp, err := c.ListTablets(ctx, &clusterpb.ListTabletsRequest{})
@@ -79,7 +79,7 @@ func (a *adminControl) DropTable(ctx context.Context, t meta.Table) error {
 	})
 }
 
-func (a *adminControl) UpdateSchema(ctx context.Context, t meta.Table) error {
+func (a *clusterTableHost) UpdateSchema(ctx context.Context, t meta.Table) error {
 	b, err := json.Marshal(t)
 	if err != nil {
 		return err
@@ -93,7 +93,7 @@ func (a *adminControl) UpdateSchema(ctx context.Context, t meta.Table) error {
 // DropRowRange deletes the rows through the cluster's data path, so
 // every tablet of the range is reached wherever it is served (also one
 // moving meanwhile: the client follows it).
-func (a *adminControl) DropRowRange(ctx context.Context, t meta.Table, prefix []byte) error {
+func (a *clusterTableHost) DropRowRange(ctx context.Context, t meta.Table, prefix []byte) error {
 	name := t.ID.FullName("-")
 	for {
 		s := a.md.cl.Scan(ctx, name, client.ScanOptions{Prefix: prefix, MaxVersions: 1, ColumnRegex: "", Limit: dropBatch})
@@ -121,14 +121,14 @@ const dropBatch = 1000
 
 // eachServer calls fn for every live tablet server (a key under servers/
 // held by a session) and joins the errors.
-func (a *adminControl) eachServer(ctx context.Context, fn func(context.Context, clusterpb.TabletControlClient) error) error {
+func (a *clusterTableHost) eachServer(ctx context.Context, fn func(context.Context, clusterpb.TabletControlClient) error) error {
 	names, err := liveServers(ctx, a.kv)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "listing tablet servers: %v", err)
 	}
 	var errs []error
 	for _, name := range names {
-		c, err := a.servers.control(name)
+		c, err := a.servers.tabletControl(name)
 		if err == nil {
 			err = fn(ctx, c)
 		}

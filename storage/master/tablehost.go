@@ -6,13 +6,16 @@ import (
 	"github.com/tabuladb/tabula/storage/meta"
 )
 
-// TabletControl is what the master asks of the tablet servers. In one
-// process (tabula dev) it is the tabletserver.Host itself.
+// TableHost is where the admin API's table changes take effect: whatever
+// serves the tables' tablets. In one process (tabula dev) it is the
+// tabletserver.Host itself; in a cluster it is storage/cluster's
+// clusterTableHost, which writes METADATA and calls the tablet servers'
+// TabletControl service.
 //
 // Errors may be gRPC status errors (they are passed to the admin client as
 // they are) or plain errors (reported as INTERNAL, or by the meta and tablet
 // sentinels they match).
-type TabletControl interface {
+type TableHost interface {
 	// OpenTable opens every tablet of t (the tablets listed in t.Tablets,
 	// or their split descendants). It is idempotent; for a table already
 	// open it applies t's schema.
