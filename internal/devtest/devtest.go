@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/cluster"
 )
@@ -73,7 +74,9 @@ func Start(ctx context.Context, cfg cluster.DevConfig) (_ *Server, err error) {
 		return nil, fmt.Errorf("start tabula dev: %w", err)
 	}
 	s.Addr = s.dev.Addr()
-	if s.conn, err = grpc.NewClient(s.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	// The clients dial as the server's peers do: with cfg.TLS.Client
+	// (plaintext when nil).
+	if s.conn, err = grpc.NewClient(s.Addr, tlsconfig.DialOption(cfg.TLS.Client),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20))); err != nil {
 		return nil, err
 	}

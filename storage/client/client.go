@@ -31,11 +31,12 @@
 package client
 
 import (
+	"crypto/tls"
 	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
 )
@@ -61,6 +62,13 @@ type Options struct {
 	// server behind the connection — a cluster's tablet servers answer
 	// (NewMetadataSource over the connection), `tabula dev` does not.
 	Metadata MetadataSource
+	// TLS secures the connections the client dials (Dial's, and those to
+	// the tablet servers its data operations reach directly): server
+	// verification, and a client certificate for servers that require
+	// one. Nil: plaintext for New; for Dial, the TABULA_TLS_CA,
+	// TABULA_TLS_CERT and TABULA_TLS_KEY environment variables
+	// (tlsconfig.ClientFromEnv), plaintext when none is set.
+	TLS *tls.Config
 }
 
 func (o *Options) setDefaults() {
@@ -86,11 +94,15 @@ type Client struct {
 	plane *dataPlane   // routing of the data operations (data.go)
 }
 
-// Dial connects to the server at addr (host:port) without TLS, as the
-// CLI does. Close releases the connection.
+// Dial connects to the server at addr (host:port), over TLS when
+// Options.TLS (or the environment) says so. Close releases the connection.
+// It fails when the TLS files the environment names do not load.
 func Dial(addr string, opts Options) (*Client, error) {
+	if err := opts.resolveTLS(); err != nil {
+		return nil, err
+	}
 	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		tlsconfig.DialOption(opts.TLS),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
@@ -103,6 +115,10 @@ func Dial(addr string, opts Options) (*Client, error) {
 // New returns a client over an existing connection (shared with the
 // official clients, say), which Close leaves open. The connection should
 // accept messages of MaxMessageSize.
+//
+// The connections New's client dials itself (to other tablet servers) use
+// Options.TLS as given: nil is plaintext (New does not read the
+// environment; pass the config cc was dialed with).
 func New(cc *grpc.ClientConn, opts Options) *Client {
 	opts.setDefaults()
 	c := &Client{opts: opts, cc: cc}
@@ -134,4 +150,17 @@ func (c *Client) TableName(table string) string {
 // locator gives each tablet's server as a connection.
 func scriptsClient(cc grpc.ClientConnInterface) scriptpb.ScriptsClient {
 	return scriptpb.NewScriptsClient(cc)
+}
+
+// resolveTLS fills TLS from the environment when it is nil.
+func (o *Options) resolveTLS() error {
+	if o.TLS != nil {
+		return nil
+	}
+	c, err := tlsconfig.ClientFromEnv()
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	o.TLS = c
+	return nil
 }

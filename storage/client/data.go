@@ -15,10 +15,10 @@ import (
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
@@ -95,7 +95,7 @@ func (p *dataPlane) connAddr(server string) (grpc.ClientConnInterface, error) {
 		return cc, nil
 	}
 	cc, err := grpc.NewClient(server,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		tlsconfig.DialOption(p.c.opts.TLS),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", server, err)

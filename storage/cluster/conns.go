@@ -1,22 +1,28 @@
 package cluster
 
 import (
+	"crypto/tls"
 	"fmt"
+	"net"
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/client"
 )
 
-// conns caches one gRPC connection per address.
+// conns caches one gRPC connection per address, dialed over TLS with the
+// role's client config (plaintext when nil).
 type conns struct {
-	mu sync.Mutex
-	m  map[string]*grpc.ClientConn
+	mu  sync.Mutex
+	m   map[string]*grpc.ClientConn
+	tls *tls.Config
 }
 
-func newConns() *conns { return &conns{m: make(map[string]*grpc.ClientConn)} }
+func newConns(tlsClient *tls.Config) *conns {
+	return &conns{m: make(map[string]*grpc.ClientConn), tls: tlsClient}
+}
 
 // get returns the connection to addr, dialing it (lazily: gRPC connects on
 // the first call) if needed.
@@ -27,7 +33,7 @@ func (c *conns) get(addr string) (grpc.ClientConnInterface, error) {
 		return cc, nil
 	}
 	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		tlsconfig.DialOption(c.tls),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxMessageSize), grpc.MaxCallSendMsgSize(client.MaxMessageSize)))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect to %s: %w", addr, err)
@@ -43,4 +49,14 @@ func (c *conns) close() {
 		_ = cc.Close()
 		delete(c.m, a)
 	}
+}
+
+// opsListener is the HTTP ops port's listener: TLS with the role's server
+// config (the same certificate, and client certificates required when the
+// gRPC port requires them), plaintext without one.
+func opsListener(l net.Listener, r tlsconfig.Role) net.Listener {
+	if r.Server == nil {
+		return l
+	}
+	return tls.NewListener(l, r.Server)
 }

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/commitlog"
@@ -90,6 +91,9 @@ type DevConfig struct {
 	// server's port before it serves (the MapReduce worker of `tabula
 	// dev`, say); they get the same interceptors as the data API.
 	RegisterServices func(*grpc.Server)
+	// TLS secures the gRPC and HTTP ports (TLS.Server) and the calls to
+	// other servers (TLS.Client); the zero value is plaintext.
+	TLS tlsconfig.Role
 }
 
 // Dev is the whole of Tabula in one process: the tablet server (a
@@ -244,7 +248,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		unary = append(unary, agnosticUnary(DevAgnosticInstance))
 		stream = append(stream, agnosticStream(DevAgnosticInstance))
 	}
-	d.grpc = newGRPCServer(unary, stream)
+	d.grpc = newGRPCServer(unary, stream, tlsconfig.ServerOptions(cfg.TLS.Server)...)
 	bigtablepb.RegisterBigtableServer(d.grpc, tabletserver.NewDataService(d.host, tabletserver.DataOptions{Logger: d.log}))
 	scriptpb.RegisterScriptsServer(d.grpc, tabletserver.NewScriptService(d.host, tabletserver.ScriptOptions{Logger: d.log}))
 	admin.Register(d.grpc)
@@ -266,7 +270,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		}
 		d.http = &http.Server{Handler: d.httpHandler(reg), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
-			if err := d.http.Serve(d.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := d.http.Serve(opsListener(d.httpLis, cfg.TLS)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.serveErr <- fmt.Errorf("dev: http: %w", err)
 			}
 		}()
@@ -276,6 +280,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 			d.serveErr <- fmt.Errorf("dev: grpc: %w", err)
 		}
 	}()
+	tlsconfig.WarnPlaintext(d.log, "dev", d.Addr(), cfg.TLS.Server)
 	d.serving.Store(true)
 	d.log.Info("serving", "addr", d.Addr(), "http", d.HTTPAddr(), "dir", cfg.Dir)
 	return d, nil

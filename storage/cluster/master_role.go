@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
@@ -57,6 +57,9 @@ type MasterConfig struct {
 	// (DefaultGCInterval); GCGrace spares young files (DefaultGCGrace).
 	GCInterval, GCGrace time.Duration
 	Logger              *slog.Logger
+	// TLS secures the gRPC and HTTP ports (TLS.Server) and the calls to
+	// other servers (TLS.Client); the zero value is plaintext.
+	TLS tlsconfig.Role
 }
 
 // Master is a running master: it serves the admin API, campaigns for the
@@ -106,7 +109,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	m := &Master{cfg: cfg, conns: newConns(), registry: prometheus.NewRegistry(), events: newEventRing(200),
+	m := &Master{cfg: cfg, conns: newConns(cfg.TLS.Client), registry: prometheus.NewRegistry(), events: newEventRing(200),
 		states: tablet.NewBlobStateStore(cfg.Store, StatePrefix),
 		logs:   newLogGC(cfg.Store, cfg.Coord, cfg.GCGrace)}
 	defer func() {
@@ -119,10 +122,10 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	}
 	m.addr = m.lis.Addr().String()
 	m.log = cfg.Logger.With("master", m.addr)
-	if m.self, err = grpc.NewClient(m.addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	if m.self, err = grpc.NewClient(m.addr, tlsconfig.DialOption(cfg.TLS.Client)); err != nil {
 		return nil, err
 	}
-	m.cl = client.New(m.self, client.Options{Metadata: coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(m.self, m.conns.get)}})
+	m.cl = client.New(m.self, client.Options{TLS: cfg.TLS.Client, Metadata: coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(m.self, m.conns.get)}})
 	m.md = newMetadataStore(cfg.Coord, m.cl)
 	m.md.log = m.log
 	m.md.states = m.states // to finish splits a crash cut short
@@ -150,7 +153,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	}
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registerMetrics()
-	m.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes))
+	m.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes)}, tlsconfig.ServerOptions(cfg.TLS.Server)...)...)
 	admin.Register(m.grpc)
 	clusterpb.RegisterServerReportsServer(m.grpc, &serverReportsService{m: m})
 	healthpb.RegisterHealthServer(m.grpc, health.NewServer())
@@ -160,7 +163,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 			return nil, err
 		}
 		m.http = &http.Server{Handler: m.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = m.http.Serve(m.httpLis) }()
+		go func() { _ = m.http.Serve(opsListener(m.httpLis, cfg.TLS)) }()
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
@@ -175,6 +178,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 		defer m.wg.Done()
 		m.gcLoop(runCtx)
 	}()
+	tlsconfig.WarnPlaintext(m.log, "master", m.addr, cfg.TLS.Server)
 	m.log.Info("master started", "addr", m.addr)
 	return m, nil
 }

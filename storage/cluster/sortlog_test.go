@@ -248,7 +248,7 @@ func TestSortLogAndLoad(t *testing.T) {
 	if err := catalog.Create(ctx, tbl); err != nil {
 		t.Fatal(err)
 	}
-	conns := newConns()
+	conns := newConns(nil)
 	defer conns.close()
 	sc := &serverClient{conns: conns, catalog: catalog}
 
@@ -334,7 +334,7 @@ func TestSortLogSegmentErrors(t *testing.T) {
 	a := startSorter(t, store)
 	dead := deadServerName(t)
 	writeDeadLog(t, store, dead, []string{"x", "y"}, 60)
-	conns := newConns()
+	conns := newConns(nil)
 	defer conns.close()
 	sc := &serverClient{conns: conns}
 	c, err := sc.tabletControl(a.name)

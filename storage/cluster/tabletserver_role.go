@@ -16,11 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
@@ -67,6 +67,9 @@ type ServerConfig struct {
 	// DefaultSessionTTL and DefaultLockDelay.
 	SessionTTL, LockDelay time.Duration
 	Logger                *slog.Logger
+	// TLS secures the gRPC and HTTP ports (TLS.Server) and the calls to
+	// other servers (TLS.Client); the zero value is plaintext.
+	TLS tlsconfig.Role
 }
 
 // TabletServer is a running tablet server: it holds its key under servers/
@@ -123,7 +126,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	s := &TabletServer{cfg: cfg, start: time.Now(), done: make(chan struct{}), conns: newConns(), registry: prometheus.NewRegistry()}
+	s := &TabletServer{cfg: cfg, start: time.Now(), done: make(chan struct{}), conns: newConns(cfg.TLS.Client), registry: prometheus.NewRegistry()}
 	defer func() {
 		if err != nil {
 			s.shutdown(false)
@@ -145,13 +148,13 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	if s.commit, err = commitlog.Open(ctx, commitlog.Options{Store: cfg.Store, Prefix: LogPrefix(s.name)}); err != nil {
 		return nil, fmt.Errorf("cluster: commit log: %w", err)
 	}
-	if s.self, err = grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	if s.self, err = grpc.NewClient(s.addr, tlsconfig.DialOption(cfg.TLS.Client),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxMessageSize), grpc.MaxCallSendMsgSize(client.MaxMessageSize))); err != nil {
 		return nil, err
 	}
 	s.src = coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(s.self, s.conns.get)}
 	s.cache = client.NewLocationCache(client.LocationCacheOptions{})
-	s.cl = client.New(s.self, client.Options{Metadata: s.src})
+	s.cl = client.New(s.self, client.Options{Metadata: s.src, TLS: cfg.TLS.Client})
 
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.blocks = sstable.NewCache(max(cfg.BlockCacheBytes, 0))
@@ -185,10 +188,12 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	s.grpc = newGRPCServer(
 		[]grpc.UnaryServerInterceptor{s.host.UnaryInterceptor()},
 		[]grpc.StreamServerInterceptor{s.host.StreamInterceptor()},
-		grpc.ForceServerCodec(proxyCodec{}),
-		// The admin API (and anything else not served here) goes to the
-		// active master.
-		grpc.UnknownServiceHandler(forwardUnknown(s.masterConn)),
+		append([]grpc.ServerOption{
+			grpc.ForceServerCodec(proxyCodec{}),
+			// The admin API (and anything else not served here) goes to
+			// the active master.
+			grpc.UnknownServiceHandler(forwardUnknown(s.masterConn)),
+		}, tlsconfig.ServerOptions(cfg.TLS.Server)...)...,
 	)
 	bigtablepb.RegisterBigtableServer(s.grpc, s.gateway)
 	scriptpb.RegisterScriptsServer(s.grpc, tabletserver.NewScriptService(s.host, tabletserver.ScriptOptions{Logger: s.log}))
@@ -206,8 +211,9 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 			return nil, err
 		}
 		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = s.http.Serve(s.httpLis) }()
+		go func() { _ = s.http.Serve(opsListener(s.httpLis, cfg.TLS)) }()
 	}
+	tlsconfig.WarnPlaintext(s.log, "tabletserver", s.addr, cfg.TLS.Server)
 	go s.watchLease()
 	s.log.Info("tablet server started", "addr", s.addr, "name", s.name)
 	return s, nil
