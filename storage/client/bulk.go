@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tabuladb/tabula/internal/fanout"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
@@ -69,10 +70,12 @@ func (c *Client) ApplyBulk(ctx context.Context, table string, rms []cell.RowMuta
 	bud := &budget{total: opts.BudgetBytes, avail: opts.BudgetBytes, wake: make(chan struct{})}
 	slots := make(chan struct{}, c.opts.Concurrency)
 	var wg sync.WaitGroup
-	send := func(b *batch) {
-		n := min(b.bytes, bud.total)
+	locs := make(map[batchDest]meta.Location) // written and read by this goroutine only
+	send := func(b *fanout.Batch[batchDest]) {
+		loc := locs[b.Dest]
+		n := min(b.Bytes, bud.total)
 		if err := bud.acquire(ctx, n); err != nil {
-			for _, i := range b.idx {
+			for _, i := range b.Idx {
 				errs[i] = err
 			}
 			return
@@ -81,7 +84,7 @@ func (c *Client) ApplyBulk(ctx context.Context, table string, rms []cell.RowMuta
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			bud.release(n)
-			for _, i := range b.idx {
+			for _, i := range b.Idx {
 				errs[i] = ctx.Err()
 			}
 			return
@@ -91,11 +94,13 @@ func (c *Client) ApplyBulk(ctx context.Context, table string, rms []cell.RowMuta
 			defer wg.Done()
 			defer bud.release(n)
 			defer func() { <-slots }()
-			p.sendBatch(ctx, id, name, rms, b, errs)
+			p.sendBatch(ctx, id, name, rms, loc, b.Idx, errs)
 		}()
 	}
-	pending := map[string]*batch{}
-	var order []string // pending keys in first-use order, for the final flush
+	// A request that would pass the API's limit of mutations is cut
+	// before the entry that would carry it over. (A row mutation over the
+	// limit alone goes by itself and is refused for itself.)
+	batches := fanout.NewBatcher(fanout.Limits{Entries: maxBatchEntries, Bytes: opts.BatchBytes, Count: maxBatchMutations}, send)
 	for i := range rms {
 		loc, err := p.locate(ctx, id, name, rms[i].Row)
 		if err != nil {
@@ -103,35 +108,11 @@ func (c *Client) ApplyBulk(ctx context.Context, table string, rms []cell.RowMuta
 			errs[i] = p.applyOne(ctx, id, name, rms[i])
 			continue
 		}
-		k := loc.Server + "\x00" + string(loc.Start)
-		b := pending[k]
-		if b != nil && b.mutations+len(rms[i].Mutations) > maxBatchMutations {
-			// The request would pass the API's limit: send what is
-			// pending first. (A row mutation over the limit alone goes
-			// by itself and is refused for itself.)
-			delete(pending, k)
-			send(b)
-			b = nil
-		}
-		if b == nil {
-			b = &batch{loc: loc}
-			pending[k] = b
-			order = append(order, k)
-		}
-		b.idx = append(b.idx, i)
-		b.bytes += rms[i].Size()
-		b.mutations += len(rms[i].Mutations)
-		if b.bytes >= opts.BatchBytes || len(b.idx) >= maxBatchEntries || b.mutations >= maxBatchMutations {
-			delete(pending, k)
-			send(b)
-		}
+		dest := batchDest{server: loc.Server, start: string(loc.Start)}
+		locs[dest] = loc
+		batches.Add(dest, i, rms[i].Size(), len(rms[i].Mutations))
 	}
-	for _, k := range order {
-		if b := pending[k]; b != nil {
-			delete(pending, k)
-			send(b)
-		}
-	}
+	batches.Flush()
 	wg.Wait()
 	failed := 0
 	var first error
@@ -149,13 +130,9 @@ func (c *Client) ApplyBulk(ctx context.Context, table string, rms []cell.RowMuta
 	return errs, fmt.Errorf("client: %d of %d mutations failed, the first: %w", failed, len(rms), first)
 }
 
-// batch is mutations (indexes into ApplyBulk's rms) bound for one tablet.
-type batch struct {
-	loc       meta.Location
-	idx       []int
-	bytes     int
-	mutations int // of the row mutations idx names, together
-}
+// batchDest is where a batch of ApplyBulk goes: one tablet, by its
+// server and start row.
+type batchDest struct{ server, start string }
 
 // applyOne applies one mutation alone, with Apply's retries.
 func (p *dataPlane) applyOne(ctx context.Context, id meta.TableID, name string, rm cell.RowMutation) error {
@@ -166,23 +143,23 @@ func (p *dataPlane) applyOne(ctx context.Context, id meta.TableID, name string, 
 	})
 }
 
-// sendBatch sends b with one MutateRows and records each mutation's
+// sendBatch sends the mutations idx of rms to loc with one MutateRows and records each mutation's
 // outcome in errs. Mutations that fail retryably are re-sent one by one
 // through applyOne, after the batch's location is dropped from the cache:
 // those answered "not serving" (not applied), and those answered
 // UNAVAILABLE when Idempotent or when the MutateRows certainly reached no
 // server (gRPC had no connection for it: trackedConn). A non-idempotent
 // mutation that may have been applied is not re-sent.
-func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string, rms []cell.RowMutation, b *batch, errs []error) {
+func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string, rms []cell.RowMutation, loc meta.Location, idx []int, errs []error) {
 	req := &bigtablepb.MutateRowsRequest{TableName: name}
-	for _, i := range b.idx {
+	for _, i := range idx {
 		req.Entries = append(req.Entries, &bigtablepb.MutateRowsRequest_Entry{RowKey: rms[i].Row, Mutations: MutationsToPB(rms[i].Mutations)})
 	}
-	outcome := make([]error, len(b.idx))
-	answered := make([]bool, len(b.idx))
+	outcome := make([]error, len(idx))
+	answered := make([]bool, len(idx))
 	var tc *trackedConn // nil: nothing was sent
 	callErr := func() error {
-		cc, err := p.conn(b.loc.Server)
+		cc, err := p.conn(loc.Server)
 		if err != nil {
 			return err
 		}
@@ -201,8 +178,8 @@ func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string,
 			}
 			for _, e := range resp.GetEntries() {
 				j := int(e.GetIndex())
-				if j < 0 || j >= len(b.idx) {
-					return status.Errorf(codes.Internal, "client: MutateRows answered for entry %d of %d", j, len(b.idx))
+				if j < 0 || j >= len(idx) {
+					return status.Errorf(codes.Internal, "client: MutateRows answered for entry %d of %d", j, len(idx))
 				}
 				answered[j] = true
 				if s := e.GetStatus(); s.GetCode() != int32(codes.OK) {
@@ -215,7 +192,7 @@ func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string,
 	// after an UNAVAILABLE: gRPC has finished the stream then.)
 	unsent := status.Code(callErr) == codes.Unavailable && (tc == nil || tc.unsent(callErr))
 	invalidated := false
-	for j, i := range b.idx {
+	for j, i := range idx {
 		err := outcome[j]
 		certain := false // certainly not applied
 		if !answered[j] {
@@ -231,7 +208,7 @@ func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string,
 		_, notServing := tabletpb.NotServingDetail(err)
 		unavailable := status.Code(err) == codes.Unavailable
 		if (notServing || unavailable) && !invalidated {
-			p.cache.Invalidate(b.loc) // moved, or its server is gone
+			p.cache.Invalidate(loc) // moved, or its server is gone
 			invalidated = true
 		}
 		if notServing || unavailable && (certain || Idempotent(rms[i])) {

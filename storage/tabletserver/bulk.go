@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/tabuladb/tabula/internal/fanout"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
@@ -44,72 +45,52 @@ func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMu
 		return nil
 	}
 	routes := st.routes.Load()
-	type group struct {
-		tb  *tablet.Tablet
-		idx []int
-	}
-	var groups []*group
-	byTablet := make(map[*tablet.Tablet]*group)
-	var unrouted []int
+	var todo []int
 	for i := range rms {
-		if errs[i] != nil {
-			continue
+		if errs[i] == nil {
+			todo = append(todo, i)
 		}
-		tb := routes.find(rms[i].Row)
-		if tb == nil {
-			unrouted = append(unrouted, i)
-			continue
-		}
-		g := byTablet[tb]
-		if g == nil {
-			g = &group{tb: tb}
-			byTablet[tb] = g
-			groups = append(groups, g)
-		}
-		g.idx = append(g.idx, i)
 	}
-	var wg sync.WaitGroup
+	groups, unrouted := fanout.Group(todo, func(i int) (*tablet.Tablet, bool) {
+		tb := routes.find(rms[i].Row)
+		return tb, tb != nil
+	})
 	var mu sync.Mutex
-	for _, g := range groups {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			batch := make([]cell.RowMutation, len(g.idx))
-			for j, i := range g.idx {
-				batch[j] = rms[i]
-			}
-			if err := h.checkLease(len(batch), false); err != nil {
-				for _, i := range g.idx {
-					errs[i] = err
-				}
-				return
-			}
-			res := g.tb.ApplyBatch(ctx, batch)
-			applied := 0
-			for _, err := range res {
-				if err == nil {
-					applied++
-				}
-			}
-			// The applied entries are durable now; acknowledge them
-			// only if the lease still holds.
-			lapsed := h.checkLease(applied, true)
-			for j, err := range res {
-				i := g.idx[j]
-				if errors.Is(err, tabletdesc.ErrNotServing) {
-					mu.Lock()
-					unrouted = append(unrouted, i)
-					mu.Unlock()
-					continue
-				}
-				if err == nil {
-					err = lapsed
-				}
+	fanout.Each(groups, func(g *fanout.Batch[*tablet.Tablet]) {
+		batch := make([]cell.RowMutation, len(g.Idx))
+		for j, i := range g.Idx {
+			batch[j] = rms[i]
+		}
+		if err := h.checkLease(len(batch), false); err != nil {
+			for _, i := range g.Idx {
 				errs[i] = err
 			}
-		}()
-	}
-	wg.Wait()
+			return
+		}
+		res := g.Dest.ApplyBatch(ctx, batch)
+		applied := 0
+		for _, err := range res {
+			if err == nil {
+				applied++
+			}
+		}
+		// The applied entries are durable now; acknowledge them
+		// only if the lease still holds.
+		lapsed := h.checkLease(applied, true)
+		for j, err := range res {
+			i := g.Idx[j]
+			if errors.Is(err, tabletdesc.ErrNotServing) {
+				mu.Lock()
+				unrouted = append(unrouted, i)
+				mu.Unlock()
+				continue
+			}
+			if err == nil {
+				err = lapsed
+			}
+			errs[i] = err
+		}
+	})
 	// Rare: a split raced the batch. Retry in request order, so that
 	// entries of one row keep theirs.
 	slices.Sort(unrouted)

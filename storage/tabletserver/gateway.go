@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tabuladb/tabula/internal/fanout"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
@@ -516,12 +516,6 @@ func (g *Gateway) MutateRows(req *bigtablepb.MutateRowsRequest, stream bigtablep
 // locations to invalidate.
 func (g *Gateway) mutateRowsRound(ctx context.Context, table meta.TableID, req *bigtablepb.MutateRowsRequest, idx []int, statuses []*statuspb.Status) (retry []int, stale []meta.Location) {
 	entries := req.GetEntries()
-	type group struct {
-		loc meta.Location // the first of the server's locations
-		idx []int
-	}
-	var groups []*group
-	byServer := make(map[string]*group)
 	locs := make(map[int]meta.Location, len(idx))
 	// Locate in key order, reusing the previous location while it
 	// contains the row: entries clustered in a tablet cost one lookup.
@@ -543,49 +537,49 @@ func (g *Gateway) mutateRowsRound(ctx context.Context, table meta.TableID, req *
 		locs[i] = loc
 		if loc.Server == "" {
 			statuses[i] = status.Convert(unassigned(loc)).Proto()
-			continue
 		}
-		addr := meta.ServerAddr(loc.Server)
-		gr := byServer[addr]
-		if gr == nil {
-			gr = &group{loc: loc}
-			byServer[addr] = gr
-			groups = append(groups, gr)
-		}
-		gr.idx = append(gr.idx, i)
 	}
-	var wg sync.WaitGroup
-	for _, gr := range groups {
-		slices.Sort(gr.idx) // request order: entries of one row keep theirs
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sub := &bigtablepb.MutateRowsRequest{
-				TableName:          req.GetTableName(),
-				AuthorizedViewName: req.GetAuthorizedViewName(),
-				AppProfileId:       req.GetAppProfileId(),
-				Entries:            make([]*bigtablepb.MutateRowsRequest_Entry, len(gr.idx)),
-			}
-			for j, i := range gr.idx {
-				sub.Entries[j] = entries[i]
-			}
-			res, err := g.mutateRowsGroup(ctx, gr.loc, sub)
-			for j, i := range gr.idx {
-				st := res[j]
-				if st == nil {
-					e := err
-					if e == nil {
-						e = status.Errorf(codes.Internal, "tablet server %s returned no status for the entry", gr.loc.Server)
-					}
-					st = status.Convert(e).Proto()
-				} else if st.GetCode() != int32(codes.OK) {
-					st = renumberEntry(st, j, i)
+	// One group per server, sent with the first of its locations (in key
+	// order).
+	first := make(map[string]meta.Location)
+	groups, _ := fanout.Group(sorted, func(i int) (string, bool) {
+		l, ok := locs[i]
+		if !ok || l.Server == "" {
+			return "", false
+		}
+		addr := meta.ServerAddr(l.Server)
+		if _, ok := first[addr]; !ok {
+			first[addr] = l
+		}
+		return addr, true
+	})
+	fanout.Each(groups, func(gr *fanout.Batch[string]) {
+		slices.Sort(gr.Idx) // request order: entries of one row keep theirs
+		sub := &bigtablepb.MutateRowsRequest{
+			TableName:          req.GetTableName(),
+			AuthorizedViewName: req.GetAuthorizedViewName(),
+			AppProfileId:       req.GetAppProfileId(),
+			Entries:            make([]*bigtablepb.MutateRowsRequest_Entry, len(gr.Idx)),
+		}
+		for j, i := range gr.Idx {
+			sub.Entries[j] = entries[i]
+		}
+		loc := first[gr.Dest]
+		res, err := g.mutateRowsGroup(ctx, loc, sub)
+		for j, i := range gr.Idx {
+			st := res[j]
+			if st == nil {
+				e := err
+				if e == nil {
+					e = status.Errorf(codes.Internal, "tablet server %s returned no status for the entry", loc.Server)
 				}
-				statuses[i] = st // distinct i per goroutine
+				st = status.Convert(e).Proto()
+			} else if st.GetCode() != int32(codes.OK) {
+				st = renumberEntry(st, j, i)
 			}
-		}()
-	}
-	wg.Wait()
+			statuses[i] = st // distinct i per batch
+		}
+	})
 	seen := make(map[string]bool)
 	for _, i := range idx {
 		l, ok := locs[i]
