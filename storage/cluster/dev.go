@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/tabuladb/tabula/security/tlsconfig"
+	"github.com/tabuladb/tabula/storage/authview"
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/commitlog"
@@ -216,8 +217,9 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	if err != nil {
 		return nil, err
 	}
+	catalog := master.NewBlobCatalog(store, "catalog")
 	adminOpts := master.Options{
-		Catalog: master.NewBlobCatalog(store, "catalog"),
+		Catalog: catalog,
 		Host:    d.host,
 		Store:   store,
 		Limits:  cfg.Limits,
@@ -249,7 +251,8 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		stream = append(stream, agnosticStream(DevAgnosticInstance))
 	}
 	d.grpc = newGRPCServer(unary, stream, tlsconfig.ServerOptions(cfg.TLS.Server)...)
-	bigtablepb.RegisterBigtableServer(d.grpc, tabletserver.NewDataService(d.host, tabletserver.DataOptions{Logger: d.log}))
+	bigtablepb.RegisterBigtableServer(d.grpc, authview.Wrap(tabletserver.NewDataService(d.host, tabletserver.DataOptions{Logger: d.log}),
+		authview.Options{Catalog: catalog, Instance: adminOpts.Instance}))
 	scriptpb.RegisterScriptsServer(d.grpc, tabletserver.NewScriptService(d.host, tabletserver.ScriptOptions{Logger: d.log}))
 	admin.Register(d.grpc)
 	if cfg.RegisterServices != nil {

@@ -44,6 +44,12 @@ var implementedRPCs = map[string]bool{
 	"google.bigtable.admin.v2.BigtableTableAdmin.DropRowRange":             true,
 	"google.bigtable.admin.v2.BigtableTableAdmin.GenerateConsistencyToken": true,
 	"google.bigtable.admin.v2.BigtableTableAdmin.CheckConsistency":         true,
+
+	"google.bigtable.admin.v2.BigtableTableAdmin.CreateAuthorizedView": true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.GetAuthorizedView":    true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.ListAuthorizedViews":  true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.UpdateAuthorizedView": true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.DeleteAuthorizedView": true,
 }
 
 // callEmpty calls method with an empty request over conn and returns the

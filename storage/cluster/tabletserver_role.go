@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/security/tlsconfig"
+	"github.com/tabuladb/tabula/storage/authview"
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
@@ -195,7 +196,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 			grpc.UnknownServiceHandler(forwardUnknown(s.masterConn)),
 		}, tlsconfig.ServerOptions(cfg.TLS.Server)...)...,
 	)
-	bigtablepb.RegisterBigtableServer(s.grpc, s.gateway)
+	bigtablepb.RegisterBigtableServer(s.grpc, authview.Wrap(s.gateway, authview.Options{Catalog: NewCoordCatalog(cfg.Coord)}))
 	scriptpb.RegisterScriptsServer(s.grpc, tabletserver.NewScriptService(s.host, tabletserver.ScriptOptions{Logger: s.log}))
 	clusterpb.RegisterTabletControlServer(s.grpc, newTabletControlService(s))
 	clusterpb.RegisterLocatorServer(s.grpc, &locatorService{kv: cfg.Coord})

@@ -502,6 +502,9 @@ func (s *AdminService) DeleteTable(ctx context.Context, req *adminpb.DeleteTable
 	if t.DeletionProtection {
 		return nil, status.Errorf(codes.FailedPrecondition, "table %q has deletion_protection on: turn it off (UpdateTable) before deleting the table", n.String())
 	}
+	if v := protectedView(t); v != "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "table %q has authorized view %q with deletion_protection on: turn it off or delete the view first", n.String(), v)
+	}
 	// From here on the table is going away; finish even if the client
 	// does not wait.
 	ctx = context.WithoutCancel(ctx)

@@ -113,6 +113,8 @@ type Table struct {
 	Created time.Time   `json:"created"`
 	// Generation increases with every change of the entry.
 	Generation uint64 `json:"generation"`
+	// AuthorizedViews are the table's authorized views by ID.
+	AuthorizedViews map[string]AuthorizedView `json:"authorized_views,omitempty"`
 }
 
 // Schema returns the part of the table's schema its tablets need.
