@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"sort"
+	"sync"
 
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -121,21 +123,6 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 	}
 
 	p, s := beam.NewPipelineWithRoot()
-	var cols beam.PCollection
-	if cfg.Format == rowfile.ParquetColumns && len(cfg.Columns) == 0 {
-		// The columns come first, from a read of their own.
-		rows, err := beamio.TryRead(s, cfg.Read)
-		if err != nil {
-			return ExportSummary{}, pipe.UsageError{Err: err}
-		}
-		cols = filter.Distinct(s, beam.ParDo(s, &columnsOfFn{}, rows))
-	} else {
-		var given []string
-		for _, c := range cfg.Columns {
-			given = append(given, c.Name())
-		}
-		cols = beam.CreateList(s, given)
-	}
 	// One element per shard; each writes its file from its key ranges,
 	// read straight from the servers in key order (no shuffle of the
 	// rows: on prism a shuffle costs more than the export). On a
@@ -151,12 +138,29 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 	if err != nil {
 		return ExportSummary{}, err
 	}
+	wf := writeShardFn{ReadJSON: string(readJSON), Filter: filterBytes, Out: cfg.Out, Prefix: cfg.Prefix, Shards: cfg.Shards, Format: int(cfg.Format), Codec: int(cfg.Codec)}
 	// The writers' stage has an output (the files written, counted after
 	// a shuffle) although nothing needs it: prism v2.77.0 spins a core
 	// for as long as a bundle of a stage without outputs runs (its
 	// bundle loop selects on a closed channel).
-	written := beam.ParDo(s, &writeShardFn{ReadJSON: string(readJSON), Filter: filterBytes, Out: cfg.Out, Prefix: cfg.Prefix, Shards: cfg.Shards, Format: int(cfg.Format), Codec: int(cfg.Codec)},
-		shards, beam.SideInput{Input: cols})
+	var written beam.PCollection
+	if cfg.Format == rowfile.ParquetColumns && len(cfg.Columns) == 0 {
+		// The columns come first, from a read of their own, and reach
+		// the writers as a side input. (Prism v2.77.0 re-evaluates a
+		// stage with a side input in a busy loop while its bundle runs,
+		// so the writers take a side input only when they need one.)
+		rows, err := beamio.TryRead(s, cfg.Read)
+		if err != nil {
+			return ExportSummary{}, pipe.UsageError{Err: err}
+		}
+		cols := filter.Distinct(s, beam.ParDo(s, &columnsOfFn{}, rows))
+		written = beam.ParDo(s, &writeFoundColumnsFn{W: wf}, shards, beam.SideInput{Input: cols})
+	} else {
+		for _, c := range cfg.Columns {
+			wf.Columns = append(wf.Columns, c.Name())
+		}
+		written = beam.ParDo(s, &wf, shards)
+	}
 	beam.ParDo0(s, noteShard, beam.Reshuffle(s, written))
 
 	pr, err := beamx.RunWithMetrics(ctx, p)
@@ -301,16 +305,39 @@ func (f *columnsOfFn) ProcessElement(r beamio.Row, emit func(string)) {
 	}
 }
 
-// writeShardFn writes one shard's file from its key ranges and commits it.
+// writeShardFn writes shards' files from their key ranges and commits
+// them, several at a time: a bundle's shards are written concurrently,
+// at most GOMAXPROCS of them (prism hands a stage all its pending
+// elements as one bundle and splits only splittable DoFns, so one
+// element at a time would write the files one after the other on one
+// core). The files written are emitted when the bundle finishes; the
+// first failure cancels the bundle's other writes and fails it.
 type writeShardFn struct {
 	ReadJSON      string // the beamio.ReadConfig without its Filter, which travels as bytes
 	Filter        []byte
 	Out, Prefix   string
 	Shards        int
 	Format, Codec int
+	// Columns are the columns layout's columns, when known up front
+	// (family:qualifier names).
+	Columns []string
 
 	read beamio.ReadConfig
 	c    *client.Client
+
+	inflight *bundleWrites
+}
+
+// bundleWrites are a bundle's shard writes in flight.
+type bundleWrites struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	slots   chan struct{} // one per write running
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	written []rowfile.Stats
+	names   []string
+	err     error // the first write's error
 }
 
 func (f *writeShardFn) Setup() error {
@@ -336,40 +363,157 @@ func (f *writeShardFn) Teardown() error {
 	return nil
 }
 
-func (f *writeShardFn) ProcessElement(ctx context.Context, specJSON string, colNames func(*string) bool, emit func(string)) error {
+func (f *writeShardFn) StartBundle(ctx context.Context, _ func(string)) {
+	b := &bundleWrites{slots: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))}
+	b.ctx, b.cancel = context.WithCancel(ctx)
+	f.inflight = b
+}
+
+func (f *writeShardFn) ProcessElement(specJSON string, _ func(string)) error {
+	i := 0
+	cols, err := f.columns(func(name *string) bool {
+		if i == len(f.Columns) {
+			return false
+		}
+		*name = f.Columns[i]
+		i++
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return f.start(specJSON, cols)
+}
+
+// FinishBundle waits for the bundle's writes, then counts and emits the
+// files written, or returns the first write's error.
+func (f *writeShardFn) FinishBundle(ctx context.Context, emit func(string)) error {
+	b := f.inflight
+	b.wg.Wait()
+	b.cancel()
+	if b.err != nil {
+		return b.err
+	}
+	for i, st := range b.written {
+		exportRows.Inc(ctx, st.Rows)
+		exportCells.Inc(ctx, st.Cells)
+		exportBytes.Inc(ctx, st.Bytes)
+		emit(b.names[i])
+	}
+	return nil
+}
+
+// start starts writing the shard specJSON names once a slot is free (a
+// write that failed meanwhile returns its error instead).
+func (f *writeShardFn) start(specJSON string, cols []rowfile.Column) error {
 	var spec shardSpec
 	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
 		return err
 	}
-	format := rowfile.Format(f.Format)
-	var cols []rowfile.Column
-	if format == rowfile.ParquetColumns {
-		var name string
-		for colNames(&name) {
-			c, err := rowfile.ParseColumn(name)
-			if err != nil {
-				return err
-			}
-			cols = append(cols, c)
-			if len(cols) > maxFoundColumns {
-				return fmt.Errorf("more than %d columns for --layout columns: choose them with --columns", maxFoundColumns)
-			}
-		}
-		if len(cols) == 0 {
-			return errors.New("no cells in the rows and times selected, so no columns for --layout columns")
-		}
-		sort.Slice(cols, func(i, j int) bool {
-			return cell.CompareColumns(cols[i].Family, cols[i].Qualifier, cols[j].Family, cols[j].Qualifier) < 0
-		})
+	b := f.inflight
+	select {
+	case b.slots <- struct{}{}:
+	case <-b.ctx.Done():
 	}
-	loc, err := rowfile.OpenLocation(ctx, f.Out)
+	b.mu.Lock()
+	err := b.err
+	b.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if err := b.ctx.Err(); err != nil {
+		return err
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer func() { <-b.slots }()
+		name, st, err := f.write(b.ctx, spec, cols)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if err != nil {
+			if b.err == nil {
+				b.err = err
+				b.cancel()
+			}
+			return
+		}
+		b.written = append(b.written, st)
+		b.names = append(b.names, name)
+	}()
+	return nil
+}
+
+// columns returns the columns layout's columns, colNames iterating
+// their names, in file order; nil for the other formats.
+func (f *writeShardFn) columns(colNames func(*string) bool) ([]rowfile.Column, error) {
+	if rowfile.Format(f.Format) != rowfile.ParquetColumns {
+		return nil, nil
+	}
+	var cols []rowfile.Column
+	var name string
+	for colNames(&name) {
+		c, err := rowfile.ParseColumn(name)
+		if err != nil {
+			return nil, err
+		}
+		cols = append(cols, c)
+		if len(cols) > maxFoundColumns {
+			return nil, fmt.Errorf("more than %d columns for --layout columns: choose them with --columns", maxFoundColumns)
+		}
+	}
+	if len(cols) == 0 {
+		return nil, errors.New("no cells in the rows and times selected, so no columns for --layout columns")
+	}
+	sort.Slice(cols, func(i, j int) bool {
+		return cell.CompareColumns(cols[i].Family, cols[i].Qualifier, cols[j].Family, cols[j].Qualifier) < 0
+	})
+	return cols, nil
+}
+
+// writeFoundColumnsFn is writeShardFn for the columns layout with the
+// columns the pipeline found, a side input; it writes one shard at a
+// time (Beam would have the side input in StartBundle and FinishBundle
+// too, where the columns are not needed).
+type writeFoundColumnsFn struct {
+	W writeShardFn
+}
+
+func (f *writeFoundColumnsFn) Setup() error    { return f.W.Setup() }
+func (f *writeFoundColumnsFn) Teardown() error { return f.W.Teardown() }
+
+func (f *writeFoundColumnsFn) ProcessElement(ctx context.Context, specJSON string, colNames func(*string) bool, emit func(string)) error {
+	cols, err := f.W.columns(colNames)
+	if err != nil {
+		return err
+	}
+	var spec shardSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		return err
+	}
+	name, st, err := f.W.write(ctx, spec, cols)
+	if err != nil {
+		return err
+	}
+	exportRows.Inc(ctx, st.Rows)
+	exportCells.Inc(ctx, st.Cells)
+	exportBytes.Inc(ctx, st.Bytes)
+	emit(name)
+	return nil
+}
+
+// write writes and commits one shard's file, returning its name and
+// what it holds.
+func (f *writeShardFn) write(ctx context.Context, spec shardSpec, cols []rowfile.Column) (string, rowfile.Stats, error) {
+	format := rowfile.Format(f.Format)
+	loc, err := rowfile.OpenLocation(ctx, f.Out)
+	if err != nil {
+		return "", rowfile.Stats{}, err
 	}
 	name := rowfile.ShardName(f.Prefix, spec.Index, f.Shards, format.Ext())
 	w, err := loc.CreateShard(ctx, name, rowfile.WriterOptions{Format: format, Codec: rowfile.Codec(f.Codec), Columns: cols})
 	if err != nil {
-		return err
+		return "", rowfile.Stats{}, err
 	}
 	// The scan runs ahead of the writer (encoding and compressing the
 	// pages), in batches of rows, so that both use a core.
@@ -380,17 +524,12 @@ func (f *writeShardFn) ProcessElement(ctx context.Context, specJSON string, colN
 		return nil
 	}); err != nil {
 		w.Abort()
-		return err
+		return "", rowfile.Stats{}, err
 	}
 	if err := w.Commit(); err != nil {
-		return err
+		return "", rowfile.Stats{}, err
 	}
-	st := w.Stats()
-	exportRows.Inc(ctx, st.Rows)
-	exportCells.Inc(ctx, st.Cells)
-	exportBytes.Inc(ctx, st.Bytes)
-	emit(name)
-	return nil
+	return name, w.Stats(), nil
 }
 
 // scanAhead reads ranges with read.Scan in a goroutine and calls write
@@ -449,5 +588,6 @@ func noteShard(ctx context.Context, _ string) { exportFiles.Inc(ctx, 1) }
 func init() {
 	beam.RegisterType(reflect.TypeOf((*columnsOfFn)(nil)).Elem())
 	beam.RegisterType(reflect.TypeOf((*writeShardFn)(nil)).Elem())
+	beam.RegisterType(reflect.TypeOf((*writeFoundColumnsFn)(nil)).Elem())
 	beam.RegisterFunction(noteShard)
 }
