@@ -27,6 +27,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/gateway"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tablet"
@@ -91,7 +92,7 @@ type TabletServer struct {
 	lock     coord.Lock
 	commit   *commitlog.Log
 	host     *tabletserver.Host
-	gateway  *tabletserver.Gateway
+	gateway  *gateway.Gateway
 	conns    *conns
 	self     *grpc.ClientConn
 	cl       *client.Client
@@ -181,8 +182,8 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		return nil, err
 	}
 	data := tabletserver.NewDataService(s.host, tabletserver.DataOptions{Logger: s.log})
-	if s.gateway, err = tabletserver.NewGateway(data, tabletserver.GatewayOptions{
-		Self: s.addr, Locator: gatewayLocator{cache: s.cache, src: s.src}, Dial: s.conns.get, Registerer: s.registry, Logger: s.log,
+	if s.gateway, err = gateway.New(data, gateway.Options{
+		Self: s.addr, Locator: gateway.ClientLocator{Cache: s.cache, Source: s.src}, Dial: s.conns.get, Registerer: s.registry, Logger: s.log,
 	}); err != nil {
 		return nil, err
 	}
@@ -389,19 +390,6 @@ func (s *TabletServer) commitSplit(ctx context.Context, table meta.TableID, pare
 	}
 	return nil
 }
-
-// gatewayLocator is the gateway's view of tablet locations: the client's
-// location cache over METADATA.
-type gatewayLocator struct {
-	cache *client.LocationCache
-	src   client.MetadataSource
-}
-
-func (g gatewayLocator) Tablets(ctx context.Context, table meta.TableID, start, end []byte) ([]meta.Location, error) {
-	return client.LocateRange(ctx, g.cache, g.src, table, start, end)
-}
-
-func (g gatewayLocator) Invalidate(loc meta.Location) { g.cache.Invalidate(loc) }
 
 func (s *TabletServer) httpHandler() http.Handler {
 	return OpsHandler(s.registry, s.statusHandler(), func() error {

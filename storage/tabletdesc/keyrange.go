@@ -29,6 +29,13 @@ func (r KeyRange) EndsAfter(row []byte) bool {
 	return len(r.End) == 0 || bytes.Compare(row, r.End) < 0
 }
 
+// SingleRow reports whether the range holds exactly one row key: End is
+// Start followed by a zero byte (how a request's row key becomes a range).
+func (r KeyRange) SingleRow() bool {
+	n := len(r.Start)
+	return len(r.End) == n+1 && r.End[n] == 0 && bytes.Equal(r.End[:n], r.Start)
+}
+
 // Empty reports whether the range holds no row: End is bounded and not
 // after Start.
 func (r KeyRange) Empty() bool {

@@ -238,16 +238,10 @@ func checkFamilies(field string, t meta.Table, muts []cell.Mutation) error {
 	return tablet.CheckFamilies(field, muts, t.Families)
 }
 
-// isPoint reports whether the range holds exactly one row key.
-func isPoint(r tabletdesc.KeyRange) bool {
-	n := len(r.Start)
-	return len(r.End) == n+1 && r.End[n] == 0 && bytes.Equal(r.End[:n], r.Start)
-}
-
-// rowRanges converts a RowSet to sorted, disjoint ranges (End nil when
+// RowRanges converts a RowSet to sorted, disjoint ranges (End nil when
 // unbounded). An empty RowSet is every row. Keys become one-row ranges, so
 // duplicates and overlaps merge away and rows come out once, in order.
-func rowRanges(rs *bigtablepb.RowSet) ([]tabletdesc.KeyRange, error) {
+func RowRanges(rs *bigtablepb.RowSet) ([]tabletdesc.KeyRange, error) {
 	if rs == nil || (len(rs.RowKeys) == 0 && len(rs.RowRanges) == 0) {
 		return []tabletdesc.KeyRange{{Start: []byte{}}}, nil
 	}

@@ -52,7 +52,7 @@ func TestRowRanges(t *testing.T) {
 			EndKey:   &bigtablepb.RowRange_EndKeyClosed{EndKeyClosed: []byte("c")}}}}, `["a\x00","c\x00")`},
 	}
 	for _, c := range cases {
-		got, err := rowRanges(c.rs)
+		got, err := RowRanges(c.rs)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -60,11 +60,11 @@ func TestRowRanges(t *testing.T) {
 			t.Errorf("%s: got %s want %s", c.name, format(got), c.want)
 		}
 	}
-	if _, err := rowRanges(&bigtablepb.RowSet{RowRanges: []*bigtablepb.RowRange{closedOpen("c", "b")}}); status.Code(err) != codes.InvalidArgument {
+	if _, err := RowRanges(&bigtablepb.RowSet{RowRanges: []*bigtablepb.RowRange{closedOpen("c", "b")}}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("inverted range: %v", err)
 	}
-	if !isPoint(tabletdesc.KeyRange{Start: []byte("k"), End: []byte("k\x00")}) || isPoint(tabletdesc.KeyRange{Start: []byte("k"), End: []byte("l")}) {
-		t.Fatal("isPoint")
+	if !(tabletdesc.KeyRange{Start: []byte("k"), End: []byte("k\x00")}).SingleRow() || (tabletdesc.KeyRange{Start: []byte("k"), End: []byte("l")}).SingleRow() {
+		t.Fatal("SingleRow")
 	}
 }
 

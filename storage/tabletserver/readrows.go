@@ -52,7 +52,7 @@ func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablep
 	if err != nil {
 		return err
 	}
-	ranges, err := rowRanges(req.GetRows())
+	ranges, err := RowRanges(req.GetRows())
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablep
 			}
 			return nil
 		}
-		if isPoint(r) {
+		if r.SingleRow() {
 			// A single row: ReadRow consults the bloom filters and the
 			// scan cache, which a one-row scan would not.
 			var row cell.Row

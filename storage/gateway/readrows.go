@@ -1,4 +1,4 @@
-package tabletserver
+package gateway
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
+	"github.com/tabuladb/tabula/storage/tabletserver"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
@@ -33,11 +34,11 @@ func (g *Gateway) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablepb.Bi
 	if req.GetRowsLimit() < 0 {
 		return invalidf("rows_limit", "must not be negative, got %d", req.GetRowsLimit())
 	}
-	ranges, err := rowRanges(req.GetRows())
+	ranges, err := tabletserver.RowRanges(req.GetRows())
 	if err != nil {
 		return err
 	}
-	if g.local.host.opts.Partial && g.local.host.coversRanges(table, ranges) {
+	if g.local.CoversRanges(table, ranges) {
 		// The caller found the owner (a client with a fresh location):
 		// no lookup, whatever this server's own cache says.
 		g.countLocal("ReadRows")
@@ -69,7 +70,7 @@ func (g *Gateway) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablepb.Bi
 		}
 		r.progressed = false
 		attempt++
-		if attempt >= gatewayAttempts {
+		if attempt >= maxAttempts {
 			return err
 		}
 		g.opts.Locator.Invalidate(loc)
@@ -265,7 +266,7 @@ func clipRanges(ranges []tabletdesc.KeyRange, start, end []byte) []tabletdesc.Ke
 func rowSet(ranges []tabletdesc.KeyRange) *bigtablepb.RowSet {
 	rs := &bigtablepb.RowSet{}
 	for _, kr := range ranges {
-		if isPoint(kr) {
+		if kr.SingleRow() {
 			rs.RowKeys = append(rs.RowKeys, kr.Start)
 			continue
 		}
@@ -293,7 +294,7 @@ func (g *Gateway) SampleRowKeys(req *bigtablepb.SampleRowKeysRequest, stream big
 	for attempt := 1; ; attempt++ {
 		var stale []meta.Location
 		out, stale, err = g.sampleTable(ctx, table, req)
-		if err == nil || len(stale) == 0 || attempt >= gatewayAttempts {
+		if err == nil || len(stale) == 0 || attempt >= maxAttempts {
 			break
 		}
 		for _, l := range stale {

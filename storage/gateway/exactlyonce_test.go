@@ -1,4 +1,4 @@
-package tabletserver
+package gateway
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
 // lossyConn delivers a forwarded call to its server and then, while lose
@@ -61,8 +63,8 @@ func lossyGWCluster(t *testing.T) (ctx context.Context, tbl *bigtable.Table, b *
 		return lossyConn{ClientConnInterface: cc, lose: lose, delivered: delivered}, nil
 	}
 	loc := &fakeLocator{}
-	a := newGWNode(t, ctx, loc, dial, DataOptions{})
-	b = newGWNode(t, ctx, loc, dial, DataOptions{})
+	a := newGWNode(t, ctx, loc, dial, tabletserver.DataOptions{})
+	b = newGWNode(t, ctx, loc, dial, tabletserver.DataOptions{})
 	loc.low, loc.high = a.name, b.name
 	return ctx, gwClient(t, ctx, a.addr).Open(gwTable), b, lose, delivered
 }

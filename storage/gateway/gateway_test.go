@@ -1,4 +1,4 @@
-package tabletserver
+package gateway
 
 import (
 	"bytes"
@@ -29,8 +29,8 @@ import (
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/sstable"
-	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
+	"github.com/tabuladb/tabula/storage/tabletserver"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
@@ -184,8 +184,8 @@ func (s *failingReadStream) Send(r *bigtablepb.ReadRowsResponse) error {
 type gwNode struct {
 	name  string // "address/nonce", as METADATA records servers
 	addr  string
-	host  *Host
-	ds    *DataService
+	host  *tabletserver.Host
+	ds    *tabletserver.DataService
 	gw    *Gateway
 	fault *faultServer
 	reg   *prometheus.Registry
@@ -234,9 +234,9 @@ func newGWCluster(t *testing.T) *gwCluster {
 	})
 	// B sends every row in its own response, so that a scan can fail
 	// between rows; samples are dense.
-	c.a = newGWNode(t, ctx, c.loc, dial, DataOptions{SampleBytes: 1})
-	c.b = newGWNode(t, ctx, c.loc, dial, DataOptions{SampleBytes: 1, ResponseBytes: 1})
-	c.c = newGWNode(t, ctx, c.loc, dial, DataOptions{})
+	c.a = newGWNode(t, ctx, c.loc, dial, tabletserver.DataOptions{SampleBytes: 1})
+	c.b = newGWNode(t, ctx, c.loc, dial, tabletserver.DataOptions{SampleBytes: 1, ResponseBytes: 1})
+	c.c = newGWNode(t, ctx, c.loc, dial, tabletserver.DataOptions{})
 	c.c.fault.refuse.Store(true)
 	c.loc.low, c.loc.high = c.a.name, c.b.name
 	c.client = gwClient(t, ctx, c.a.addr)
@@ -262,7 +262,7 @@ func gwClient(t *testing.T, ctx context.Context, addr string) *bigtable.Client {
 	return client
 }
 
-func newGWNode(t *testing.T, ctx context.Context, loc GatewayLocator, dial func(string) (grpc.ClientConnInterface, error), do DataOptions) *gwNode {
+func newGWNode(t *testing.T, ctx context.Context, loc Locator, dial func(string) (grpc.ClientConnInterface, error), do tabletserver.DataOptions) *gwNode {
 	t.Helper()
 	logOpts := commitlog.Options{Dir: filepath.Join(t.TempDir(), "log")}
 	lg, err := commitlog.Open(ctx, logOpts)
@@ -270,7 +270,7 @@ func newGWNode(t *testing.T, ctx context.Context, loc GatewayLocator, dial func(
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	host, err := NewHost(ctx, HostOptions{Store: blob.NewMemory(), Log: lg, LogOptions: logOpts,
+	host, err := tabletserver.NewHost(ctx, tabletserver.HostOptions{Store: blob.NewMemory(), Log: lg, LogOptions: logOpts,
 		Cache: sstable.NewCache(8 << 20), Logger: quietLogger(), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -285,13 +285,13 @@ func newGWNode(t *testing.T, ctx context.Context, loc GatewayLocator, dial func(
 		t.Fatal(err)
 	}
 	addr := lis.Addr().String()
-	ds := NewDataService(host, do)
-	gw, err := NewGateway(ds, GatewayOptions{Self: addr, Locator: loc, Dial: dial, Registerer: reg, Logger: quietLogger()})
+	ds := tabletserver.NewDataService(host, do)
+	gw, err := New(ds, Options{Self: addr, Locator: loc, Dial: dial, Registerer: reg, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fault := &faultServer{BigtableServer: gw}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes),
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes),
 		grpc.UnaryInterceptor(host.UnaryInterceptor()), grpc.StreamInterceptor(host.StreamInterceptor()))
 	bigtablepb.RegisterBigtableServer(srv, fault)
 	go srv.Serve(lis)
@@ -311,11 +311,16 @@ func newGWNode(t *testing.T, ctx context.Context, loc GatewayLocator, dial func(
 // through any gateway).
 func (n *gwNode) has(t *testing.T, ctx context.Context, row string) bool {
 	t.Helper()
-	_, ok, err := n.host.readRow(ctx, meta.TableID{Instance: testInstance, Table: gwTable}, []byte(row), tablet.ReadOptions{})
+	found := false
+	err := n.ds.ReadRows(&bigtablepb.ReadRowsRequest{TableName: tableName(gwTable), Rows: &bigtablepb.RowSet{RowKeys: [][]byte{[]byte(row)}}},
+		&readRowsCapture{ctx: ctx, send: func(r *bigtablepb.ReadRowsResponse) error {
+			found = found || len(r.GetChunks()) > 0
+			return nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ok
+	return found
 }
 
 // gwCounter reads a counter.
@@ -633,14 +638,8 @@ func TestGatewaySampleRowKeys(t *testing.T) {
 	gwFill(t, c)
 	// Flush both hosts, so that the samples come from SSTable indexes.
 	for _, n := range []*gwNode{c.a, c.b} {
-		st, err := n.host.table(meta.TableID{Instance: testInstance, Table: gwTable})
-		if err != nil {
+		if err := n.host.FlushTable(ctx, meta.TableID{Instance: testInstance, Table: gwTable}); err != nil {
 			t.Fatal(err)
-		}
-		for _, tb := range st.list() {
-			if err := tb.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 	// Expected: A's samples of [“”, m], B's of (m, end], offsets added up.
@@ -741,13 +740,13 @@ func TestGatewayRetriesStaleLocation(t *testing.T) {
 	}
 	wantStale("SampleRowKeys", 5)
 
-	// A location that stays stale: gatewayAttempts attempts, then the owner's answer.
+	// A location that stays stale: maxAttempts attempts, then the owner's answer.
 	c.loc.setStale(c.c.name, true)
 	calls := c.c.fault.calls.Load()
 	err = c.a.gw.checkRow(ctx, "zzz")
 	wantCode(t, err, codes.FailedPrecondition)
-	if n := c.c.fault.calls.Load() - calls; n != gatewayAttempts {
-		t.Errorf("stale owner asked %d times, want %d", n, gatewayAttempts)
+	if n := c.c.fault.calls.Load() - calls; n != maxAttempts {
+		t.Errorf("stale owner asked %d times, want %d", n, maxAttempts)
 	}
 	// A deadline too close for the next backoff ends the retries early:
 	// 2 s holds the first backoffs (10, 20, … 500 ms: about 1.6 s over 8
@@ -758,7 +757,7 @@ func TestGatewayRetriesStaleLocation(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	err = c.a.gw.checkRow(dctx, "zzz")
-	if n := c.c.fault.calls.Load() - calls; n >= gatewayAttempts || !tabletpb.IsNotServing(err) {
+	if n := c.c.fault.calls.Load() - calls; n >= maxAttempts || !tabletpb.IsNotServing(err) {
 		t.Errorf("with a deadline: %d attempts, err %v", n, err)
 	}
 }

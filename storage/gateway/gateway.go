@@ -1,4 +1,4 @@
-package tabletserver
+package gateway
 
 import (
 	"bytes"
@@ -24,12 +24,13 @@ import (
 
 	"github.com/tabuladb/tabula/internal/fanout"
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tabletserver"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
-// GatewayLocator finds tablet locations (the cluster implements it with the
+// Locator finds tablet locations (the cluster implements it with the
 // client's METADATA location cache).
-type GatewayLocator interface {
+type Locator interface {
 	// Tablets returns the locations of table's tablets overlapping
 	// [start, end) (nil end: unbounded), in key order, covering the range
 	// without gaps. Errors that are gRPC statuses reach the caller as
@@ -40,14 +41,14 @@ type GatewayLocator interface {
 	Invalidate(loc meta.Location)
 }
 
-// GatewayOptions configure NewGateway.
-type GatewayOptions struct {
+// Options configure New.
+type Options struct {
 	// Self is this server's address: a location whose
 	// meta.ServerAddr(loc.Server) == Self is served by the local
 	// DataService. Required.
 	Self string
 	// Locator finds the owners of rows. Required.
-	Locator GatewayLocator
+	Locator Locator
 	// Dial returns a connection to the tablet server at addr. The
 	// connections are cached and owned by the caller: the Gateway never
 	// closes them. Required.
@@ -60,31 +61,31 @@ type GatewayOptions struct {
 
 // Retries of a sub-request whose owner answered "not serving": the
 // location is invalidated, looked up again and the sub-request retried,
-// with a backoff doubling from gatewayBackoff to gatewayMaxBackoff.
+// with a backoff doubling from firstBackoff to maxBackoff.
 const (
-	gatewayAttempts   = 20
-	gatewayBackoff    = 10 * time.Millisecond
-	gatewayMaxBackoff = 500 * time.Millisecond
+	maxAttempts  = 20
+	firstBackoff = 10 * time.Millisecond
+	maxBackoff   = 500 * time.Millisecond
 )
 
-// GatewayForwardedKey is the gRPC metadata key a Gateway sets on the
+// ForwardedKey is the gRPC metadata key a Gateway sets on the
 // requests it forwards. A Gateway serves such a request with its local
 // DataService, without routing it again: an owner that no longer holds the
 // tablet answers "not serving" to the Gateway that forwarded, which looks
 // the rows up again, rather than forwarding once more (two servers with
 // stale caches would pass a request back and forth until its deadline).
-const GatewayForwardedKey = "x-tabula-forwarded"
+const ForwardedKey = "x-tabula-forwarded"
 
 // isForwarded reports whether the request of ctx came from a Gateway.
 func isForwarded(ctx context.Context) bool {
 	md, ok := metadata.FromIncomingContext(ctx)
-	return ok && len(md.Get(GatewayForwardedKey)) > 0
+	return ok && len(md.Get(ForwardedKey)) > 0
 }
 
 // forwardContext marks the outgoing request of ctx as forwarded. The
 // caller's deadline carries over.
 func forwardContext(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, GatewayForwardedKey, "1")
+	return metadata.AppendToOutgoingContext(ctx, ForwardedKey, "1")
 }
 
 // Routes of tabula_gateway_requests_total.
@@ -126,7 +127,7 @@ const (
 //   - Every other method (PingAndWarm, ExecuteQuery, ...) is the local
 //     DataService's.
 //
-// Forwarded requests carry the metadata key GatewayForwardedKey, and a
+// Forwarded requests carry the metadata key ForwardedKey, and a
 // Gateway serves a request carrying it locally, whatever its locations
 // say: a request is forwarded at most once.
 //
@@ -150,8 +151,8 @@ const (
 // tabula_gateway_retries_total the not-serving retries.
 type Gateway struct {
 	bigtablepb.UnimplementedBigtableServer
-	local     *DataService
-	opts      GatewayOptions
+	local     *tabletserver.DataService
+	opts      Options
 	log       *slog.Logger
 	metrics   gatewayMetrics
 	forwarded atomic.Int64
@@ -162,21 +163,21 @@ type gatewayMetrics struct {
 	retries  prometheus.Counter
 }
 
-// NewGateway returns the gateway over local, the DataService of this
+// New returns the gateway over local, the DataService of this
 // server's Host.
-func NewGateway(local *DataService, opts GatewayOptions) (*Gateway, error) {
+func New(local *tabletserver.DataService, opts Options) (*Gateway, error) {
 	switch {
 	case local == nil:
-		return nil, errors.New("tabletserver: NewGateway: nil DataService")
+		return nil, errors.New("gateway: New: nil DataService")
 	case opts.Self == "":
-		return nil, errors.New("tabletserver: NewGateway: GatewayOptions.Self is required")
+		return nil, errors.New("gateway: New: Options.Self is required")
 	case opts.Locator == nil:
-		return nil, errors.New("tabletserver: NewGateway: GatewayOptions.Locator is required")
+		return nil, errors.New("gateway: New: Options.Locator is required")
 	case opts.Dial == nil:
-		return nil, errors.New("tabletserver: NewGateway: GatewayOptions.Dial is required")
+		return nil, errors.New("gateway: New: Options.Dial is required")
 	}
 	if opts.Logger == nil {
-		opts.Logger = local.log
+		opts.Logger = local.Logger()
 	}
 	g := &Gateway{local: local, opts: opts, log: opts.Logger}
 	g.metrics.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -209,7 +210,7 @@ func registerOrExisting[C prometheus.Collector](r prometheus.Registerer, c C) (C
 				return ex, nil
 			}
 		}
-		return c, fmt.Errorf("tabletserver: registering gateway metrics: %w", err)
+		return c, fmt.Errorf("gateway: registering metrics: %w", err)
 	}
 	return c, nil
 }
@@ -223,7 +224,7 @@ func (g *Gateway) Forwarded() int64 { return g.forwarded.Load() }
 // the gateway's cache may be older than the client's, and a request that
 // reached the tablet's server must not make a hop.
 func (g *Gateway) route(method string, loc meta.Location) bool {
-	if meta.ServerAddr(loc.Server) == g.opts.Self || (g.local.host.opts.Partial && g.local.host.servesTablet(loc.Table, loc.TabletID)) {
+	if meta.ServerAddr(loc.Server) == g.opts.Self || g.local.ServesTablet(loc.Table, loc.TabletID) {
 		g.countLocal(method)
 		return true
 	}
@@ -359,12 +360,25 @@ var errNoTime = errors.New("deadline before the next attempt")
 // backoff waits before attempt (1, 2, ...), counting the retry. It fails
 // when the context ends or its deadline comes before the wait would.
 func (g *Gateway) backoff(ctx context.Context, attempt int) error {
-	d := min(gatewayBackoff<<(attempt-1), gatewayMaxBackoff)
+	d := min(firstBackoff<<(attempt-1), maxBackoff)
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return errNoTime
 	}
 	g.metrics.retries.Inc()
-	return sleepCtx(ctx, d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// invalidf is the INVALID_ARGUMENT of a request field, worded as the
+// DataService words its own.
+func invalidf(field, format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, "%s: %s", field, fmt.Sprintf(format, args...))
 }
 
 // routeRow runs a single-row request: locally when this server holds the
@@ -408,7 +422,7 @@ func routeRow[R any](ctx context.Context, g *Gateway, method, tableName string, 
 				}
 			}
 		}
-		if err == nil || !retryable(loc, err) || attempt >= gatewayAttempts {
+		if err == nil || !retryable(loc, err) || attempt >= maxAttempts {
 			return resp, err
 		}
 		g.opts.Locator.Invalidate(loc)
@@ -481,7 +495,7 @@ func (g *Gateway) MutateRows(req *bigtablepb.MutateRowsRequest, stream bigtablep
 		return err
 	}
 	entries := req.GetEntries()
-	if err := checkEntries(entries, g.local.host.opts.Limits.MaxMutations); err != nil {
+	if err := g.local.CheckMutateRowsEntries(entries); err != nil {
 		return err
 	}
 	statuses := make([]*statuspb.Status, len(entries))
@@ -491,7 +505,7 @@ func (g *Gateway) MutateRows(req *bigtablepb.MutateRowsRequest, stream bigtablep
 	}
 	for attempt := 1; ; attempt++ {
 		retry, stale := g.mutateRowsRound(ctx, table, req, pending, statuses)
-		if len(retry) == 0 || attempt >= gatewayAttempts {
+		if len(retry) == 0 || attempt >= maxAttempts {
 			break
 		}
 		for _, loc := range stale {
