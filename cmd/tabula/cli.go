@@ -7,6 +7,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -24,8 +25,9 @@ import (
 	rpccode "google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/security/tlsconfig"
 )
 
 // defaultAddr is where the verbs look for a server when neither --addr
@@ -41,6 +43,7 @@ type connFlags struct {
 	addr     string
 	project  string
 	instance string
+	tls      clientTLSFlags
 }
 
 func (c *connFlags) register(fs *pflag.FlagSet) {
@@ -51,6 +54,7 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", addr, "server address host:port (default from $TABULA_ADDR)")
 	fs.StringVar(&c.project, "project", "tabula", "project of the table names (projects/P/instances/I/tables/T)")
 	fs.StringVar(&c.instance, "instance", "dev", "instance of the table names")
+	c.tls.register(fs)
 }
 
 // conn is an open connection: the data and admin clients share one
@@ -59,14 +63,20 @@ type conn struct {
 	cc    *grpc.ClientConn
 	data  *bigtable.Client
 	admin *bigtable.AdminClient
-	names connFlags // address, project and instance, for resource names
+	names connFlags   // address, project and instance, for resource names
+	tls   *tls.Config // what cc was dialed with (nil: plaintext), for the connections Tabula's client dials itself
 }
 
-// dial connects to c.addr without TLS or credentials, as the emulator
-// mechanism of the official clients does.
+// dial connects to c.addr, over TLS when --tls-ca, --tls-cert or
+// --tls-key (or their environment variables) say so, else in plaintext as
+// the emulator mechanism of the official clients does.
 func (c connFlags) dial(ctx context.Context) (*conn, error) {
+	tc, err := c.tls.config()
+	if err != nil {
+		return nil, err
+	}
 	cc, err := grpc.NewClient(c.addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		tlsconfig.DialOption(tc),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", c.addr, err)
@@ -86,7 +96,7 @@ func (c connFlags) dial(ctx context.Context) (*conn, error) {
 		cc.Close()
 		return nil, fmt.Errorf("admin client for %s: %w", c.addr, err)
 	}
-	return &conn{cc: cc, data: data, admin: admin, names: c}, nil
+	return &conn{cc: cc, data: data, admin: admin, names: c, tls: tc}, nil
 }
 
 // Close closes both clients and the channel. Whether a client closes a

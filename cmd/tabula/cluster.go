@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cluster"
 	"github.com/tabuladb/tabula/storage/coord"
@@ -23,6 +24,10 @@ import (
 type roleFlags struct {
 	consul, store, addr, cluster, http, logFormat string
 	sessionTTL, lockDelay                         time.Duration
+	tls                                           serverTLSFlags
+	backend                                       backendFlags
+	// transport is the role's TLS, which open builds from tls.
+	transport tlsconfig.Role
 }
 
 func (r *roleFlags) register(cmd *cobra.Command) {
@@ -42,6 +47,8 @@ func (r *roleFlags) registerCoord(cmd *cobra.Command) {
 	f.StringVar(&r.logFormat, "log-format", "json", "log format on stderr: json or text")
 	f.DurationVar(&r.sessionTTL, "session-ttl", cluster.DefaultSessionTTL, "Consul session TTL (10s to 24h); give every process of a cluster the same: a new master waits this long before declaring dead a server whose session it finds ended")
 	f.DurationVar(&r.lockDelay, "lock-delay", cluster.DefaultLockDelay, "Consul lock-delay after a session ends")
+	r.tls.register(f)
+	r.backend.register(f)
 	_ = cmd.MarkFlagRequired("consul")
 }
 
@@ -53,6 +60,9 @@ func (r *roleFlags) open(ctx context.Context, stderr io.Writer) (*slog.Logger, c
 	}
 	if r.sessionTTL < 10*time.Second {
 		return nil, nil, nil, fmt.Errorf("--session-ttl: %v is below Consul's minimum of 10s", r.sessionTTL)
+	}
+	if r.transport, err = r.tls.role(log); err != nil {
+		return nil, nil, nil, err
 	}
 	store, err := blob.OpenURL(ctx, r.store)
 	if err != nil {
@@ -81,7 +91,12 @@ func (r *roleFlags) coord() (coord.Service, error) {
 	if r.sessionTTL < 10*time.Second {
 		return nil, fmt.Errorf("--session-ttl: %v is below Consul's minimum of 10s", r.sessionTTL)
 	}
-	svc, err := coord.NewConsul(coord.ConsulConfig{Address: r.consul, Prefix: coord.ClusterPrefix(r.cluster), SessionTTL: r.sessionTTL, LockDelay: r.lockDelay})
+	token, err := r.backend.token()
+	if err != nil {
+		return nil, err
+	}
+	svc, err := coord.NewConsul(coord.ConsulConfig{Address: r.consul, Prefix: coord.ClusterPrefix(r.cluster), SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
+		Token: token, CAFile: r.backend.consulCA, CertFile: r.backend.consulCert, KeyFile: r.backend.consulKey})
 	if err != nil {
 		return nil, fmt.Errorf("--consul: %w", err)
 	}
@@ -112,7 +127,7 @@ SIGTERM or SIGINT stops it.`,
 			m, err := cluster.StartMaster(ctx, cluster.MasterConfig{
 				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
 				SplitBytes: splitBytes, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
-				GCInterval: gcInterval, GCGrace: gcGrace, Logger: log,
+				GCInterval: gcInterval, GCGrace: gcGrace, Logger: log, TLS: r.transport,
 			})
 			if err != nil {
 				return err
@@ -162,7 +177,7 @@ back.`,
 			s, err := cluster.StartTabletServer(ctx, cluster.ServerConfig{
 				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
 				MemtableBytes: memtableBytes, SplitBytes: splitBytes, BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
-				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Logger: log,
+				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Logger: log, TLS: r.transport,
 			})
 			if err != nil {
 				return err

@@ -21,6 +21,7 @@ func newDevCommand() *cobra.Command {
 	var cfg cluster.DevConfig
 	var logFormat string
 	var wf workerFlags
+	var tf serverTLSFlags
 	def := cell.DefaultLimits()
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -47,6 +48,10 @@ it brings back every acknowledged write and every table's schema.`,
 				return fmt.Errorf("--log-format: %q is neither json nor text", logFormat)
 			}
 			cfg.Logger = slog.New(h)
+			var err error
+			if cfg.TLS, err = tf.role(cfg.Logger); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			stopWorker, err := devWorker(&cfg, &wf)
@@ -76,6 +81,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.IntVar(&cfg.Limits.MaxMutations, "max-mutations", def.MaxMutations, "most mutations in one request")
 	f.StringVar(&logFormat, "log-format", "json", "log format on stderr: json or text")
 	wf.register(cmd, "worker-", true)
+	tf.register(f)
 	_ = cmd.MarkFlagRequired("dir")
 	return cmd
 }

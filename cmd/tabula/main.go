@@ -18,6 +18,7 @@ func main() {
 	}
 	root.AddCommand(newDemoCommand())
 	root.AddCommand(newDevCommand())
+	root.AddCommand(newCertsCommand())
 	root.AddCommand(newMasterCommand())
 	root.AddCommand(newTabletServerCommand())
 	root.AddCommand(newWorkerCommand())

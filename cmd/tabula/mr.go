@@ -254,6 +254,7 @@ func runMR(ctx context.Context, cmd *cobra.Command, args []string, f mrRunFlags)
 	if f.verbose {
 		logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	}
+	f.workers.tls = c.tls
 	workers, release, err := f.workers.workers(ctx, f.conn.addr, logger)
 	if err != nil {
 		return fmt.Errorf("mr run: %w", err)

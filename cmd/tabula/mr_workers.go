@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,11 +10,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/mapreduce/remote"
 	"github.com/tabuladb/tabula/mapreduce/remote/workerpb"
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/coord"
 )
 
@@ -35,6 +36,9 @@ type mrWorkerFlags struct {
 	// its Workers, asked again during the job, bring in workers that
 	// join after it started (mapreduce.Config.Discover).
 	pool *remote.Pool
+	// tls is what the workers are dialed with (the job's connection's
+	// TLS; nil: plaintext).
+	tls *tls.Config
 }
 
 func (m *mrWorkerFlags) register(cmd *cobra.Command) {
@@ -69,7 +73,7 @@ func (m *mrWorkerFlags) workers(ctx context.Context, addr string, log *slog.Logg
 	if m.heartbeat <= 0 || m.lostAfter < 2*m.heartbeat {
 		return nil, noop, fmt.Errorf("--worker-lost-after (%v) must be at least twice --worker-heartbeat (%v), which must be positive", m.lostAfter, m.heartbeat)
 	}
-	opts := remote.PoolOptions{HeartbeatInterval: m.heartbeat, LostAfter: m.lostAfter, Logger: log}
+	opts := remote.PoolOptions{HeartbeatInterval: m.heartbeat, LostAfter: m.lostAfter, Logger: log, TLS: m.tls}
 	var pool *remote.Pool
 	release := func() {}
 	switch {
@@ -92,7 +96,7 @@ func (m *mrWorkerFlags) workers(ctx context.Context, addr string, log *slog.Logg
 		}
 		release = func() { pool.Close() }
 	default:
-		if addr == "" || !hostsWorker(ctx, addr) {
+		if addr == "" || !hostsWorker(ctx, addr, m.tls) {
 			return nil, noop, nil
 		}
 		var err error
@@ -124,8 +128,8 @@ func (m *mrWorkerFlags) await(ctx context.Context, pool *remote.Pool) ([]mapredu
 // hostsWorker reports whether the server at addr serves the worker
 // protocol (tabula dev does): a tablet server without one answers
 // Unimplemented.
-func hostsWorker(ctx context.Context, addr string) bool {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func hostsWorker(ctx context.Context, addr string, tc *tls.Config) bool {
+	conn, err := grpc.NewClient(addr, tlsconfig.DialOption(tc))
 	if err != nil {
 		return false
 	}

@@ -337,7 +337,11 @@ func runExport(ctx context.Context, cmd *cobra.Command, j exportJob, format rowf
 	if err != nil {
 		return err
 	}
-	cl, err := client.Dial(j.conn.addr, client.Options{Project: j.conn.project, Instance: j.conn.instance})
+	tc, err := j.conn.tls.config()
+	if err != nil {
+		return err
+	}
+	cl, err := client.Dial(j.conn.addr, client.Options{Project: j.conn.project, Instance: j.conn.instance, TLS: tc})
 	if err != nil {
 		return err
 	}
@@ -710,7 +714,7 @@ func runImport(ctx context.Context, cmd *cobra.Command, j importJob, format rowf
 	if err := prepareTable(ctx, c, j, check.families); err != nil {
 		return fmt.Errorf("import: %w (nothing written)", err)
 	}
-	cl := client.New(c.cc, client.Options{Project: j.conn.project, Instance: j.conn.instance})
+	cl := client.New(c.cc, client.Options{Project: j.conn.project, Instance: j.conn.instance, TLS: c.tls})
 	defer cl.Close()
 
 	// Pass 2: write.

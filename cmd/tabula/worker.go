@@ -111,6 +111,9 @@ stops it, unregistering at once.`,
 			if wf.dir == "" {
 				defer os.RemoveAll(lw.Dir) // the temporary directory config made
 			}
+			if r.transport, err = r.tls.role(log); err != nil {
+				return err
+			}
 			svc, err := r.coord()
 			if err != nil {
 				return err
@@ -121,7 +124,7 @@ stops it, unregistering at once.`,
 			lw.Logger = log
 			w, err := remote.StartWorker(ctx, remote.WorkerConfig{
 				Addr: r.addr, Coord: svc, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
-				Worker: lw, Registerer: reg, Logger: log,
+				Worker: lw, Registerer: reg, Logger: log, TLS: r.transport,
 			})
 			if err != nil {
 				return err
@@ -133,7 +136,7 @@ stops it, unregistering at once.`,
 					return fmt.Errorf("--http: %w", err)
 				}
 				srv := &http.Server{Handler: cluster.OpsHandler(reg, workerStatus(w), w.Err), ReadHeaderTimeout: 10 * time.Second}
-				go func() { _ = srv.Serve(lis) }()
+				go func() { _ = srv.Serve(opsListener(lis, r.transport)) }()
 				defer srv.Close()
 				fmt.Fprintf(cmd.OutOrStdout(), "http %s\n", lis.Addr())
 			}
@@ -238,7 +241,7 @@ func (t *tabletServerWorker) start(ctx context.Context, r *roleFlags, svc coord.
 	}
 	return remote.StartWorker(ctx, remote.WorkerConfig{
 		Addr: addr, Coord: svc, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
-		Worker: lw, Registerer: reg, Logger: log,
+		Worker: lw, Registerer: reg, Logger: log, TLS: r.transport,
 	})
 }
 

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,10 +11,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/mapreduce/remote/workerpb"
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/coord"
 )
 
@@ -26,6 +27,8 @@ type PoolOptions struct {
 	// LostAfter is how long a worker may go without answering before it
 	// is declared lost; default DefaultLostAfter.
 	LostAfter time.Duration
+	// TLS secures the connections to workers (nil: plaintext).
+	TLS *tls.Config
 	// DialOptions are added to the connections to workers.
 	DialOptions []grpc.DialOption
 	Logger      *slog.Logger
@@ -178,7 +181,7 @@ func (p *Pool) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := p.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, p.opts.DialOptions...)...)
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{tlsconfig.DialOption(p.opts.TLS)}, p.opts.DialOptions...)...)
 	if err != nil {
 		return nil, err
 	}

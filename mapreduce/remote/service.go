@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/mapreduce/remote/workerpb"
+	"github.com/tabuladb/tabula/security/tlsconfig"
 )
 
 // chunkSize is the size of the chunks a partition is streamed in: large
@@ -35,6 +36,9 @@ type ServiceConfig struct {
 	// Registerer receives the worker's metrics; nil: none.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// TLS is the client config the worker fetches map output from other
+	// workers with; nil is plaintext.
+	TLS *tls.Config
 }
 
 // Service is the worker service: it runs the attempts coordinators send on
@@ -76,7 +80,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		return nil, err
 	}
 	s.metrics = m
-	s.fetch = &peerFetcher{self: s.name, book: newAddrBook(), conns: map[string]*grpc.ClientConn{}, metrics: m}
+	s.fetch = &peerFetcher{tls: cfg.TLS, self: s.name, book: newAddrBook(), conns: map[string]*grpc.ClientConn{}, metrics: m}
 	cfg.Worker.Fetcher = s.fetch
 	if cfg.Worker.Logger == nil {
 		cfg.Worker.Logger = s.log
@@ -334,6 +338,7 @@ func (s *Service) ForgetJob(ctx context.Context, req *workerpb.ForgetJobRequest)
 // read from the local worker, others' fetched from their workers at the
 // addresses the reduce task carried.
 type peerFetcher struct {
+	tls     *tls.Config // dials other workers (nil: plaintext)
 	self    string
 	local   *mapreduce.LocalWorker
 	book    *addrBook
@@ -364,7 +369,7 @@ func (f *peerFetcher) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := f.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(addr, tlsconfig.DialOption(f.tls))
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/mapreduce/remote/workerpb"
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/coord"
 )
 
@@ -65,6 +66,9 @@ type WorkerConfig struct {
 	Worker     mapreduce.LocalWorkerConfig
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// TLS secures the worker's port (TLS.Server) and its calls to other
+	// workers for map output (TLS.Client); the zero value is plaintext.
+	TLS tlsconfig.Role
 }
 
 // Worker is a running worker process's service: a gRPC server with the
@@ -112,10 +116,11 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (_ *Worker, err error) {
 		}
 	}
 	w.log = cfg.Logger.With("worker", cfg.Worker.Name)
-	if w.svc, err = NewService(ServiceConfig{Worker: cfg.Worker, Registerer: cfg.Registerer, Logger: cfg.Logger}); err != nil {
+	if w.svc, err = NewService(ServiceConfig{Worker: cfg.Worker, Registerer: cfg.Registerer, Logger: cfg.Logger, TLS: cfg.TLS.Client}); err != nil {
 		return nil, err
 	}
-	w.grpc = grpc.NewServer()
+	w.grpc = grpc.NewServer(tlsconfig.ServerOptions(cfg.TLS.Server)...)
+	tlsconfig.WarnPlaintext(w.log, "worker", addr, cfg.TLS.Server)
 	w.svc.Register(w.grpc)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(w.grpc, hs)

@@ -3,10 +3,12 @@ package blob
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -35,6 +37,10 @@ type S3Config struct {
 	AccessKey, SecretKey string
 	// Secure selects HTTPS.
 	Secure bool
+	// CAFile, when set with Secure, holds the PEM CA certificates the
+	// service's certificate is verified with instead of the system roots
+	// (a MinIO with a private CA).
+	CAFile string
 	// Region of the bucket; empty lets the client discover it (MinIO
 	// ignores it).
 	Region string
@@ -73,11 +79,31 @@ func NewS3(ctx context.Context, cfg S3Config) (Store, error) {
 	case cfg.PartSize < MinS3PartSize:
 		return nil, fmt.Errorf("blob: s3: part size %d below the S3 minimum of %d bytes", cfg.PartSize, MinS3PartSize)
 	}
-	core, err := minio.NewCore(cfg.Endpoint, &minio.Options{
+	opts := &minio.Options{
 		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
 		Secure: cfg.Secure,
 		Region: cfg.Region,
-	})
+	}
+	if cfg.CAFile != "" {
+		if !cfg.Secure {
+			return nil, fmt.Errorf("blob: s3: a CA (%s) without secure=true: the endpoint is plain HTTP", cfg.CAFile)
+		}
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("blob: s3: CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("blob: s3: CA %s holds no PEM certificate", cfg.CAFile)
+		}
+		tr, err := minio.DefaultTransport(true)
+		if err != nil {
+			return nil, fmt.Errorf("blob: s3: %w", err)
+		}
+		tr.TLSClientConfig.RootCAs = pool
+		opts.Transport = tr
+	}
+	core, err := minio.NewCore(cfg.Endpoint, opts)
 	if err != nil {
 		return nil, fmt.Errorf("blob: s3 %s: %w", cfg.Endpoint, err)
 	}

@@ -12,10 +12,13 @@ import (
 //
 //	file:///abs/path
 //	    a local directory (NewLocal); the path must be absolute.
-//	s3://BUCKET?endpoint=HOST:PORT[&secure=false][&region=R][&part_size=BYTES]
+//	s3://BUCKET?endpoint=HOST:PORT[&secure=false][&region=R][&ca=FILE][&part_size=BYTES]
 //	    an S3 or MinIO bucket (NewS3), created if missing. secure defaults to
-//	    true; endpoint defaults to s3.amazonaws.com. Credentials come from
-//	    AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, which must both be set.
+//	    true; endpoint defaults to s3.amazonaws.com. ca names a PEM file of
+//	    the CA certificates that sign the service's certificate (default
+//	    AWS_CA_BUNDLE; the system roots when neither is set). Credentials
+//	    come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, which must
+//	    both be set.
 //
 // Unknown query parameters are errors, so a misspelt option is not silently
 // ignored.
@@ -71,6 +74,8 @@ func OpenURL(ctx context.Context, rawURL string) (Store, error) {
 				cfg.Secure = b
 			case "region":
 				cfg.Region = v
+			case "ca":
+				cfg.CAFile = v
 			case "part_size":
 				n, err := strconv.ParseInt(v, 10, 64)
 				if err != nil || n <= 0 {
@@ -78,8 +83,11 @@ func OpenURL(ctx context.Context, rawURL string) (Store, error) {
 				}
 				cfg.PartSize = n
 			default:
-				return nil, bad("unknown parameter %q (known: endpoint, secure, region, part_size)", key)
+				return nil, bad("unknown parameter %q (known: endpoint, secure, region, ca, part_size)", key)
 			}
+		}
+		if cfg.CAFile == "" && cfg.Secure {
+			cfg.CAFile = os.Getenv("AWS_CA_BUNDLE")
 		}
 		cfg.AccessKey = os.Getenv("AWS_ACCESS_KEY_ID")
 		cfg.SecretKey = os.Getenv("AWS_SECRET_ACCESS_KEY")

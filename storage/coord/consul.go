@@ -16,8 +16,15 @@ type ConsulConfig struct {
 	// Address is the agent's HTTP address, host:port; default
 	// 127.0.0.1:8500.
 	Address string
-	// Token is the ACL token, if the agent enforces ACLs.
+	// Token is the ACL token, if the agent enforces ACLs; default
+	// CONSUL_HTTP_TOKEN. See deploy/consul-policy.hcl for the rights it
+	// needs.
 	Token string
+	// CAFile, when set, makes the client speak HTTPS to the agent and
+	// verify it with these PEM CA certificates (CONSUL_CACERT with
+	// CONSUL_HTTP_SSL=true does the same). CertFile and KeyFile are a
+	// client certificate, for agents that verify incoming HTTPS.
+	CAFile, CertFile, KeyFile string
 	// Prefix is prepended to every key; default ClusterPrefix("").
 	// It should end in "/".
 	Prefix string
@@ -74,7 +81,16 @@ func NewConsul(cfg ConsulConfig) (*Consul, error) {
 	// environment; the fields set here win.
 	acfg := api.DefaultConfig()
 	acfg.Address = cfg.Address
-	acfg.Token = cfg.Token
+	if cfg.Token != "" { // else CONSUL_HTTP_TOKEN's, which DefaultConfig read
+		acfg.Token = cfg.Token
+	}
+	if cfg.CAFile != "" {
+		acfg.Scheme = "https"
+		acfg.TLSConfig.CAFile = cfg.CAFile
+	}
+	if cfg.CertFile != "" || cfg.KeyFile != "" {
+		acfg.TLSConfig.CertFile, acfg.TLSConfig.KeyFile = cfg.CertFile, cfg.KeyFile
+	}
 	client, err := api.NewClient(acfg)
 	if err != nil {
 		return nil, fmt.Errorf("coord: consul client for %s: %w", cfg.Address, err)

@@ -24,11 +24,11 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/tabuladb/tabula/beamio"
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/client"
 )
 
@@ -198,7 +198,13 @@ type Admin struct {
 // DialAdmin connects the official admin client to c's server.
 func DialAdmin(ctx context.Context, c Conn) (*Admin, error) {
 	c = c.Resolved()
-	cc, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// TLS as the TABULA_TLS_* variables say (plaintext without them), as
+	// the pipeline's Tabula clients (client.Dial) do.
+	creds, err := tlsconfig.EnvDialOption()
+	if err != nil {
+		return nil, err
+	}
+	cc, err := grpc.NewClient(c.Addr, creds)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", c.Addr, err)
 	}
