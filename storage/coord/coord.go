@@ -4,8 +4,11 @@
 //   - [NewConsul] talks to a Consul agent (sessions, KV locks, blocking
 //     queries); it is what a cluster runs on.
 //   - [NewLocal] keeps everything in the process, with the same semantics and
-//     a clock the caller may control ([FakeClock]); it is what `tabula dev`
-//     and unit tests of the master's logic run on.
+//     a clock the caller may control ([FakeClock]); it is what unit tests of
+//     the master's logic run on. [OpenLocal] is the same service with its
+//     keys kept in a file, so that they survive a restart of the process
+//     (sessions do not: their locks come back released): the lock service
+//     of cluster roles run together in one process.
 //
 // The cluster uses it through four ideas:
 //

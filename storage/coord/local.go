@@ -19,6 +19,9 @@ type LocalConfig struct {
 	// (Consul's minimum TTL and default lock-delay) if zero.
 	SessionTTL time.Duration
 	LockDelay  time.Duration
+	// Path, when set, keeps the keys in this file so that they survive
+	// the process (OpenLocal; NewLocal ignores it): see OpenLocal.
+	Path string
 }
 
 // Local is the in-process Service: one process's memory plays the lock
@@ -45,6 +48,12 @@ type Local struct {
 	// changed is closed and replaced on every change and when a
 	// lock-delay ends: blocked Lock calls wait on it.
 	changed chan struct{}
+
+	// path is the file the keys are kept in ("": memory only); dirty
+	// says the keys changed since it was last written (see
+	// localfile.go).
+	path  string
+	dirty bool
 }
 
 var _ Service = (*Local)(nil)
@@ -78,8 +87,13 @@ func NewLocal(cfg LocalConfig) *Local {
 func (l *Local) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.closeLocked()
+	return nil
+}
+
+func (l *Local) closeLocked() {
 	if l.closed {
-		return nil
+		return
 	}
 	l.closed = true
 	for _, s := range l.sessions {
@@ -95,7 +109,6 @@ func (l *Local) Close() error {
 		w.cancel()
 	}
 	l.broadcastLocked()
-	return nil
 }
 
 // Expire ends session id as if its TTL had passed without a renewal: its
@@ -211,6 +224,8 @@ func (l *Local) endSessionLocked(s *localSession, err error) {
 		}
 	}
 	l.broadcastLocked()
+	// Nobody to tell of a failure: it closes the service (commitLocked).
+	_ = l.commitLocked()
 }
 
 // checkLocksLocked marks lost every handle on key whose session no longer
@@ -296,7 +311,7 @@ func (l *Local) Put(ctx context.Context, key string, value []byte) error {
 	}
 	defer l.mu.Unlock()
 	l.setLocked(key, value, "")
-	return nil
+	return l.commitLocked()
 }
 
 // CAS implements KV.
@@ -310,7 +325,7 @@ func (l *Local) CAS(ctx context.Context, key string, value []byte, index uint64)
 		return ErrConflict
 	}
 	l.setLocked(key, value, "")
-	return nil
+	return l.commitLocked()
 }
 
 // Delete implements KV.
@@ -322,7 +337,7 @@ func (l *Local) Delete(ctx context.Context, key string) error {
 	if l.kv[key] != nil {
 		l.deleteLocked(key)
 	}
-	return nil
+	return l.commitLocked()
 }
 
 // DeleteCAS implements KV.
@@ -339,7 +354,7 @@ func (l *Local) DeleteCAS(ctx context.Context, key string, index uint64) error {
 		return ErrConflict
 	}
 	l.deleteLocked(key)
-	return nil
+	return l.commitLocked()
 }
 
 // List implements KV.
@@ -415,6 +430,7 @@ func (w *localWatcher) matches(key string) bool {
 }
 
 func (l *Local) emitLocked(ev Event) {
+	l.dirty = true
 	for w := range l.watchers {
 		if w.matches(ev.Entry.Key) {
 			w.queue = append(w.queue, ev)
@@ -589,6 +605,9 @@ func (s *localSession) tryLockLocked(key string, value []byte, mustExist bool) (
 		return nil, changed, ErrLocked
 	}
 	l.setLocked(key, value, s.id)
+	if err := l.commitLocked(); err != nil {
+		return nil, nil, err
+	}
 	h := &localLock{s: s, key: key, lost: make(chan struct{})}
 	if l.locks[key] == nil {
 		l.locks[key] = map[*localLock]bool{}
@@ -672,5 +691,5 @@ func (h *localLock) Release(ctx context.Context) error {
 		l.broadcastLocked()
 	}
 	l.checkLocksLocked(h.key)
-	return nil
+	return l.commitLocked()
 }
