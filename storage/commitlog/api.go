@@ -74,6 +74,13 @@ type Options struct {
 	// MaxBatchBytes bounds one group-commit flush; default 4 MiB. A record
 	// larger than this is flushed alone.
 	MaxBatchBytes int
+	// FlushConcurrency is how many flushes (object PUTs) of an
+	// object-store log may be in flight at once, 1 to
+	// MaxFlushConcurrency; default 1. Each write is still acknowledged
+	// only once its own object and every earlier one are stored. A local
+	// directory always flushes one batch at a time (a write and an
+	// fsync of one file).
+	FlushConcurrency int
 }
 
 // Defaults of Options.
@@ -85,6 +92,8 @@ const (
 	// claiming more as damaged, so a corrupt length never makes it
 	// allocate more.
 	MaxRecordBytes = 1 << 30
+	// MaxFlushConcurrency bounds Options.FlushConcurrency.
+	MaxFlushConcurrency = 64
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -96,6 +105,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxBatchBytes <= 0 {
 		o.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if o.FlushConcurrency < 0 || o.FlushConcurrency > MaxFlushConcurrency {
+		return o, fmt.Errorf("commitlog: Options.FlushConcurrency %d: want 1 to %d", o.FlushConcurrency, MaxFlushConcurrency)
 	}
 	return o, nil
 }

@@ -30,6 +30,9 @@ type Log struct {
 	failed  error  // first flush error; sticky
 	liveSeg uint64 // lowest segment still being written: Truncate keeps it
 	stats   Stats
+	// inFlight are the batches whose flush started and that are not yet
+	// acknowledged, in log order (flushPipelined only).
+	inFlight []*batch
 
 	flusherDone chan struct{}
 	closeErr    error
@@ -49,6 +52,15 @@ type batch struct {
 	records int
 	done    chan struct{} // closed when the flush finished
 	err     error         // set before done is closed
+
+	// With several flushes in flight (flushPipelined): watermark is the
+	// offset up to which seg was stored when this flush started (see
+	// objectLog), and putErr, set before putDone is closed, is this
+	// flush's own outcome, before the outcomes of earlier ones are taken
+	// into account.
+	watermark int64
+	putDone   chan struct{}
+	putErr    error
 }
 
 // backend makes batches durable: a local directory or an object store.
@@ -92,7 +104,11 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 		flusherDone: make(chan struct{}),
 	}
 	l.cond = sync.NewCond(&l.mu)
-	go l.flusher()
+	if opts.Store != nil && opts.FlushConcurrency > 1 {
+		go l.flushPipelined(opts.FlushConcurrency)
+	} else {
+		go l.flusher()
+	}
 	return l, nil
 }
 
@@ -168,7 +184,7 @@ func (l *Log) Append(rec Record) *Commit {
 		}
 	}
 	if b == nil {
-		b = &batch{seg: l.seg, off: l.off, done: make(chan struct{})}
+		b = &batch{seg: l.seg, off: l.off, watermark: l.off, done: make(chan struct{})}
 		if n := len(l.free); n > 0 {
 			b.buf, l.free = l.free[n-1], l.free[:n-1]
 		}
@@ -299,6 +315,117 @@ func (l *Log) flusher() {
 		l.mu.Unlock()
 		b.err = err
 		close(b.done)
+	}
+}
+
+// flushPipelined is the flusher of an object-store log with up to k
+// flushes (PUTs) in flight: it starts the flush of each queued batch, in
+// log order, as soon as fewer than k are unacknowledged, while acknowledge
+// completes them in the same order. A batch is acknowledged only once its
+// own PUT and every earlier one succeeded; after a failed PUT, later
+// batches fail with ErrFailed even if their own PUT succeeded, and no new
+// PUT starts. Before the first flush of a new segment every flush of the
+// previous one must have been acknowledged (a gap never precedes a later
+// segment of the same run: see objectLog for why recovery needs that).
+func (l *Log) flushPipelined(k int) {
+	defer close(l.flusherDone)
+	slots := make(chan struct{}, k) // one per unacknowledged flush
+	order := make(chan *batch, k)   // started flushes, in log order
+	acked := make(chan struct{})    // acknowledge has returned
+	go l.acknowledge(order, slots, acked)
+	drain := func() {
+		for range k {
+			slots <- struct{}{}
+		}
+		for range k {
+			<-slots
+		}
+	}
+	curSeg := l.liveSeg
+	for {
+		l.mu.Lock()
+		for len(l.queue) == 0 && !l.closing {
+			l.cond.Wait()
+		}
+		if len(l.queue) == 0 {
+			l.mu.Unlock()
+			break
+		}
+		b := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		l.mu.Unlock()
+
+		var rollErr error
+		if b.seg != curSeg {
+			drain()
+			curSeg = b.seg
+			rollErr = l.backend.rollover(b.seg)
+		}
+		slots <- struct{}{}
+		b.putDone = make(chan struct{})
+		l.mu.Lock()
+		l.liveSeg = b.seg
+		b.watermark = b.off
+		if len(l.inFlight) > 0 {
+			b.watermark = l.inFlight[0].off
+		}
+		l.inFlight = append(l.inFlight, b)
+		failed := l.failed
+		l.mu.Unlock()
+		order <- b
+		if rollErr != nil {
+			b.putErr = rollErr
+			close(b.putDone)
+			continue
+		}
+		if failed != nil {
+			b.putErr = fmt.Errorf("%w: an earlier flush failed: %w", ErrFailed, failed)
+			close(b.putDone)
+			continue
+		}
+		if l.beforeFlush != nil {
+			l.beforeFlush()
+		}
+		go func() {
+			b.putErr = l.backend.flush(b)
+			close(b.putDone)
+		}()
+	}
+	close(order)
+	<-acked
+}
+
+// acknowledge completes the batches flushPipelined started, in log order,
+// each once its own flush is done; see flushPipelined.
+func (l *Log) acknowledge(order <-chan *batch, slots <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	for b := range order {
+		<-b.putDone
+		err := b.putErr
+		l.mu.Lock()
+		if err == nil && l.failed != nil {
+			// Stored, but after a hole: not acknowledged.
+			err = fmt.Errorf("%w: an earlier flush failed: %w", ErrFailed, l.failed)
+		}
+		if err != nil && l.failed == nil {
+			l.failed = err
+		}
+		if err == nil {
+			l.stats.Flushes++
+			l.stats.FlushedRecords += int64(b.records)
+			l.stats.FlushedBytes += int64(len(b.buf))
+		}
+		l.inFlight[0] = nil
+		l.inFlight = l.inFlight[1:]
+		if cap(b.buf) <= 2*l.opts.MaxBatchBytes && len(l.free) < 4+cap(slots) {
+			l.free = append(l.free, b.buf[:0])
+		}
+		b.buf = nil
+		l.mu.Unlock()
+		b.err = err
+		close(b.done)
+		<-slots
 	}
 }
 

@@ -13,8 +13,51 @@ import (
 )
 
 // objectLog writes each flush as one object. Objects are atomic, so there
-// is no segment header and no torn tail: segment seg is the set of objects
-// <prefix>/<seg:020d>/<offset:020d>.log.
+// is no segment header and no torn record: segment seg is the set of
+// objects <prefix>/<seg:020d>/<offset:020d>.log, or
+// <prefix>/<seg:020d>/<offset:020d>-<watermark:020d>.log for an object
+// whose PUT started while earlier objects of the segment were still in
+// flight (Options.FlushConcurrency above 1): watermark is the offset up to
+// which the segment was stored when the PUT started, below offset. An
+// object without one was started once everything before it was stored
+// (its watermark is its offset).
+//
+// # Several PUTs in flight, and what a crash leaves
+//
+// With several flushes in flight, a crash (or a failed PUT) can leave a
+// segment whose objects do not tile it: objects 1, 2 and 4 stored, 3 lost.
+// Nothing at or after the first gap was acknowledged — a flush is
+// acknowledged only once its own object and every earlier one are stored
+// (Log.acknowledge) — so recovery ends the segment at the gap and drops
+// the objects after it, as a torn tail (tileSegment). That never skips or
+// reorders an acknowledged record:
+//   - Every acknowledged record lies before the gap: its object and all
+//     earlier ones were stored when it was acknowledged, and stored objects
+//     are never deleted except by Truncate, which deletes whole segments
+//     below every tablet's redo point, last object first (a prefix
+//     remains).
+//   - Nothing after the gap is replayed, and the decision depends on the
+//     listing alone, so every later recovery (and SortSegment, and
+//     ReplaySorted's extents) makes the same one: records dropped once are
+//     dropped always, even after a new run of the server reused their
+//     sequence numbers in a later segment.
+//   - A gap cannot be followed by a later segment of the same run: the
+//     flusher starts no PUT of segment s+1 until every PUT of segment s
+//     succeeded (Log.flushPipelined drains at rollover), and after a failed
+//     PUT it starts none at all. A later segment is therefore a later run,
+//     which began from the state recovered without the dropped records.
+//   - A tablet's redo point may lie past a gap (the log's tail at a freeze
+//     includes other tablets' records not yet stored), but its own records
+//     before it are in its SSTables: it saved the redo point only once its
+//     last record before the freeze was acknowledged, which puts all of
+//     them before the gap. Replay from such a point reads nothing of the
+//     segment, as it did before objects could be in flight together.
+//
+// The watermark tells a torn tail from a lost object: every object after a
+// gap must have been started before the object of the gap was stored
+// (watermark at or below the gap). An object started after the gap's
+// offset had been stored proves the store lost an object it had accepted:
+// that is corruption, never silently dropped.
 type objectLog struct {
 	store  blob.Store
 	prefix string // "" or ending in "/"
@@ -29,16 +72,51 @@ func logPrefix(prefix string) string {
 	return prefix + "/"
 }
 
+// objectName names the object of the flush at off of segment seg, started
+// once everything before it was stored.
 func objectName(prefix string, seg uint64, off int64) string {
-	return fmt.Sprintf("%s%020d/%020d.log", prefix, seg, off)
+	return objectNameAt(prefix, seg, off, off)
+}
+
+// objectNameAt names the object of the flush at off of segment seg, started
+// when the segment was stored up to watermark (≤ off).
+func objectNameAt(prefix string, seg uint64, off, watermark int64) string {
+	if watermark >= off {
+		return fmt.Sprintf("%s%020d/%020d.log", prefix, seg, off)
+	}
+	return fmt.Sprintf("%s%020d/%020d-%020d.log", prefix, seg, off, watermark)
 }
 
 // logObject is one flush object found by listing.
 type logObject struct {
-	name string
-	seg  uint64
-	off  int64
-	size int64
+	name      string
+	seg       uint64
+	off       int64
+	watermark int64 // see objectLog; off when the name has none
+	size      int64
+}
+
+// tileSegment checks the objects of one segment (in offset order) and
+// returns those recovery reads: the ones that tile the segment from offset
+// 0, and end, the offset where they stop. When a gap follows them, it is
+// the torn tail of a crash or failed flush with several PUTs in flight
+// (see objectLog), torn is set and the objects after it are left out; if
+// any of those was started after the gap's offset was stored, an object
+// was lost and tileSegment returns a *CorruptionError.
+func tileSegment(objs []logObject) (kept []logObject, end int64, torn bool, err error) {
+	for i, o := range objs {
+		if o.off != end {
+			for _, later := range objs[i:] {
+				if later.watermark > end {
+					return nil, 0, false, corrupt(later.name, tabletdesc.LogPosition{Segment: o.seg, Offset: end},
+						"log objects missing between offsets %d and %d (%s was started after offset %d was stored)", end, o.off, later.name, later.watermark)
+				}
+			}
+			return objs[:i], end, true, nil
+		}
+		end = o.off + o.size
+	}
+	return objs, end, false, nil
 }
 
 // listObjects returns the log objects under prefix in log order. Names that
@@ -88,7 +166,11 @@ func parseObjectName(prefix string, a blob.Attrs) (logObject, bool) {
 		return logObject{}, false
 	}
 	offStr, ok = strings.CutSuffix(offStr, ".log")
-	if !ok || len(offStr) != 20 {
+	if !ok {
+		return logObject{}, false
+	}
+	offStr, wmStr, hasWM := strings.Cut(offStr, "-")
+	if len(offStr) != 20 || (hasWM && len(wmStr) != 20) {
 		return logObject{}, false
 	}
 	seg, err1 := strconv.ParseUint(segStr, 10, 64)
@@ -96,7 +178,14 @@ func parseObjectName(prefix string, a blob.Attrs) (logObject, bool) {
 	if err1 != nil || err2 != nil {
 		return logObject{}, false
 	}
-	return logObject{name: a.Name, seg: seg, off: off, size: a.Size}, true
+	wm := off
+	if hasWM {
+		var err error
+		if wm, err = strconv.ParseInt(wmStr, 10, 64); err != nil || wm > off || wm < 0 {
+			return logObject{}, false
+		}
+	}
+	return logObject{name: a.Name, seg: seg, off: off, watermark: wm, size: a.Size}, true
 }
 
 // openObject starts a new segment after every existing one. Objects are
@@ -122,7 +211,7 @@ func (o *objectLog) rollover(uint64) error { return nil }
 func (o *objectLog) flush(b *batch) error {
 	// No deadline here: the Store applies its own timeouts and retries,
 	// and a flush that gives up must fail the log anyway.
-	name := objectName(o.prefix, b.seg, b.off)
+	name := objectNameAt(o.prefix, b.seg, b.off, b.watermark)
 	if err := o.store.Put(context.Background(), name, b.buf); err != nil {
 		return fmt.Errorf("commitlog: writing %s: %w", name, err)
 	}

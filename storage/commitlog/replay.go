@@ -68,6 +68,19 @@ func (r *replayer) emit(pos tabletdesc.LogPosition, payload []byte) (reason stri
 	return "", r.fn(pos, rec)
 }
 
+// tiledPrefix is the objects of one segment before its first gap: what
+// replay still delivers before it reports the gap as corruption.
+func tiledPrefix(objs []logObject) []logObject {
+	var end int64
+	for i, o := range objs {
+		if o.off != end {
+			return objs[:i]
+		}
+		end = o.off + o.size
+	}
+	return objs
+}
+
 func (r *replayer) torn(pos tabletdesc.LogPosition) {
 	r.res.TornTail = true
 	r.res.TornAt = pos
@@ -220,29 +233,36 @@ func (r *replayer) objects(store blob.Store, prefix string) error {
 	if err != nil {
 		return err
 	}
-	// Plan from the listing: the objects to read, and the first gap (a
-	// segment's objects must tile it from offset 0), reported once the
-	// records before it are replayed.
+	// Plan from the listing: the objects to read, segment by segment, and
+	// the first corruption (a gap that is no torn tail: see tileSegment),
+	// reported once the records before it are replayed.
 	var plan []logObject
 	var gap error
-	var seg uint64
-	var want int64 // offset the next object of seg must start at
-	for _, o := range objs {
-		if o.seg < r.from.Segment {
+	for len(objs) > 0 && gap == nil {
+		n := 1
+		for n < len(objs) && objs[n].seg == objs[0].seg {
+			n++
+		}
+		segObjs := objs[:n]
+		objs = objs[n:]
+		seg := segObjs[0].seg
+		if seg < r.from.Segment {
 			continue
 		}
-		if o.seg != seg {
-			seg, want = o.seg, 0
+		kept, end, torn, err := tileSegment(segObjs)
+		if err != nil {
+			gap = err
+			kept, end, torn = tiledPrefix(segObjs), 0, false
 		}
-		if o.off != want {
-			gap = corrupt(o.name, tabletdesc.LogPosition{Segment: o.seg, Offset: want}, "log objects missing between offsets %d and %d", want, o.off)
-			break
+		if torn {
+			r.torn(tabletdesc.LogPosition{Segment: seg, Offset: end})
 		}
-		want = o.off + o.size
-		if o.seg == r.from.Segment && want <= r.from.Offset {
-			continue
+		for _, o := range kept {
+			if o.seg == r.from.Segment && o.off+o.size <= r.from.Offset {
+				continue
+			}
+			plan = append(plan, o)
 		}
-		plan = append(plan, o)
 	}
 
 	ctx, cancel := context.WithCancel(r.ctx)

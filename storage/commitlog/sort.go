@@ -258,12 +258,11 @@ func readSegment(ctx context.Context, store blob.Store, prefix string, seg uint6
 	if len(objs) == 0 {
 		return nil, 0, fmt.Errorf("commitlog: segment %d of log %q has no objects: %w", seg, prefix, blob.ErrNotExist)
 	}
-	var size int64
-	for _, o := range objs {
-		if o.off != size {
-			return nil, 0, corrupt(o.name, tabletdesc.LogPosition{Segment: seg, Offset: size}, "log objects missing between offsets %d and %d", size, o.off)
-		}
-		size = o.off + o.size
+	// A torn tail (several flushes were in flight at a crash) ends the
+	// segment where Replay ends it.
+	objs, size, _, err := tileSegment(objs)
+	if err != nil {
+		return nil, 0, err
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -440,22 +439,26 @@ type segExtent struct {
 }
 
 // segmentExtents returns the segments numbered from or higher among objs
-// (a listing in log order) with their sizes. A gap between the objects of
-// a segment is corruption, as in Replay.
+// (a listing in log order) with their sizes, as Replay and SortSegment
+// see them: a segment ends at a torn tail, and a gap that is no torn tail
+// is corruption (tileSegment).
 func segmentExtents(objs []logObject, from uint64) ([]segExtent, error) {
 	var segs []segExtent
-	for _, o := range objs {
-		if o.seg < from {
+	for len(objs) > 0 {
+		n := 1
+		for n < len(objs) && objs[n].seg == objs[0].seg {
+			n++
+		}
+		segObjs := objs[:n]
+		objs = objs[n:]
+		if segObjs[0].seg < from {
 			continue
 		}
-		if len(segs) == 0 || segs[len(segs)-1].seg != o.seg {
-			segs = append(segs, segExtent{seg: o.seg})
+		_, end, _, err := tileSegment(segObjs)
+		if err != nil {
+			return nil, err
 		}
-		last := &segs[len(segs)-1]
-		if o.off != last.size {
-			return nil, corrupt(o.name, tabletdesc.LogPosition{Segment: o.seg, Offset: last.size}, "log objects missing between offsets %d and %d", last.size, o.off)
-		}
-		last.size = o.off + o.size
+		segs = append(segs, segExtent{seg: segObjs[0].seg, size: end})
 	}
 	return segs, nil
 }
