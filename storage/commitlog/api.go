@@ -81,6 +81,11 @@ type Options struct {
 	// directory always flushes one batch at a time (a write and an
 	// fsync of one file).
 	FlushConcurrency int
+	// ConcurrentFlushBytes is how large a batch must be to start its flush
+	// while others are in flight (FlushConcurrency above 1); a smaller one
+	// waits for the flush in flight and keeps gathering records. Default
+	// DefaultConcurrentFlushBytes.
+	ConcurrentFlushBytes int
 }
 
 // Defaults of Options.
@@ -92,6 +97,9 @@ const (
 	// claiming more as damaged, so a corrupt length never makes it
 	// allocate more.
 	MaxRecordBytes = 1 << 30
+	// DefaultConcurrentFlushBytes is the default of
+	// Options.ConcurrentFlushBytes.
+	DefaultConcurrentFlushBytes = 1 << 20
 	// MaxFlushConcurrency bounds Options.FlushConcurrency.
 	MaxFlushConcurrency = 64
 )
@@ -105,6 +113,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxBatchBytes <= 0 {
 		o.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if o.ConcurrentFlushBytes <= 0 {
+		o.ConcurrentFlushBytes = DefaultConcurrentFlushBytes
 	}
 	if o.FlushConcurrency < 0 || o.FlushConcurrency > MaxFlushConcurrency {
 		return o, fmt.Errorf("commitlog: Options.FlushConcurrency %d: want 1 to %d", o.FlushConcurrency, MaxFlushConcurrency)

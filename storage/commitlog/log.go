@@ -191,8 +191,12 @@ func (l *Log) Append(rec Record) *Commit {
 		l.queue = append(l.queue, b)
 		l.cond.Signal()
 	}
+	crossed := len(b.buf) < l.opts.ConcurrentFlushBytes
 	b.buf = append(b.buf, frame...)
 	b.records++
+	if crossed && len(b.buf) >= l.opts.ConcurrentFlushBytes {
+		l.cond.Signal() // large enough to flush beside the ones in flight
+	}
 	l.off += int64(len(frame))
 	if l.off >= l.opts.SegmentBytes {
 		l.seg++
@@ -344,7 +348,7 @@ func (l *Log) flushPipelined(k int) {
 	curSeg := l.liveSeg
 	for {
 		l.mu.Lock()
-		for len(l.queue) == 0 && !l.closing {
+		for !l.closing && !l.readyToFlush() {
 			l.cond.Wait()
 		}
 		if len(l.queue) == 0 {
@@ -396,6 +400,23 @@ func (l *Log) flushPipelined(k int) {
 	<-acked
 }
 
+// readyToFlush reports whether flushPipelined should start the flush of
+// the queue's first batch now (l.mu held): at once when nothing is in
+// flight or the batch is closed (a later one exists); otherwise only once
+// it holds ConcurrentFlushBytes. Small batches thus wait for the flush in
+// flight and gather company, as with one flush at a time — a PUT costs
+// the store about as much for a few records as for many — while a stream
+// of large batches (bulk writes) overlaps its PUTs.
+func (l *Log) readyToFlush() bool {
+	switch {
+	case len(l.queue) == 0:
+		return false
+	case len(l.inFlight) == 0 || len(l.queue) > 1:
+		return true
+	}
+	return len(l.queue[0].buf) >= l.opts.ConcurrentFlushBytes
+}
+
 // acknowledge completes the batches flushPipelined started, in log order,
 // each once its own flush is done; see flushPipelined.
 func (l *Log) acknowledge(order <-chan *batch, slots <-chan struct{}, done chan<- struct{}) {
@@ -418,6 +439,7 @@ func (l *Log) acknowledge(order <-chan *batch, slots <-chan struct{}, done chan<
 		}
 		l.inFlight[0] = nil
 		l.inFlight = l.inFlight[1:]
+		l.cond.Signal() // the batch waiting for company may go now
 		if cap(b.buf) <= 2*l.opts.MaxBatchBytes && len(l.free) < 4+cap(slots) {
 			l.free = append(l.free, b.buf[:0])
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
@@ -68,7 +69,7 @@ func TestPipelinedFlushesAckInOrder(t *testing.T) {
 		rmu.Unlock()
 		time.Sleep(d)
 	}}
-	opts := Options{Store: store, Prefix: "logs", FlushConcurrency: 4, MaxBatchBytes: 2000, SegmentBytes: 40_000}
+	opts := Options{Store: store, Prefix: "logs", FlushConcurrency: 4, ConcurrentFlushBytes: 1, MaxBatchBytes: 2000, SegmentBytes: 40_000}
 	l := openLog(t, opts)
 	recs := records(21, 300)
 	commits := make([]*Commit, len(recs))
@@ -151,7 +152,7 @@ func TestPipelinedFailedPut(t *testing.T) {
 		},
 		failName: func(name string) bool { return strings.Contains(name, second) },
 	}
-	opts := Options{Store: store, Prefix: "logs", FlushConcurrency: 4, MaxBatchBytes: 1}
+	opts := Options{Store: store, Prefix: "logs", FlushConcurrency: 4, ConcurrentFlushBytes: 1, MaxBatchBytes: 1}
 	l := openLog(t, opts)
 	// MaxBatchBytes 1: every record is a batch (an object) of its own.
 	commits := make([]*Commit, len(recs))
@@ -296,7 +297,7 @@ func TestPipelinedRolloverDrains(t *testing.T) {
 		active[seg]--
 		mu.Unlock()
 	}}
-	l := openLog(t, Options{Store: store, Prefix: "logs", FlushConcurrency: 8, MaxBatchBytes: 500, SegmentBytes: 3000})
+	l := openLog(t, Options{Store: store, Prefix: "logs", FlushConcurrency: 8, ConcurrentFlushBytes: 1, MaxBatchBytes: 500, SegmentBytes: 3000})
 	var commits []*Commit
 	for _, rec := range records(24, 200) {
 		commits = append(commits, l.Append(rec))
@@ -340,5 +341,46 @@ func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	for !cond() {
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestPipelinedSmallBatchesWait: with the default ConcurrentFlushBytes,
+// small batches wait for the flush in flight (one PUT at a time, group
+// commit as before), while batches past it overlap their PUTs.
+func TestPipelinedSmallBatchesWait(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		valueLen int
+		overlap  bool
+	}{{"small", 100, false}, {"large", 700 << 10, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &gatedStore{Store: blob.NewMemory(), gate: func(int) { time.Sleep(2 * time.Millisecond) }}
+			l := openLog(t, Options{Store: store, Prefix: "logs", FlushConcurrency: 4})
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 10 {
+						rec := records(uint64(40+w), i+1)[i]
+						rec.Mutation.Mutations = []cell.Mutation{cell.Set("f", []byte("q"), 1, make([]byte, tc.valueLen))}
+						if err := l.Append(rec).Wait(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			l.Close()
+			if got := store.maxIn > 1; got != tc.overlap {
+				t.Fatalf("%d PUTs at most in flight; want overlap %v", store.maxIn, tc.overlap)
+			}
+			got, _, err := replayAll(t, Options{Store: store.Store, Prefix: "logs"}, tabletdesc.LogPosition{})
+			if err != nil || len(got) != 80 {
+				t.Fatalf("replay: %d records, %v", len(got), err)
+			}
+		})
 	}
 }
