@@ -51,7 +51,10 @@ func OpenEngine(ctx context.Context, dir string, memtableBytes int64) (*Engine, 
 	if err != nil {
 		return nil, err
 	}
-	logOpts := commitlog.Options{Dir: filepath.Join(dir, "log"), SegmentBytes: 256 << 10}
+	logOpts, err := engineLog(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
 	log, err := commitlog.Open(ctx, logOpts)
 	if err != nil {
 		return nil, err
@@ -170,6 +173,38 @@ func Writer(dir string, base int64, seed uint64, out io.Writer) error {
 		}
 	}()
 	return <-errs
+}
+
+// engineLog returns the options of the commit log of the engine under
+// dir: a local directory unless the environment names an S3 log
+// (EnvLogBucket; see objectLogFromEnv).
+var engineLog = func(ctx context.Context, dir string) (commitlog.Options, error) {
+	if os.Getenv(EnvLogBucket) != "" {
+		return objectLogFromEnv(ctx)
+	}
+	return commitlog.Options{Dir: filepath.Join(dir, "log"), SegmentBytes: 256 << 10}, nil
+}
+
+// EnvLogBucket, when set, puts the engine's commit log in that bucket of
+// the S3 server of the integration tests (TABULA_TEST_S3_*), with several
+// flushes in flight: the object-store crash test.
+const EnvLogBucket = "TABULA_CRASH_LOG_BUCKET"
+
+// objectLogFromEnv is the S3 log of EnvLogBucket: small objects, up to
+// four PUTs in flight whatever their size, small segments so that
+// rollovers (which wait for every PUT of the segment) happen too.
+func objectLogFromEnv(ctx context.Context) (commitlog.Options, error) {
+	store, err := blob.NewS3(ctx, blob.S3Config{
+		Endpoint:  os.Getenv("TABULA_TEST_S3_ENDPOINT"),
+		AccessKey: os.Getenv("TABULA_TEST_S3_ACCESS_KEY"),
+		SecretKey: os.Getenv("TABULA_TEST_S3_SECRET_KEY"),
+		Bucket:    os.Getenv(EnvLogBucket),
+	})
+	if err != nil {
+		return commitlog.Options{}, err
+	}
+	return commitlog.Options{Store: store, Prefix: "log", SegmentBytes: 64 << 10, MaxBatchBytes: 2 << 10,
+		FlushConcurrency: 4, ConcurrentFlushBytes: 1}, nil
 }
 
 // RunWriterFromEnv runs Writer when the environment asks for it (the test
