@@ -361,3 +361,15 @@ func (p Policy) Members() []string {
 	slices.Sort(out)
 	return slices.Compact(out)
 }
+
+// WithoutFamily returns a copy of p without the grants on family (a family
+// dropped from the table).
+func (p Policy) WithoutFamily(family string) Policy {
+	out := Policy{}
+	for _, g := range p.Grants {
+		if family == "" || g.Family != family {
+			out.Grants = append(out.Grants, g)
+		}
+	}
+	return out
+}

@@ -88,6 +88,9 @@ type DevConfig struct {
 	SweepInterval, SweepGrace time.Duration
 	// Logger is the structured log; default JSON on stderr.
 	Logger *slog.Logger
+	// Auth, when set, requires credentials and enforces the tables'
+	// grants on every RPC (AuthConfig); nil: everyone may do everything.
+	Auth *AuthConfig
 	// RegisterServices, when set, registers more gRPC services on the
 	// server's port before it serves (the MapReduce worker of `tabula
 	// dev`, say); they get the same interceptors as the data API.
@@ -249,6 +252,15 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	if cfg.InstanceAgnostic {
 		unary = append(unary, agnosticUnary(DevAgnosticInstance))
 		stream = append(stream, agnosticStream(DevAgnosticInstance))
+	}
+	// After the instance mapping: the guard checks the names the services see.
+	guard, err := newGuard(cfg.Auth, catalog, adminOpts.Instance, nil, d.log, reg)
+	if err != nil {
+		return nil, err
+	}
+	if guard != nil {
+		unary = append(unary, guard.UnaryInterceptor())
+		stream = append(stream, guard.StreamInterceptor())
 	}
 	d.grpc = newGRPCServer(unary, stream, tlsconfig.ServerOptions(cfg.TLS.Server)...)
 	bigtablepb.RegisterBigtableServer(d.grpc, authview.Wrap(tabletserver.NewDataService(d.host, tabletserver.DataOptions{Logger: d.log}),

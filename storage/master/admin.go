@@ -637,6 +637,9 @@ func (s *AdminService) ModifyColumnFamilies(ctx context.Context, req *adminpb.Mo
 					return status.Errorf(codes.FailedPrecondition, "%s.drop: table %q has deletion_protection on, which protects its column families too", field, n.String())
 				}
 				delete(t.Families, id)
+				// A family created again under this name starts
+				// without the grants of the one dropped.
+				t.ACL = t.ACL.WithoutFamily(id)
 			default:
 				return invalidArg(field, "one of create, update or drop must be set")
 			}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tabuladb/tabula/security/acl"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
@@ -115,6 +116,10 @@ type Table struct {
 	Generation uint64 `json:"generation"`
 	// AuthorizedViews are the table's authorized views by ID.
 	AuthorizedViews map[string]AuthorizedView `json:"authorized_views,omitempty"`
+	// ACL is the table's grants (security/acl), changed by the IAM RPCs
+	// (`tabula grant`); enforced by the servers' guard when
+	// authentication is on.
+	ACL acl.Policy `json:"acl,omitzero"`
 }
 
 // Schema returns the part of the table's schema its tablets need.

@@ -1,0 +1,70 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tabuladb/tabula/security/auth"
+	"github.com/tabuladb/tabula/security/guard"
+	"github.com/tabuladb/tabula/storage/meta"
+)
+
+// AuthConfig turns authentication and grants on for a role's gRPC server
+// (security/guard). Nil leaves them off: everyone may do everything.
+type AuthConfig struct {
+	// Authenticator checks credentials. Required.
+	Authenticator *auth.Authenticator
+	// Superusers are members ("user:NAME", "group:NAME") allowed
+	// everything; the servers of a cluster (their certificates' principal)
+	// must be among them, since they call each other.
+	Superusers []string
+	// CacheTTL is how long a server keeps a table's grants; default
+	// guard.DefaultCacheTTL. A grant or revocation takes effect within it.
+	CacheTTL time.Duration
+}
+
+// catalogTables is the guard's view of a catalog: a table's grants and
+// families. instance, when set, maps every instance to it (tabula dev
+// --instance-agnostic).
+func catalogTables(cat meta.Catalog, instance string) guard.LookupFunc {
+	return func(ctx context.Context, name string) (guard.TableInfo, error) {
+		id, err := meta.ParseTableName(name)
+		if err != nil {
+			return guard.TableInfo{}, fmt.Errorf("%w: %v", guard.ErrTableNotFound, err)
+		}
+		if instance != "" {
+			id.Instance = instance
+		}
+		t, err := cat.Get(ctx, id)
+		if errors.Is(err, meta.ErrTableNotFound) {
+			return guard.TableInfo{}, fmt.Errorf("%w: %s", guard.ErrTableNotFound, id)
+		}
+		if err != nil {
+			return guard.TableInfo{}, err
+		}
+		return guard.TableInfo{Policy: t.ACL, Families: slices.Sorted(maps.Keys(t.Families))}, nil
+	}
+}
+
+// newGuard returns the guard of a role's server over cat, or nil when cfg
+// is nil (authentication off).
+func newGuard(cfg *AuthConfig, cat meta.Catalog, instance string, relayed []string, log *slog.Logger, reg prometheus.Registerer) (*guard.Guard, error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	return guard.New(guard.Config{
+		Authenticator: cfg.Authenticator,
+		Superusers:    cfg.Superusers,
+		Tables:        guard.NewCache(catalogTables(cat, instance), cfg.CacheTTL),
+		Relayed:       relayed,
+		Logger:        log,
+		Registerer:    reg,
+	})
+}
