@@ -260,6 +260,13 @@ func (g *Guard) StreamInterceptor() grpc.StreamServerInterceptor {
 			return err
 		}
 		r := g.rule(info.FullMethod)
+		if r.kind == ruleSuperuser && !c.su {
+			// Refused before the service runs: a stream's service may
+			// answer (or fail) before it reads a message.
+			err := g.check(ctx, c, r, nil)
+			g.refuse(c, err)
+			return err
+		}
 		g.allowed.Inc()
 		err = handler(srv, &guardedStream{ServerStream: ss, ctx: ctx, g: g, c: c, r: r})
 		if err == nil && r.change {

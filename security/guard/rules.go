@@ -170,10 +170,10 @@ var tablePath = regexp.MustCompile(`^(projects/[^/]+/instances/[^/]+/tables/[^/]
 
 // tableNameFields are the request fields that may name a table (or a
 // resource under one, like an authorized view), in the order looked at.
-var tableNameFields = []protoreflect.Name{"table_name", "authorized_view_name", "materialized_view_name", "resource", "name", "parent", "table"}
+var tableNameFields = []protoreflect.Name{"table_name", "authorized_view_name", "materialized_view_name", "resource", "name", "parent", "table", "authorized_view", "schema_bundle"}
 
 // tableOf returns the table a request names: the first of tableNameFields
-// (or the name of a "table" message field, as UpdateTable's) that is a
+// (or the name of a message field of those, as UpdateTable's table) that is a
 // table's name or a resource under it; "" if none is.
 func tableOf(req any) string {
 	m, ok := req.(proto.Message)
@@ -248,7 +248,8 @@ func FamilyFilter(families []string) *bigtablepb.RowFilter {
 		quoted[i] = regexp.QuoteMeta(f)
 	}
 	return &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_FamilyNameRegexFilter{
-		FamilyNameRegexFilter: "^(?:" + strings.Join(quoted, "|") + ")$",
+		// A plain group: a family regex may not hold a colon, "(?:" neither.
+		FamilyNameRegexFilter: "^(" + strings.Join(quoted, "|") + ")$",
 	}}
 }
 

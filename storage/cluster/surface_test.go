@@ -50,6 +50,9 @@ var implementedRPCs = map[string]bool{
 	"google.bigtable.admin.v2.BigtableTableAdmin.ListAuthorizedViews":  true,
 	"google.bigtable.admin.v2.BigtableTableAdmin.UpdateAuthorizedView": true,
 	"google.bigtable.admin.v2.BigtableTableAdmin.DeleteAuthorizedView": true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.GetIamPolicy":         true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.SetIamPolicy":         true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.TestIamPermissions":   true,
 }
 
 // callEmpty calls method with an empty request over conn and returns the

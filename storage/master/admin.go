@@ -82,7 +82,7 @@ type Options struct {
 
 // AdminService implements google.bigtable.admin.v2.BigtableTableAdmin over a
 // catalog and the tablet servers. RPCs Tabula does not support (backups,
-// snapshots, authorized views, IAM, ...) answer UNIMPLEMENTED. All methods
+// snapshots, authorized views, ...) answer UNIMPLEMENTED; IAM is iam.go. All methods
 // are safe for concurrent use.
 type AdminService struct {
 	adminpb.UnimplementedBigtableTableAdminServer
