@@ -120,7 +120,7 @@ lines every few seconds otherwise), and prints its counters. The built-in jobs:
   verify A B                    compare two tables row by row (GOOD, ONLY_IN_A,
                                 ONLY_IN_B, CONTENT_DIFFERENT and the first differing rows)
   export TABLE --out DIR|s3://… --format parquet|jsonl
-  import DIR|s3://… TABLE
+  import DIR|s3://… TABLE      (TABLE must have every family the files use: checked first)
   wordcount [TABLE]             word count of the Webtable's anchors (default table
                                 webtable; --output table:NAME or DIR)
   script FILE --table T         any script as a job; prints like tabula script run,
@@ -486,6 +486,7 @@ func buildMRJob(cmd *cobra.Command, name string, args []string, f mrRunFlags, fi
 			return j, err
 		}
 		j.conf = jobs.Conf(jobs.ImportConf{In: args[0], Table: args[1]})
+		j.check = importFamilyCheck(args[0], args[1])
 	case "wordcount":
 		if len(args) > 1 {
 			return j, usagef(cmd, "wordcount takes at most TABLE")

@@ -153,6 +153,11 @@ func TestMRBadInput(t *testing.T) {
 		{args: []string{"mr", "run", "copytable", "web", "nofam", "--families", "nosuch:other"}, errWant: `source table "web" has no family "nosuch"`},
 		{args: []string{"mr", "run", "wordcount", "web", "--output", "table:nofam"}, errWant: `output table "nofam" has no family "count"`},
 		{args: []string{"mr", "run", "import", filepath.Join(tmp, "empty"), "web"}, errWant: "no complete set"},
+		// An export of web (family anchor) into nofam (only other): refused
+		// before any row is written.
+		{args: []string{"mr", "run", "export", "web", "--out", filepath.Join(tmp, "webexport"), "--format", "parquet"}, contain: []string{"wrote part-00000-of-"}},
+		{args: []string{"mr", "run", "import", filepath.Join(tmp, "webexport"), "nofam"}, errWant: `table "nofam" has no families anchor that the files in`},
+		{args: []string{"mr", "run", "import", filepath.Join(tmp, "webexport"), "nosuch"}, errWant: `table "nosuch": NOT_FOUND`},
 		{args: []string{"mr", "run", "rowcounter", "web", "--format", "xml"}, errWant: `--format "xml"`},
 		// Nothing was written by any of them.
 		{args: []string{"count", "nofam"}, want: "0\n"},

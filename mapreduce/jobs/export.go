@@ -2,7 +2,9 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/rowfile"
@@ -67,6 +69,56 @@ func Import(c ImportConf) (*mapreduce.Job, error) {
 		},
 		Output: &mapreduce.TableOutput{Addr: c.Addr, Table: c.Table},
 	}, nil
+}
+
+// ImportFamilies returns, sorted, the column families the rows of an
+// export's files use: the complete set of part-SSSSS-of-NNNNN.parquet
+// (or, failing that, .jsonl) files under in, which Import reads. It
+// reads every file whole, so that a table can be checked for them
+// before anything is written (a row of a missing family would fail
+// partway through the import, after other rows were written). Errors:
+// no complete set of files, an unreadable file or row.
+func ImportFamilies(ctx context.Context, in string) ([]string, error) {
+	loc, err := rowfile.OpenLocation(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("input %s: %w", in, err)
+	}
+	var readers []rowfile.RowReader
+	var errs []error
+	for _, f := range []rowfile.Format{rowfile.Parquet, rowfile.JSONL} {
+		// The names mapreduce's file output gives its files.
+		rs, err := loc.OpenShards(ctx, "part", rowfile.ReaderOptions{Format: f})
+		if err == nil {
+			readers = rs
+			break
+		}
+		errs = append(errs, err)
+	}
+	if readers == nil {
+		return nil, fmt.Errorf("input %s: no complete set of part-SSSSS-of-NNNNN.parquet or .jsonl files: %w", in, errors.Join(errs...))
+	}
+	defer func() {
+		for _, r := range readers {
+			r.Close()
+		}
+	}()
+	seen := map[string]bool{}
+	for _, r := range readers {
+		if err := rowfile.Each(r, func(row cell.Row) error {
+			for _, c := range row.Cells {
+				seen[c.Family] = true
+			}
+			return ctx.Err()
+		}); err != nil {
+			return nil, fmt.Errorf("input %s: %w", in, err)
+		}
+	}
+	fams := make([]string, 0, len(seen))
+	for f := range seen {
+		fams = append(fams, f)
+	}
+	slices.Sort(fams)
+	return fams, nil
 }
 
 func init() {

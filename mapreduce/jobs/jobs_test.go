@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -185,6 +186,14 @@ func TestExportImportVerify(t *testing.T) {
 			b, err := os.ReadFile(filepath.Join(dir, mapreduce.SuccessFile))
 			if err != nil || json.Unmarshal(b, &man) != nil || len(man.Files) != 10 {
 				t.Errorf("manifest %s: %v", b, err)
+			}
+			// The families a table needs before the import (checked by
+			// tabula mr run import before anything is written).
+			if fams, err := jobs.ImportFamilies(context.Background(), dir); err != nil || !slices.Equal(fams, []string{"anchor", "contents", "language"}) {
+				t.Errorf("ImportFamilies = %v, %v; want anchor, contents, language", fams, err)
+			}
+			if _, err := jobs.ImportFamilies(context.Background(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "no complete set") {
+				t.Errorf("ImportFamilies of an empty directory: %v", err)
 			}
 			table := "imported_" + format
 			e.CreateTable(t, table, []string{"contents", "anchor", "language"})
