@@ -646,7 +646,8 @@ func (t *Tablet) fail(cause error) error {
 // ReadModifyWrite reads row and applies the mutations fn returns, atomically
 // with respect to every other write of the tablet: no write is ordered
 // between the read and the mutations. It returns the row as it is after the
-// mutations (as cur when fn returns none). fn runs with the tablet's writes
+// mutations (as cur when fn returns none — then only once the writes it
+// read are durable, so no later read disagrees with the answer). fn runs with the tablet's writes
 // blocked, so it must be quick; an error from fn aborts and is returned.
 func (t *Tablet) ReadModifyWrite(ctx context.Context, row []byte, fn func(cur cell.Row) ([]cell.Mutation, error)) (cell.Row, error) {
 	if err := t.opts.Limits.ValidateRowKey("row_key", row); err != nil {
@@ -669,9 +670,23 @@ func (t *Tablet) ReadModifyWrite(ctx context.Context, row []byte, fn func(cur ce
 		return cell.Row{}, err
 	}
 	muts, err := fn(cur)
-	if err != nil || len(muts) == 0 {
+	if err != nil {
 		t.writeMu.Unlock()
 		return cur, err
+	}
+	if len(muts) == 0 {
+		// Nothing to write, but the answer (a predicate that did not
+		// match, say) was decided on writes that may not be durable
+		// yet: wait for them before answering, as a write of ours
+		// would have waited. Answering at once let a reader that came
+		// after see the row without the write this answer relied on
+		// (and the write could still fail).
+		seen, commit := t.pendingLocked()
+		t.writeMu.Unlock()
+		if err := t.finishWrite(ctx, seen, commit); err != nil {
+			return cell.Row{}, err
+		}
+		return cur, nil
 	}
 	rm := cell.RowMutation{Row: row, Mutations: muts}
 	if err := t.validate(rm); err != nil {
@@ -692,6 +707,20 @@ func (t *Tablet) ReadModifyWrite(ctx context.Context, row []byte, fn func(cur ce
 		return cell.Row{}, err
 	}
 	return after, nil
+}
+
+// pendingLocked returns the latest assigned sequence number and the commit
+// that makes it durable: the active memtable's last commit, or the frozen
+// one's when the active memtable has none yet (nil: nothing to wait for).
+// Called under writeMu.
+func (t *Tablet) pendingLocked() (uint64, *commitlog.Commit) {
+	if t.lastCommit != nil {
+		return t.lastSeq, t.lastCommit
+	}
+	if t.frozen != nil {
+		return t.lastSeq, t.frozen.commit
+	}
+	return t.lastSeq, nil
 }
 
 // readLatestLocked reads row at the latest assigned sequence number; called
