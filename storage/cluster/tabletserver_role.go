@@ -254,8 +254,8 @@ func (s *TabletServer) Err() error {
 	}
 }
 
-// watchLease stops the server as soon as its lease may have lapsed or its
-// lock is lost (the master deleted its key): from then on another server
+// watchLease stops the server as soon as its lease may have lapsed, its
+// commit log failed, or its lock is lost (the master deleted its key): from then on another server
 // may serve its tablets, so it must not serve even reads, as the paper's
 // tablet server kills itself.
 func (s *TabletServer) watchLease() {
@@ -264,6 +264,12 @@ func (s *TabletServer) watchLease() {
 		s.stop(fmt.Errorf("cluster: lease lapsed: %w", coord.ErrSessionLapsed))
 	case <-s.lock.Lost():
 		s.stop(errors.New("cluster: lost the server lock (key deleted or taken)"))
+	case <-s.commit.Failed():
+		// Every write would fail from now on: stop, ending the session,
+		// so that the master reassigns the tablets at once and their new
+		// servers replay what the log made durable (the paper's tablet
+		// server that cannot write its log kills itself).
+		s.stop(errors.New("cluster: the commit log failed"))
 	case <-s.done:
 	}
 }

@@ -35,6 +35,7 @@ type Log struct {
 	inFlight []*batch
 
 	flusherDone chan struct{}
+	failedCh    chan struct{} // closed when failed is set
 	closeErr    error
 	closeOnce   sync.Once
 
@@ -102,6 +103,7 @@ func Open(ctx context.Context, opts Options) (*Log, error) {
 		off:         be.firstOffset(seg),
 		liveSeg:     seg,
 		flusherDone: make(chan struct{}),
+		failedCh:    make(chan struct{}),
 	}
 	l.cond = sync.NewCond(&l.mu)
 	if opts.Store != nil && opts.FlushConcurrency > 1 {
@@ -219,6 +221,12 @@ func (l *Log) Write(ctx context.Context, rec Record) (tabletdesc.LogPosition, er
 	return c.Pos, c.Wait(ctx)
 }
 
+// Failed is closed when a flush has failed: the log accepts nothing more
+// (every Append fails with ErrFailed), so its owner should stop serving
+// — a tablet server stops, and the master recovers its tablets from
+// what the log made durable — rather than answer errors forever.
+func (l *Log) Failed() <-chan struct{} { return l.failedCh }
+
 // Tail returns the position the next appended record will get.
 func (l *Log) Tail() tabletdesc.LogPosition {
 	l.mu.Lock()
@@ -306,6 +314,7 @@ func (l *Log) flusher() {
 		l.mu.Lock()
 		if err != nil && l.failed == nil {
 			l.failed = err
+			close(l.failedCh)
 		}
 		if err == nil {
 			l.stats.Flushes++

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
@@ -208,14 +209,32 @@ func (o *objectLog) firstOffset(uint64) int64 { return 0 }
 
 func (o *objectLog) rollover(uint64) error { return nil }
 
+// Retries of a log object's write after the Store's own retries gave up:
+// an object store restarting or paused for a few seconds must not fail
+// the log (a failed log stops its tablet server). Put of a whole object
+// under a fixed name is idempotent, so a retry after an ambiguous failure
+// is safe; writes wait meanwhile, and are acknowledged only if the
+// server's lease is still valid afterwards (tabletserver fences acks).
+var (
+	objectFlushRetryFor = 8 * time.Second
+	objectFlushBackoff  = 100 * time.Millisecond
+)
+
 func (o *objectLog) flush(b *batch) error {
-	// No deadline here: the Store applies its own timeouts and retries,
-	// and a flush that gives up must fail the log anyway.
 	name := objectNameAt(o.prefix, b.seg, b.off, b.watermark)
-	if err := o.store.Put(context.Background(), name, b.buf); err != nil {
-		return fmt.Errorf("commitlog: writing %s: %w", name, err)
+	deadline := time.Now().Add(objectFlushRetryFor)
+	wait := objectFlushBackoff
+	for {
+		err := o.store.Put(context.Background(), name, b.buf)
+		if err == nil {
+			return nil
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("commitlog: writing %s: %w", name, err)
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
 	}
-	return nil
 }
 
 func (o *objectLog) truncate(ctx context.Context, before uint64) error {
