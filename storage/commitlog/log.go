@@ -440,6 +440,7 @@ func (l *Log) acknowledge(order <-chan *batch, slots <-chan struct{}, done chan<
 		}
 		if err != nil && l.failed == nil {
 			l.failed = err
+			close(l.failedCh)
 		}
 		if err == nil {
 			l.stats.Flushes++

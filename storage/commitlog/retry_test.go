@@ -3,6 +3,7 @@ package commitlog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -53,8 +54,16 @@ func TestObjectLogRidesOutStoreOutage(t *testing.T) {
 // server watches to stop (so the master recovers its tablets) instead of
 // serving errors forever.
 func TestFailedSignalled(t *testing.T) {
+	for _, concurrency := range []int{1, 2} {
+		t.Run(fmt.Sprintf("flushes-in-flight-%d", concurrency), func(t *testing.T) {
+			testFailedSignalled(t, concurrency)
+		})
+	}
+}
+
+func testFailedSignalled(t *testing.T, concurrency int) {
 	store := &faultyStore{Store: blob.NewMemory(), fail: func(n int) bool { return true }}
-	l := openLog(t, Options{Store: store, Prefix: "logs"})
+	l := openLog(t, Options{Store: store, Prefix: "logs", FlushConcurrency: concurrency})
 	select {
 	case <-l.Failed():
 		t.Fatal("Failed closed before any flush")
