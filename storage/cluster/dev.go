@@ -225,6 +225,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		Catalog: catalog,
 		Host:    d.host,
 		Store:   store,
+		States:  d.states,
 		Limits:  cfg.Limits,
 		Logger:  d.log,
 	}

@@ -73,6 +73,13 @@ type Options struct {
 	// NewTabletID returns a fresh, unique tablet ID for a new table's
 	// tablet; default <table>-<µs time, hex>-<random hex>-<index>.
 	NewTabletID func(id meta.TableID, index int) string
+	// States are the tablets' saved states: RestoreTable writes the new
+	// tablets' states there. Nil: backups are UNIMPLEMENTED.
+	States tablet.StateStore
+	// MinBackupExpiry is the least time from now a backup's expire_time
+	// may be; default DefaultMinBackupExpiry (Cloud Bigtable's 6 hours),
+	// negative: none.
+	MinBackupExpiry time.Duration
 	// Now is the clock of catalog timestamps; default time.Now.
 	Now func() time.Time
 	// Logger receives events (tables created and deleted, files

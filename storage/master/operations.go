@@ -31,7 +31,11 @@ func (o *operations) add(op *longrunningpb.Operation) {
 	if o.ops == nil {
 		o.ops = make(map[string]*longrunningpb.Operation)
 	}
+	_, known := o.ops[op.Name]
 	o.ops[op.Name] = proto.Clone(op).(*longrunningpb.Operation)
+	if known {
+		return // an update of a running operation (RestoreTable's progress)
+	}
 	o.order = append(o.order, op.Name)
 	if len(o.order) > maxOperations {
 		delete(o.ops, o.order[0])

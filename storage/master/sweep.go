@@ -16,7 +16,10 @@ import (
 // master's rounds, by `tabula dev` and for the files of a dropped table: it
 // lists the store under prefix, lets assign.PlanSweep choose the files no
 // tablet of referenced needs (older than grace at now), and deletes them.
-// It returns the names deleted; an object already gone is not an error.
+// Files an unexpired backup references, or under a table directory a
+// backup or restore in progress marks, are kept (see BackupsPrefix); expired
+// backups are deleted here. It returns the names deleted; an object
+// already gone is not an error.
 //
 // The caller must have read referenced before calling: the listing is
 // taken here, after, so that a file committed in between is either
@@ -26,11 +29,20 @@ func SweepFiles(ctx context.Context, store blob.Store, prefix string, referenced
 	if err != nil {
 		return nil, err
 	}
-	listed := make([]assign.StoredFile, len(list))
-	for i, a := range list {
+	// After the listing: backups in progress or committed (and restores
+	// in progress) keep their files (see BackupsPrefix).
+	retained, err := retainedByBackups(ctx, store, now)
+	if err != nil {
+		return nil, fmt.Errorf("reading the backups: %w", err)
+	}
+	listed := make([]assign.StoredFile, 0, len(list))
+	for _, a := range list {
+		if retained.keeps(a.Name) {
+			continue
+		}
 		// blob.Attrs carries no modification time: names carry the
 		// creation time (tablet.FileCreated).
-		listed[i] = assign.StoredFile{Name: a.Name}
+		listed = append(listed, assign.StoredFile{Name: a.Name})
 	}
 	doomed := assign.PlanSweep(assign.SweepInput{Referenced: referenced, Listed: listed, Grace: grace, Now: now})
 	deleted := make([]string, 0, len(doomed))
