@@ -28,9 +28,9 @@ import (
 // BackupHost is the part of a TableHost that backups need: flushing a
 // table's memtables and returning the saved states of all its tablets.
 type BackupHost interface {
-	// FlushTable flushes every tablet of t and returns their states in
+	// FlushTableStates flushes every tablet of t and returns their states in
 	// key order, covering every row.
-	FlushTable(ctx context.Context, t meta.Table) ([]tabletdesc.State, error)
+	FlushTableStates(ctx context.Context, t meta.Table) ([]tabletdesc.State, error)
 }
 
 // Limits of a backup's expire_time, from the time of the request: Cloud
@@ -229,7 +229,7 @@ func (s *AdminService) CreateBackup(ctx context.Context, req *adminpb.CreateBack
 			s.opts.Logger.Warn("deleting a backup's pending marker", "marker", marker, "err", err)
 		}
 	}()
-	states, err := s.opts.Host.(BackupHost).FlushTable(ctx, t)
+	states, err := s.opts.Host.(BackupHost).FlushTableStates(ctx, t)
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("flushing %s for the backup: %w", tn, err))
 	}

@@ -14,16 +14,16 @@ import (
 // move while it runs.
 const flushTableAttempts = 10
 
-// FlushTable flushes the memtable of every tablet of table t and returns
+// FlushTableStates flushes the memtable of every tablet of table t and returns
 // their saved states in key order, covering every row of the table (one
 // process serving the whole table, tabula dev): a backup's consistent
 // point, tablet by tablet — every write acknowledged before the call is in
 // the states' SSTables. A split during the call makes it start again.
-func (h *Host) FlushTable(ctx context.Context, t meta.Table) ([]tabletdesc.State, error) {
+func (h *Host) FlushTableStates(ctx context.Context, t meta.Table) ([]tabletdesc.State, error) {
 	return h.flushTable(ctx, t, false)
 }
 
-// FlushServedTablets is FlushTable for the tablets of t this Host serves,
+// FlushServedTablets is FlushTableStates for the tablets of t this Host serves,
 // in a cluster where others serve the rest.
 func (h *Host) FlushServedTablets(ctx context.Context, t meta.Table) ([]tabletdesc.State, error) {
 	return h.flushTable(ctx, t, true)
