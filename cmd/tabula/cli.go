@@ -461,7 +461,7 @@ in microseconds since the epoch; without one the server assigns it.`,
 	for _, v := range verbs {
 		cmds = append(cmds, v.command())
 	}
-	return append(cmds, newSetLocalityGroupCommand())
+	return append(append(cmds, newSetLocalityGroupCommand()), newTabletCommands()...)
 }
 
 // countRows counts the rows of rng, asking the server for one stripped

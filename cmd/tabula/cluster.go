@@ -105,7 +105,7 @@ func (r *roleFlags) coord() (coord.Service, error) {
 
 func newMasterCommand() *cobra.Command {
 	var r roleFlags
-	var splitBytes int64
+	var splitBytes, mergeBelow int64
 	var gcInterval, gcGrace time.Duration
 	cmd := &cobra.Command{
 		Use:   "master",
@@ -126,7 +126,7 @@ SIGTERM or SIGINT stops it.`,
 			defer svc.Close()
 			m, err := cluster.StartMaster(ctx, cluster.MasterConfig{
 				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
-				SplitBytes: splitBytes, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
+				SplitBytes: splitBytes, MergeBelow: mergeBelow, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
 				GCInterval: gcInterval, GCGrace: gcGrace, Logger: log, TLS: r.transport,
 			})
 			if err != nil {
@@ -144,6 +144,7 @@ SIGTERM or SIGINT stops it.`,
 	r.register(cmd)
 	f := cmd.Flags()
 	f.Int64Var(&splitBytes, "split-size", tabletserver.DefaultSplitBytes, "the tablet servers' split size, which balancing weighs tablets by")
+	f.Int64Var(&mergeBelow, "merge-below", 0, "merge adjacent tablets of a table both smaller than this many bytes (0: merge only on request, tabula mergetablets)")
 	f.DurationVar(&gcInterval, "gc-interval", cluster.DefaultGCInterval, "how often unreferenced SSTables are collected")
 	f.DurationVar(&gcGrace, "gc-grace", cluster.DefaultGCGrace, "files younger than this are never collected (longer than any compaction)")
 	return cmd

@@ -23,6 +23,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/master"
+	"github.com/tabuladb/tabula/storage/master/adminextpb"
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletserver"
@@ -49,6 +50,10 @@ type MasterConfig struct {
 	// SplitBytes is the tablet servers' split size, which the planner
 	// uses to weigh tablets (0: its default).
 	SplitBytes int64
+	// MergeBelow, when positive, has the master merge adjacent tablets of
+	// a table both smaller than this (see storage/master/merge.go); 0
+	// merges only on request (the admin API's TabletOperations).
+	MergeBelow int64
 	// SessionTTL and LockDelay configure the master's lease.
 	SessionTTL, LockDelay time.Duration
 	// Tick is the assignment loop's period; default 1s.
@@ -132,14 +137,15 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	catalog := NewCoordCatalog(cfg.Coord)
 	servers := &serverClient{conns: m.conns, catalog: catalog}
 	if m.loop, err = master.NewLoop(master.LoopOptions{
-		Coord:    cfg.Coord,
-		Servers:  &eventServers{inner: servers, events: m.events},
-		Metadata: m.md,
-		Name:     m.addr,
-		Tick:     cfg.Tick,
-		Plan:     assign.Config{SplitSize: cfg.SplitBytes},
-		Session:  coord.SessionOptions{Name: "master " + m.addr, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay},
-		Logger:   m.log,
+		Coord:     cfg.Coord,
+		Servers:   &eventServers{inner: servers, events: m.events},
+		Metadata:  m.md,
+		Name:      m.addr,
+		Tick:      cfg.Tick,
+		Plan:      assign.Config{SplitSize: cfg.SplitBytes, MergeBelow: cfg.MergeBelow},
+		AutoMerge: cfg.MergeBelow > 0,
+		Session:   coord.SessionOptions{Name: "master " + m.addr, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay},
+		Logger:    m.log,
 	}); err != nil {
 		return nil, err
 	}
@@ -156,6 +162,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	m.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes)}, tlsconfig.ServerOptions(cfg.TLS.Server)...)...)
 	admin.Register(m.grpc)
 	clusterpb.RegisterServerReportsServer(m.grpc, &serverReportsService{m: m})
+	adminextpb.RegisterTabletOperationsServer(m.grpc, &masterTabletOps{m: m})
 	healthpb.RegisterHealthServer(m.grpc, health.NewServer())
 	go func() { _ = m.grpc.Serve(m.lis) }()
 	if cfg.HTTPAddr != "" {

@@ -171,6 +171,7 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 			complete = false
 			continue
 		}
+		users = m.finishMerges(ctx, start, l.End, users)
 		users = m.finishSplits(ctx, start, l.End, users)
 		for _, e := range users {
 			u := e.Location()

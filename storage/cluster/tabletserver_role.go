@@ -204,6 +204,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	bigtablepb.RegisterBigtableServer(s.grpc, authview.Wrap(s.gateway, authview.Options{Catalog: NewCoordCatalog(cfg.Coord)}))
 	scriptpb.RegisterScriptsServer(s.grpc, tabletserver.NewScriptService(s.host, tabletserver.ScriptOptions{Logger: s.log}))
 	clusterpb.RegisterTabletControlServer(s.grpc, newTabletControlService(s))
+	clusterpb.RegisterTabletOpsServer(s.grpc, &tabletOpsService{s: s})
 	clusterpb.RegisterLocatorServer(s.grpc, &locatorService{kv: cfg.Coord})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)

@@ -85,9 +85,13 @@ type LoopOptions struct {
 	// Tick is the period of rounds when nothing happens (timeouts, lock
 	// delays ending). Default 1s.
 	Tick time.Duration
-	// Plan tunes the planner. Merges are always off: the loop cannot carry
-	// them out yet.
+	// Plan tunes the planner. Its merges of small neighbours are off unless
+	// AutoMerge is set; merges asked for (RequestMerge) are always carried
+	// out. Merges need a Metadata that is a TabletMerger.
 	Plan assign.Config
+	// AutoMerge lets the planner merge adjacent tablets both smaller than
+	// Plan.MergeBelow (see merge.go).
+	AutoMerge bool
 	// Session configures the master's coord session.
 	Session coord.SessionOptions
 	// EpochBlock is how many epochs are reserved per compare-and-set.
@@ -163,8 +167,12 @@ type LoopOptions struct {
 type Loop struct {
 	opts LoopOptions
 
-	mu     sync.Mutex
-	splits []assign.Split // reported, not yet seen in METADATA
+	// poke asks the running term for a round now.
+	poke chan struct{}
+
+	mu        sync.Mutex
+	splits    []assign.Split // reported, not yet seen in METADATA
+	mergeReqs []*mergeRequest
 	// leading is set while this Loop holds the master lock; observed
 	// is the State of its last round (for status pages).
 	leading  bool
@@ -233,8 +241,10 @@ func NewLoop(opts LoopOptions) (*Loop, error) {
 	if opts.Session.Name == "" {
 		opts.Session.Name = "master"
 	}
-	opts.Plan.NoMerge = true
-	return &Loop{opts: opts}, nil
+	if !opts.AutoMerge {
+		opts.Plan.NoMerge = true
+	}
+	return &Loop{opts: opts, poke: make(chan struct{}, 1)}, nil
 }
 
 // ReportSplit records a split a tablet server reports having committed to

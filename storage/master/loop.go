@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +42,10 @@ type term struct {
 	serverTTL time.Duration
 	// sorted receives the outcome of the SortLog calls under way.
 	sorted chan sortOutcome
+	// merging holds the merges under way, by left tablet; merged receives
+	// their outcomes (merge.go).
+	merging map[assign.TabletID]assign.MergeUnderway
+	merged  chan mergeOutcome
 }
 
 type sortOutcome struct {
@@ -73,11 +78,14 @@ func (c *Loop) lead(ctx context.Context, sess coord.Session, lock coord.Lock) er
 		fenced:    make(map[string]time.Time),
 		serverTTL: c.opts.ServerTTL,
 		sorted:    make(chan sortOutcome, 16),
+		merging:   make(map[assign.TabletID]assign.MergeUnderway),
+		merged:    make(chan mergeOutcome, 16),
 	}
 	if t.serverTTL <= 0 {
 		t.serverTTL = sess.TTL()
 	}
 	err := t.run(ctx)
+	c.failMergeRequests(fmt.Errorf("master: the term carrying the merge out ended (METADATA tells whether it was committed): %w", errLost))
 	if t.lost() {
 		return errLost
 	}
@@ -153,6 +161,9 @@ func (t *term) run(ctx context.Context) error {
 			t.apply(ev)
 		case r := <-t.sorted:
 			t.sortDone(r)
+		case o := <-t.merged:
+			t.mergeDone(o)
+		case <-t.c.poke:
 		case <-wake:
 		}
 		stop()
@@ -380,6 +391,13 @@ func (t *term) observe(ctx context.Context) (assign.State, error) {
 	t.c.mu.Lock()
 	t.c.splits = pendingSplits(t.c.splits, st.Tablets)
 	st.Splits = slices.Clone(t.c.splits)
+	t.c.mu.Unlock()
+	for _, m := range t.merging {
+		st.Merges = append(st.Merges, m)
+	}
+	slices.SortFunc(st.Merges, func(a, b assign.MergeUnderway) int { return strings.Compare(string(a.Left), string(b.Left)) })
+	st.MergeRequests = t.c.pendingMergeRequests(st.Tablets)
+	t.c.mu.Lock()
 	t.c.observed = st
 	t.c.mu.Unlock()
 	return st, nil
@@ -428,6 +446,8 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 		}}
 	case assign.SortLog:
 		t.startSort(ctx, st, a.Server)
+	case assign.Merge:
+		t.startMerge(ctx, st, tablets, a)
 	case assign.Rescan:
 		// METADATA is read afresh every round.
 	}

@@ -96,6 +96,7 @@ const (
 	QualParent      = "parent"      // parent tablet ID
 	QualSplitInto   = "split_into"  // JSON []string
 	QualSplitKey    = "split_key"   // raw
+	QualMergedFrom  = "merged_from" // JSON []string: the tablets a merge made this one of
 )
 
 // Event kinds of FamilyLog (others may be added; readers keep unknown kinds).
@@ -367,6 +368,11 @@ func StateMutation(table TableID, st tabletdesc.State, ts int64) (cell.RowMutati
 	if st.SplitKey != nil {
 		set(QualSplitKey, slices.Clone(st.SplitKey))
 	}
+	if st.MergedFrom != nil {
+		if err := setJSON(QualMergedFrom, st.MergedFrom); err != nil {
+			return cell.RowMutation{}, err
+		}
+	}
 	return cell.RowMutation{Row: MetadataRowKey(table, st.End), Mutations: ms}, nil
 }
 
@@ -510,6 +516,8 @@ func parseStateCell(st *tabletdesc.State, key []byte, q string, v []byte) error 
 		err = unmarshal(&st.SplitInto)
 	case q == QualSplitKey:
 		st.SplitKey = slices.Clone(v)
+	case q == QualMergedFrom:
+		err = unmarshal(&st.MergedFrom)
 	}
 	return err
 }

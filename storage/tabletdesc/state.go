@@ -52,6 +52,11 @@ type State struct {
 	// (left, right) at SplitKey; it is no longer served.
 	SplitInto []string `json:"split_into,omitempty"`
 	SplitKey  []byte   `json:"split_key,omitempty"`
+	// MergedFrom, when set, says the tablet was made by merging these
+	// adjacent tablets (left, right): its files are theirs. METADATA's row
+	// of a merged tablet records it until the merge is finished (the
+	// left tablet's row deleted).
+	MergedFrom []string `json:"merged_from,omitempty"`
 }
 
 // Range returns the tablet's row range [Start, End).
@@ -79,6 +84,7 @@ func (s State) Clone() State {
 	out.Families = slices.Clone(s.Families)
 	out.Drops = maps.Clone(s.Drops)
 	out.SplitInto = slices.Clone(s.SplitInto)
+	out.MergedFrom = slices.Clone(s.MergedFrom)
 	return out
 }
 

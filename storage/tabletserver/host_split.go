@@ -133,18 +133,48 @@ func (h *Host) SplitTablet(ctx context.Context, id meta.TableID, tabletID string
 	if h.opts.Partial && id == meta.MetadataTable {
 		return fmt.Errorf("tablet %s: METADATA tablets do not split: %w", tabletID, tablet.ErrCannotSplit)
 	}
-	children, err := h.splitTablet(ctx, id, tabletID)
+	_, err := h.SplitTabletAt(ctx, id, tabletID, nil)
+	return err
+}
+
+// SplitTabletAt is SplitTablet at row key (nil: a middle key chosen by
+// size), returning the children. A key not strictly inside the tablet's
+// range is an error and changes nothing. It is the forced split of the
+// admin API (the cluster's TabletOps service).
+func (h *Host) SplitTabletAt(ctx context.Context, id meta.TableID, tabletID string, key []byte) ([]TabletInfo, error) {
+	if h.opts.Partial && id == meta.MetadataTable {
+		return nil, fmt.Errorf("tablet %s: METADATA tablets do not split: %w", tabletID, tablet.ErrCannotSplit)
+	}
+	children, err := h.splitTablet(ctx, id, tabletID, key)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if h.opts.OnSplit != nil {
 		h.reportSplit(ctx, id, tabletID, children)
 	}
-	return nil
+	return children, nil
 }
 
-// splitTablet is SplitTablet without the report: it returns the children.
-func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string) ([]TabletInfo, error) {
+// CompactTablet runs a compaction of the open tablet tabletID of table id:
+// major (every SSTable of each group rewritten into one, within the
+// tablet's range, dropping deleted data) or merging.
+func (h *Host) CompactTablet(ctx context.Context, id meta.TableID, tabletID string, major bool) error {
+	st, err := h.table(id)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(st.list(), func(tb *tablet.Tablet) bool { return tb.ID() == tabletID })
+	if i < 0 {
+		return fmt.Errorf("tablet %s of table %s: %w", tabletID, id, ErrTabletNotHere)
+	}
+	return st.list()[i].Compact(ctx, major)
+}
+
+// ErrTabletNotHere: the Host does not serve the tablet asked for.
+var ErrTabletNotHere = errors.New("tabletserver: tablet not served here")
+
+// splitTablet is SplitTabletAt without the report: it returns the children.
+func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string, key []byte) ([]TabletInfo, error) {
 	st, err := h.table(id)
 	if err != nil {
 		return nil, err
@@ -157,7 +187,7 @@ func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string
 	tabs := st.list()
 	i := slices.IndexFunc(tabs, func(tb *tablet.Tablet) bool { return tb.ID() == tabletID })
 	if i < 0 {
-		return nil, fmt.Errorf("tablet %s of table %s is not open here", tabletID, id)
+		return nil, fmt.Errorf("tablet %s of table %s: %w", tabletID, id, ErrTabletNotHere)
 	}
 	parent := tabs[i]
 	h.mu.Lock()
@@ -168,7 +198,7 @@ func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string
 		delete(h.splitting, tabletID)
 		h.mu.Unlock()
 	}()
-	res, err := parent.Split(ctx)
+	res, err := parent.SplitAt(ctx, key)
 	if err != nil {
 		return nil, err
 	}

@@ -248,20 +248,35 @@ func (p *planner) bestMove(meanC, meanB float64, allowSplitting bool) (*tab, *sr
 	return bt, bf, bd
 }
 
-// merge proposes merges of small adjacent user tablets of one table, both
+// merge carries out the merges requested (whatever the tablets' sizes),
+// then proposes merges of small adjacent user tablets of one table, both
 // served and settled, within the budget of merges under way.
-func (p *planner) merge(underway int) {
-	if p.cfg.NoMerge {
-		return
-	}
+func (p *planner) merge(underway int, requests []MergeUnderway) {
 	budget := p.cfg.MaxMerges - underway
 	settled := func(t *tab) bool {
 		return t.Kind == User && t.holder != nil && !t.acted && !t.unloading && !t.splitting &&
-			!t.merging && !t.shadowed && !t.conflict && t.size < p.cfg.MergeBelow
+			!t.merging && !t.shadowed && !t.conflict
 	}
+	for _, r := range requests {
+		if budget <= 0 {
+			return
+		}
+		a, okA := p.byID[r.Left]
+		b, okB := p.byID[r.Right]
+		if !okA || !okB || a.Table != b.Table || a.End == "" || a.End != b.Start || !settled(a) || !settled(b) {
+			continue
+		}
+		a.acted, b.acted = true, true
+		budget--
+		p.emit(Action{Kind: Merge, Table: a.Table, Tablet: a.ID, Right: b.ID, Reason: "requested"})
+	}
+	if p.cfg.NoMerge {
+		return
+	}
+	small := func(t *tab) bool { return settled(t) && t.size < p.cfg.MergeBelow }
 	for i := 0; i+1 < len(p.tablets) && budget > 0; i++ {
 		a, b := p.tablets[i], p.tablets[i+1]
-		if a.Table != b.Table || a.End == "" || a.End != b.Start || !settled(a) || !settled(b) ||
+		if a.Table != b.Table || a.End == "" || a.End != b.Start || !small(a) || !small(b) ||
 			a.size+b.size >= p.cfg.SplitSize {
 			continue
 		}

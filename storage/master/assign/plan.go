@@ -31,7 +31,7 @@ func Plan(st State, cfg Config) []Action {
 	p.markConflicts()
 	p.assign()
 	p.drain()
-	p.merge(len(st.Merges))
+	p.merge(len(st.Merges), st.MergeRequests)
 	p.balance()
 	return p.out
 }

@@ -153,6 +153,11 @@ type State struct {
 	Splits []Split
 	// Merges under way.
 	Merges []MergeUnderway
+	// MergeRequests are merges asked for (by an operator, through the
+	// admin API), not yet under way: Plan emits a Merge for each whose two
+	// tablets are adjacent, served and settled, whatever their sizes and
+	// Config.NoMerge, within Config.MaxMerges.
+	MergeRequests []MergeUnderway
 }
 
 // Config tunes Plan. The zero value means defaults.

@@ -1,0 +1,201 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
+	"github.com/tabuladb/tabula/storage/master"
+	"github.com/tabuladb/tabula/storage/master/adminextpb"
+	"github.com/tabuladb/tabula/storage/master/assign"
+	"github.com/tabuladb/tabula/storage/meta"
+)
+
+// masterTabletOps is the master's TabletOperations (the admin extension
+// of storage/master/adminextpb/tablets.proto): forced splits, merges and
+// compactions of the tablet holding a row, as the fault campaign's
+// nemesis and operators ask for them. Only the active master acts; it
+// finds the tablet and its server in the State of its last round.
+type masterTabletOps struct {
+	adminextpb.UnimplementedTabletOperationsServer
+	m *Master
+}
+
+// servedTablet is a tablet of the last round's State and the server
+// holding it ("" if none).
+type servedTablet struct {
+	assign.Tablet
+	server assign.ServerID
+}
+
+// tableTablets returns the tablets of table (projects/P/instances/I/tables/T)
+// in row order, as the active master last saw them.
+func (o *masterTabletOps) tableTablets(name string) (meta.TableID, []servedTablet, error) {
+	id, err := meta.ParseTableName(name)
+	if err != nil {
+		return meta.TableID{}, nil, status.Errorf(codes.InvalidArgument, "table: %v", err)
+	}
+	if id == meta.MetadataTable {
+		return meta.TableID{}, nil, status.Error(codes.FailedPrecondition, "table: METADATA's tablets are the master's own")
+	}
+	if !o.m.Leading() {
+		return meta.TableID{}, nil, status.Error(codes.Unavailable, "this master is a standby: ask the active master (the master key's value in the lock service, or any tablet server, which forwards)")
+	}
+	st := o.m.loop.Observed()
+	holders := make(map[assign.TabletID]assign.ServerID)
+	for _, s := range st.Live {
+		for _, sv := range s.Serving {
+			holders[sv.ID] = s.ID
+		}
+	}
+	var out []servedTablet
+	for _, tb := range st.Tablets {
+		if tb.Table == id.String() {
+			out = append(out, servedTablet{Tablet: tb, server: holders[tb.ID]})
+		}
+	}
+	if len(out) == 0 {
+		return meta.TableID{}, nil, status.Errorf(codes.NotFound, "table %s: no tablets in METADATA (no such table, or the master has not read it yet)", name)
+	}
+	slices.SortFunc(out, func(a, b servedTablet) int { return bytes.Compare([]byte(a.Start), []byte(b.Start)) })
+	return id, out, nil
+}
+
+// holding returns the index of the tablet of tabs holding row.
+func holding(tabs []servedTablet, row []byte) int {
+	return slices.IndexFunc(tabs, func(t servedTablet) bool {
+		return string(row) >= t.Start && (t.End == "" || string(row) < t.End)
+	})
+}
+
+func tabletInfoPB(t servedTablet) *adminextpb.TabletInfo {
+	return &adminextpb.TabletInfo{TabletId: string(t.ID), StartKey: []byte(t.Start), EndKey: []byte(t.End), Server: string(t.server)}
+}
+
+// heldTablet finds the tablet holding row and checks it is served.
+func (o *masterTabletOps) heldTablet(table string, row []byte) (meta.TableID, []servedTablet, int, error) {
+	id, tabs, err := o.tableTablets(table)
+	if err != nil {
+		return id, nil, 0, err
+	}
+	i := holding(tabs, row)
+	if i < 0 {
+		return id, nil, 0, status.Errorf(codes.Unavailable, "row_key %q: no tablet of %s holds it in METADATA as last read (a split or merge under way): retry", row, table)
+	}
+	if tabs[i].server == "" {
+		return id, nil, 0, status.Errorf(codes.Unavailable, "tablet %s is not served at the moment (moving, recovering or merging): retry", tabs[i].ID)
+	}
+	return id, tabs, i, nil
+}
+
+func (o *masterTabletOps) SplitTablet(ctx context.Context, req *adminextpb.SplitTabletRequest) (*adminextpb.SplitTabletResponse, error) {
+	id, tabs, i, err := o.heldTablet(req.GetTable(), req.GetRowKey())
+	if err != nil {
+		return nil, err
+	}
+	t := tabs[i]
+	if k := string(req.GetSplitKey()); k != "" && (k <= t.Start || (t.End != "" && k >= t.End)) {
+		return nil, status.Errorf(codes.InvalidArgument, "split_key %q: not strictly inside tablet %s's range [%q, %q)", k, t.ID, t.Start, t.End)
+	}
+	cc, err := o.m.conns.get(meta.ServerAddr(string(t.server)))
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "server %s: %v", t.server, err)
+	}
+	resp, err := clusterpb.NewTabletOpsClient(cc).SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: id.String(), TabletId: string(t.ID), SplitKey: req.GetSplitKey()})
+	if err != nil {
+		return nil, err
+	}
+	out := &adminextpb.SplitTabletResponse{ParentId: string(t.ID)}
+	for _, c := range resp.GetChildren() {
+		out.Children = append(out.Children, &adminextpb.TabletInfo{TabletId: c.GetTabletId(), StartKey: c.GetStartKey(), EndKey: c.GetEndKey(), Server: string(t.server)})
+	}
+	return out, nil
+}
+
+func (o *masterTabletOps) MergeTablets(ctx context.Context, req *adminextpb.MergeTabletsRequest) (*adminextpb.MergeTabletsResponse, error) {
+	_, tabs, i, err := o.heldTablet(req.GetTable(), req.GetRowKey())
+	if err != nil {
+		return nil, err
+	}
+	if i+1 >= len(tabs) || tabs[i].End == "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "row_key %q: tablet %s is the table's last; it has no right neighbour to merge with", req.GetRowKey(), tabs[i].ID)
+	}
+	left, right := tabs[i], tabs[i+1]
+	if right.Start != left.End {
+		return nil, status.Errorf(codes.Unavailable, "tablets %s and %s are not adjacent in METADATA as last read: retry", left.ID, right.ID)
+	}
+	merged, err := o.m.loop.RequestMerge(ctx, left.Tablet.Table, left.ID, right.ID)
+	switch {
+	case err == nil:
+	case errors.Is(err, master.ErrNoMerge):
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case ctx.Err() != nil:
+		return nil, status.FromContextError(ctx.Err()).Err()
+	default:
+		return nil, status.Errorf(codes.Unavailable, "merging %s and %s: %v", left.ID, right.ID, err)
+	}
+	return &adminextpb.MergeTabletsResponse{LeftId: string(left.ID), RightId: string(right.ID),
+		Merged: tabletInfoPB(servedTablet{Tablet: merged})}, nil
+}
+
+func (o *masterTabletOps) CompactTablet(ctx context.Context, req *adminextpb.CompactTabletRequest) (*adminextpb.CompactTabletResponse, error) {
+	id, tabs, i, err := o.heldTablet(req.GetTable(), req.GetRowKey())
+	if err != nil {
+		return nil, err
+	}
+	t := tabs[i]
+	cc, err := o.m.conns.get(meta.ServerAddr(string(t.server)))
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "server %s: %v", t.server, err)
+	}
+	if _, err := clusterpb.NewTabletOpsClient(cc).CompactTablet(ctx, &clusterpb.CompactTabletRequest{Table: id.String(), TabletId: string(t.ID), Major: req.GetMajor()}); err != nil {
+		return nil, err
+	}
+	return &adminextpb.CompactTabletResponse{TabletId: string(t.ID)}, nil
+}
+
+func (o *masterTabletOps) ListTablets(ctx context.Context, req *adminextpb.ListTabletsRequest) (*adminextpb.ListTabletsResponse, error) {
+	_, tabs, err := o.tableTablets(req.GetTable())
+	if err != nil {
+		return nil, err
+	}
+	out := &adminextpb.ListTabletsResponse{}
+	for _, t := range tabs {
+		out.Tablets = append(out.Tablets, tabletInfoPB(t))
+	}
+	return out, nil
+}
+
+// Compact implements master.TabletCompactor over TabletOps.
+func (s *serverClient) Compact(ctx context.Context, server, table, tabletID string, major bool) error {
+	cc, err := s.conns.get(meta.ServerAddr(server))
+	if err != nil {
+		return err
+	}
+	_, err = clusterpb.NewTabletOpsClient(cc).CompactTablet(ctx, &clusterpb.CompactTabletRequest{Table: table, TabletId: tabletID, Major: major})
+	return err
+}
+
+var _ master.TabletCompactor = (*serverClient)(nil)
+
+// Compact implements master.TabletCompactor, recording the compaction as
+// an event.
+func (e *eventServers) Compact(ctx context.Context, server, table, tabletID string, major bool) error {
+	err := e.inner.Compact(ctx, server, table, tabletID, major)
+	detail := "major"
+	if !major {
+		detail = "merging"
+	}
+	if err != nil {
+		detail += ": " + err.Error()
+	}
+	e.events.add(event{Kind: "compact", Tablet: tabletID, Server: server, Detail: detail})
+	return err
+}
+
+var _ master.TabletCompactor = (*eventServers)(nil)
