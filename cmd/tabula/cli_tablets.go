@@ -20,13 +20,17 @@ import (
 
 func printTablets(w io.Writer, tabs []*adminextpb.TabletInfo) error {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "TABLET\tSTART\tEND\tSERVER")
+	fmt.Fprintln(tw, "TABLET\tSTART\tEND\tSERVER\tBYTES")
 	for _, t := range tabs {
 		server := t.GetServer()
 		if server == "" {
 			server = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%q\t%q\t%s\n", t.GetTabletId(), t.GetStartKey(), t.GetEndKey(), server)
+		size := fmt.Sprint(t.GetBytes())
+		if t.GetSharesFiles() {
+			size = "≥" + size // files shared with a split sibling
+		}
+		fmt.Fprintf(tw, "%s\t%q\t%q\t%s\t%s\n", t.GetTabletId(), t.GetStartKey(), t.GetEndKey(), server, size)
 	}
 	return tw.Flush()
 }

@@ -47,14 +47,6 @@ func newMergedID() string {
 	return fmt.Sprintf("t%013x%s", time.Now().UnixMicro(), hex.EncodeToString(b[:]))
 }
 
-// fileWithin reports whether every key of f is a row of r.
-func fileWithin(f tabletdesc.FileMeta, r tabletdesc.KeyRange) bool {
-	if bytes.Compare(f.SmallestKey, cell.RowPrefix(r.Start)) < 0 {
-		return false
-	}
-	return len(r.End) == 0 || bytes.Compare(f.LargestKey, cell.RowPrefix(r.End)) < 0
-}
-
 // mergedState returns the state of tablet id merging l and r, the saved
 // states of adjacent tablets l = [S, K) and r = [K, E), or an error saying
 // why they cannot be merged as they are: not adjacent, one of them split
@@ -84,7 +76,7 @@ func mergedState(l, r tabletdesc.State, id string) (tabletdesc.State, error) {
 	for _, s := range []tabletdesc.State{l, r} {
 		for g, fs := range s.Groups {
 			for _, f := range fs {
-				if !fileWithin(f, s.Range()) {
+				if s.SharesFiles() {
 					return tabletdesc.State{}, fmt.Errorf("tablet %s: SSTable %s reaches beyond its range (not compacted since its split)", s.ID, f.Name)
 				}
 				if !seen[f.Name] {

@@ -50,7 +50,7 @@ func (s *serverClient) List(ctx context.Context, server string) ([]assign.Served
 	}
 	out := make([]assign.Served, 0, len(resp.GetTablets()))
 	for _, t := range resp.GetTablets() {
-		out = append(out, assign.Served{ID: assign.TabletID(t.GetTabletId()), Table: t.GetTable(), Start: string(t.GetStartKey()), End: string(t.GetEndKey()), Bytes: t.GetBytes(), Splitting: t.GetSplitting()})
+		out = append(out, assign.Served{ID: assign.TabletID(t.GetTabletId()), Table: t.GetTable(), Start: string(t.GetStartKey()), End: string(t.GetEndKey()), Bytes: t.GetBytes(), Splitting: t.GetSplitting(), SharesFiles: t.GetSharesFiles()})
 	}
 	return out, nil
 }

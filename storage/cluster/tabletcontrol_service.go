@@ -145,7 +145,7 @@ func (c *tabletControlService) ListTablets(ctx context.Context, _ *clusterpb.Lis
 	for _, t := range c.s.host.ServedTablets() {
 		resp.Tablets = append(resp.Tablets, &clusterpb.ServedTablet{
 			Table: t.Table.String(), TabletId: t.ID, StartKey: t.Start, EndKey: t.End, Bytes: t.Bytes,
-			Loading: t.Loading, Unloading: t.Unloading, Splitting: t.Splitting,
+			Loading: t.Loading, Unloading: t.Unloading, Splitting: t.Splitting, SharesFiles: t.SharesFiles,
 		})
 	}
 	return resp, nil

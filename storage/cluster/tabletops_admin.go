@@ -31,6 +31,7 @@ type masterTabletOps struct {
 type servedTablet struct {
 	assign.Tablet
 	server assign.ServerID
+	served assign.Served
 }
 
 // tableTablets returns the tablets of table (projects/P/instances/I/tables/T)
@@ -48,15 +49,17 @@ func (o *masterTabletOps) tableTablets(name string) (meta.TableID, []servedTable
 	}
 	st := o.m.loop.Observed()
 	holders := make(map[assign.TabletID]assign.ServerID)
+	reports := make(map[assign.TabletID]assign.Served)
 	for _, s := range st.Live {
 		for _, sv := range s.Serving {
 			holders[sv.ID] = s.ID
+			reports[sv.ID] = sv
 		}
 	}
 	var out []servedTablet
 	for _, tb := range st.Tablets {
 		if tb.Table == id.String() {
-			out = append(out, servedTablet{Tablet: tb, server: holders[tb.ID]})
+			out = append(out, servedTablet{Tablet: tb, server: holders[tb.ID], served: reports[tb.ID]})
 		}
 	}
 	if len(out) == 0 {
@@ -74,7 +77,8 @@ func holding(tabs []servedTablet, row []byte) int {
 }
 
 func tabletInfoPB(t servedTablet) *adminextpb.TabletInfo {
-	return &adminextpb.TabletInfo{TabletId: string(t.ID), StartKey: []byte(t.Start), EndKey: []byte(t.End), Server: string(t.server)}
+	return &adminextpb.TabletInfo{TabletId: string(t.ID), StartKey: []byte(t.Start), EndKey: []byte(t.End), Server: string(t.server),
+		Bytes: t.served.Bytes, SharesFiles: t.served.SharesFiles}
 }
 
 // heldTablet finds the tablet holding row and checks it is served.

@@ -226,6 +226,7 @@ func fullState(t *testing.T) tabletdesc.State {
 		Parent:     "t-3",
 		SplitInto:  []string{"t-18", "t-19"},
 		SplitKey:   []byte("h\x00"),
+		MergedFrom: []string{"t-1", "t-2"},
 	}
 	v := reflect.ValueOf(st)
 	for i := 0; i < v.NumField(); i++ {

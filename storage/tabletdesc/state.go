@@ -1,9 +1,12 @@
 package tabletdesc
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/tabuladb/tabula/storage/cell"
 )
 
 // FileMeta describes one SSTable of a tablet.
@@ -61,6 +64,26 @@ type State struct {
 
 // Range returns the tablet's row range [Start, End).
 func (s State) Range() KeyRange { return KeyRange{Start: s.Start, End: s.End} }
+
+// SharesFiles reports whether some SSTable of the state holds rows outside
+// the tablet's range: a split child's files are its parent's until a
+// compaction rewrites them, so the tablet's own bytes cannot be read off
+// its files' sizes, and a merge would see its sibling's rows again.
+func (s State) SharesFiles() bool {
+	lo := cell.RowPrefix(s.Start)
+	var hi []byte
+	if len(s.End) > 0 {
+		hi = cell.RowPrefix(s.End)
+	}
+	for _, fs := range s.Groups {
+		for _, f := range fs {
+			if bytes.Compare(f.SmallestKey, lo) < 0 || (hi != nil && bytes.Compare(f.LargestKey, hi) >= 0) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Files returns the names of every SSTable the state references.
 func (s State) Files() []string {

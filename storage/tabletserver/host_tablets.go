@@ -35,6 +35,9 @@ type ServedTablet struct {
 	// serves; it is being flushed and closed). Splitting: the Host is
 	// splitting the tablet.
 	Loading, Unloading, Splitting bool
+	// SharesFiles: some SSTable of the tablet holds rows outside its range
+	// (tabletdesc.State.SharesFiles), so Bytes undercounts what it stores.
+	SharesFiles bool
 }
 
 // errHostClosed is returned by the calls that open tablets on a closed Host.
@@ -420,7 +423,8 @@ func (h *Host) ServedTablets() []ServedTablet {
 	describe := func(table meta.TableID, tb *tablet.Tablet) ServedTablet {
 		r := tb.Range()
 		own, _ := tabletBytes(tb) // zero for a tablet closed meanwhile
-		return ServedTablet{Table: table, ID: tb.ID(), Start: r.Start, End: r.End, Bytes: own, Splitting: splitting[tb.ID()]}
+		return ServedTablet{Table: table, ID: tb.ID(), Start: r.Start, End: r.End, Bytes: own, Splitting: splitting[tb.ID()],
+			SharesFiles: tb.State().SharesFiles()}
 	}
 	for id, st := range tables {
 		for _, tb := range st.list() {

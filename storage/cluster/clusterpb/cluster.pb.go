@@ -288,9 +288,12 @@ type ServedTablet struct {
 	// Estimated bytes of the tablet's own rows.
 	Bytes int64 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// Set while the tablet is being loaded, unloaded or split.
-	Loading       bool `protobuf:"varint,6,opt,name=loading,proto3" json:"loading,omitempty"`
-	Unloading     bool `protobuf:"varint,7,opt,name=unloading,proto3" json:"unloading,omitempty"`
-	Splitting     bool `protobuf:"varint,8,opt,name=splitting,proto3" json:"splitting,omitempty"`
+	Loading   bool `protobuf:"varint,6,opt,name=loading,proto3" json:"loading,omitempty"`
+	Unloading bool `protobuf:"varint,7,opt,name=unloading,proto3" json:"unloading,omitempty"`
+	Splitting bool `protobuf:"varint,8,opt,name=splitting,proto3" json:"splitting,omitempty"`
+	// Some SSTable of the tablet holds rows outside its range (a split
+	// child's files not yet compacted): bytes undercounts what it stores.
+	SharesFiles   bool `protobuf:"varint,9,opt,name=shares_files,json=sharesFiles,proto3" json:"shares_files,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,6 +380,13 @@ func (x *ServedTablet) GetUnloading() bool {
 func (x *ServedTablet) GetSplitting() bool {
 	if x != nil {
 		return x.Splitting
+	}
+	return false
+}
+
+func (x *ServedTablet) GetSharesFiles() bool {
+	if x != nil {
+		return x.SharesFiles
 	}
 	return false
 }
@@ -1027,7 +1037,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x13UnloadTabletRequest\x12\x1b\n" +
 	"\ttablet_id\x18\x01 \x01(\tR\btabletId\"\x16\n" +
 	"\x14UnloadTabletResponse\"\x14\n" +
-	"\x12ListTabletsRequest\"\xe3\x01\n" +
+	"\x12ListTabletsRequest\"\x86\x02\n" +
 	"\fServedTablet\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x1b\n" +
 	"\ttablet_id\x18\x02 \x01(\tR\btabletId\x12\x1b\n" +
@@ -1036,7 +1046,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x12\x18\n" +
 	"\aloading\x18\x06 \x01(\bR\aloading\x12\x1c\n" +
 	"\tunloading\x18\a \x01(\bR\tunloading\x12\x1c\n" +
-	"\tsplitting\x18\b \x01(\bR\tsplitting\"m\n" +
+	"\tsplitting\x18\b \x01(\bR\tsplitting\x12!\n" +
+	"\fshares_files\x18\t \x01(\bR\vsharesFiles\"m\n" +
 	"\x13ListTabletsResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x129\n" +
 	"\atablets\x18\x02 \x03(\v2\x1f.tabula.cluster.v1.ServedTabletR\atablets\"4\n" +

@@ -95,7 +95,12 @@ type TabletInfo struct {
 	// Empty: the end of the table.
 	EndKey []byte `protobuf:"bytes,3,opt,name=end_key,json=endKey,proto3" json:"end_key,omitempty"`
 	// The tablet server holding it ("" while unassigned).
-	Server        string `protobuf:"bytes,4,opt,name=server,proto3" json:"server,omitempty"`
+	Server string `protobuf:"bytes,4,opt,name=server,proto3" json:"server,omitempty"`
+	// The bytes of its own rows, as its server last estimated them (0:
+	// unknown); shares_files: some of its SSTables hold rows outside its
+	// range (a split child not yet compacted), so bytes undercounts it.
+	Bytes         int64 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	SharesFiles   bool  `protobuf:"varint,6,opt,name=shares_files,json=sharesFiles,proto3" json:"shares_files,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -156,6 +161,20 @@ func (x *TabletInfo) GetServer() string {
 		return x.Server
 	}
 	return ""
+}
+
+func (x *TabletInfo) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *TabletInfo) GetSharesFiles() bool {
+	if x != nil {
+		return x.SharesFiles
+	}
+	return false
 }
 
 type SplitTabletResponse struct {
@@ -528,13 +547,15 @@ const file_tablets_proto_rawDesc = "" +
 	"\x12SplitTabletRequest\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x17\n" +
 	"\arow_key\x18\x02 \x01(\fR\x06rowKey\x12\x1b\n" +
-	"\tsplit_key\x18\x03 \x01(\fR\bsplitKey\"w\n" +
+	"\tsplit_key\x18\x03 \x01(\fR\bsplitKey\"\xb0\x01\n" +
 	"\n" +
 	"TabletInfo\x12\x1b\n" +
 	"\ttablet_id\x18\x01 \x01(\tR\btabletId\x12\x1b\n" +
 	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12\x17\n" +
 	"\aend_key\x18\x03 \x01(\fR\x06endKey\x12\x16\n" +
-	"\x06server\x18\x04 \x01(\tR\x06server\"k\n" +
+	"\x06server\x18\x04 \x01(\tR\x06server\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x12!\n" +
+	"\fshares_files\x18\x06 \x01(\bR\vsharesFiles\"k\n" +
 	"\x13SplitTabletResponse\x12\x1b\n" +
 	"\tparent_id\x18\x01 \x01(\tR\bparentId\x127\n" +
 	"\bchildren\x18\x02 \x03(\v2\x1b.tabula.admin.v1.TabletInfoR\bchildren\"D\n" +

@@ -273,11 +273,13 @@ func (p *planner) merge(underway int, requests []MergeUnderway) {
 	if p.cfg.NoMerge {
 		return
 	}
-	small := func(t *tab) bool { return settled(t) && t.size < p.cfg.MergeBelow }
+	small := func(t *tab) bool { return settled(t) && !t.shares && t.size < p.cfg.MergeBelow }
 	for i := 0; i+1 < len(p.tablets) && budget > 0; i++ {
 		a, b := p.tablets[i], p.tablets[i+1]
+		// Half the split size at most, so that a merged tablet does not
+		// split again at once.
 		if a.Table != b.Table || a.End == "" || a.End != b.Start || !small(a) || !small(b) ||
-			a.size+b.size >= p.cfg.SplitSize {
+			a.size+b.size >= p.cfg.SplitSize/2 {
 			continue
 		}
 		a.acted, b.acted = true, true

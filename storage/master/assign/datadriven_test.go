@@ -18,11 +18,12 @@ import (
 // The input's lines (words are key=value unless said otherwise):
 //
 //	tablet ID [table=T] [start=K] [end=K] [size=N] [last=SERVER] [kind=root|meta|user]
-//	server ID [draining] [serving=ID[:BYTES][!],…]   (! marks a tablet being split)
+//	server ID [draining] [serving=ID[:BYTES][!],…]   (! marks a tablet being split, ~ one sharing files)
 //	dead ID [log=unsorted|sorting|sorted|failed]
 //	inflight load|unload TABLET SERVER [to=SERVER] [age=DURATION]
 //	split SERVER PARENT CHILD,…
 //	merging LEFT RIGHT [table=T]
+//	mergerequest LEFT RIGHT [table=T]   (a merge asked for through the admin API)
 //
 // The command's arguments set Config: tolerance=F maxmoves=N
 // loadtimeout=DURATION sortlogmin=N splitsize=N mergebelow=N maxmerges=N
@@ -215,6 +216,15 @@ func parseState(input string) (State, error) {
 				m.Table = "t"
 			}
 			st.Merges = append(st.Merges, m)
+		case "mergerequest":
+			if len(words) != 2 {
+				return st, bad("want: mergerequest LEFT RIGHT")
+			}
+			m := MergeUnderway{Table: kv["table"], Left: TabletID(words[0]), Right: TabletID(words[1])}
+			if m.Table == "" {
+				m.Table = "t"
+			}
+			st.MergeRequests = append(st.MergeRequests, m)
 		default:
 			return st, bad("unknown line kind %q", f[0])
 		}
@@ -227,6 +237,10 @@ func parseState(input string) (State, error) {
 			if strings.HasSuffix(s, "!") {
 				sv.Splitting = true
 				s = strings.TrimSuffix(s, "!")
+			}
+			if strings.HasSuffix(s, "~") {
+				sv.SharesFiles = true
+				s = strings.TrimSuffix(s, "~")
 			}
 			id, bytes, hasBytes := strings.Cut(s, ":")
 			sv.ID = TabletID(id)

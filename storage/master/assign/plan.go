@@ -47,6 +47,7 @@ type tab struct {
 	movingTo   ServerID // destination of a finished unload
 	unloading  bool     // an unload from holder is in flight
 	splitting  bool
+	shares     bool // a server says its files hold rows outside its range
 	merging    bool
 	shadowed   bool // a split report says METADATA's view of it is stale
 	conflict   bool // overlaps another tablet of METADATA as read
@@ -159,6 +160,7 @@ func newPlanner(st State, cfg Config) *planner {
 				t.size = sv.Bytes
 			}
 			t.splitting = t.splitting || sv.Splitting
+			t.shares = t.shares || sv.SharesFiles
 		}
 	}
 	for _, m := range st.Merges {

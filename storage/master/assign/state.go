@@ -59,6 +59,10 @@ type Served struct {
 	Bytes int64
 	// Splitting is set while the server is splitting the tablet.
 	Splitting bool
+	// SharesFiles: some of its SSTables hold rows outside its range (a
+	// split child not yet compacted), so Bytes undercounts it: it is
+	// never merged for being small.
+	SharesFiles bool
 }
 
 // Server is a live tablet server: one holding its lock under servers/.
