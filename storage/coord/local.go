@@ -194,20 +194,8 @@ func (l *Local) endSessionLocked(s *localSession, err error) {
 	}
 	sort.Strings(keys)
 	for _, key := range keys {
-		e := l.kv[key]
-		l.index++
-		e.Session = ""
-		e.ModifyIndex = l.index
-		if s.delay > 0 {
-			l.delayEnd[key] = now.Add(s.delay)
-			// Wake blocked Lock calls when the delay ends.
-			l.clock.AfterFunc(s.delay, func() {
-				l.mu.Lock()
-				defer l.mu.Unlock()
-				l.broadcastLocked()
-			})
-		}
-		l.emitLocked(Event{Kind: EventPut, Entry: copyEntry(e)})
+		l.releaseLocked(key, s.delay, now)
+		l.emitLocked(Event{Kind: EventPut, Entry: copyEntry(l.kv[key])})
 		l.checkLocksLocked(key)
 	}
 	// Handles on keys this session no longer holds (already lost) are
@@ -226,6 +214,24 @@ func (l *Local) endSessionLocked(s *localSession, err error) {
 	l.broadcastLocked()
 	// Nobody to tell of a failure: it closes the service (commitLocked).
 	_ = l.commitLocked()
+}
+
+// releaseLocked unlocks key (its session ended at now) and puts it in
+// lock-delay for delay.
+func (l *Local) releaseLocked(key string, delay time.Duration, now time.Time) {
+	e := l.kv[key]
+	l.index++
+	e.Session = ""
+	e.ModifyIndex = l.index
+	if delay > 0 {
+		l.delayEnd[key] = now.Add(delay)
+		// Wake blocked Lock calls when the delay ends.
+		l.clock.AfterFunc(delay, func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.broadcastLocked()
+		})
+	}
 }
 
 // checkLocksLocked marks lost every handle on key whose session no longer

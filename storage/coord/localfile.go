@@ -82,18 +82,7 @@ func OpenLocal(cfg LocalConfig) (*Local, error) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		e := l.kv[k]
-		l.index++
-		e.Session = ""
-		e.ModifyIndex = l.index
-		if l.delay > 0 {
-			l.delayEnd[k] = now.Add(l.delay)
-			l.clock.AfterFunc(l.delay, func() {
-				l.mu.Lock()
-				defer l.mu.Unlock()
-				l.broadcastLocked()
-			})
-		}
+		l.releaseLocked(k, max(l.delay, 0), now)
 		l.dirty = true
 	}
 	if err := l.commitLocked(); err != nil {
