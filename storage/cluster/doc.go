@@ -8,7 +8,14 @@
 // tablet of every table, the admin API over a catalog in a local directory).
 // The tablet server role and Dev share their gRPC server construction and
 // their cache defaults. Dev is not yet the cluster's roles run in one
-// process (that needs a lock service whose state survives a restart).
+// process. The lock service for it exists (coord.OpenLocal: the
+// in-process service with its keys in a file); still missing are a
+// tablet-server role whose commit log may be a local directory (dev's
+// write path; today a dead server's log is found, sorted and collected
+// only in the object store, under LogPrefix), a StartDev that returns
+// once the master has assigned every tablet (as it returns today once
+// every table is recovered), and the on-disk move of dev's catalog from
+// the store to the lock service.
 //
 // The names a reader should know:
 //

@@ -95,3 +95,31 @@ func BenchmarkScan(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*benchRows)/b.Elapsed().Seconds(), "rows/s")
 }
+
+// BenchmarkMutateRows is the paper's random write in bulk: MutateRows of
+// 100 random rows of one 1000-byte cell each, with concurrent clients
+// (Host.applyBatch: one tablet batch per request here).
+func BenchmarkMutateRows(b *testing.B) {
+	e, tbl := benchTable(b, false)
+	val := bytes.Repeat([]byte("x"), 1000)
+	const batch = 100
+	var n atomic.Int64
+	b.SetBytes(batch * 1000)
+	b.SetParallelism(4)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		keys := make([]string, batch)
+		muts := make([]*bigtable.Mutation, batch)
+		for pb.Next() {
+			for i := range keys {
+				m := bigtable.NewMutation()
+				m.Set("f", "q", 0, val)
+				keys[i], muts[i] = fmt.Sprintf("row%08d", n.Add(1)*7919%1000003), m
+			}
+			if errs, err := tbl.ApplyBulk(e.ctx, keys, muts); err != nil || errs != nil {
+				b.Error(err, errs)
+				return
+			}
+		}
+	})
+}
