@@ -75,7 +75,9 @@ func TestReadModifyWriteWithoutMutationWaitsForWhatItRead(t *testing.T) {
 	}
 	defer tb.Close()
 	row := []byte("r")
-	set := func(v string) []cell.Mutation { return []cell.Mutation{cell.Set("f", []byte("v"), cell.ServerTimestamp, []byte(v))} }
+	set := func(v string) []cell.Mutation {
+		return []cell.Mutation{cell.Set("f", []byte("v"), cell.ServerTimestamp, []byte(v))}
+	}
 	if err := tb.Apply(ctx, cell.RowMutation{Row: row, Mutations: set("old")}); err != nil {
 		t.Fatal(err)
 	}
