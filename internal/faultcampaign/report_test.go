@@ -1,0 +1,93 @@
+package faultcampaign
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func sampleResult() *Result {
+	s := time.Second
+	return &Result{
+		Start: time.Date(2026, 11, 25, 19, 0, 0, 0, time.UTC), Duration: 60 * s,
+		Events: []Event{
+			{Client: 0, Worker: "official-1", Row: "a0", In: Input{Kind: OpIncr}, Out: Output{N: 1}, Call: 1 * s, Return: 1*s + 5*time.Millisecond},
+			{Client: 1, Worker: "tabula-1", Row: "a0", In: Input{Kind: OpPut, Value: "<script>x</script>"}, Call: 2 * s, Return: 3 * s},
+			{Client: 2, Worker: "tabula-2", Row: "a1", In: Input{Kind: OpAppend, Value: "/t"}, Out: Output{Unknown: true}, Call: 4 * s, Return: -1, Err: "deadline"},
+			{Client: 3, Worker: "official-2", Row: "a1", In: Input{Kind: OpRead}, Failed: true, Call: 5 * s, Return: 6 * s, Err: "unavailable"},
+		},
+		Faults: []Fault{
+			{Kind: KillServer, Target: "tabletserver-1", Start: 10 * s, Healed: 12 * s, End: 30 * s, Unavailable: 7 * s},
+			{Kind: PauseMinIO, Target: "minio", Start: 30 * s, Healed: 35 * s, End: 60 * s, Unavailable: 5 * s, Err: "boom"},
+		},
+		Anomalies: []string{"row a1: <b>bad</b>"},
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	s := sampleResult().Summarize()
+	if s.Ops != 4 || s.OK != 2 || s.Unknown != 1 || s.Failed != 1 || s.Faults != 2 || s.Anomalies != 1 {
+		t.Fatalf("summary %+v", s)
+	}
+	for _, k := range s.Kinds {
+		switch k.Kind {
+		case KillServer:
+			if k.Count != 1 || k.WorstUnavail != 7*time.Second {
+				t.Errorf("kill-server: %+v", k)
+			}
+		case PauseMinIO:
+			if k.Count != 1 || k.Errors != 1 {
+				t.Errorf("pause-minio: %+v", k)
+			}
+		case MergeTablets:
+			if k.Skipped == "" {
+				t.Errorf("merge not marked skipped")
+			}
+		}
+	}
+}
+
+// The page escapes what it shows and carries the figures, a band per
+// fault and a dot per operation.
+func TestWriteHTML(t *testing.T) {
+	r := sampleResult()
+	var b bytes.Buffer
+	if err := r.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, want := range []string{`<td id="ops">4</td>`, `<td id="faults">2</td>`, `<td id="anomalies">1</td>`, "FAILED",
+		"&lt;b&gt;bad&lt;/b&gt;", `data-kind="kill-server"`, `data-kind="merge"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+	if strings.Contains(page, "<script>x") || strings.Contains(page, "<b>bad") {
+		t.Error("page does not escape an operation's value or an anomaly")
+	}
+	if got := strings.Count(page, `<rect class="fault"`); got != 2 {
+		t.Errorf("%d fault bands, want 2", got)
+	}
+	if got := strings.Count(page, "<circle "); got != 4 {
+		t.Errorf("%d operation dots, want 4", got)
+	}
+	var txt bytes.Buffer
+	r.WriteText(&txt)
+	for _, want := range []string{"4 operations (2 ok, 1 failed, 1 unknown outcome)", "faults: 2; anomalies: 1", "kill-server           1       0 7.0 s", "merge            skipped"} {
+		if !strings.Contains(txt.String(), want) {
+			t.Errorf("text summary lacks %q:\n%s", want, txt.String())
+		}
+	}
+}
+
+func TestLongestGap(t *testing.T) {
+	s := time.Second
+	evs := []Event{{Return: 1 * s}, {Return: 2 * s}, {Return: 9 * s}, {Return: 10 * s}, {Return: 4 * s, Failed: true}}
+	if g := longestGap(evs, 1500*time.Millisecond, 11*s); g != 7*s {
+		t.Errorf("gap %v, want 7s (2 s to 9 s)", g)
+	}
+	if g := longestGap(evs, 0, 20*s); g != 10*s {
+		t.Errorf("gap %v, want 10s (the window's end after the last success)", g)
+	}
+}
