@@ -22,6 +22,7 @@ var engine = []string{
 	"github.com/tabuladb/tabula/storage/cluster",
 	"github.com/tabuladb/tabula/storage/commitlog",
 	"github.com/tabuladb/tabula/storage/crashtest",
+	"github.com/tabuladb/tabula/storage/gateway",
 	"github.com/tabuladb/tabula/storage/master",
 	"github.com/tabuladb/tabula/storage/memtable",
 	"github.com/tabuladb/tabula/storage/sstable",
@@ -70,6 +71,18 @@ var dependencyRules = []dependencyRule{{
 	name:     "beam",
 	patterns: []string{"./beamio/...", "./pipelines/..."},
 	packages: engine,
+}, {
+	// The tablet server is below what assembles it: the gateway in front
+	// of it (which routes through the client), the master, the cluster's
+	// roles. It finds no tablet elsewhere by itself.
+	name:     "tabletserver",
+	patterns: []string{"./storage/tabletserver/..."},
+	packages: []string{
+		"github.com/tabuladb/tabula/storage/client",
+		"github.com/tabuladb/tabula/storage/cluster",
+		"github.com/tabuladb/tabula/storage/gateway",
+		"github.com/tabuladb/tabula/storage/master",
+	},
 }}
 
 // TestDependenciesStayLight runs `go list -deps` over each rule's packages
