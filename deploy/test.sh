@@ -5,15 +5,23 @@
 #
 # It
 #   1. installs MinIO through deploy/install.sh (built once into .cache/bin);
-#   2. starts it on 127.0.0.1 on free random ports, with a temporary data
-#      directory and random root credentials, and exports for the tests
-#        TABULA_TEST_S3_ENDPOINT    host:port (plain HTTP)
+#   2. makes a test CA and a certificate for 127.0.0.1 (testenv certs), starts
+#      MinIO on 127.0.0.1 on free random ports over HTTPS with that
+#      certificate (--certs-dir), with a temporary data directory and random
+#      root credentials, and exports for the tests
+#        TABULA_TEST_S3_ENDPOINT    host:port (HTTPS)
+#        TABULA_TEST_S3_CA          the PEM CA file that signs its certificate
 #        TABULA_TEST_S3_ACCESS_KEY
 #        TABULA_TEST_S3_SECRET_KEY
 #      then installs Consul the same way, starts a single dev-mode agent on
-#      127.0.0.1 (free ports, temporary data directory), waits until it has
-#      elected itself leader, and exports
+#      127.0.0.1 (free ports, temporary data directory) with ACLs enabled and
+#      default deny, a management token bootstrapped from the configuration,
+#      waits until it has elected itself leader, creates the policy of
+#      deploy/consul-policy.hcl and a token holding only it, and exports
 #        TABULA_TEST_CONSUL_ADDR    host:port of its HTTP API
+#        TABULA_TEST_CONSUL_TOKEN   the minimal-policy token (the management
+#                                   token stays in this script)
+#        CONSUL_HTTP_TOKEN          the same, for every Consul client
 #      and finds headless Chromium (the browser the status page tests
 #      render in): $TABULA_TEST_CHROMIUM if set, else chromium or
 #      chromium-browser on PATH, else it installs Debian's chromium package
@@ -184,13 +192,14 @@ start_minio() {
 		# MINIO_CI_CD relaxes checks meant for production drives; the
 		# console, update checks and anonymous telemetry are off.
 		MINIO_CI_CD=1 MINIO_BROWSER=off MINIO_UPDATE=off \
-			"$BIN/minio" server --quiet \
+			"$BIN/minio" server --quiet --certs-dir "$TMP/tls/minio" \
 			--address "127.0.0.1:$port" --console-address "127.0.0.1:$console" \
 			"$TMP/minio-data" >"$TMP/minio.log" 2>&1 &
 		MINIO_PID=$!
-		if "$TMP/testenv" wait-http "http://127.0.0.1:$port/minio/health/live" "$MINIO_START_TIMEOUT" 2>"$TMP/wait.err" &&
+		if "$TMP/testenv" wait-http "https://127.0.0.1:$port/minio/health/live" "$MINIO_START_TIMEOUT" "$TMP/tls/ca.crt" 2>"$TMP/wait.err" &&
 			kill -0 "$MINIO_PID" 2>/dev/null; then
 			export TABULA_TEST_S3_ENDPOINT=127.0.0.1:$port
+			export TABULA_TEST_S3_CA=$TMP/tls/ca.crt
 			export TABULA_TEST_S3_ACCESS_KEY=$MINIO_ROOT_USER
 			export TABULA_TEST_S3_SECRET_KEY=$MINIO_ROOT_PASSWORD
 			log "MinIO up on $TABULA_TEST_S3_ENDPOINT after $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')s (attempt $attempt)"
@@ -225,8 +234,12 @@ consul_leader() {
 # the ports a server must bind get free random ports, DNS and gRPC (unused
 # by Tabula) are off.
 start_consul() {
-	local attempt http serf_lan serf_wan server start leader i
+	local attempt http serf_lan serf_wan server start leader i mgmt acl token
 	start=$(date +%s.%N)
+	# ACLs on, default deny; the management token is bootstrapped from the
+	# configuration (and is the agent's own token), never exported.
+	mgmt=$(cat /proc/sys/kernel/random/uuid)
+	acl="acl { enabled = true default_policy = \"deny\" enable_token_persistence = true tokens { initial_management = \"$mgmt\" agent = \"$mgmt\" } }"
 	for attempt in 1 2 3; do
 		ports=$("$TMP/testenv" free-ports 4) || return 1
 		read -r http serf_lan serf_wan server <<<"$(echo $ports)"
@@ -236,7 +249,7 @@ start_consul() {
 			-bind 127.0.0.1 -client 127.0.0.1 -advertise 127.0.0.1 \
 			-http-port "$http" -dns-port -1 -grpc-port -1 -grpc-tls-port -1 \
 			-serf-lan-port "$serf_lan" -serf-wan-port "$serf_wan" -server-port "$server" \
-			-data-dir "$TMP/consul-data" >"$TMP/consul.log" 2>&1 &
+			-data-dir "$TMP/consul-data" -hcl "$acl" >"$TMP/consul.log" 2>&1 &
 		CONSUL_PID=$!
 		if "$TMP/testenv" wait-http "http://127.0.0.1:$http/v1/status/leader" "${CONSUL_START_TIMEOUT}s" 2>"$TMP/wait.err"; then
 			leader=
@@ -246,12 +259,15 @@ start_consul() {
 				[[ -n $leader ]] && break
 				sleep 0.1
 			done
-			if [[ -n $leader ]] && kill -0 "$CONSUL_PID" 2>/dev/null; then
+			if [[ -n $leader ]] && kill -0 "$CONSUL_PID" 2>/dev/null &&
+				token=$("$TMP/testenv" consul-acl "127.0.0.1:$http" "$mgmt" deploy/consul-policy.hcl "${CONSUL_START_TIMEOUT}s" 2>"$TMP/wait.err"); then
 				export TABULA_TEST_CONSUL_ADDR=127.0.0.1:$http
+				export TABULA_TEST_CONSUL_TOKEN=$token
+				export CONSUL_HTTP_TOKEN=$token
 				log "Consul up on $TABULA_TEST_CONSUL_ADDR (leader $leader) after $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')s (attempt $attempt)"
 				return 0
 			fi
-			echo "no leader elected" >"$TMP/wait.err"
+			[[ -s $TMP/wait.err ]] || echo "no leader elected" >"$TMP/wait.err"
 		fi
 		log "Consul did not come up on 127.0.0.1:$http (attempt $attempt): $(cat "$TMP/wait.err")"
 		tail -n 20 "$TMP/consul.log" >&2 || true
@@ -262,6 +278,7 @@ start_consul() {
 	return 1
 }
 
+"$TMP/testenv" certs "$TMP/tls"
 start_minio
 start_consul
 

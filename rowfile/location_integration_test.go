@@ -21,7 +21,7 @@ func TestS3Location(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", cfg.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", cfg.SecretKey)
 	ctx := context.Background()
-	loc, err := OpenLocation(ctx, "s3://"+cfg.Bucket+"/exports/web?endpoint="+cfg.Endpoint+"&secure=false")
+	loc, err := OpenLocation(ctx, "s3://"+cfg.Bucket+"/exports/web?"+blobtest.S3Query(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestS3Location(t *testing.T) {
 		t.Fatalf("List = %v, %v; want %v", names, err, want)
 	}
 	// The bucket's root holds nothing outside the path.
-	root, err := OpenLocation(ctx, "s3://"+cfg.Bucket+"?endpoint="+cfg.Endpoint+"&secure=false")
+	root, err := OpenLocation(ctx, "s3://"+cfg.Bucket+"?"+blobtest.S3Query(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

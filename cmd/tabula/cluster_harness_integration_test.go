@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -23,15 +24,23 @@ import (
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tabuladb/tabula/security/tlsconfig"
+	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/blob/blobtest"
 	"github.com/tabuladb/tabula/storage/cluster/statuspage"
 )
 
 // The cluster acceptance tests run the real tabula binary as master and
 // tablet server processes against the Consul agent and the MinIO server
 // deploy/test.sh started (TABULA_TEST_CONSUL_ADDR, TABULA_TEST_S3_*). Each
-// cluster gets its own Consul prefix and bucket.
+// cluster gets its own Consul prefix and bucket. The agent enforces ACLs
+// (default deny): the roles get the minimal-policy token
+// (TABULA_TEST_CONSUL_TOKEN, deploy/consul-policy.hcl) through
+// --consul-token, not the environment. MinIO speaks HTTPS with a private CA
+// (TABULA_TEST_S3_CA), given to the roles in the store URL. With
+// clusterOptions.mtls every role serves mutual TLS and calls the others
+// over it, and the test's clients present a client certificate.
 
 var (
 	clusterBinOnce sync.Once
@@ -87,6 +96,10 @@ type clusterOptions struct {
 	splitSize        int64
 	memtableSize     int64
 	extraMaster      []string
+	// mtls: every role serves mutual TLS with certificates of a CA made
+	// for the cluster (tabula certs' package), and calls the others with
+	// its certificate; the test's clients use tlsFor.
+	mtls bool
 }
 
 type testCluster struct {
@@ -94,6 +107,8 @@ type testCluster struct {
 	bin, consul, store string
 	name, dir          string
 	env                []string
+	roleArgs           []string    // the Consul token and TLS flags of every role
+	clientTLS          *tls.Config // with opts.mtls: the test's clients' TLS
 	opts               clusterOptions
 	mu                 sync.Mutex
 	masters, servers   []*roleProc
@@ -119,7 +134,8 @@ func (p *roleProc) alive() bool {
 
 func newTestCluster(t *testing.T, opts clusterOptions) *testCluster {
 	t.Helper()
-	env := requireEnv(t, "TABULA_TEST_CONSUL_ADDR", "TABULA_TEST_S3_ENDPOINT", "TABULA_TEST_S3_ACCESS_KEY", "TABULA_TEST_S3_SECRET_KEY")
+	env := requireEnv(t, "TABULA_TEST_CONSUL_ADDR", "TABULA_TEST_S3_ENDPOINT", "TABULA_TEST_S3_ACCESS_KEY", "TABULA_TEST_S3_SECRET_KEY",
+		"TABULA_TEST_CONSUL_TOKEN", "TABULA_TEST_S3_CA")
 	dir := t.TempDir()
 	if keep := os.Getenv("TABULA_TEST_CLUSTER_LOGS"); keep != "" {
 		// For a person investigating: the roles' logs outlive the test.
@@ -131,9 +147,19 @@ func newTestCluster(t *testing.T, opts clusterOptions) *testCluster {
 	c := &testCluster{
 		t: t, bin: tabulaBinary(t), consul: env[0],
 		name: "t" + randomHex(6), dir: dir, opts: opts,
-		env: append(os.Environ(), "AWS_ACCESS_KEY_ID="+env[2], "AWS_SECRET_ACCESS_KEY="+env[3]),
+		env: append(withoutEnv(os.Environ(), "CONSUL_HTTP_TOKEN"), "AWS_ACCESS_KEY_ID="+env[2], "AWS_SECRET_ACCESS_KEY="+env[3]),
 	}
-	c.store = fmt.Sprintf("s3://tabula-%s?endpoint=%s&secure=false", c.name, env[1])
+	c.store = fmt.Sprintf("s3://tabula-%s?%s", c.name, blobtest.S3Query(blob.S3Config{Endpoint: env[1], Secure: true, CAFile: env[5]}))
+	// The token goes in a file (--consul-token @FILE), out of the process
+	// list.
+	tokenFile := filepath.Join(dir, "consul-token")
+	if err := os.WriteFile(tokenFile, []byte(env[4]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.roleArgs = []string{"--consul-token", "@" + tokenFile}
+	if opts.mtls {
+		c.roleArgs = append(c.roleArgs, c.makeCerts()...)
+	}
 	t.Cleanup(c.stopAll)
 	for range opts.masters {
 		c.startMaster()
@@ -154,7 +180,7 @@ func (c *testCluster) start(role string, args ...string) *roleProc {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	base := []string{role, "--consul", c.consul, "--cluster", c.name, "--addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-format", "text"}
+	base := append([]string{role, "--consul", c.consul, "--cluster", c.name, "--addr", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-format", "text"}, c.roleArgs...)
 	if role != "worker" { // a MapReduce worker has no store
 		base = append(base, "--store", c.store)
 	}
@@ -191,6 +217,9 @@ func (c *testCluster) start(role string, args ...string) *roleProc {
 	}()
 	select {
 	case <-ready:
+		if c.clientTLS != nil {
+			registerTLS(c.clientTLS, p.addr, p.http)
+		}
 	case <-p.done:
 		c.t.Fatalf("%s exited before ready: %v\n%s", role, p.err, logTail(logPath))
 	case <-time.After(60 * time.Second):
@@ -285,7 +314,7 @@ func (c *testCluster) activeMaster() (*roleProc, statuspage.MasterStatus) {
 }
 
 func getJSON(hostport string, v any) error {
-	resp, err := http.Get("http://" + hostport)
+	resp, err := httpGet(hostport)
 	if err != nil {
 		return err
 	}
@@ -317,7 +346,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 // addr, as BIGTABLE_EMULATOR_HOST would.
 func officialClients(t *testing.T, ctx context.Context, addr string) (*bigtable.Client, *bigtable.AdminClient) {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, tlsconfig.DialOption(tlsFor(addr)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,7 +74,7 @@ func gatewayCounts(t *testing.T, servers []*roleProc) map[string]float64 {
 	t.Helper()
 	out := make(map[string]float64)
 	for _, s := range servers {
-		resp, err := http.Get("http://" + s.http + "/metrics")
+		resp, err := httpGet(s.http + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +110,8 @@ func gatewayCounts(t *testing.T, servers []*roleProc) map[string]float64 {
 func TestClusterSplitSpreadScanAndRecover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c := newTestCluster(t, clusterOptions{masters: 1, servers: 3, splitSize: 48 << 10, memtableSize: 32 << 10})
+	// With mutual TLS between every party (#14).
+	c := newTestCluster(t, clusterOptions{masters: 1, servers: 3, splitSize: 48 << 10, memtableSize: 32 << 10, mtls: true})
 	entry := c.servers[0]
 	cl, admin := officialClients(t, ctx, entry.addr)
 	if err := admin.CreateTable(ctx, "t"); err != nil {
@@ -160,7 +160,7 @@ func TestClusterSplitSpreadScanAndRecover(t *testing.T) {
 	})
 
 	// A scan through the Go client goes to the owners directly.
-	gc, err := client.Dial(entry.addr, client.Options{Project: "p", Instance: "i"})
+	gc, err := client.Dial(entry.addr, client.Options{Project: "p", Instance: "i", TLS: tlsFor(entry.addr)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,7 +97,8 @@ func checkLastValues(t *testing.T, ctx context.Context, tbl *bigtable.Table, log
 func TestClusterMasterFailoverAndFullRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c := newTestCluster(t, clusterOptions{masters: 2, servers: 2})
+	// With mutual TLS between every party (#14).
+	c := newTestCluster(t, clusterOptions{masters: 2, servers: 2, mtls: true})
 	cl, admin := officialClients(t, ctx, c.servers[0].addr)
 	if err := admin.CreatePresplitTable(ctx, "t", []string{"g", "n", "t"}); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func TestExportImportParquetS3(t *testing.T) {
 	c := dialTest(t, addr)
 	cells := fillVersionedTable(t, c, "web")
 	want := tableCells(t, c, "web")
-	dest := "s3://" + cfg.Bucket + "/backups/web?endpoint=" + cfg.Endpoint + "&secure=false"
+	dest := "s3://" + cfg.Bucket + "/backups/web?" + blobtest.S3Query(cfg)
 	out, _, err := runRowfileVerbs(t, "export", "parquet", "web", "--out", dest, "--shards", "4", "--codec", "zstd", "--addr", addr)
 	if err != nil {
 		t.Fatal(err)

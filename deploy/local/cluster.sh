@@ -2,7 +2,7 @@
 # A local Tabula cluster on loopback, for people (tests start their own
 # servers through deploy/test.sh):
 #
-#   deploy/local/cluster.sh up [--deps-only] [--tabletservers N] [--workers N] [--split-size B]
+#   deploy/local/cluster.sh up [--deps-only] [--tls] [--tabletservers N] [--workers N] [--split-size B]
 #                                              start it and print how to use it
 #   deploy/local/cluster.sh status             each process: alive or dead, pid, addresses
 #   deploy/local/cluster.sh down               stop it (idempotent)
@@ -34,6 +34,12 @@
 #   --split-size B makes tablets split past B bytes (the tablet servers'
 #   and masters' --split-size) instead of the default, so that a small
 #   table spreads over the servers.
+#   --tls makes a CA and certificates with `tabula certs` in DIR/tls (the
+#   server certificate, and a client certificate for principal "admin"),
+#   serves MinIO over HTTPS with them, and runs every Tabula role with
+#   mutual TLS on its gRPC and HTTP ports (--tls-cert, --tls-key,
+#   --tls-client-ca); env then holds TABULA_TLS_CA, TABULA_TLS_CERT and
+#   TABULA_TLS_KEY for the CLI, and the store URL names the CA.
 #
 # Consul's -dev mode keeps its state in memory, so the lock service starts
 # empty on every up; the object store is emptied too, since tablet data
@@ -58,6 +64,7 @@ MASTERS=2
 TABLETSERVERS=${TABULA_CLUSTER_TABLETSERVERS:-3}
 WORKERS=${TABULA_CLUSTER_WORKERS:-2}
 SPLIT_SIZE=${TABULA_CLUSTER_SPLIT_SIZE:-}
+TLS=false
 STOP_GRACE=10 # seconds between SIGTERM and SIGKILL
 TABULA=$BIN/tabula
 
@@ -205,8 +212,18 @@ wait_until() {
 	return 1
 }
 
-# healthy URL: one quick GET that must answer 200.
-healthy() { "$DIR/testenv" wait-http "$1" 2s; }
+# healthy URL: one quick GET that must answer 200 (over HTTPS with the
+# cluster's CA and client certificate under --tls).
+healthy() {
+	if $TLS; then
+		"$DIR/testenv" wait-http "$1" 2s "$DIR/tls/ca.crt" "$DIR/tls/client-admin.crt" "$DIR/tls/client-admin.key"
+	else
+		"$DIR/testenv" wait-http "$1" 2s
+	fi
+}
+
+# scheme: the URL scheme of the servers' HTTP ports.
+scheme() { if $TLS; then echo https; else echo http; fi; }
 
 has_leader() { [[ -n $(consul_leader "$1") ]]; }
 
@@ -237,12 +254,14 @@ start_minio() {
 	rm -rf "$DIR/minio-data" && mkdir -p "$DIR/minio-data"
 	# MINIO_CI_CD relaxes checks meant for production drives; the console,
 	# update checks and telemetry are off.
+	local -a tls=()
+	$TLS && tls=(--certs-dir "$DIR/tls/minio")
 	MINIO_ROOT_USER=$AWS_ACCESS_KEY_ID MINIO_ROOT_PASSWORD=$AWS_SECRET_ACCESS_KEY \
 		MINIO_CI_CD=1 MINIO_BROWSER=off MINIO_UPDATE=off \
-		launch minio "127.0.0.1:$port" - "$BIN/minio" server --quiet \
+		launch minio "127.0.0.1:$port" - "$BIN/minio" server --quiet "${tls[@]}" \
 		--address "127.0.0.1:$port" --console-address "127.0.0.1:$console" \
 		"$DIR/minio-data"
-	wait_until minio healthy "http://127.0.0.1:$port/minio/health/live" || failed minio
+	wait_until minio healthy "$(scheme)://127.0.0.1:$port/minio/health/live" || failed minio
 	log "MinIO on 127.0.0.1:$port"
 }
 
@@ -252,6 +271,7 @@ start_role() {
 	local -a extra=()
 	# Both roles take it: the masters weigh tablets by it when balancing.
 	[[ -n $SPLIT_SIZE ]] && extra+=(--split-size "$SPLIT_SIZE")
+	extra+=("${ROLE_TLS[@]}")
 	launch "$name" "$addr" "$http" "$TABULA" "$role" \
 		--consul "$CONSUL" --store "$STORE" \
 		--addr "$addr" --cluster "$CLUSTER" --http "$http" "${extra[@]}"
@@ -263,15 +283,16 @@ start_worker() {
 	local name=$1 addr=127.0.0.1:$2 http=127.0.0.1:$3
 	mkdir -p "$DIR/$name"
 	launch "$name" "$addr" "$http" "$TABULA" worker \
-		--consul "$CONSUL" --addr "$addr" --cluster "$CLUSTER" --http "$http" --dir "$DIR/$name"
+		--consul "$CONSUL" --addr "$addr" --cluster "$CLUSTER" --http "$http" --dir "$DIR/$name" "${ROLE_TLS[@]}"
 }
 
 cmd_up() {
 	local deps_only=false name i
-	local usage="usage: $0 up [--deps-only] [--tabletservers N] [--workers N] [--split-size BYTES]"
+	local usage="usage: $0 up [--deps-only] [--tls] [--tabletservers N] [--workers N] [--split-size BYTES]"
 	while (($# > 0)); do
 		case $1 in
 		--deps-only) deps_only=true ;;
+		--tls) TLS=true ;;
 		--tabletservers)
 			(($# >= 2)) || die "$usage"
 			TABLETSERVERS=$2
@@ -307,7 +328,7 @@ cmd_up() {
 
 	bash "$REPO/deploy/install.sh" all
 	go build -C "$REPO" -o "$DIR/testenv" ./deploy/testenv
-	if $deps_only; then
+	if $deps_only && ! $TLS; then
 		:
 	elif [[ -n ${TABULA_CLUSTER_BINARY:-} ]]; then
 		TABULA=$(realpath -e "$(type -P "$TABULA_CLUSTER_BINARY")" 2>/dev/null) || die "TABULA_CLUSTER_BINARY=$TABULA_CLUSTER_BINARY: not an executable"
@@ -315,6 +336,17 @@ cmd_up() {
 	else
 		log "building tabula"
 		go build -C "$REPO" -o "$BIN/tabula" ./cmd/tabula
+	fi
+
+	ROLE_TLS=()
+	if $TLS; then
+		rm -rf "$DIR/tls"
+		"$TABULA" certs --dir "$DIR/tls" --client admin >/dev/null
+		mkdir -p "$DIR/tls/minio"
+		cp "$DIR/tls/server.crt" "$DIR/tls/minio/public.crt"
+		cp "$DIR/tls/server.key" "$DIR/tls/minio/private.key"
+		ROLE_TLS=(--tls-cert "$DIR/tls/server.crt" --tls-key "$DIR/tls/server.key" --tls-client-ca "$DIR/tls/ca.crt")
+		log "certificates in $DIR/tls"
 	fi
 
 	# From here on, a failure stops whatever was started.
@@ -331,6 +363,7 @@ cmd_up() {
 	start_minio "${p[4]}" "${p[5]}"
 	CONSUL=127.0.0.1:${p[0]}
 	STORE="s3://$BUCKET?endpoint=127.0.0.1:${p[4]}&secure=false"
+	$TLS && STORE="s3://$BUCKET?endpoint=127.0.0.1:${p[4]}&secure=true&ca=$DIR/tls/ca.crt"
 
 	local k=6
 	if ! $deps_only; then
@@ -349,13 +382,13 @@ cmd_up() {
 		for ((i = 1; i <= TABLETSERVERS; i++)); do
 			name=tabletserver-$i
 			proc "$name"
-			wait_until "$name" healthy "http://$HTTP/healthz" || failed "$name"
+			wait_until "$name" healthy "$(scheme)://$HTTP/healthz" || failed "$name"
 			log "$name on $ADDR healthy"
 		done
 		for ((i = 1; i <= WORKERS; i++)); do
 			name=worker-$i
 			proc "$name"
-			wait_until "$name" healthy "http://$HTTP/healthz" || failed "$name"
+			wait_until "$name" healthy "$(scheme)://$HTTP/healthz" || failed "$name"
 			log "$name on $ADDR healthy"
 		done
 		# The masters are not waited for (one of them stands by), but
@@ -372,8 +405,13 @@ cmd_up() {
 	echo
 	if ! $deps_only; then
 		proc tabletserver-1
-		echo "Clients (cbt, the Cloud Bigtable clients):"
-		echo "  export BIGTABLE_EMULATOR_HOST=$ADDR"
+		if $TLS; then
+			echo "Clients: TLS with a client certificate (the emulator variable is plaintext only);"
+			echo "  the tabula CLI reads TABULA_TLS_CA, TABULA_TLS_CERT, TABULA_TLS_KEY from $DIR/env"
+		else
+			echo "Clients (cbt, the Cloud Bigtable clients):"
+			echo "  export BIGTABLE_EMULATOR_HOST=$ADDR"
+		fi
 		echo "The tabula CLI (tabula ls, tabula bench, ...):"
 		echo "  export TABULA_ADDR=$ADDR"
 		if ((WORKERS > 0)); then
@@ -386,7 +424,7 @@ cmd_up() {
 			case $name in
 			master-* | tabletserver-* | worker-*)
 				proc "$name"
-				printf '  %-15s http://%s/status\n' "$name" "$HTTP"
+				printf '  %-15s %s://%s/status\n' "$name" "$(scheme)" "$HTTP"
 				;;
 			esac
 		done
@@ -412,6 +450,12 @@ write_env() {
 		echo "export TABULA_STORE='$STORE'"
 		echo "export AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID"
 		echo "export AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY"
+		if $TLS; then
+			echo "export TABULA_TLS_CA=$DIR/tls/ca.crt"
+			echo "export TABULA_TLS_CERT=$DIR/tls/client-admin.crt"
+			echo "export TABULA_TLS_KEY=$DIR/tls/client-admin.key"
+			echo "export AWS_CA_BUNDLE=$DIR/tls/ca.crt # MinIO's CA, for s3:// locations"
+		fi
 	} >"$DIR/env"
 }
 
@@ -460,7 +504,7 @@ main() {
 	status) cmd_status ;;
 	down) cmd_down ;;
 	*)
-		echo "usage: $0 up [--deps-only] [--tabletservers N] [--workers N] [--split-size BYTES] | status | down" >&2
+		echo "usage: $0 up [--deps-only] [--tls] [--tabletservers N] [--workers N] [--split-size BYTES] | status | down" >&2
 		exit 2
 		;;
 	esac

@@ -3,7 +3,17 @@
 // tool beyond bash and Go:
 //
 //	testenv free-ports N           print N distinct free TCP ports on 127.0.0.1, one a line
-//	testenv wait-http URL TIMEOUT  wait until GET URL answers 200 (TIMEOUT as in 30s)
+//	testenv wait-http URL TIMEOUT [CA [CERT KEY]]
+//	                               wait until GET URL answers 200 (TIMEOUT as in 30s;
+//	                               an https URL is verified with the PEM CA file CA, and
+//	                               the client certificate CERT/KEY presented if given)
+//	testenv certs DIR              write a CA (ca.crt) and a server certificate for 127.0.0.1
+//	                               and localhost (server.crt, server.key) into DIR, and the
+//	                               same pair as MinIO reads it (DIR/minio/public.crt, private.key)
+//	testenv consul-acl ADDR MGMT POLICY TIMEOUT
+//	                               with the management token MGMT, create on the Consul agent at
+//	                               ADDR a policy from the HCL file POLICY and a token holding
+//	                               only it; print the token's secret (waits for the ACL system)
 //
 // Exit status 0 on success, 1 on failure with the reason on stderr.
 package main
@@ -16,6 +26,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/tabuladb/tabula/security/tlsconfig"
 )
 
 func main() {
@@ -47,14 +59,40 @@ func run(args []string) error {
 		}
 		return nil
 	case "wait-http":
-		if len(args) != 3 {
-			return fmt.Errorf("usage: testenv wait-http URL TIMEOUT")
+		if len(args) != 3 && len(args) != 4 && len(args) != 6 {
+			return fmt.Errorf("usage: testenv wait-http URL TIMEOUT [CA [CERT KEY]]")
 		}
 		timeout, err := time.ParseDuration(args[2])
 		if err != nil {
 			return fmt.Errorf("wait-http: bad timeout %q: %v", args[2], err)
 		}
-		return waitHTTP(args[1], timeout)
+		var files tlsconfig.Files
+		if len(args) >= 4 {
+			files.CAFile = args[3]
+		}
+		if len(args) == 6 {
+			files.CertFile, files.KeyFile = args[4], args[5]
+		}
+		return waitHTTP(args[1], timeout, files)
+	case "certs":
+		if len(args) != 2 {
+			return fmt.Errorf("usage: testenv certs DIR")
+		}
+		return makeCerts(args[1])
+	case "consul-acl":
+		if len(args) != 5 {
+			return fmt.Errorf("usage: testenv consul-acl ADDR MGMT POLICY TIMEOUT")
+		}
+		timeout, err := time.ParseDuration(args[4])
+		if err != nil {
+			return fmt.Errorf("consul-acl: bad timeout %q: %v", args[4], err)
+		}
+		token, err := consulACL(args[1], args[2], args[3], timeout)
+		if err != nil {
+			return err
+		}
+		fmt.Println(token)
+		return nil
 	default:
 		return fmt.Errorf("unknown command %q", args[0])
 	}
@@ -78,10 +116,17 @@ func freePorts(n int) ([]int, error) {
 }
 
 // waitHTTP polls url until it answers 200 OK or timeout passes.
-func waitHTTP(url string, timeout time.Duration) error {
+func waitHTTP(url string, timeout time.Duration, files tlsconfig.Files) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	client := &http.Client{Timeout: 2 * time.Second}
+	if files.CAFile != "" {
+		tc, err := tlsconfig.Client(files)
+		if err != nil {
+			return fmt.Errorf("wait-http: %v", err)
+		}
+		client.Transport = &http.Transport{TLSClientConfig: tc}
+	}
 	var last string
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

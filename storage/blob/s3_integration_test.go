@@ -23,7 +23,7 @@ func TestS3OpenURL(t *testing.T) {
 	cfg := blobtest.S3Config(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", cfg.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", cfg.SecretKey)
-	s, err := blob.OpenURL(t.Context(), "s3://"+cfg.Bucket+"?endpoint="+cfg.Endpoint+"&secure=false&region=us-east-1")
+	s, err := blob.OpenURL(t.Context(), "s3://"+cfg.Bucket+"?"+blobtest.S3Query(cfg)+"&region=us-east-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestS3OpenURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A second store on the now existing bucket sees the object.
-	s2, err := blob.OpenURL(t.Context(), "s3://"+cfg.Bucket+"?endpoint="+cfg.Endpoint+"&secure=false")
+	s2, err := blob.OpenURL(t.Context(), "s3://"+cfg.Bucket+"?"+blobtest.S3Query(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

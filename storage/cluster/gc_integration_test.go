@@ -28,7 +28,7 @@ func TestLogGCConsulS3(t *testing.T) {
 	}
 	var nonce [6]byte
 	_, _ = rand.Read(nonce[:])
-	c, err := coord.NewConsul(coord.ConsulConfig{Address: addr, Prefix: "tabula-test/cluster-gc-" + hex.EncodeToString(nonce[:]) + "/"})
+	c, err := coord.NewConsul(coord.ConsulConfig{Address: addr, Prefix: "tabula/test-cluster-gc-" + hex.EncodeToString(nonce[:]) + "/"})
 	if err != nil {
 		t.Fatal(err)
 	}

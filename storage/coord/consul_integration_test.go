@@ -43,7 +43,7 @@ func newConsul(t *testing.T, addr string) *coord.Consul {
 	t.Helper()
 	c, err := coord.NewConsul(coord.ConsulConfig{
 		Address:       addr,
-		Prefix:        fmt.Sprintf("tabula-test/%s-%d/", testRun, prefixSeq.Add(1)),
+		Prefix:        fmt.Sprintf("tabula/test-%s-%d/", testRun, prefixSeq.Add(1)),
 		RetryInterval: 200 * time.Millisecond,
 	})
 	if err != nil {

@@ -97,7 +97,7 @@ func TestExportImportS3(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", cfg.SecretKey)
 	dev.CreateTable(t, "s3src", []string{"f", "g"}, "r00100")
 	dev.WriteRows(t, "s3src", devtest.Rows(200))
-	loc := "s3://" + cfg.Bucket + "/exports/s3src?endpoint=" + cfg.Endpoint + "&secure=false"
+	loc := "s3://" + cfg.Bucket + "/exports/s3src?" + blobtest.S3Query(cfg)
 	if _, err := Export(devtest.Context(t), ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("s3src")}, Out: loc, Shards: 2}); err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,12 @@ package blobtest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
+	"net/http"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,15 +16,19 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/blob"
 )
 
 // Environment variables that point integration tests at an S3 server.
 // deploy/test.sh starts MinIO and sets them.
 const (
-	EnvS3Endpoint  = "TABULA_TEST_S3_ENDPOINT" // host:port, plain HTTP
+	EnvS3Endpoint  = "TABULA_TEST_S3_ENDPOINT" // host:port
 	EnvS3AccessKey = "TABULA_TEST_S3_ACCESS_KEY"
 	EnvS3SecretKey = "TABULA_TEST_S3_SECRET_KEY"
+	// EnvS3CA, when set, is the PEM CA file of a server that speaks HTTPS
+	// (deploy/test.sh's MinIO does); unset, the server is plain HTTP.
+	EnvS3CA = "TABULA_TEST_S3_CA"
 )
 
 // S3PartSize is the part size of the stores NewS3 returns: the S3 minimum,
@@ -41,7 +49,9 @@ func S3Config(t testing.TB) blob.S3Config {
 		SecretKey: os.Getenv(EnvS3SecretKey),
 		Bucket:    bucketName(t.Name()),
 		PartSize:  S3PartSize,
+		CAFile:    os.Getenv(EnvS3CA),
 	}
+	cfg.Secure = cfg.CAFile != ""
 	if cfg.Endpoint == "" || cfg.AccessKey == "" || cfg.SecretKey == "" {
 		t.Fatalf("integration test needs an S3 server: set %s, %s and %s, or run deploy/test.sh, which starts MinIO and sets them",
 			EnvS3Endpoint, EnvS3AccessKey, EnvS3SecretKey)
@@ -69,10 +79,21 @@ func NewS3(t testing.TB) blob.Store {
 // uploads. Failure is only logged: the server's data directory is temporary
 // anyway.
 func removeBucket(t testing.TB, cfg blob.S3Config) {
-	client, err := minio.New(cfg.Endpoint, &minio.Options{
+	opts := &minio.Options{
 		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
 		Secure: cfg.Secure,
-	})
+	}
+	var err error
+	if cfg.CAFile != "" {
+		var tc *tls.Config
+		if tc, err = tlsconfig.Client(tlsconfig.Files{CAFile: cfg.CAFile}); err == nil {
+			opts.Transport = &http.Transport{TLSClientConfig: tc}
+		}
+	}
+	var client *minio.Client
+	if err == nil {
+		client, err = minio.New(cfg.Endpoint, opts)
+	}
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -110,4 +131,14 @@ func bucketName(testName string) string {
 	rand.Read(random[:])
 	b.WriteString(hex.EncodeToString(random[:]))
 	return b.String()
+}
+
+// S3Query returns the query of an s3:// store URL (blob.OpenURL) for cfg:
+// endpoint=HOST:PORT&secure=…, and ca=FILE for a server with a private CA.
+func S3Query(cfg blob.S3Config) string {
+	q := url.Values{"endpoint": {cfg.Endpoint}, "secure": {strconv.FormatBool(cfg.Secure)}}
+	if cfg.CAFile != "" {
+		q.Set("ca", cfg.CAFile)
+	}
+	return q.Encode()
 }
