@@ -52,6 +52,7 @@ it brings back every acknowledged write and every table's schema.`,
 			if cfg.TLS, err = tf.role(cfg.Logger); err != nil {
 				return err
 			}
+			tf.exportClientEnv() // for the in-process MapReduce worker's tasks
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			stopWorker, err := devWorker(&cfg, &wf)

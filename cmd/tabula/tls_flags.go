@@ -100,3 +100,23 @@ func opsListener(l net.Listener, r tlsconfig.Role) net.Listener {
 	}
 	return tls.NewListener(l, r.Server)
 }
+
+// exportClientEnv sets TABULA_TLS_CA, TABULA_TLS_CERT and TABULA_TLS_KEY
+// from the role's flags when the environment does not set them: the
+// MapReduce tasks a role runs in its process reach tables through
+// client.Dial, which reads them, so they call the cluster with the role's
+// own certificate.
+func (t *serverTLSFlags) exportClientEnv() {
+	if t.cert == "" || os.Getenv(tlsconfig.EnvCA)+os.Getenv(tlsconfig.EnvCert)+os.Getenv(tlsconfig.EnvKey) != "" {
+		return
+	}
+	ca := t.ca
+	if ca == "" {
+		ca = t.clientCA
+	}
+	if ca != "" {
+		os.Setenv(tlsconfig.EnvCA, ca)
+	}
+	os.Setenv(tlsconfig.EnvCert, t.cert)
+	os.Setenv(tlsconfig.EnvKey, t.key)
+}

@@ -114,6 +114,7 @@ stops it, unregistering at once.`,
 			if r.transport, err = r.tls.role(log); err != nil {
 				return err
 			}
+			r.tls.exportClientEnv()
 			svc, err := r.coord()
 			if err != nil {
 				return err
@@ -226,6 +227,7 @@ func (t *tabletServerWorker) start(ctx context.Context, r *roleFlags, svc coord.
 	if !t.enabled {
 		return nil, nil
 	}
+	r.tls.exportClientEnv()
 	lw, err := t.wf.config("worker-")
 	if err != nil {
 		return nil, err

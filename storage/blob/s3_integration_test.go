@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/blob/blobtest"
@@ -62,7 +61,11 @@ func TestS3MultipartAndAbort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, err := minio.NewCore(cfg.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, "")})
+	opts, err := blobtest.MinioOptions(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, err := minio.NewCore(cfg.Endpoint, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

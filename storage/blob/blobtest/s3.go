@@ -3,7 +3,6 @@ package blobtest
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"net/http"
 	"net/url"
@@ -79,17 +78,7 @@ func NewS3(t testing.TB) blob.Store {
 // uploads. Failure is only logged: the server's data directory is temporary
 // anyway.
 func removeBucket(t testing.TB, cfg blob.S3Config) {
-	opts := &minio.Options{
-		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
-		Secure: cfg.Secure,
-	}
-	var err error
-	if cfg.CAFile != "" {
-		var tc *tls.Config
-		if tc, err = tlsconfig.Client(tlsconfig.Files{CAFile: cfg.CAFile}); err == nil {
-			opts.Transport = &http.Transport{TLSClientConfig: tc}
-		}
-	}
+	opts, err := MinioOptions(cfg)
 	var client *minio.Client
 	if err == nil {
 		client, err = minio.New(cfg.Endpoint, opts)
@@ -141,4 +130,22 @@ func S3Query(cfg blob.S3Config) string {
 		q.Set("ca", cfg.CAFile)
 	}
 	return q.Encode()
+}
+
+// MinioOptions are the options of a minio-go client of the test server
+// cfg describes (its credentials, and its CA over HTTPS), for tests that
+// look at the bucket beside the Store.
+func MinioOptions(cfg blob.S3Config) (*minio.Options, error) {
+	opts := &minio.Options{
+		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure: cfg.Secure,
+	}
+	if cfg.CAFile != "" {
+		tc, err := tlsconfig.Client(tlsconfig.Files{CAFile: cfg.CAFile})
+		if err != nil {
+			return nil, err
+		}
+		opts.Transport = &http.Transport{TLSClientConfig: tc}
+	}
+	return opts, nil
 }
