@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,18 +15,21 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 
+	"github.com/tabuladb/tabula/security/auth"
 	"github.com/tabuladb/tabula/security/certs"
 	"github.com/tabuladb/tabula/security/tlsconfig"
 )
 
-// transportPair is two `tabula dev` servers in this process, one in
-// plaintext and one serving mutual TLS, each with an official client and a
-// table t (family f) holding rows r0000…r0999.
-type transportPair struct {
-	plain, mtls *bigtable.Table
+// transportSet is three `tabula dev` servers in this process — one in
+// plaintext, one serving mutual TLS, one serving mutual TLS and checking a
+// bearer token on every call (a static token file, the caller a superuser,
+// so the grant check passes at its cheapest) — each with an official
+// client and a table t (family f) holding rows r0000…r0999.
+type transportSet struct {
+	plain, mtls, token *bigtable.Table
 }
 
-func newTransportPair(b *testing.B) transportPair {
+func newTransportSet(b *testing.B) transportSet {
 	b.Helper()
 	ctx := context.Background()
 	dir := b.TempDir()
@@ -42,13 +46,22 @@ func newTransportPair(b *testing.B) transportPair {
 	if err != nil {
 		b.Fatal(err)
 	}
-	open := func(r tlsconfig.Role, c *tls.Config) *bigtable.Table {
-		d, err := StartDev(ctx, DevConfig{Dir: b.TempDir(), Addr: "127.0.0.1:0", TLS: r, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	const token = "bench-token-0123456789abcdef"
+	tokenFile := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokenFile, []byte(token+" bench\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	authn, err := auth.New(auth.Config{TokenFile: tokenFile})
+	if err != nil {
+		b.Fatal(err)
+	}
+	open := func(r tlsconfig.Role, c *tls.Config, a *AuthConfig, opts ...grpc.DialOption) *bigtable.Table {
+		d, err := StartDev(ctx, DevConfig{Dir: b.TempDir(), Addr: "127.0.0.1:0", TLS: r, Auth: a, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { d.Close() })
-		conn, err := grpc.NewClient(d.Addr(), tlsconfig.DialOption(c))
+		conn, err := grpc.NewClient(d.Addr(), append([]grpc.DialOption{tlsconfig.DialOption(c)}, opts...)...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -80,51 +93,54 @@ func newTransportPair(b *testing.B) transportPair {
 		}
 		return tbl
 	}
-	return transportPair{plain: open(tlsconfig.Role{}, nil), mtls: open(role, clientTLS)}
+	return transportSet{
+		plain: open(tlsconfig.Role{}, nil, nil),
+		mtls:  open(role, clientTLS, nil),
+		token: open(role, clientTLS, &AuthConfig{Authenticator: authn, Superusers: []string{"user:bench"}},
+			grpc.WithPerRPCCredentials(auth.BearerToken(token))),
+	}
 }
 
-// benchTransport runs op on the plaintext and the mTLS server alternately,
-// one call each per iteration (so both see the same machine load), and
-// reports each side's time per call and their ratio.
+// benchTransport runs op on the plaintext, the mTLS and the mTLS+token
+// server in turn, one call each per iteration, rotating which goes first
+// (so all see the same machine load), and reports each one's time per
+// call and the ratios to plaintext.
 func benchTransport(b *testing.B, op func(ctx context.Context, t *bigtable.Table, i int) error) {
-	p := newTransportPair(b)
+	set := newTransportSet(b)
 	ctx := context.Background()
-	// Warm both connections (the handshake is not what is measured:
-	// gRPC connections are long-lived).
+	tables := []*bigtable.Table{set.plain, set.mtls, set.token}
+	// Warm every connection (the handshake is not what is measured: gRPC
+	// connections are long-lived).
 	for i := range 50 {
-		if err := op(ctx, p.plain, i); err != nil {
-			b.Fatal(err)
-		}
-		if err := op(ctx, p.mtls, i); err != nil {
-			b.Fatal(err)
+		for _, t := range tables {
+			if err := op(ctx, t, i); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
-	var plain, mtls time.Duration
+	var took [3]time.Duration
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		first, second, d1, d2 := p.plain, p.mtls, &plain, &mtls
-		if i%2 == 1 { // alternate the order too
-			first, second, d1, d2 = p.mtls, p.plain, &mtls, &plain
+		for k := range tables {
+			j := (i + k) % len(tables)
+			start := time.Now()
+			if err := op(ctx, tables[j], i); err != nil {
+				b.Fatal(err)
+			}
+			took[j] += time.Since(start)
 		}
-		start := time.Now()
-		if err := op(ctx, first, i); err != nil {
-			b.Fatal(err)
-		}
-		mid := time.Now()
-		if err := op(ctx, second, i); err != nil {
-			b.Fatal(err)
-		}
-		*d1 += mid.Sub(start)
-		*d2 += time.Since(mid)
 	}
 	n := float64(b.N)
-	b.ReportMetric(float64(plain.Nanoseconds())/n, "plain-ns/call")
-	b.ReportMetric(float64(mtls.Nanoseconds())/n, "mtls-ns/call")
-	b.ReportMetric(float64(mtls)/float64(plain), "mtls/plain")
+	b.ReportMetric(float64(took[0].Nanoseconds())/n, "plain-ns/call")
+	b.ReportMetric(float64(took[1].Nanoseconds())/n, "mtls-ns/call")
+	b.ReportMetric(float64(took[2].Nanoseconds())/n, "mtls+token-ns/call")
+	b.ReportMetric(float64(took[1])/float64(took[0]), "mtls/plain")
+	b.ReportMetric(float64(took[2])/float64(took[0]), "mtls+token/plain")
 }
 
 // BenchmarkTransportPointRead: ReadRow of a 1000-byte row through the
-// official client, plaintext against mutual TLS, same run.
+// official client, plaintext against mutual TLS and mutual TLS with a
+// bearer token, same run.
 func BenchmarkTransportPointRead(b *testing.B) {
 	benchTransport(b, func(ctx context.Context, t *bigtable.Table, i int) error {
 		row, err := t.ReadRow(ctx, fmt.Sprintf("r%04d", i%1000))
@@ -136,7 +152,8 @@ func BenchmarkTransportPointRead(b *testing.B) {
 }
 
 // BenchmarkTransportSingleRowWrite: Apply of one 1000-byte cell (a durable,
-// fsynced write), plaintext against mutual TLS, same run.
+// fsynced write), plaintext against mutual TLS and mutual TLS with a
+// bearer token, same run.
 func BenchmarkTransportSingleRowWrite(b *testing.B) {
 	value := make([]byte, 1000)
 	benchTransport(b, func(ctx context.Context, t *bigtable.Table, i int) error {
