@@ -93,10 +93,16 @@ func appendRecord(b []byte, rec *Record) []byte {
 	b = append(b, typeRecord)
 	b = appendString(b, rec.Tablet)
 	b = binary.AppendUvarint(b, rec.FirstSeq)
-	b = appendBytes(b, rec.Mutation.Row)
-	b = binary.AppendUvarint(b, uint64(len(rec.Mutation.Mutations)))
-	for i := range rec.Mutation.Mutations {
-		m := &rec.Mutation.Mutations[i]
+	return appendRecordBody(b, &rec.Mutation)
+}
+
+// appendRecordBody appends what follows FirstSeq in a record's payload: the
+// row and the mutations.
+func appendRecordBody(b []byte, rm *cell.RowMutation) []byte {
+	b = appendBytes(b, rm.Row)
+	b = binary.AppendUvarint(b, uint64(len(rm.Mutations)))
+	for i := range rm.Mutations {
+		m := &rm.Mutations[i]
 		var flags byte
 		if m.Family != "" {
 			flags |= hasFamily

@@ -171,41 +171,59 @@ func (l *Log) Append(rec Record) *Commit {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	b, err := l.batchFor(len(frame))
+	if err != nil {
+		return failedCommit(err)
+	}
+	pos := l.tailLocked()
+	b.buf = append(b.buf, frame...)
+	l.appendedLocked(b, len(frame))
+	return &Commit{Pos: pos, b: b}
+}
+
+// batchFor returns the open batch a frame of frameLen bytes goes into,
+// starting one if the last is taken, full or of an earlier segment; or the
+// error an append gets after Close or a failed flush. l.mu held.
+func (l *Log) batchFor(frameLen int) (*batch, error) {
 	if l.closing {
-		return failedCommit(ErrClosed)
+		return nil, ErrClosed
 	}
 	if l.failed != nil {
-		return failedCommit(fmt.Errorf("%w: an earlier flush failed: %w", ErrFailed, l.failed))
+		return nil, fmt.Errorf("%w: an earlier flush failed: %w", ErrFailed, l.failed)
 	}
-	pos := tabletdesc.LogPosition{Segment: l.seg, Offset: l.off}
-	var b *batch
 	if n := len(l.queue); n > 0 {
-		b = l.queue[n-1]
-		if b.seg != l.seg || len(b.buf)+len(frame) > l.opts.MaxBatchBytes {
-			b = nil
+		b := l.queue[n-1]
+		if b.seg == l.seg && len(b.buf)+frameLen <= l.opts.MaxBatchBytes {
+			return b, nil
 		}
 	}
-	if b == nil {
-		b = &batch{seg: l.seg, off: l.off, watermark: l.off, done: make(chan struct{})}
-		if n := len(l.free); n > 0 {
-			b.buf, l.free = l.free[n-1], l.free[:n-1]
-		}
-		l.queue = append(l.queue, b)
-		l.cond.Signal()
+	b := &batch{seg: l.seg, off: l.off, watermark: l.off, done: make(chan struct{})}
+	if n := len(l.free); n > 0 {
+		b.buf, l.free = l.free[n-1], l.free[:n-1]
 	}
-	crossed := len(b.buf) < l.opts.ConcurrentFlushBytes
-	b.buf = append(b.buf, frame...)
+	l.queue = append(l.queue, b)
+	l.cond.Signal()
+	return b, nil
+}
+
+// tailLocked is the position of the next record; l.mu held.
+func (l *Log) tailLocked() tabletdesc.LogPosition {
+	return tabletdesc.LogPosition{Segment: l.seg, Offset: l.off}
+}
+
+// appendedLocked accounts for a frame of frameLen bytes just appended to
+// b: the tail moves past it, to a new segment past SegmentBytes. l.mu held.
+func (l *Log) appendedLocked(b *batch, frameLen int) {
 	b.records++
-	if crossed && len(b.buf) >= l.opts.ConcurrentFlushBytes {
+	if n := len(b.buf); n >= l.opts.ConcurrentFlushBytes && n-frameLen < l.opts.ConcurrentFlushBytes {
 		l.cond.Signal() // large enough to flush beside the ones in flight
 	}
-	l.off += int64(len(frame))
+	l.off += int64(frameLen)
 	if l.off >= l.opts.SegmentBytes {
 		l.seg++
 		l.off = l.backend.firstOffset(l.seg)
 	}
 	l.stats.Appends++
-	return &Commit{Pos: pos, b: b}
 }
 
 // framePool holds encoding buffers for Append, so that encoding outside the

@@ -492,13 +492,38 @@ func (t *Tablet) Apply(ctx context.Context, rm cell.RowMutation) error {
 	if !t.Contains(rm.Row) {
 		return t.notServing(rm.Row, "row outside the tablet's range")
 	}
+	enc := t.preencode(rm)
 	t.writeMu.Lock()
-	last, commit, err := t.applyLocked(rm)
+	last, commit, err := t.applyLocked(rm, enc)
 	t.writeMu.Unlock()
+	if enc != nil {
+		enc.Release()
+	}
 	if err != nil {
 		return err
 	}
 	return t.finishWrite(ctx, last, commit)
+}
+
+// preencode encodes rm's commit-log record, all but its sequence number,
+// before the write lock is taken — the copy of its values into log bytes
+// is then off the lock that serialises the tablet's writers — when nothing
+// in it depends on what is decided under the lock: no server-assigned
+// timestamp (the clock is read under it, in write order) and no AddToCell
+// (turned into the state of its family's aggregator, read under it). It
+// returns nil otherwise, and when the tablet has no log; applyLocked then
+// encodes under the lock.
+func (t *Tablet) preencode(rm cell.RowMutation) *commitlog.Encoded {
+	if t.opts.Log == nil {
+		return nil
+	}
+	for i := range rm.Mutations {
+		m := &rm.Mutations[i]
+		if m.Kind == cell.AddToCell || (m.Kind == cell.SetCell && m.Timestamp == cell.ServerTimestamp) {
+			return nil
+		}
+	}
+	return commitlog.Encode(t.id, rm)
 }
 
 // ApplyBatch applies row mutations as Apply does — each atomically and
@@ -509,11 +534,14 @@ func (t *Tablet) Apply(ctx context.Context, rm cell.RowMutation) error {
 // alone and change nothing.
 func (t *Tablet) ApplyBatch(ctx context.Context, rms []cell.RowMutation) []error {
 	errs := make([]error, len(rms))
+	encs := make([]*commitlog.Encoded, len(rms))
 	for i, rm := range rms {
 		if err := t.validate(rm); err != nil {
 			errs[i] = err
 		} else if !t.Contains(rm.Row) {
 			errs[i] = t.notServing(rm.Row, "row outside the tablet's range")
+		} else {
+			encs[i] = t.preencode(rm)
 		}
 	}
 	var applied []int
@@ -524,7 +552,7 @@ func (t *Tablet) ApplyBatch(ctx context.Context, rms []cell.RowMutation) []error
 		if errs[i] != nil {
 			continue
 		}
-		l, c, err := t.applyLocked(rm)
+		l, c, err := t.applyLocked(rm, encs[i])
 		if err != nil {
 			errs[i] = err
 			continue
@@ -533,6 +561,11 @@ func (t *Tablet) ApplyBatch(ctx context.Context, rms []cell.RowMutation) []error
 		applied = append(applied, i)
 	}
 	t.writeMu.Unlock()
+	for _, e := range encs {
+		if e != nil {
+			e.Release()
+		}
+	}
 	if len(applied) == 0 {
 		return errs
 	}
@@ -557,8 +590,9 @@ func (t *Tablet) validate(rm cell.RowMutation) error {
 }
 
 // applyLocked assigns sequence numbers to a validated row mutation, logs it
-// and inserts it. Called under writeMu.
-func (t *Tablet) applyLocked(rm cell.RowMutation) (uint64, *commitlog.Commit, error) {
+// and inserts it. enc is rm's record from preencode, or nil. Called under
+// writeMu.
+func (t *Tablet) applyLocked(rm cell.RowMutation, enc *commitlog.Encoded) (uint64, *commitlog.Commit, error) {
 	if t.stopErr != nil {
 		return 0, nil, t.stopErr
 	}
@@ -566,15 +600,22 @@ func (t *Tablet) applyLocked(rm cell.RowMutation) (uint64, *commitlog.Commit, er
 	if err := t.checkFamilies(rm, schema); err != nil {
 		return 0, nil, err
 	}
-	rm.Mutations = slices.Clone(rm.Mutations)
-	if err := addsToMerges(rm, schema); err != nil {
-		return 0, nil, err
+	if enc == nil {
+		// Changed in place below: the caller's mutations stay as
+		// they were. (A pre-encoded mutation has nothing to change.)
+		rm.Mutations = slices.Clone(rm.Mutations)
+		if err := addsToMerges(rm, schema); err != nil {
+			return 0, nil, err
+		}
+		rm.AssignTimestamps(t.opts.Clock())
 	}
-	rm.AssignTimestamps(t.opts.Clock())
 	first := t.lastSeq + 1
 	last := t.lastSeq + uint64(len(rm.Mutations))
 	var commit *commitlog.Commit
-	if t.opts.Log != nil {
+	switch {
+	case enc != nil:
+		commit = t.opts.Log.AppendEncoded(enc, first)
+	case t.opts.Log != nil:
 		commit = t.opts.Log.Append(commitlog.Record{Tablet: t.id, FirstSeq: first, Mutation: rm})
 	}
 	t.insert(rm, first)
@@ -693,7 +734,7 @@ func (t *Tablet) ReadModifyWrite(ctx context.Context, row []byte, fn func(cur ce
 		t.writeMu.Unlock()
 		return cell.Row{}, err
 	}
-	last, commit, err := t.applyLocked(rm)
+	last, commit, err := t.applyLocked(rm, nil)
 	if err != nil {
 		t.writeMu.Unlock()
 		return cell.Row{}, err
