@@ -348,3 +348,50 @@ func benchKeys(n int) [][]byte {
 	}
 	return keys
 }
+
+// TestAscendingRuns adds runs of ascending keys (the finger search of Add)
+// that start anywhere — before, inside and after what is there — mixed
+// with single random keys, and checks the list against the model.
+func TestAscendingRuns(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		r := rand.New(rand.NewPCG(seed, 77))
+		m := New()
+		var md model
+		it := m.NewIterator()
+		for run := 0; run < 200; run++ {
+			base := r.IntN(1_000_000)
+			n := 1 + r.IntN(40)
+			if r.IntN(3) == 0 {
+				n = 1
+			}
+			for i := 0; i < n; i++ {
+				k := fmt.Appendf(nil, "row%07d/%d", base+i*r.IntN(3), run)
+				if j := md.seekGE(k); j < len(md) && bytes.Equal(md[j].key, k) {
+					continue
+				}
+				m.Add(k, k)
+				md = slices.Insert(md, md.seekGE(k), entry{bytes.Clone(k), k})
+			}
+			if run%20 == 0 {
+				checkAll(t, it, md)
+				checkSeeks(t, it, md, fmt.Appendf(nil, "row%07d", r.IntN(1_000_000)))
+			}
+		}
+		checkAll(t, it, md)
+		it.Close()
+	}
+}
+
+// BenchmarkAddAscending adds keys in order, as sequential writes do.
+func BenchmarkAddAscending(b *testing.B) {
+	m := New()
+	v := make([]byte, 100)
+	i := 0
+	for b.Loop() {
+		m.Add(fmt.Appendf(nil, "row%010d", i), v)
+		i++
+		if i%1_000_000 == 0 {
+			m = New()
+		}
+	}
+}
