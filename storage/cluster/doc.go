@@ -8,14 +8,14 @@
 // tablet of every table, the admin API over a catalog in a local directory).
 // The tablet server role and Dev share their gRPC server construction and
 // their cache defaults. Dev is not yet the cluster's roles run in one
-// process. The lock service for it exists (coord.OpenLocal: the
-// in-process service with its keys in a file); still missing are a
-// tablet-server role whose commit log may be a local directory (dev's
-// write path; today a dead server's log is found, sorted and collected
-// only in the object store, under LogPrefix), a StartDev that returns
-// once the master has assigned every tablet (as it returns today once
-// every table is recovered), and the on-disk move of dev's catalog from
-// the store to the lock service.
+// process. Its pieces exist: the lock service (coord.OpenLocal: the
+// in-process service with its keys in a file) and tablet servers whose
+// commit logs are local files, as dev's is (ServerConfig.LogDir, with
+// MasterConfig.LogDir for their collection: LocalLogDir). Still missing
+// are a StartDev that runs both roles over them and returns once the
+// master has assigned every tablet (as it returns today once every table
+// is recovered), one listener for both roles' services, and the on-disk
+// move of dev's catalog from the store to the lock service.
 //
 // The names a reader should know:
 //
@@ -39,6 +39,7 @@ package cluster
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"path/filepath"
 	"strings"
 )
 
@@ -59,6 +60,13 @@ func NewServerName(addr string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return addr + "/" + hex.EncodeToString(b[:])
+}
+
+// LocalLogDir is the directory of server's commit log kept as files under
+// root (ServerConfig.LogDir): root/LogPrefix(server), so that root,
+// opened as a blob.Local, has the layout of the object store's logs.
+func LocalLogDir(root, server string) string {
+	return filepath.Join(root, filepath.FromSlash(LogPrefix(server)))
 }
 
 // LogPrefix is the object-name prefix of server's commit log.

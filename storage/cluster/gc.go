@@ -184,6 +184,10 @@ func deadLogs(written map[string]time.Time, present, last []string, now time.Tim
 // first saw each log as it is now.
 type logGC struct {
 	store blob.Store
+	// local, when set, holds commit logs kept as files
+	// (ServerConfig.LogDir, opened as a blob.Local): the same layout
+	// under LogsPrefix, collected by the same rule.
+	local blob.Store
 	kv    coord.KV
 	grace time.Duration
 	now   func() time.Time
@@ -241,7 +245,19 @@ func (g *logGC) collect(ctx context.Context, last func(context.Context) ([]strin
 	if err != nil {
 		return nil, err
 	}
+	var local map[string][]blob.Attrs
+	if g.local != nil {
+		if local, err = listLogs(ctx, g.local); err != nil {
+			return nil, err
+		}
+	}
 	listed := g.now()
+	all := make(map[string][]blob.Attrs, len(logs)+len(local))
+	for _, m := range []map[string][]blob.Attrs{logs, local} {
+		for name, objs := range m {
+			all[name] = append(all[name], objs...)
+		}
+	}
 	present, err := serverNames(ctx, g.kv)
 	if err != nil {
 		return nil, err
@@ -250,11 +266,15 @@ func (g *logGC) collect(ctx context.Context, last func(context.Context) ([]strin
 	if err != nil {
 		return nil, fmt.Errorf("cluster: reading METADATA for commit-log GC: %w", err)
 	}
-	dead := deadLogs(g.written(logs, listed), present, lasts, g.now(), g.grace)
+	dead := deadLogs(g.written(all, listed), present, lasts, g.now(), g.grace)
 	var deleted []string
 	var errs []error
 	for _, name := range dead {
-		if err := deleteObjects(ctx, g.store, logs[name]); err != nil {
+		err := deleteObjects(ctx, g.store, logs[name])
+		if g.local != nil {
+			err = errors.Join(err, deleteObjects(ctx, g.local, local[name]))
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("cluster: deleting the commit log %s: %w", name, err))
 			continue
 		}

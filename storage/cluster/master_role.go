@@ -58,6 +58,10 @@ type MasterConfig struct {
 	SessionTTL, LockDelay time.Duration
 	// Tick is the assignment loop's period; default 1s.
 	Tick time.Duration
+	// LogDir is the directory of the tablet servers' commit logs when
+	// they keep them as files (ServerConfig.LogDir); the master deletes
+	// dead servers' logs there as it does in Store. Empty: none.
+	LogDir string
 	// GCInterval is how often the active master collects garbage files
 	// (DefaultGCInterval); GCGrace spares young files (DefaultGCGrace).
 	GCInterval, GCGrace time.Duration
@@ -117,6 +121,11 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	m := &Master{cfg: cfg, conns: newConns(cfg.TLS.Client), registry: prometheus.NewRegistry(), events: newEventRing(200),
 		states: tablet.NewBlobStateStore(cfg.Store, StatePrefix),
 		logs:   newLogGC(cfg.Store, cfg.Coord, cfg.GCGrace)}
+	if cfg.LogDir != "" {
+		if m.logs.local, err = blob.NewLocal(cfg.LogDir); err != nil {
+			return nil, fmt.Errorf("cluster: the commit logs' directory: %w", err)
+		}
+	}
 	defer func() {
 		if err != nil {
 			m.Close()

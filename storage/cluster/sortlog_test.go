@@ -159,6 +159,13 @@ func (s *syncBuffer) String() string {
 
 func startSorter(t *testing.T, store blob.Store) *sorterServer {
 	t.Helper()
+	return startSorterLogDir(t, store, "")
+}
+
+// startSorterLogDir is startSorter with its log, and the dead servers',
+// as files under logDir when set (ServerConfig.LogDir).
+func startSorterLogDir(t *testing.T, store blob.Store, logDir string) *sorterServer {
+	t.Helper()
 	ctx := context.Background()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -167,7 +174,8 @@ func startSorter(t *testing.T, store blob.Store) *sorterServer {
 	name := NewServerName(lis.Addr().String())
 	logs := &syncBuffer{}
 	logger := slog.New(slog.DiscardHandler)
-	lg, err := commitlog.Open(ctx, commitlog.Options{Store: store, Prefix: LogPrefix(name)})
+	ts := &TabletServer{cfg: ServerConfig{Store: store, LogDir: logDir}, name: name, log: slog.New(slog.NewTextHandler(logs, nil))}
+	lg, err := commitlog.Open(ctx, ts.logOptions(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +184,7 @@ func startSorter(t *testing.T, store blob.Store) *sorterServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &TabletServer{cfg: ServerConfig{Store: store}, name: name, log: slog.New(slog.NewTextHandler(logs, nil)), host: host}
+	ts.host = host
 	srv := grpc.NewServer()
 	clusterpb.RegisterTabletControlServer(srv, newTabletControlService(ts))
 	go func() { _ = srv.Serve(lis) }()
@@ -203,8 +211,16 @@ func deadServerName(t *testing.T) string {
 // segments, as the dead server left it.
 func writeDeadLog(t *testing.T, store blob.Store, dead string, tablets []string, n int) {
 	t.Helper()
+	writeLog(t, commitlog.Options{Store: store, Prefix: LogPrefix(dead)}, tablets, n)
+}
+
+// writeLog writes n records of tablets to the log opts describes, in
+// small segments.
+func writeLog(t *testing.T, opts commitlog.Options, tablets []string, n int) {
+	t.Helper()
 	ctx := context.Background()
-	lg, err := commitlog.Open(ctx, commitlog.Options{Store: store, Prefix: LogPrefix(dead), SegmentBytes: 1 << 10})
+	opts.SegmentBytes = 1 << 10
+	lg, err := commitlog.Open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,8 +50,8 @@ func (c *tabletControlService) LoadTablet(ctx context.Context, req *clusterpb.Lo
 	}
 	var recover tabletserver.ReplayLog
 	if from := req.GetRecoverFrom(); from != "" {
-		recover.Log = commitlog.Options{Store: c.s.cfg.Store, Prefix: LogPrefix(from)}
-		if req.GetSortedLog() {
+		recover.Log = c.s.logOptions(from)
+		if req.GetSortedLog() && recover.Log.Dir == "" {
 			recover.Sorted = commitlog.SortedLog{Store: c.s.cfg.Store, Prefix: SortedLogPrefix(from)}
 		}
 	}
@@ -82,14 +82,16 @@ func (c *tabletControlService) deadLog(dead string) (commitlog.Options, commitlo
 	case c.s.name:
 		return commitlog.Options{}, commitlog.SortedLog{}, status.Errorf(codes.FailedPrecondition, "%s is this server, which is alive", dead)
 	}
-	return commitlog.Options{Store: c.s.cfg.Store, Prefix: LogPrefix(dead)},
-		commitlog.SortedLog{Store: c.s.cfg.Store, Prefix: SortedLogPrefix(dead)}, nil
+	return c.s.logOptions(dead), commitlog.SortedLog{Store: c.s.cfg.Store, Prefix: SortedLogPrefix(dead)}, nil
 }
 
 func (c *tabletControlService) ListLogSegments(ctx context.Context, req *clusterpb.ListLogSegmentsRequest) (*clusterpb.ListLogSegmentsResponse, error) {
 	log, _, err := c.deadLog(req.GetDeadServer())
 	if err != nil {
 		return nil, err
+	}
+	if log.Dir != "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "the log of %s is local files (ServerConfig.LogDir): it is replayed, not sorted", req.GetDeadServer())
 	}
 	segs, err := commitlog.Segments(ctx, log)
 	if err != nil {
