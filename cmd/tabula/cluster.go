@@ -93,7 +93,7 @@ func (r *roleFlags) coord() (coord.Service, error) {
 	}
 	token, err := r.backend.token()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--consul-token: %w", err)
 	}
 	svc, err := coord.NewConsul(coord.ConsulConfig{Address: r.consul, Prefix: coord.ClusterPrefix(r.cluster), SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
 		Token: token, CAFile: r.backend.consulCA, CertFile: r.backend.consulCert, KeyFile: r.backend.consulKey})

@@ -26,6 +26,7 @@ import (
 type mrWorkerFlags struct {
 	addrs      []string
 	consul     string
+	consulAuth backendFlags // --workers-consul-token, --workers-consul-ca
 	cluster    string
 	minWorkers int
 	wait       time.Duration
@@ -46,6 +47,8 @@ func (m *mrWorkerFlags) register(cmd *cobra.Command) {
 	f.StringSliceVar(&m.addrs, "worker-addrs", nil, "run tasks on the tabula workers at these `addresses` (host:port,...)")
 	f.StringVar(&m.consul, "workers-consul", "", "run tasks on the workers registered in this Consul agent (host:port) under --workers-cluster")
 	f.StringVar(&m.cluster, "workers-cluster", coord.DefaultCluster, "cluster name of --workers-consul: the key prefix tabula/<name>/")
+	f.StringVar(&m.consulAuth.consulToken, "workers-consul-token", "", "ACL token of --workers-consul (default $CONSUL_HTTP_TOKEN; @FILE reads it from a file)")
+	f.StringVar(&m.consulAuth.consulCA, "workers-consul-ca", "", "speak HTTPS to --workers-consul, verifying it with these PEM CA certificates")
 	f.IntVar(&m.minWorkers, "min-workers", 1, "with remote workers, wait until at least this many are up before starting")
 	f.DurationVar(&m.wait, "workers-wait", 30*time.Second, "how long to wait for --min-workers")
 	f.BoolVar(&m.inProcess, "in-process", false, "run every task in this process, even when --addr hosts a worker")
@@ -80,7 +83,11 @@ func (m *mrWorkerFlags) workers(ctx context.Context, addr string, log *slog.Logg
 	case m.inProcess:
 		return nil, noop, nil
 	case m.consul != "":
-		svc, err := coord.NewConsul(coord.ConsulConfig{Address: m.consul, Prefix: coord.ClusterPrefix(m.cluster)})
+		token, err := m.consulAuth.token()
+		if err != nil {
+			return nil, noop, fmt.Errorf("--workers-consul-token: %w", err)
+		}
+		svc, err := coord.NewConsul(coord.ConsulConfig{Address: m.consul, Prefix: coord.ClusterPrefix(m.cluster), Token: token, CAFile: m.consulAuth.consulCA})
 		if err != nil {
 			return nil, noop, fmt.Errorf("--workers-consul: %w", err)
 		}

@@ -85,7 +85,7 @@ func (b *backendFlags) token() (string, error) {
 	if len(b.consulToken) > 1 && b.consulToken[0] == '@' {
 		data, err := os.ReadFile(b.consulToken[1:])
 		if err != nil {
-			return "", fmt.Errorf("--consul-token: %w", err)
+			return "", err
 		}
 		return string(bytes.TrimSpace(data)), nil
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -82,5 +83,24 @@ func TestCertsThenMutualTLSVerbs(t *testing.T) {
 	// A client CA without a certificate is refused at start.
 	if _, err := (&serverTLSFlags{clientCA: filepath.Join(dir, certs.CAFile)}).role(quietDevLogger()); err == nil {
 		t.Fatal("--tls-client-ca without --tls-cert accepted")
+	}
+}
+
+// TestConsulTokenFromFile: --consul-token @FILE reads the token from a file
+// (trailing newline trimmed); a missing file is an error; a plain value is
+// the token.
+func TestConsulTokenFromFile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(f, []byte("s3cr3t-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := (&backendFlags{consulToken: "@" + f}).token(); err != nil || got != "s3cr3t-token" {
+		t.Fatalf("@file: %q, %v", got, err)
+	}
+	if _, err := (&backendFlags{consulToken: "@" + f + ".missing"}).token(); err == nil {
+		t.Fatal("a missing token file accepted")
+	}
+	if got, _ := (&backendFlags{consulToken: "plain"}).token(); got != "plain" {
+		t.Fatalf("plain token: %q", got)
 	}
 }
