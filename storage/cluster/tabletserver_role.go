@@ -423,36 +423,6 @@ func (s *TabletServer) commitSplit(ctx context.Context, table meta.TableID, pare
 }
 
 func (s *TabletServer) httpHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /debug/compact", s.compactHandler)
-	mux.Handle("/", s.opsHandler())
-	return mux
-}
-
-// compactHandler forces a compaction of the tablets of one table served
-// here: POST /debug/compact?table=INSTANCE/TABLE[&major=true]. It answers
-// the number of tablets compacted, 400 for a bad table name, 404 for a
-// table not served here, 500 for a failed compaction.
-func (s *TabletServer) compactHandler(w http.ResponseWriter, r *http.Request) {
-	id, err := parseTableString(r.URL.Query().Get("table"))
-	if err != nil {
-		http.Error(w, fmt.Sprintf("table: %v (want INSTANCE/TABLE)", err), http.StatusBadRequest)
-		return
-	}
-	major := r.URL.Query().Get("major") == "true"
-	n, err := s.host.CompactTable(r.Context(), id, major)
-	switch {
-	case errors.Is(err, tabletserver.ErrTableNotFound):
-		http.Error(w, err.Error(), http.StatusNotFound)
-		return
-	case err != nil:
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	fmt.Fprintf(w, "compacted %d tablets of %s (major %v)\n", n, id, major)
-}
-
-func (s *TabletServer) opsHandler() http.Handler {
 	return OpsHandler(s.registry, s.statusHandler(), func() error {
 		select {
 		case <-s.done:
