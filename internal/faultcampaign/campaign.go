@@ -96,7 +96,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer cancel()
 	if err := retry(actx, func() error {
 		return admin.CreateTableFromConf(actx, &bigtable.TableConf{TableID: hotTable, SplitKeys: []string{"b", "d", "f"},
-			Families: map[string]bigtable.GCPolicy{Family: bigtable.NoGcPolicy(), "filler": bigtable.MaxVersionsPolicy(1)}})
+			Families: map[string]bigtable.GCPolicy{Family: bigtable.NoGcPolicy()}})
 	}); err != nil {
 		return nil, fmt.Errorf("create %s: %w", hotTable, err)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"strings"
 	"syscall"
 	"time"
@@ -16,10 +15,13 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/cluster/statuspage"
+	"github.com/tabuladb/tabula/storage/master/adminextpb"
 	"github.com/tabuladb/tabula/storage/meta"
 )
 
@@ -34,9 +36,9 @@ const (
 	RestartMinIO   = "restart-minio"   // MinIO stopped and started again
 	RestartConsul  = "restart-consul"  // the Consul agent stopped and started again (state on disk)
 	MoveTablet     = "move"            // a hot tablet unloaded on its server: the master reassigns it
-	SplitTablet    = "split"           // a burst of filler rows into a hot tablet past the split size
-	MergeTablets   = "merge"           // neighbours merged (needs the merges work of #15)
-	MajorCompact   = "compact"         // a major compaction of the hot tablets
+	SplitTablet    = "split"           // a forced split of a hot tablet (TabletOperations.SplitTablet)
+	MergeTablets   = "merge"           // a hot tablet merged with its right neighbour (TabletOperations.MergeTablets)
+	MajorCompact   = "compact"         // major compactions of the hot tablets (TabletOperations.CompactTablet)
 	SchemaChange   = "schema"          // column families added, re-policied and dropped under load
 	CorruptSSTable = "corrupt-sstable" // an SSTable object's bytes damaged: reads must fail naming it
 )
@@ -45,10 +47,10 @@ const (
 var AllKinds = []string{KillServer, PauseServer, PauseMaster, KillMaster, PauseMinIO, RestartMinIO, RestartConsul,
 	MoveTablet, SplitTablet, MergeTablets, MajorCompact, SchemaChange, CorruptSSTable}
 
-// Skipped names the kinds the campaign cannot apply yet, with the reason.
-var Skipped = map[string]string{
-	MergeTablets: "tablet merges are not in the cluster yet (the merges helper's work of #15); no operator path to force one",
-}
+// Skipped names the kinds the campaign cannot apply yet, with the reason
+// (none left: merges, forced splits and compactions go through the admin
+// extension's TabletOperations).
+var Skipped = map[string]string{}
 
 // Fault is one fault the nemesis applied.
 type Fault struct {
@@ -68,7 +70,7 @@ type Fault struct {
 type Nemesis struct {
 	C       *Cluster
 	Admin   *bigtable.AdminClient
-	Data    *bigtable.Client // official, for the filler rows and the victim table
+	Data    *bigtable.Client // official, for the victim table
 	Table   string           // the hot table
 	Victim  string           // a table the corruption is applied to
 	Rows    []string
@@ -77,7 +79,6 @@ type Nemesis struct {
 	Log     func(format string, args ...any)
 
 	schemaN int
-	fillN   int
 }
 
 func (n *Nemesis) pickServer() *Proc {
@@ -185,6 +186,8 @@ func (n *Nemesis) apply(ctx context.Context, kind string, f *Fault) error {
 		return n.schema(ctx, f)
 	case MajorCompact:
 		return n.compact(ctx, f)
+	case MergeTablets:
+		return n.merge(ctx, f)
 	case CorruptSSTable:
 		return n.corrupt(ctx, f)
 	}
@@ -246,35 +249,115 @@ func (n *Nemesis) move(ctx context.Context, f *Fault) error {
 	return unload(ctx, c.s, c.id)
 }
 
-// split writes filler rows right after a random hot row until they pass
-// the split size, so its tablet splits under load.
-func (n *Nemesis) split(ctx context.Context, f *Fault) error {
-	row := n.Rows[n.Rand.IntN(len(n.Rows))]
-	f.Target = "after " + row
-	tbl := n.Data.Open(n.Table)
-	value := bytes.Repeat([]byte{'x'}, 2048)
-	var keys []string
-	var muts []*bigtable.Mutation
-	for i := 0; i < 200; i++ {
-		n.fillN++
-		m := bigtable.NewMutation()
-		m.Set("filler", "x", bigtable.Timestamp(1000), value)
-		keys = append(keys, fmt.Sprintf("%s~fill~%06d", row, n.fillN))
-		muts = append(muts, m)
+// tabletOps returns the admin extension's TabletOperations on the active
+// master.
+func (n *Nemesis) tabletOps() (adminextpb.TabletOperationsClient, func(), error) {
+	m := n.C.ActiveMaster()
+	if m == nil {
+		return nil, nil, errors.New("no active master")
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	errs, err := tbl.ApplyBulk(wctx, keys, muts)
+	cc, err := grpc.NewClient(m.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return adminextpb.NewTabletOperationsClient(cc), func() { cc.Close() }, nil
+}
+
+func (n *Nemesis) fullName(table string) string {
+	return meta.TableID{Instance: "i", Table: table}.FullName("p")
+}
+
+// refused reports an answer that declines the operation (the tablet is
+// busy, too small, shares files, has no neighbour): not a fault of the
+// cluster, noted rather than counted.
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.FailedPrecondition, codes.InvalidArgument, codes.NotFound, codes.Aborted, codes.OutOfRange:
+		return true
+	}
+	return false
+}
+
+// split forces a split of the tablet holding a random hot row, at a key
+// just after the row when that lies inside the tablet (else a middle key).
+func (n *Nemesis) split(ctx context.Context, f *Fault) error {
+	ops, done, err := n.tabletOps()
 	if err != nil {
 		return err
 	}
-	failed := 0
-	for _, e := range errs {
-		if e != nil {
-			failed++
+	defer done()
+	row := n.Rows[n.Rand.IntN(len(n.Rows))]
+	f.Target = "tablet of " + row
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	key := fmt.Sprintf("%s~%04x", row, n.Rand.IntN(1<<16))
+	if list, err := ops.ListTablets(ctx, &adminextpb.ListTabletsRequest{Table: n.fullName(n.Table)}); err == nil {
+		for _, t := range list.GetTablets() {
+			if row >= string(t.GetStartKey()) && (len(t.GetEndKey()) == 0 || row < string(t.GetEndKey())) &&
+				len(t.GetEndKey()) > 0 && key >= string(t.GetEndKey()) {
+				key = "" // not inside: a middle key
+			}
 		}
 	}
-	f.Note = fmt.Sprintf("%d filler rows of 2 KiB written (%d failed)", len(keys)-failed, failed)
+	resp, err := ops.SplitTablet(ctx, &adminextpb.SplitTabletRequest{Table: n.fullName(n.Table), RowKey: []byte(row), SplitKey: []byte(key)})
+	if refused(err) {
+		f.Note = "refused: " + firstLine(err.Error(), 200)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	f.Note = fmt.Sprintf("%s split into %d at %q", resp.GetParentId(), len(resp.GetChildren()), key)
+	return nil
+}
+
+// merge merges the tablet holding a random hot row with its right
+// neighbour.
+func (n *Nemesis) merge(ctx context.Context, f *Fault) error {
+	ops, done, err := n.tabletOps()
+	if err != nil {
+		return err
+	}
+	defer done()
+	row := n.Rows[n.Rand.IntN(len(n.Rows)-2)] // not in the last tablet: it has no right neighbour
+	f.Target = "tablet of " + row
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	resp, err := ops.MergeTablets(ctx, &adminextpb.MergeTabletsRequest{Table: n.fullName(n.Table), RowKey: []byte(row)})
+	if refused(err) {
+		f.Note = "refused: " + firstLine(err.Error(), 200)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	f.Note = fmt.Sprintf("%s and %s merged into %s", resp.GetLeftId(), resp.GetRightId(), resp.GetMerged().GetTabletId())
+	return nil
+}
+
+// compact runs a major compaction of the tablet of every other hot row.
+func (n *Nemesis) compact(ctx context.Context, f *Fault) error {
+	ops, done, err := n.tabletOps()
+	if err != nil {
+		return err
+	}
+	defer done()
+	f.Target = "hot tablets"
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	var notes []string
+	for i := 0; i < len(n.Rows); i += 2 {
+		resp, err := ops.CompactTablet(ctx, &adminextpb.CompactTabletRequest{Table: n.fullName(n.Table), RowKey: []byte(n.Rows[i]), Major: true})
+		switch {
+		case refused(err):
+			notes = append(notes, "refused: "+firstLine(err.Error(), 120))
+		case err != nil:
+			return err
+		default:
+			notes = append(notes, resp.GetTabletId())
+		}
+	}
+	f.Note = "major: " + strings.Join(notes, ", ")
 	return nil
 }
 
@@ -472,36 +555,4 @@ func firstLine(s string, n int) string {
 		s = s[:n] + "…"
 	}
 	return s
-}
-
-// compact forces a major compaction of the hot table's tablets on every
-// live server (POST /debug/compact on its ops port).
-func (n *Nemesis) compact(ctx context.Context, f *Fault) error {
-	f.Target = "every server"
-	var notes []string
-	for _, s := range n.C.Servers {
-		if !s.Alive() {
-			continue
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.HTTP+"/debug/compact?table=i/"+n.Table+"&major=true", nil)
-		if err != nil {
-			return err
-		}
-		cl := &http.Client{Timeout: 60 * time.Second}
-		resp, err := cl.Do(req)
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.Name, err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		switch resp.StatusCode {
-		case http.StatusOK:
-			notes = append(notes, s.Name+": "+strings.TrimSpace(string(body)))
-		case http.StatusNotFound: // serves none of the table's tablets
-		default:
-			return fmt.Errorf("%s: %s: %s", s.Name, resp.Status, strings.TrimSpace(string(body)))
-		}
-	}
-	f.Note = strings.Join(notes, "; ")
-	return nil
 }
