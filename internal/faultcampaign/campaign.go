@@ -275,8 +275,10 @@ func analyze(res *Result) {
 	for i := range res.Faults {
 		f := &res.Faults[i]
 		for _, evs := range rows {
-			if g := longestGap(evs, f.Start, f.End); g > f.Unavailable {
-				f.Unavailable = g
+			g := longestGap(evs, f.Start, f.End)
+			f.Unavailable = max(f.Unavailable, g)
+			if g > 2*time.Second {
+				f.RowsStalled++
 			}
 		}
 		if f.Err != "" {

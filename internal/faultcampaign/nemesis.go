@@ -64,6 +64,10 @@ type Fault struct {
 	// Unavailable is the longest time, within [Start, End), that some hot
 	// row had no successful operation.
 	Unavailable time.Duration
+	// RowsStalled counts the hot rows that went more than 2 s without a
+	// successful operation within [Start, End): the fault's reach (a
+	// server's tablets, or every row when METADATA or the gateway stalls).
+	RowsStalled int
 }
 
 // Nemesis applies faults to a Cluster.

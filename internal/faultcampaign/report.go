@@ -229,7 +229,7 @@ func fmtMs(ms float64) string {
 }
 
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"sec": func(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) },
+	"sec": func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 }).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.Title}}</title>
 <style>
@@ -268,8 +268,8 @@ svg text{font-size:11px}
 {{range .Summary.Kinds}}<tr class="kind" data-kind="{{.Kind}}"><td>{{.Kind}}</td><td>{{.Count}}</td><td>{{.Errors}}</td><td>{{.WorstUnavailSec}}</td><td>{{if .Skipped}}skipped: {{.Skipped}}{{end}}</td></tr>
 {{end}}</table>
 <h2>Faults</h2>
-<table id="faultlist"><tr><th>kind</th><th>target</th><th>injected</th><th>healed</th><th>unavailable</th><th>note</th><th>error</th></tr>
-{{range .Faults}}<tr class="faultrow"><td>{{.Kind}}</td><td>{{.Target}}</td><td>{{.StartSec}} s</td><td>{{.HealedSec}} s</td><td>{{.UnavailSec}} s</td><td>{{.Note}}</td><td>{{.Err}}</td></tr>
+<table id="faultlist"><tr><th>kind</th><th>target</th><th>injected</th><th>healed</th><th>unavailable</th><th>rows stalled &gt; 2 s</th><th>note</th><th>error</th></tr>
+{{range .Faults}}<tr class="faultrow"><td>{{.Kind}}</td><td>{{.Target}}</td><td>{{.StartSec}} s</td><td>{{.HealedSec}} s</td><td>{{.UnavailSec}} s</td><td>{{.RowsStalled}}</td><td>{{.Note}}</td><td>{{.Err}}</td></tr>
 {{end}}</table>
 <h2>Anomalies</h2>
 <ul id="anomalylist">{{range .Anomalies}}<li class="anomaly">{{.}}</li>{{else}}<li>none</li>{{end}}</ul>
