@@ -15,7 +15,6 @@ import (
 	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
@@ -89,19 +88,8 @@ func TestLoadFromLocalDeadLog(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"t-0", "t-1"} {
-		if err := a.host.UnloadTablet(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		tb, err := tablet.Open(ctx, tablet.Options{ID: id, Store: store, Dir: tbl.Dir(), Schema: tbl.Schema(),
-			StateStore: tablet.NewBlobStateStore(store, StatePrefix), Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows := 0
-		err = tb.Scan(ctx, tablet.ScanOptions{}, func(cell.Row) error { rows++; return nil })
-		tb.Close()
-		if err != nil || rows != 20 {
-			t.Fatalf("tablet %s holds %d rows (%v), want the dead log's 20", id, rows, err)
+		if rows := unloadedRows(t, a.host, store, tbl, id); rows != 20 {
+			t.Fatalf("tablet %s holds %d rows, want the dead log's 20", id, rows)
 		}
 	}
 }

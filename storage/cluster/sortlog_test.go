@@ -325,23 +325,32 @@ func TestSortLogAndLoad(t *testing.T) {
 			t.Errorf("a's log lacks %q:\n%s", want, logged)
 		}
 	}
-	// Unload (which flushes), then read each tablet's saved state.
 	for _, id := range ids {
-		if err := a.host.UnloadTablet(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		tb, err := tablet.Open(ctx, tablet.Options{ID: id, Store: store, Dir: tbl.Dir(), Schema: tbl.Schema(),
-			StateStore: tablet.NewBlobStateStore(store, StatePrefix), Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows := 0
-		err = tb.Scan(ctx, tablet.ScanOptions{}, func(cell.Row) error { rows++; return nil })
-		tb.Close()
-		if err != nil || rows != 50 {
-			t.Fatalf("tablet %s holds %d rows (%v), want 50", id, rows, err)
+		if rows := unloadedRows(t, a.host, store, tbl, id); rows != 50 {
+			t.Fatalf("tablet %s holds %d rows, want 50", id, rows)
 		}
 	}
+}
+
+// unloadedRows unloads tablet id from host (which flushes it), then opens
+// its saved state from store and counts its rows.
+func unloadedRows(t *testing.T, host *tabletserver.Host, store blob.Store, tbl meta.Table, id string) int {
+	t.Helper()
+	ctx := context.Background()
+	if err := host.UnloadTablet(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := tablet.Open(ctx, tablet.Options{ID: id, Store: store, Dir: tbl.Dir(), Schema: tbl.Schema(),
+		StateStore: tablet.NewBlobStateStore(store, StatePrefix), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	rows := 0
+	if err := tb.Scan(ctx, tablet.ScanOptions{}, func(cell.Row) error { rows++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return rows
 }
 
 func TestSortLogSegmentErrors(t *testing.T) {
