@@ -162,6 +162,9 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 		Catalog: catalog,
 		Host:    &clusterTableHost{kv: cfg.Coord, md: m.md, servers: servers},
 		Logger:  m.log,
+		// Backups' manifests and restored tables' files and states.
+		BackupStore: cfg.Store,
+		States:      m.states,
 	})
 	if err != nil {
 		return nil, err

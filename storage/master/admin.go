@@ -73,6 +73,10 @@ type Options struct {
 	// NewTabletID returns a fresh, unique tablet ID for a new table's
 	// tablet; default <table>-<µs time, hex>-<random hex>-<index>.
 	NewTabletID func(id meta.TableID, index int) string
+	// BackupStore is the object store of backups when Store is nil (the
+	// cluster, where the master's sweep, not DeleteTable, collects a
+	// dropped table's files); default Store.
+	BackupStore blob.Store
 	// States are the tablets' saved states: RestoreTable writes the new
 	// tablets' states there. Nil: backups are UNIMPLEMENTED.
 	States tablet.StateStore

@@ -86,10 +86,18 @@ func validateBackupID(field, id string) error {
 }
 
 func (s *AdminService) backupsEnabled() error {
-	if s.opts.Store == nil || s.opts.States == nil {
-		return status.Error(codes.Unimplemented, "backups need the object store and the tablet states (Options.Store, Options.States)")
+	if s.backupStore() == nil || s.opts.States == nil {
+		return status.Error(codes.Unimplemented, "backups need the object store and the tablet states (Options.BackupStore or Store, Options.States)")
 	}
 	return nil
+}
+
+// backupStore is where manifests are kept and SSTables read and copied.
+func (s *AdminService) backupStore() blob.Store {
+	if s.opts.BackupStore != nil {
+		return s.opts.BackupStore
+	}
+	return s.opts.Store
 }
 
 // checkExpiry checks an expire_time against the limits at now.
@@ -148,7 +156,7 @@ func backupProto(n backupName, m BackupManifest) *adminpb.Backup {
 // getBackup reads a backup: NOT_FOUND naming field for one that does not
 // exist or has expired (expired backups are deleted by the next sweep).
 func (s *AdminService) getBackup(ctx context.Context, field string, n backupName) (BackupManifest, error) {
-	m, err := readManifest(ctx, s.opts.Store, manifestName(n.catalogInstance, n.id))
+	m, err := readManifest(ctx, s.backupStore(), manifestName(n.catalogInstance, n.id))
 	if blob.IsNotExist(err) {
 		return BackupManifest{}, status.Errorf(codes.NotFound, "%s: backup %q not found", field, n.String())
 	}
@@ -209,7 +217,7 @@ func (s *AdminService) CreateBackup(ctx context.Context, req *adminpb.CreateBack
 	// still while it is read.
 	unlock := s.locks.lock(meta.TableID{Instance: "\x00backups/" + n.catalogInstance, Table: n.id})
 	defer unlock()
-	if _, err := readManifest(ctx, s.opts.Store, manifestName(n.catalogInstance, n.id)); err == nil {
+	if _, err := readManifest(ctx, s.backupStore(), manifestName(n.catalogInstance, n.id)); err == nil {
 		return nil, status.Errorf(codes.AlreadyExists, "backup %q already exists", n.String())
 	} else if !blob.IsNotExist(err) {
 		return nil, toStatus(err)
@@ -221,11 +229,11 @@ func (s *AdminService) CreateBackup(ctx context.Context, req *adminpb.CreateBack
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PendingMarkerTTL/2)
 	defer cancel()
 	marker := pendingName(n.catalogInstance, "backup-"+n.id)
-	if err := putPending(ctx, s.opts.Store, marker, t.Dir(), s.opts.Now()); err != nil {
+	if err := putPending(ctx, s.backupStore(), marker, t.Dir(), s.opts.Now()); err != nil {
 		return nil, toStatus(err)
 	}
 	defer func() {
-		if err := deletePending(context.WithoutCancel(ctx), s.opts.Store, marker); err != nil {
+		if err := deletePending(context.WithoutCancel(ctx), s.backupStore(), marker); err != nil {
 			s.opts.Logger.Warn("deleting a backup's pending marker", "marker", marker, "err", err)
 		}
 	}()
@@ -245,7 +253,7 @@ func (s *AdminService) CreateBackup(ctx context.Context, req *adminpb.CreateBack
 		}
 	}
 	m.EndTime = s.opts.Now().UTC()
-	if err := putManifest(ctx, s.opts.Store, m); err != nil {
+	if err := putManifest(ctx, s.backupStore(), m); err != nil {
 		return nil, toStatus(err)
 	}
 	s.opts.Logger.Info("backup created", "backup", n.String(), "table", tn.id, "tablets", len(states), "bytes", m.SizeBytes)
@@ -289,7 +297,7 @@ func (s *AdminService) ListBackups(ctx context.Context, req *adminpb.ListBackups
 	if req.GetPageSize() < 0 {
 		return nil, invalidArg("page_size", "must not be negative, got %d", req.GetPageSize())
 	}
-	ms, err := listManifests(ctx, s.opts.Store, BackupsPrefix+n.catalogInstance+"/")
+	ms, err := listManifests(ctx, s.backupStore(), BackupsPrefix+n.catalogInstance+"/")
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -355,7 +363,7 @@ func (s *AdminService) UpdateBackup(ctx context.Context, req *adminpb.UpdateBack
 			return nil, invalidArg(fmt.Sprintf("update_mask.paths[%d]", i), "unknown or immutable backup field %q (expire_time and hot_to_standard_time may change)", p)
 		}
 	}
-	if err := putManifest(ctx, s.opts.Store, m); err != nil {
+	if err := putManifest(ctx, s.backupStore(), m); err != nil {
 		return nil, toStatus(err)
 	}
 	return backupProto(n, m), nil
@@ -376,7 +384,7 @@ func (s *AdminService) DeleteBackup(ctx context.Context, req *adminpb.DeleteBack
 	if _, err := s.getBackup(ctx, "name", n); err != nil {
 		return nil, err
 	}
-	if err := s.opts.Store.Delete(ctx, manifestName(n.catalogInstance, n.id)); err != nil && !blob.IsNotExist(err) {
+	if err := s.backupStore().Delete(ctx, manifestName(n.catalogInstance, n.id)); err != nil && !blob.IsNotExist(err) {
 		return nil, toStatus(err)
 	}
 	s.opts.Logger.Info("backup deleted", "backup", n.String())
@@ -412,7 +420,7 @@ func (s *AdminService) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRe
 	}
 	unlock := s.locks.lock(meta.TableID{Instance: "\x00backups/" + dst.catalogInstance, Table: dst.id})
 	defer unlock()
-	if _, err := readManifest(ctx, s.opts.Store, manifestName(dst.catalogInstance, dst.id)); err == nil {
+	if _, err := readManifest(ctx, s.backupStore(), manifestName(dst.catalogInstance, dst.id)); err == nil {
 		return nil, status.Errorf(codes.AlreadyExists, "backup %q already exists", dst.String())
 	} else if !blob.IsNotExist(err) {
 		return nil, toStatus(err)
@@ -425,7 +433,7 @@ func (s *AdminService) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRe
 	}
 	m.ID, m.Cluster, m.SourceBackup = dst.id, dst.cluster, src.String()
 	m.ExpireTime = expire.UTC()
-	if err := putManifest(ctx, s.opts.Store, m); err != nil {
+	if err := putManifest(ctx, s.backupStore(), m); err != nil {
 		return nil, toStatus(err)
 	}
 	info := &adminpb.BackupInfo{Backup: src.String(), StartTime: timestamppb.New(m.StartTime), EndTime: timestamppb.New(m.EndTime),
@@ -524,11 +532,11 @@ func (s *AdminService) restore(ctx context.Context, tn tableName, m BackupManife
 	t.Tablets = nil
 	t.AuthorizedViews = nil
 	marker := pendingName(tn.id.Instance, "restore-"+tn.id.Table)
-	if err := putPending(ctx, s.opts.Store, marker, t.Dir(), s.opts.Now()); err != nil {
+	if err := putPending(ctx, s.backupStore(), marker, t.Dir(), s.opts.Now()); err != nil {
 		return meta.Table{}, err
 	}
 	defer func() {
-		if err := deletePending(context.WithoutCancel(ctx), s.opts.Store, marker); err != nil {
+		if err := deletePending(context.WithoutCancel(ctx), s.backupStore(), marker); err != nil {
 			s.opts.Logger.Warn("deleting a restore's pending marker", "marker", marker, "err", err)
 		}
 	}()
@@ -554,7 +562,7 @@ func (s *AdminService) restore(ctx context.Context, tn tableName, m BackupManife
 				nf.Name = t.Dir() + "/" + path.Base(f.Name)
 				if !copied[f.Name] {
 					// Split siblings share files: one copy.
-					if err := copyObject(ctx, s.opts.Store, f.Name, nf.Name); err != nil {
+					if err := copyObject(ctx, s.backupStore(), f.Name, nf.Name); err != nil {
 						return meta.Table{}, fmt.Errorf("copying %s: %w", f.Name, err)
 					}
 					copied[f.Name] = true

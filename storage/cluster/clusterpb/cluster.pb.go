@@ -26,6 +26,96 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type FlushTableRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The table's catalog entry (meta.Table as JSON).
+	TableJson     []byte `protobuf:"bytes,1,opt,name=table_json,json=tableJson,proto3" json:"table_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlushTableRequest) Reset() {
+	*x = FlushTableRequest{}
+	mi := &file_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlushTableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlushTableRequest) ProtoMessage() {}
+
+func (x *FlushTableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlushTableRequest.ProtoReflect.Descriptor instead.
+func (*FlushTableRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *FlushTableRequest) GetTableJson() []byte {
+	if x != nil {
+		return x.TableJson
+	}
+	return nil
+}
+
+type FlushTableResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The flushed tablets' states (tabletdesc.State as JSON), in key order.
+	StateJson     [][]byte `protobuf:"bytes,1,rep,name=state_json,json=stateJson,proto3" json:"state_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlushTableResponse) Reset() {
+	*x = FlushTableResponse{}
+	mi := &file_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlushTableResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlushTableResponse) ProtoMessage() {}
+
+func (x *FlushTableResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlushTableResponse.ProtoReflect.Descriptor instead.
+func (*FlushTableResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FlushTableResponse) GetStateJson() [][]byte {
+	if x != nil {
+		return x.StateJson
+	}
+	return nil
+}
+
 type LoadTabletRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The table's catalog entry (meta.Table as JSON): schema and granularity.
@@ -49,7 +139,7 @@ type LoadTabletRequest struct {
 
 func (x *LoadTabletRequest) Reset() {
 	*x = LoadTabletRequest{}
-	mi := &file_cluster_proto_msgTypes[0]
+	mi := &file_cluster_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -61,7 +151,7 @@ func (x *LoadTabletRequest) String() string {
 func (*LoadTabletRequest) ProtoMessage() {}
 
 func (x *LoadTabletRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[0]
+	mi := &file_cluster_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -74,7 +164,7 @@ func (x *LoadTabletRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadTabletRequest.ProtoReflect.Descriptor instead.
 func (*LoadTabletRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{0}
+	return file_cluster_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *LoadTabletRequest) GetTableJson() []byte {
@@ -134,7 +224,7 @@ type LoadTabletResponse struct {
 
 func (x *LoadTabletResponse) Reset() {
 	*x = LoadTabletResponse{}
-	mi := &file_cluster_proto_msgTypes[1]
+	mi := &file_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -146,7 +236,7 @@ func (x *LoadTabletResponse) String() string {
 func (*LoadTabletResponse) ProtoMessage() {}
 
 func (x *LoadTabletResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[1]
+	mi := &file_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -159,7 +249,7 @@ func (x *LoadTabletResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadTabletResponse.ProtoReflect.Descriptor instead.
 func (*LoadTabletResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{1}
+	return file_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 type UnloadTabletRequest struct {
@@ -171,7 +261,7 @@ type UnloadTabletRequest struct {
 
 func (x *UnloadTabletRequest) Reset() {
 	*x = UnloadTabletRequest{}
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -183,7 +273,7 @@ func (x *UnloadTabletRequest) String() string {
 func (*UnloadTabletRequest) ProtoMessage() {}
 
 func (x *UnloadTabletRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[2]
+	mi := &file_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -196,7 +286,7 @@ func (x *UnloadTabletRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadTabletRequest.ProtoReflect.Descriptor instead.
 func (*UnloadTabletRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{2}
+	return file_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *UnloadTabletRequest) GetTabletId() string {
@@ -214,7 +304,7 @@ type UnloadTabletResponse struct {
 
 func (x *UnloadTabletResponse) Reset() {
 	*x = UnloadTabletResponse{}
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -226,7 +316,7 @@ func (x *UnloadTabletResponse) String() string {
 func (*UnloadTabletResponse) ProtoMessage() {}
 
 func (x *UnloadTabletResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -239,7 +329,7 @@ func (x *UnloadTabletResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadTabletResponse.ProtoReflect.Descriptor instead.
 func (*UnloadTabletResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{3}
+	return file_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 type ListTabletsRequest struct {
@@ -250,7 +340,7 @@ type ListTabletsRequest struct {
 
 func (x *ListTabletsRequest) Reset() {
 	*x = ListTabletsRequest{}
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -262,7 +352,7 @@ func (x *ListTabletsRequest) String() string {
 func (*ListTabletsRequest) ProtoMessage() {}
 
 func (x *ListTabletsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -275,7 +365,7 @@ func (x *ListTabletsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTabletsRequest.ProtoReflect.Descriptor instead.
 func (*ListTabletsRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{4}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 type ServedTablet struct {
@@ -300,7 +390,7 @@ type ServedTablet struct {
 
 func (x *ServedTablet) Reset() {
 	*x = ServedTablet{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +402,7 @@ func (x *ServedTablet) String() string {
 func (*ServedTablet) ProtoMessage() {}
 
 func (x *ServedTablet) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +415,7 @@ func (x *ServedTablet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServedTablet.ProtoReflect.Descriptor instead.
 func (*ServedTablet) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ServedTablet) GetTable() string {
@@ -401,7 +491,7 @@ type ListTabletsResponse struct {
 
 func (x *ListTabletsResponse) Reset() {
 	*x = ListTabletsResponse{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +503,7 @@ func (x *ListTabletsResponse) String() string {
 func (*ListTabletsResponse) ProtoMessage() {}
 
 func (x *ListTabletsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +516,7 @@ func (x *ListTabletsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTabletsResponse.ProtoReflect.Descriptor instead.
 func (*ListTabletsResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListTabletsResponse) GetServerId() string {
@@ -452,7 +542,7 @@ type UpdateSchemaRequest struct {
 
 func (x *UpdateSchemaRequest) Reset() {
 	*x = UpdateSchemaRequest{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -464,7 +554,7 @@ func (x *UpdateSchemaRequest) String() string {
 func (*UpdateSchemaRequest) ProtoMessage() {}
 
 func (x *UpdateSchemaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -477,7 +567,7 @@ func (x *UpdateSchemaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSchemaRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSchemaRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UpdateSchemaRequest) GetTableJson() []byte {
@@ -495,7 +585,7 @@ type UpdateSchemaResponse struct {
 
 func (x *UpdateSchemaResponse) Reset() {
 	*x = UpdateSchemaResponse{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +597,7 @@ func (x *UpdateSchemaResponse) String() string {
 func (*UpdateSchemaResponse) ProtoMessage() {}
 
 func (x *UpdateSchemaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +610,7 @@ func (x *UpdateSchemaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSchemaResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSchemaResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 type DropRowRangeRequest struct {
@@ -533,7 +623,7 @@ type DropRowRangeRequest struct {
 
 func (x *DropRowRangeRequest) Reset() {
 	*x = DropRowRangeRequest{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +635,7 @@ func (x *DropRowRangeRequest) String() string {
 func (*DropRowRangeRequest) ProtoMessage() {}
 
 func (x *DropRowRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +648,7 @@ func (x *DropRowRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropRowRangeRequest.ProtoReflect.Descriptor instead.
 func (*DropRowRangeRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DropRowRangeRequest) GetTableJson() []byte {
@@ -583,7 +673,7 @@ type DropRowRangeResponse struct {
 
 func (x *DropRowRangeResponse) Reset() {
 	*x = DropRowRangeResponse{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +685,7 @@ func (x *DropRowRangeResponse) String() string {
 func (*DropRowRangeResponse) ProtoMessage() {}
 
 func (x *DropRowRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +698,7 @@ func (x *DropRowRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropRowRangeResponse.ProtoReflect.Descriptor instead.
 func (*DropRowRangeResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 type ListLogSegmentsRequest struct {
@@ -621,7 +711,7 @@ type ListLogSegmentsRequest struct {
 
 func (x *ListLogSegmentsRequest) Reset() {
 	*x = ListLogSegmentsRequest{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +723,7 @@ func (x *ListLogSegmentsRequest) String() string {
 func (*ListLogSegmentsRequest) ProtoMessage() {}
 
 func (x *ListLogSegmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +736,7 @@ func (x *ListLogSegmentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLogSegmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListLogSegmentsRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListLogSegmentsRequest) GetDeadServer() string {
@@ -666,7 +756,7 @@ type ListLogSegmentsResponse struct {
 
 func (x *ListLogSegmentsResponse) Reset() {
 	*x = ListLogSegmentsResponse{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +768,7 @@ func (x *ListLogSegmentsResponse) String() string {
 func (*ListLogSegmentsResponse) ProtoMessage() {}
 
 func (x *ListLogSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +781,7 @@ func (x *ListLogSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLogSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListLogSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListLogSegmentsResponse) GetSegments() []uint64 {
@@ -712,7 +802,7 @@ type SortLogSegmentRequest struct {
 
 func (x *SortLogSegmentRequest) Reset() {
 	*x = SortLogSegmentRequest{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +814,7 @@ func (x *SortLogSegmentRequest) String() string {
 func (*SortLogSegmentRequest) ProtoMessage() {}
 
 func (x *SortLogSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +827,7 @@ func (x *SortLogSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SortLogSegmentRequest.ProtoReflect.Descriptor instead.
 func (*SortLogSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SortLogSegmentRequest) GetDeadServer() string {
@@ -767,7 +857,7 @@ type SortLogSegmentResponse struct {
 
 func (x *SortLogSegmentResponse) Reset() {
 	*x = SortLogSegmentResponse{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +869,7 @@ func (x *SortLogSegmentResponse) String() string {
 func (*SortLogSegmentResponse) ProtoMessage() {}
 
 func (x *SortLogSegmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +882,7 @@ func (x *SortLogSegmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SortLogSegmentResponse.ProtoReflect.Descriptor instead.
 func (*SortLogSegmentResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SortLogSegmentResponse) GetRecords() int64 {
@@ -831,7 +921,7 @@ type GetRootRequest struct {
 
 func (x *GetRootRequest) Reset() {
 	*x = GetRootRequest{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +933,7 @@ func (x *GetRootRequest) String() string {
 func (*GetRootRequest) ProtoMessage() {}
 
 func (x *GetRootRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +946,7 @@ func (x *GetRootRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRootRequest.ProtoReflect.Descriptor instead.
 func (*GetRootRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 type GetRootResponse struct {
@@ -872,7 +962,7 @@ type GetRootResponse struct {
 
 func (x *GetRootResponse) Reset() {
 	*x = GetRootResponse{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +974,7 @@ func (x *GetRootResponse) String() string {
 func (*GetRootResponse) ProtoMessage() {}
 
 func (x *GetRootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +987,7 @@ func (x *GetRootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRootResponse.ProtoReflect.Descriptor instead.
 func (*GetRootResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetRootResponse) GetRootJson() []byte {
@@ -926,7 +1016,7 @@ type ReportSplitRequest struct {
 
 func (x *ReportSplitRequest) Reset() {
 	*x = ReportSplitRequest{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1028,7 @@ func (x *ReportSplitRequest) String() string {
 func (*ReportSplitRequest) ProtoMessage() {}
 
 func (x *ReportSplitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1041,7 @@ func (x *ReportSplitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSplitRequest.ProtoReflect.Descriptor instead.
 func (*ReportSplitRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReportSplitRequest) GetServerId() string {
@@ -990,7 +1080,7 @@ type ReportSplitResponse struct {
 
 func (x *ReportSplitResponse) Reset() {
 	*x = ReportSplitResponse{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1092,7 @@ func (x *ReportSplitResponse) String() string {
 func (*ReportSplitResponse) ProtoMessage() {}
 
 func (x *ReportSplitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,14 +1105,20 @@ func (x *ReportSplitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSplitResponse.ProtoReflect.Descriptor instead.
 func (*ReportSplitResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\rcluster.proto\x12\x11tabula.cluster.v1\"\xdd\x01\n" +
+	"\rcluster.proto\x12\x11tabula.cluster.v1\"2\n" +
+	"\x11FlushTableRequest\x12\x1d\n" +
+	"\n" +
+	"table_json\x18\x01 \x01(\fR\ttableJson\"3\n" +
+	"\x12FlushTableResponse\x12\x1d\n" +
+	"\n" +
+	"state_json\x18\x01 \x03(\fR\tstateJson\"\xdd\x01\n" +
 	"\x11LoadTabletRequest\x12\x1d\n" +
 	"\n" +
 	"table_json\x18\x01 \x01(\fR\ttableJson\x12\x1b\n" +
@@ -1084,7 +1180,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x1b\n" +
 	"\tparent_id\x18\x03 \x01(\tR\bparentId\x12\x1b\n" +
 	"\tchild_ids\x18\x04 \x03(\tR\bchildIds\"\x15\n" +
-	"\x13ReportSplitResponse2\xbc\x05\n" +
+	"\x13ReportSplitResponse2\x97\x06\n" +
 	"\rTabletControl\x12Y\n" +
 	"\n" +
 	"LoadTablet\x12$.tabula.cluster.v1.LoadTabletRequest\x1a%.tabula.cluster.v1.LoadTabletResponse\x12_\n" +
@@ -1093,7 +1189,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\fUpdateSchema\x12&.tabula.cluster.v1.UpdateSchemaRequest\x1a'.tabula.cluster.v1.UpdateSchemaResponse\x12_\n" +
 	"\fDropRowRange\x12&.tabula.cluster.v1.DropRowRangeRequest\x1a'.tabula.cluster.v1.DropRowRangeResponse\x12h\n" +
 	"\x0fListLogSegments\x12).tabula.cluster.v1.ListLogSegmentsRequest\x1a*.tabula.cluster.v1.ListLogSegmentsResponse\x12e\n" +
-	"\x0eSortLogSegment\x12(.tabula.cluster.v1.SortLogSegmentRequest\x1a).tabula.cluster.v1.SortLogSegmentResponse2[\n" +
+	"\x0eSortLogSegment\x12(.tabula.cluster.v1.SortLogSegmentRequest\x1a).tabula.cluster.v1.SortLogSegmentResponse\x12Y\n" +
+	"\n" +
+	"FlushTable\x12$.tabula.cluster.v1.FlushTableRequest\x1a%.tabula.cluster.v1.FlushTableResponse2[\n" +
 	"\aLocator\x12P\n" +
 	"\aGetRoot\x12!.tabula.cluster.v1.GetRootRequest\x1a\".tabula.cluster.v1.GetRootResponse2m\n" +
 	"\rServerReports\x12\\\n" +
@@ -1111,50 +1209,54 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_cluster_proto_goTypes = []any{
-	(*LoadTabletRequest)(nil),       // 0: tabula.cluster.v1.LoadTabletRequest
-	(*LoadTabletResponse)(nil),      // 1: tabula.cluster.v1.LoadTabletResponse
-	(*UnloadTabletRequest)(nil),     // 2: tabula.cluster.v1.UnloadTabletRequest
-	(*UnloadTabletResponse)(nil),    // 3: tabula.cluster.v1.UnloadTabletResponse
-	(*ListTabletsRequest)(nil),      // 4: tabula.cluster.v1.ListTabletsRequest
-	(*ServedTablet)(nil),            // 5: tabula.cluster.v1.ServedTablet
-	(*ListTabletsResponse)(nil),     // 6: tabula.cluster.v1.ListTabletsResponse
-	(*UpdateSchemaRequest)(nil),     // 7: tabula.cluster.v1.UpdateSchemaRequest
-	(*UpdateSchemaResponse)(nil),    // 8: tabula.cluster.v1.UpdateSchemaResponse
-	(*DropRowRangeRequest)(nil),     // 9: tabula.cluster.v1.DropRowRangeRequest
-	(*DropRowRangeResponse)(nil),    // 10: tabula.cluster.v1.DropRowRangeResponse
-	(*ListLogSegmentsRequest)(nil),  // 11: tabula.cluster.v1.ListLogSegmentsRequest
-	(*ListLogSegmentsResponse)(nil), // 12: tabula.cluster.v1.ListLogSegmentsResponse
-	(*SortLogSegmentRequest)(nil),   // 13: tabula.cluster.v1.SortLogSegmentRequest
-	(*SortLogSegmentResponse)(nil),  // 14: tabula.cluster.v1.SortLogSegmentResponse
-	(*GetRootRequest)(nil),          // 15: tabula.cluster.v1.GetRootRequest
-	(*GetRootResponse)(nil),         // 16: tabula.cluster.v1.GetRootResponse
-	(*ReportSplitRequest)(nil),      // 17: tabula.cluster.v1.ReportSplitRequest
-	(*ReportSplitResponse)(nil),     // 18: tabula.cluster.v1.ReportSplitResponse
+	(*FlushTableRequest)(nil),       // 0: tabula.cluster.v1.FlushTableRequest
+	(*FlushTableResponse)(nil),      // 1: tabula.cluster.v1.FlushTableResponse
+	(*LoadTabletRequest)(nil),       // 2: tabula.cluster.v1.LoadTabletRequest
+	(*LoadTabletResponse)(nil),      // 3: tabula.cluster.v1.LoadTabletResponse
+	(*UnloadTabletRequest)(nil),     // 4: tabula.cluster.v1.UnloadTabletRequest
+	(*UnloadTabletResponse)(nil),    // 5: tabula.cluster.v1.UnloadTabletResponse
+	(*ListTabletsRequest)(nil),      // 6: tabula.cluster.v1.ListTabletsRequest
+	(*ServedTablet)(nil),            // 7: tabula.cluster.v1.ServedTablet
+	(*ListTabletsResponse)(nil),     // 8: tabula.cluster.v1.ListTabletsResponse
+	(*UpdateSchemaRequest)(nil),     // 9: tabula.cluster.v1.UpdateSchemaRequest
+	(*UpdateSchemaResponse)(nil),    // 10: tabula.cluster.v1.UpdateSchemaResponse
+	(*DropRowRangeRequest)(nil),     // 11: tabula.cluster.v1.DropRowRangeRequest
+	(*DropRowRangeResponse)(nil),    // 12: tabula.cluster.v1.DropRowRangeResponse
+	(*ListLogSegmentsRequest)(nil),  // 13: tabula.cluster.v1.ListLogSegmentsRequest
+	(*ListLogSegmentsResponse)(nil), // 14: tabula.cluster.v1.ListLogSegmentsResponse
+	(*SortLogSegmentRequest)(nil),   // 15: tabula.cluster.v1.SortLogSegmentRequest
+	(*SortLogSegmentResponse)(nil),  // 16: tabula.cluster.v1.SortLogSegmentResponse
+	(*GetRootRequest)(nil),          // 17: tabula.cluster.v1.GetRootRequest
+	(*GetRootResponse)(nil),         // 18: tabula.cluster.v1.GetRootResponse
+	(*ReportSplitRequest)(nil),      // 19: tabula.cluster.v1.ReportSplitRequest
+	(*ReportSplitResponse)(nil),     // 20: tabula.cluster.v1.ReportSplitResponse
 }
 var file_cluster_proto_depIdxs = []int32{
-	5,  // 0: tabula.cluster.v1.ListTabletsResponse.tablets:type_name -> tabula.cluster.v1.ServedTablet
-	0,  // 1: tabula.cluster.v1.TabletControl.LoadTablet:input_type -> tabula.cluster.v1.LoadTabletRequest
-	2,  // 2: tabula.cluster.v1.TabletControl.UnloadTablet:input_type -> tabula.cluster.v1.UnloadTabletRequest
-	4,  // 3: tabula.cluster.v1.TabletControl.ListTablets:input_type -> tabula.cluster.v1.ListTabletsRequest
-	7,  // 4: tabula.cluster.v1.TabletControl.UpdateSchema:input_type -> tabula.cluster.v1.UpdateSchemaRequest
-	9,  // 5: tabula.cluster.v1.TabletControl.DropRowRange:input_type -> tabula.cluster.v1.DropRowRangeRequest
-	11, // 6: tabula.cluster.v1.TabletControl.ListLogSegments:input_type -> tabula.cluster.v1.ListLogSegmentsRequest
-	13, // 7: tabula.cluster.v1.TabletControl.SortLogSegment:input_type -> tabula.cluster.v1.SortLogSegmentRequest
-	15, // 8: tabula.cluster.v1.Locator.GetRoot:input_type -> tabula.cluster.v1.GetRootRequest
-	17, // 9: tabula.cluster.v1.ServerReports.ReportSplit:input_type -> tabula.cluster.v1.ReportSplitRequest
-	1,  // 10: tabula.cluster.v1.TabletControl.LoadTablet:output_type -> tabula.cluster.v1.LoadTabletResponse
-	3,  // 11: tabula.cluster.v1.TabletControl.UnloadTablet:output_type -> tabula.cluster.v1.UnloadTabletResponse
-	6,  // 12: tabula.cluster.v1.TabletControl.ListTablets:output_type -> tabula.cluster.v1.ListTabletsResponse
-	8,  // 13: tabula.cluster.v1.TabletControl.UpdateSchema:output_type -> tabula.cluster.v1.UpdateSchemaResponse
-	10, // 14: tabula.cluster.v1.TabletControl.DropRowRange:output_type -> tabula.cluster.v1.DropRowRangeResponse
-	12, // 15: tabula.cluster.v1.TabletControl.ListLogSegments:output_type -> tabula.cluster.v1.ListLogSegmentsResponse
-	14, // 16: tabula.cluster.v1.TabletControl.SortLogSegment:output_type -> tabula.cluster.v1.SortLogSegmentResponse
-	16, // 17: tabula.cluster.v1.Locator.GetRoot:output_type -> tabula.cluster.v1.GetRootResponse
-	18, // 18: tabula.cluster.v1.ServerReports.ReportSplit:output_type -> tabula.cluster.v1.ReportSplitResponse
-	10, // [10:19] is the sub-list for method output_type
-	1,  // [1:10] is the sub-list for method input_type
+	7,  // 0: tabula.cluster.v1.ListTabletsResponse.tablets:type_name -> tabula.cluster.v1.ServedTablet
+	2,  // 1: tabula.cluster.v1.TabletControl.LoadTablet:input_type -> tabula.cluster.v1.LoadTabletRequest
+	4,  // 2: tabula.cluster.v1.TabletControl.UnloadTablet:input_type -> tabula.cluster.v1.UnloadTabletRequest
+	6,  // 3: tabula.cluster.v1.TabletControl.ListTablets:input_type -> tabula.cluster.v1.ListTabletsRequest
+	9,  // 4: tabula.cluster.v1.TabletControl.UpdateSchema:input_type -> tabula.cluster.v1.UpdateSchemaRequest
+	11, // 5: tabula.cluster.v1.TabletControl.DropRowRange:input_type -> tabula.cluster.v1.DropRowRangeRequest
+	13, // 6: tabula.cluster.v1.TabletControl.ListLogSegments:input_type -> tabula.cluster.v1.ListLogSegmentsRequest
+	15, // 7: tabula.cluster.v1.TabletControl.SortLogSegment:input_type -> tabula.cluster.v1.SortLogSegmentRequest
+	0,  // 8: tabula.cluster.v1.TabletControl.FlushTable:input_type -> tabula.cluster.v1.FlushTableRequest
+	17, // 9: tabula.cluster.v1.Locator.GetRoot:input_type -> tabula.cluster.v1.GetRootRequest
+	19, // 10: tabula.cluster.v1.ServerReports.ReportSplit:input_type -> tabula.cluster.v1.ReportSplitRequest
+	3,  // 11: tabula.cluster.v1.TabletControl.LoadTablet:output_type -> tabula.cluster.v1.LoadTabletResponse
+	5,  // 12: tabula.cluster.v1.TabletControl.UnloadTablet:output_type -> tabula.cluster.v1.UnloadTabletResponse
+	8,  // 13: tabula.cluster.v1.TabletControl.ListTablets:output_type -> tabula.cluster.v1.ListTabletsResponse
+	10, // 14: tabula.cluster.v1.TabletControl.UpdateSchema:output_type -> tabula.cluster.v1.UpdateSchemaResponse
+	12, // 15: tabula.cluster.v1.TabletControl.DropRowRange:output_type -> tabula.cluster.v1.DropRowRangeResponse
+	14, // 16: tabula.cluster.v1.TabletControl.ListLogSegments:output_type -> tabula.cluster.v1.ListLogSegmentsResponse
+	16, // 17: tabula.cluster.v1.TabletControl.SortLogSegment:output_type -> tabula.cluster.v1.SortLogSegmentResponse
+	1,  // 18: tabula.cluster.v1.TabletControl.FlushTable:output_type -> tabula.cluster.v1.FlushTableResponse
+	18, // 19: tabula.cluster.v1.Locator.GetRoot:output_type -> tabula.cluster.v1.GetRootResponse
+	20, // 20: tabula.cluster.v1.ServerReports.ReportSplit:output_type -> tabula.cluster.v1.ReportSplitResponse
+	11, // [11:21] is the sub-list for method output_type
+	1,  // [1:11] is the sub-list for method input_type
 	1,  // [1:1] is the sub-list for extension type_name
 	1,  // [1:1] is the sub-list for extension extendee
 	0,  // [0:1] is the sub-list for field type_name
@@ -1171,7 +1273,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -31,6 +31,7 @@ const (
 	TabletControl_DropRowRange_FullMethodName    = "/tabula.cluster.v1.TabletControl/DropRowRange"
 	TabletControl_ListLogSegments_FullMethodName = "/tabula.cluster.v1.TabletControl/ListLogSegments"
 	TabletControl_SortLogSegment_FullMethodName  = "/tabula.cluster.v1.TabletControl/SortLogSegment"
+	TabletControl_FlushTable_FullMethodName      = "/tabula.cluster.v1.TabletControl/FlushTable"
 )
 
 // TabletControlClient is the client API for TabletControl service.
@@ -67,6 +68,11 @@ type TabletControlClient interface {
 	// absent one with NOT_FOUND; the server refuses to sort its own log
 	// (FAILED_PRECONDITION).
 	SortLogSegment(ctx context.Context, in *SortLogSegmentRequest, opts ...grpc.CallOption) (*SortLogSegmentResponse, error)
+	// FlushTable writes the memtables of the tablets of a table the server
+	// holds to SSTables and returns their saved states (a backup's
+	// consistent point). A table the server holds no tablet of answers no
+	// states.
+	FlushTable(ctx context.Context, in *FlushTableRequest, opts ...grpc.CallOption) (*FlushTableResponse, error)
 }
 
 type tabletControlClient struct {
@@ -147,6 +153,16 @@ func (c *tabletControlClient) SortLogSegment(ctx context.Context, in *SortLogSeg
 	return out, nil
 }
 
+func (c *tabletControlClient) FlushTable(ctx context.Context, in *FlushTableRequest, opts ...grpc.CallOption) (*FlushTableResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FlushTableResponse)
+	err := c.cc.Invoke(ctx, TabletControl_FlushTable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TabletControlServer is the server API for TabletControl service.
 // All implementations must embed UnimplementedTabletControlServer
 // for forward compatibility.
@@ -181,6 +197,11 @@ type TabletControlServer interface {
 	// absent one with NOT_FOUND; the server refuses to sort its own log
 	// (FAILED_PRECONDITION).
 	SortLogSegment(context.Context, *SortLogSegmentRequest) (*SortLogSegmentResponse, error)
+	// FlushTable writes the memtables of the tablets of a table the server
+	// holds to SSTables and returns their saved states (a backup's
+	// consistent point). A table the server holds no tablet of answers no
+	// states.
+	FlushTable(context.Context, *FlushTableRequest) (*FlushTableResponse, error)
 	mustEmbedUnimplementedTabletControlServer()
 }
 
@@ -211,6 +232,9 @@ func (UnimplementedTabletControlServer) ListLogSegments(context.Context, *ListLo
 }
 func (UnimplementedTabletControlServer) SortLogSegment(context.Context, *SortLogSegmentRequest) (*SortLogSegmentResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SortLogSegment not implemented")
+}
+func (UnimplementedTabletControlServer) FlushTable(context.Context, *FlushTableRequest) (*FlushTableResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method FlushTable not implemented")
 }
 func (UnimplementedTabletControlServer) mustEmbedUnimplementedTabletControlServer() {}
 func (UnimplementedTabletControlServer) testEmbeddedByValue()                       {}
@@ -359,6 +383,24 @@ func _TabletControl_SortLogSegment_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TabletControl_FlushTable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FlushTableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TabletControlServer).FlushTable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TabletControl_FlushTable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TabletControlServer).FlushTable(ctx, req.(*FlushTableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TabletControl_ServiceDesc is the grpc.ServiceDesc for TabletControl service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -393,6 +435,10 @@ var TabletControl_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SortLogSegment",
 			Handler:    _TabletControl_SortLogSegment_Handler,
+		},
+		{
+			MethodName: "FlushTable",
+			Handler:    _TabletControl_FlushTable_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
