@@ -31,8 +31,10 @@
 package client
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
+	"os"
 
 	"google.golang.org/grpc"
 
@@ -69,6 +71,39 @@ type Options struct {
 	// TABULA_TLS_CERT and TABULA_TLS_KEY environment variables
 	// (tlsconfig.ClientFromEnv), plaintext when none is set.
 	TLS *tls.Config
+	// Token is a bearer token sent with every call on the connections the
+	// client dials (servers with authentication on: see README "Secure
+	// deployment"). Empty: for Dial, $TABULA_TOKEN; none sent without it.
+	// For New, cc carries its own credentials; Token then only reaches
+	// the connections the client dials itself.
+	Token string
+}
+
+// TokenEnv is the environment variable Dial reads Options.Token from.
+const TokenEnv = "TABULA_TOKEN"
+
+// bearerToken sends "authorization: Bearer <token>" with every call.
+type bearerToken string
+
+func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+// RequireTransportSecurity is false so that tabula dev on loopback works
+// in plaintext; over a network, use TLS.
+func (t bearerToken) RequireTransportSecurity() bool { return false }
+
+// callOptions are the dial options of the connections the client dials:
+// TLS, the token, message sizes.
+func (o *Options) dialOptions() []grpc.DialOption {
+	opts := []grpc.DialOption{
+		tlsconfig.DialOption(o.TLS),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
+	}
+	if o.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(o.Token)))
+	}
+	return opts
 }
 
 func (o *Options) setDefaults() {
@@ -95,15 +130,17 @@ type Client struct {
 }
 
 // Dial connects to the server at addr (host:port), over TLS when
-// Options.TLS (or the environment) says so. Close releases the connection.
+// Options.TLS (or the environment) says so, sending Options.Token (or
+// $TABULA_TOKEN) with every call. Close releases the connection.
 // It fails when the TLS files the environment names do not load.
 func Dial(addr string, opts Options) (*Client, error) {
 	if err := opts.resolveTLS(); err != nil {
 		return nil, err
 	}
-	cc, err := grpc.NewClient(addr,
-		tlsconfig.DialOption(opts.TLS),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)))
+	if opts.Token == "" {
+		opts.Token = os.Getenv(TokenEnv)
+	}
+	cc, err := grpc.NewClient(addr, opts.dialOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
@@ -94,9 +93,7 @@ func (p *dataPlane) connAddr(server string) (grpc.ClientConnInterface, error) {
 	if cc, ok := p.conns[server]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(server,
-		tlsconfig.DialOption(p.c.opts.TLS),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)))
+	cc, err := grpc.NewClient(server, p.c.opts.dialOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", server, err)
 	}
