@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tabuladb/tabula/security/auth"
 	"github.com/tabuladb/tabula/security/tlsconfig"
 )
 
@@ -44,6 +45,7 @@ type connFlags struct {
 	project  string
 	instance string
 	tls      clientTLSFlags
+	token    string // bearer token (servers with authentication on)
 }
 
 func (c *connFlags) register(fs *pflag.FlagSet) {
@@ -55,6 +57,7 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.project, "project", "tabula", "project of the table names (projects/P/instances/I/tables/T)")
 	fs.StringVar(&c.instance, "instance", "dev", "instance of the table names")
 	c.tls.register(fs)
+	fs.StringVar(&c.token, "token", os.Getenv(auth.TokenEnv), "bearer token for servers with authentication on: a JWT or a token of their token file (default from $"+auth.TokenEnv+")")
 }
 
 // conn is an open connection: the data and admin clients share one
@@ -75,9 +78,14 @@ func (c connFlags) dial(ctx context.Context) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc, err := grpc.NewClient(c.addr,
+	opts := []grpc.DialOption{
 		tlsconfig.DialOption(tc),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)),
+	}
+	if c.token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.BearerToken(c.token)))
+	}
+	cc, err := grpc.NewClient(c.addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", c.addr, err)
 	}
@@ -461,6 +469,7 @@ in microseconds since the epoch; without one the server assigns it.`,
 	for _, v := range verbs {
 		cmds = append(cmds, v.command())
 	}
+	cmds = append(cmds, newACLCommands()...)
 	return append(append(cmds, newSetLocalityGroupCommand()), newTabletCommands()...)
 }
 

@@ -26,6 +26,10 @@ type roleFlags struct {
 	sessionTTL, lockDelay                         time.Duration
 	tls                                           serverTLSFlags
 	backend                                       backendFlags
+	auth                                          serverAuthFlags
+	// authConfig is the role's authentication, which open builds from
+	// auth (nil: off).
+	authConfig *cluster.AuthConfig
 	// transport is the role's TLS, which open builds from tls.
 	transport tlsconfig.Role
 }
@@ -48,6 +52,7 @@ func (r *roleFlags) registerCoord(cmd *cobra.Command) {
 	f.DurationVar(&r.sessionTTL, "session-ttl", cluster.DefaultSessionTTL, "Consul session TTL (10s to 24h); give every process of a cluster the same: a new master waits this long before declaring dead a server whose session it finds ended")
 	f.DurationVar(&r.lockDelay, "lock-delay", cluster.DefaultLockDelay, "Consul lock-delay after a session ends")
 	r.tls.register(f)
+	r.auth.register(f)
 	r.backend.register(f)
 	_ = cmd.MarkFlagRequired("consul")
 }
@@ -62,6 +67,9 @@ func (r *roleFlags) open(ctx context.Context, stderr io.Writer) (*slog.Logger, c
 		return nil, nil, nil, fmt.Errorf("--session-ttl: %v is below Consul's minimum of 10s", r.sessionTTL)
 	}
 	if r.transport, err = r.tls.role(log); err != nil {
+		return nil, nil, nil, err
+	}
+	if r.authConfig, err = r.auth.config(log, "server", r.addr); err != nil {
 		return nil, nil, nil, err
 	}
 	store, err := blob.OpenURL(ctx, r.store)
@@ -127,7 +135,7 @@ SIGTERM or SIGINT stops it.`,
 			m, err := cluster.StartMaster(ctx, cluster.MasterConfig{
 				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
 				SplitBytes: splitBytes, MergeBelow: mergeBelow, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
-				GCInterval: gcInterval, GCGrace: gcGrace, Logger: log, TLS: r.transport,
+				GCInterval: gcInterval, GCGrace: gcGrace, Logger: log, TLS: r.transport, Auth: r.authConfig,
 			})
 			if err != nil {
 				return err
@@ -178,7 +186,7 @@ back.`,
 			s, err := cluster.StartTabletServer(ctx, cluster.ServerConfig{
 				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
 				MemtableBytes: memtableBytes, SplitBytes: splitBytes, BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
-				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Logger: log, TLS: r.transport,
+				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Logger: log, TLS: r.transport, Auth: r.authConfig,
 			})
 			if err != nil {
 				return err

@@ -129,7 +129,7 @@ func runDemo(ctx context.Context, f demoFlags, out, progress io.Writer) error {
 	fmt.Fprintf(out, "\nscan com.cnn.www/…: %d pages with %d anchors between them\n", pages, anchors)
 
 	// A script summarising the whole table inside the server.
-	sc := client.New(c.cc, client.Options{Project: "tabula", Instance: "dev", TLS: c.tls})
+	sc := client.New(c.cc, client.Options{Project: "tabula", Instance: "dev", TLS: c.tls, Token: c.names.token})
 	res, err := sc.RunScript(ctx, "webtable", demoScript, client.ScriptOptions{Name: "demo.szl"})
 	if err != nil {
 		return describe(err)

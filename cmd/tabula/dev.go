@@ -22,6 +22,7 @@ func newDevCommand() *cobra.Command {
 	var logFormat string
 	var wf workerFlags
 	var tf serverTLSFlags
+	var af serverAuthFlags
 	def := cell.DefaultLimits()
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -53,6 +54,9 @@ it brings back every acknowledged write and every table's schema.`,
 				return err
 			}
 			tf.exportClientEnv() // for the in-process MapReduce worker's tasks
+			if cfg.Auth, err = af.config(cfg.Logger, "dev", cfg.Addr); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			stopWorker, err := devWorker(&cfg, &wf)
@@ -83,6 +87,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.StringVar(&logFormat, "log-format", "json", "log format on stderr: json or text")
 	wf.register(cmd, "worker-", true)
 	tf.register(f)
+	af.register(f)
 	_ = cmd.MarkFlagRequired("dir")
 	return cmd
 }

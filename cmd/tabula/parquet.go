@@ -341,7 +341,7 @@ func runExport(ctx context.Context, cmd *cobra.Command, j exportJob, format rowf
 	if err != nil {
 		return err
 	}
-	cl, err := client.Dial(j.conn.addr, client.Options{Project: j.conn.project, Instance: j.conn.instance, TLS: tc})
+	cl, err := client.Dial(j.conn.addr, client.Options{Project: j.conn.project, Instance: j.conn.instance, TLS: tc, Token: j.conn.token})
 	if err != nil {
 		return err
 	}
@@ -714,7 +714,7 @@ func runImport(ctx context.Context, cmd *cobra.Command, j importJob, format rowf
 	if err := prepareTable(ctx, c, j, check.families); err != nil {
 		return fmt.Errorf("import: %w (nothing written)", err)
 	}
-	cl := client.New(c.cc, client.Options{Project: j.conn.project, Instance: j.conn.instance, TLS: c.tls})
+	cl := client.New(c.cc, client.Options{Project: j.conn.project, Instance: j.conn.instance, TLS: c.tls, Token: c.names.token})
 	defer cl.Close()
 
 	// Pass 2: write.

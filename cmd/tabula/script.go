@@ -186,7 +186,7 @@ func compileOrRPCError(cmd *cobra.Command, file string, err error) error {
 
 // scripts returns Tabula's script client over the connection's channel.
 func (c *conn) scripts() *client.Client {
-	return client.New(c.cc, client.Options{Project: c.names.project, Instance: c.names.instance, TLS: c.tls})
+	return client.New(c.cc, client.Options{Project: c.names.project, Instance: c.names.instance, TLS: c.tls, Token: c.names.token})
 }
 
 // readWhere is `read TABLE ... --where FILE`: the rows of the range for

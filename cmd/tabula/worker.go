@@ -115,6 +115,9 @@ stops it, unregistering at once.`,
 				return err
 			}
 			r.tls.exportClientEnv()
+			if r.authConfig, err = r.auth.config(log, "worker", r.addr); err != nil {
+				return err
+			}
 			svc, err := r.coord()
 			if err != nil {
 				return err
@@ -123,9 +126,13 @@ stops it, unregistering at once.`,
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			lw.Logger = log
+			guarded, err := r.authConfig.WorkerServerOptions(log, reg)
+			if err != nil {
+				return err
+			}
 			w, err := remote.StartWorker(ctx, remote.WorkerConfig{
 				Addr: r.addr, Coord: svc, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
-				Worker: lw, Registerer: reg, Logger: log, TLS: r.transport,
+				Worker: lw, Registerer: reg, Logger: log, TLS: r.transport, ServerOptions: guarded,
 			})
 			if err != nil {
 				return err
@@ -241,9 +248,13 @@ func (t *tabletServerWorker) start(ctx context.Context, r *roleFlags, svc coord.
 		host, _, _ := net.SplitHostPort(serverAddr)
 		addr = net.JoinHostPort(host, "0")
 	}
+	guarded, err := r.authConfig.WorkerServerOptions(log, reg)
+	if err != nil {
+		return nil, err
+	}
 	return remote.StartWorker(ctx, remote.WorkerConfig{
 		Addr: addr, Coord: svc, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
-		Worker: lw, Registerer: reg, Logger: log, TLS: r.transport,
+		Worker: lw, Registerer: reg, Logger: log, TLS: r.transport, ServerOptions: guarded,
 	})
 }
 

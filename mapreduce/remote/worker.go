@@ -69,6 +69,9 @@ type WorkerConfig struct {
 	// TLS secures the worker's port (TLS.Server) and its calls to other
 	// workers for map output (TLS.Client); the zero value is plaintext.
 	TLS tlsconfig.Role
+	// ServerOptions are added to the worker's gRPC server (the guard's
+	// interceptors when authentication is on).
+	ServerOptions []grpc.ServerOption
 }
 
 // Worker is a running worker process's service: a gRPC server with the
@@ -119,7 +122,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (_ *Worker, err error) {
 	if w.svc, err = NewService(ServiceConfig{Worker: cfg.Worker, Registerer: cfg.Registerer, Logger: cfg.Logger, TLS: cfg.TLS.Client}); err != nil {
 		return nil, err
 	}
-	w.grpc = grpc.NewServer(tlsconfig.ServerOptions(cfg.TLS.Server)...)
+	w.grpc = grpc.NewServer(append(tlsconfig.ServerOptions(cfg.TLS.Server), cfg.ServerOptions...)...)
 	tlsconfig.WarnPlaintext(w.log, "worker", addr, cfg.TLS.Server)
 	w.svc.Register(w.grpc)
 	hs := health.NewServer()

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -57,4 +58,13 @@ func (c *cache) Lookup(ctx context.Context, table string) (TableInfo, error) {
 	c.m[table] = cached{info: info, err: err, expires: now.Add(c.ttl)}
 	c.mu.Unlock()
 	return info, err
+}
+
+// NoTables is Tables for a server that serves no table (a MapReduce
+// worker): every table is unknown.
+type NoTables struct{}
+
+// Lookup implements Tables.
+func (NoTables) Lookup(_ context.Context, table string) (TableInfo, error) {
+	return TableInfo{}, fmt.Errorf("%w: %s (this server serves no table)", ErrTableNotFound, table)
 }

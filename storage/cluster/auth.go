@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/tabuladb/tabula/security/auth"
 	"github.com/tabuladb/tabula/security/guard"
@@ -22,8 +23,10 @@ type AuthConfig struct {
 	// Authenticator checks credentials. Required.
 	Authenticator *auth.Authenticator
 	// Superusers are members ("user:NAME", "group:NAME") allowed
-	// everything; the servers of a cluster (their certificates' principal)
-	// must be among them, since they call each other.
+	// everything; the servers of a cluster (their certificates' principal:
+	// mutual TLS) must be among them, since they call each other. Users
+	// among them are also forwarders (auth.Config.Forwarders): a gateway
+	// states the identity of the caller it forwards for.
 	Superusers []string
 	// CacheTTL is how long a server keeps a table's grants; default
 	// guard.DefaultCacheTTL. A grant or revocation takes effect within it.
@@ -53,6 +56,22 @@ func catalogTables(cat meta.Catalog, instance string) guard.LookupFunc {
 	}
 }
 
+// relayedToMaster are the services a tablet server relays to the active
+// master (forwardUnknown): the master's guard authorizes them.
+var relayedToMaster = []string{
+	"/google.bigtable.admin.v2.BigtableTableAdmin/",
+	"/tabula.admin.v1.LocalityGroups/",
+	"/google.longrunning.Operations/",
+}
+
+// guardOptions are the server options installing g (none for nil).
+func guardOptions(g *guard.Guard) []grpc.ServerOption {
+	if g == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.UnaryInterceptor()), grpc.ChainStreamInterceptor(g.StreamInterceptor())}
+}
+
 // newGuard returns the guard of a role's server over cat, or nil when cfg
 // is nil (authentication off).
 func newGuard(cfg *AuthConfig, cat meta.Catalog, instance string, relayed []string, log *slog.Logger, reg prometheus.Registerer) (*guard.Guard, error) {
@@ -67,4 +86,21 @@ func newGuard(cfg *AuthConfig, cat meta.Catalog, instance string, relayed []stri
 		Logger:        log,
 		Registerer:    reg,
 	})
+}
+
+// WorkerServerOptions returns the server options of a MapReduce worker
+// process (`tabula worker`, a tablet server's --worker) with
+// authentication on: every call authenticated, the worker's own RPCs open
+// to any authenticated caller (a task's reads and writes carry its
+// submitter's token to the tablet servers, which check the grants), any
+// other RPC for superusers. None for a nil config.
+func (c *AuthConfig) WorkerServerOptions(log *slog.Logger, reg prometheus.Registerer) ([]grpc.ServerOption, error) {
+	if c == nil {
+		return nil, nil
+	}
+	g, err := guard.New(guard.Config{Authenticator: c.Authenticator, Superusers: c.Superusers, Tables: guard.NoTables{}, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, err
+	}
+	return guardOptions(g), nil
 }

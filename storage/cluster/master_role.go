@@ -69,6 +69,10 @@ type MasterConfig struct {
 	// TLS secures the gRPC and HTTP ports (TLS.Server) and the calls to
 	// other servers (TLS.Client); the zero value is plaintext.
 	TLS tlsconfig.Role
+	// Auth, when set, requires credentials and enforces the tables'
+	// grants on the admin API (AuthConfig); nil: everyone may do
+	// everything.
+	Auth *AuthConfig
 }
 
 // Master is a running master: it serves the admin API, campaigns for the
@@ -171,7 +175,11 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	}
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registerMetrics()
-	m.grpc = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes)}, tlsconfig.ServerOptions(cfg.TLS.Server)...)...)
+	guard, err := newGuard(cfg.Auth, catalog, "", nil, m.log, m.registry)
+	if err != nil {
+		return nil, err
+	}
+	m.grpc = grpc.NewServer(append(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes)}, tlsconfig.ServerOptions(cfg.TLS.Server)...), guardOptions(guard)...)...)
 	admin.Register(m.grpc)
 	clusterpb.RegisterServerReportsServer(m.grpc, &serverReportsService{m: m})
 	adminextpb.RegisterTabletOperationsServer(m.grpc, &masterTabletOps{m: m})

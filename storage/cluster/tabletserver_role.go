@@ -96,6 +96,9 @@ type ServerConfig struct {
 	// TLS secures the gRPC and HTTP ports (TLS.Server) and the calls to
 	// other servers (TLS.Client); the zero value is plaintext.
 	TLS tlsconfig.Role
+	// Auth, when set, requires credentials and enforces the tables'
+	// grants (AuthConfig); nil: everyone may do everything.
+	Auth *AuthConfig
 }
 
 // TabletServer is a running tablet server: it holds its key under servers/
@@ -211,9 +214,15 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	}); err != nil {
 		return nil, err
 	}
-	s.grpc = newGRPCServer(
-		[]grpc.UnaryServerInterceptor{s.host.UnaryInterceptor()},
-		[]grpc.StreamServerInterceptor{s.host.StreamInterceptor()},
+	guard, err := newGuard(cfg.Auth, NewCoordCatalog(cfg.Coord), "", relayedToMaster, s.log, s.registry)
+	if err != nil {
+		return nil, err
+	}
+	unary, stream := []grpc.UnaryServerInterceptor{s.host.UnaryInterceptor()}, []grpc.StreamServerInterceptor{s.host.StreamInterceptor()}
+	if guard != nil {
+		unary, stream = append(unary, guard.UnaryInterceptor()), append(stream, guard.StreamInterceptor())
+	}
+	s.grpc = newGRPCServer(unary, stream,
 		append([]grpc.ServerOption{
 			grpc.ForceServerCodec(proxyCodec{}),
 			// The admin API (and anything else not served here) goes to
