@@ -255,6 +255,7 @@ func runMR(ctx context.Context, cmd *cobra.Command, args []string, f mrRunFlags)
 		logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	}
 	f.workers.tls = c.tls
+	f.workers.token = f.conn.token
 	workers, release, err := f.workers.workers(ctx, f.conn.addr, logger)
 	if err != nil {
 		return fmt.Errorf("mr run: %w", err)
@@ -266,7 +267,7 @@ func runMR(ctx context.Context, cmd *cobra.Command, args []string, f mrRunFlags)
 		MaxAttempts: f.maxAttempts, NoSpeculation: f.noBackups, BackupAfter: f.backupAfter,
 		Metrics: mapreduce.NewMetrics(reg), Logger: logger,
 	}
-	cfg.Client.Project, cfg.Client.Instance = f.conn.project, f.conn.instance
+	cfg.Client.Project, cfg.Client.Instance, cfg.Client.Token = f.conn.project, f.conn.instance, f.conn.token
 	if f.workers.pool != nil {
 		cfg.Discover = f.workers.pool.Workers
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/mapreduce/remote"
 	"github.com/tabuladb/tabula/mapreduce/remote/workerpb"
+	"github.com/tabuladb/tabula/security/auth"
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/coord"
 )
@@ -40,6 +41,9 @@ type mrWorkerFlags struct {
 	// tls is what the workers are dialed with (the job's connection's
 	// TLS; nil: plaintext).
 	tls *tls.Config
+	// token is the submitter's bearer token, sent to the workers: their
+	// tasks read and write with it.
+	token string
 }
 
 func (m *mrWorkerFlags) register(cmd *cobra.Command) {
@@ -77,6 +81,9 @@ func (m *mrWorkerFlags) workers(ctx context.Context, addr string, log *slog.Logg
 		return nil, noop, fmt.Errorf("--worker-lost-after (%v) must be at least twice --worker-heartbeat (%v), which must be positive", m.lostAfter, m.heartbeat)
 	}
 	opts := remote.PoolOptions{HeartbeatInterval: m.heartbeat, LostAfter: m.lostAfter, Logger: log, TLS: m.tls}
+	if m.token != "" {
+		opts.DialOptions = append(opts.DialOptions, grpc.WithPerRPCCredentials(auth.BearerToken(m.token)))
+	}
 	var pool *remote.Pool
 	release := func() {}
 	switch {
@@ -103,7 +110,7 @@ func (m *mrWorkerFlags) workers(ctx context.Context, addr string, log *slog.Logg
 		}
 		release = func() { pool.Close() }
 	default:
-		if addr == "" || !hostsWorker(ctx, addr, m.tls) {
+		if addr == "" || !hostsWorker(ctx, addr, m.tls, opts.DialOptions...) {
 			return nil, noop, nil
 		}
 		var err error
@@ -135,8 +142,8 @@ func (m *mrWorkerFlags) await(ctx context.Context, pool *remote.Pool) ([]mapredu
 // hostsWorker reports whether the server at addr serves the worker
 // protocol (tabula dev does): a tablet server without one answers
 // Unimplemented.
-func hostsWorker(ctx context.Context, addr string, tc *tls.Config) bool {
-	conn, err := grpc.NewClient(addr, tlsconfig.DialOption(tc))
+func hostsWorker(ctx context.Context, addr string, tc *tls.Config, opts ...grpc.DialOption) bool {
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{tlsconfig.DialOption(tc)}, opts...)...)
 	if err != nil {
 		return false
 	}

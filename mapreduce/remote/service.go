@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/mapreduce"
@@ -139,7 +140,7 @@ func (s *Service) RunTask(req *workerpb.RunTaskRequest, stream grpc.ServerStream
 	for name, addr := range req.WorkerAddrs {
 		s.fetch.book.add(name, addr)
 	}
-	ctx, cancel := context.WithCancel(stream.Context())
+	ctx, cancel := context.WithCancel(asSubmitter(stream.Context()))
 	defer cancel()
 	s.mu.Lock()
 	if _, dup := s.running[req.Attempt]; dup {
@@ -427,4 +428,20 @@ func newServerMetrics(reg prometheus.Registerer, s *Service) (*serverMetrics, er
 		}
 	}
 	return m, nil
+}
+
+// asSubmitter returns ctx whose outgoing calls carry the bearer token the
+// task came with (the submitter's, which the coordinator sends with every
+// call to its workers): a task reads and writes tables, and fetches other
+// workers' map outputs, with its submitter's rights, checked by the
+// servers it calls. Without a token (authentication off) ctx is returned
+// as is.
+func asSubmitter(ctx context.Context) context.Context {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("authorization"); len(v) == 1 {
+		// A fresh outgoing metadata: whatever else the worker's own server
+		// put there (a guard's forwarding statement) is not the task's.
+		return metadata.NewOutgoingContext(ctx, metadata.Pairs("authorization", v[0]))
+	}
+	return ctx
 }
