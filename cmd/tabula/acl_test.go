@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tabuladb/tabula/storage/cluster"
@@ -30,11 +31,17 @@ func startAuthDev(t *testing.T) (addr string, tokens map[string]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := cluster.StartDev(context.Background(), cluster.DevConfig{Dir: filepath.Join(dir, "data"), Addr: "127.0.0.1:0", Logger: log, Auth: ac})
+	cfg := cluster.DevConfig{Dir: filepath.Join(dir, "data"), Addr: "127.0.0.1:0", Logger: log, Auth: ac}
+	// The MapReduce worker on the dev port, behind the same guard.
+	stopWorker, err := devWorker(&cfg, &workerFlags{slots: 2, sortMemory: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.Close() })
+	d, err := cluster.StartDev(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(); stopWorker() })
 	return d.Addr(), tokens
 }
 
@@ -64,6 +71,18 @@ func TestCLIGrants(t *testing.T) {
 		{args: as("root", "acl", "users"), want: "MEMBER     FAMILY  PERMISSIONS\ngroup:ops  *       read,write\n"},
 		{args: as("alice", "lookup", "users", "u1"), errWant: "PERMISSION_DENIED"},
 	})
+	// MapReduce runs as its submitter: its tasks (on the dev server's
+	// worker) read with the submitter's token.
+	out, _, err := runTabula(t, as("root", "mr", "run", "rowcounter", "users", "--addr", addr, "--min-workers", "1")...)
+	if err != nil || mrCounter(t, out, "ROWS") != "1" {
+		t.Errorf("mr as root: %v\n%s", err, out)
+	}
+	if _, _, err := runTabula(t, as("bob", "mr", "run", "rowcounter", "users", "--addr", addr, "--min-workers", "1")...); err == nil || !strings.Contains(err.Error(), "PERMISSION_DENIED") {
+		t.Errorf("mr as bob (no grant): %v", err)
+	}
+	if _, _, err := runTabula(t, "mr", "run", "rowcounter", "users", "--addr", addr); err == nil || !strings.Contains(err.Error(), "UNAUTHENTICATED") {
+		t.Errorf("mr without a token: %v", err)
+	}
 	t.Setenv("TABULA_TOKEN", tok["root"])
 	runCLISteps(t, addr, []cliStep{{args: []string{"lookup", "users", "u1"}, contain: []string{"secret:ssn"}}})
 }
