@@ -140,6 +140,43 @@ func TestExportColumnsLayout(t *testing.T) {
 	}
 }
 
+// TestExportGivenColumns: the columns layout with the columns given
+// (--columns): the files hold those columns, in order, and every row.
+func TestExportGivenColumns(t *testing.T) {
+	dev.CreateTable(t, "gcols", []string{"f", "g"}, "r00050")
+	dev.WriteRows(t, "gcols", devtest.Rows(100))
+	dir := t.TempDir()
+	ctx := devtest.Context(t)
+	cols := []rowfile.Column{{Family: "g", Qualifier: []byte("c")}, {Family: "f", Qualifier: []byte("a")}}
+	if _, err := Export(ctx, ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("gcols")}, Out: dir, Shards: 2, Format: rowfile.ParquetColumns, Columns: cols}); err != nil {
+		t.Fatal(err)
+	}
+	var rows int64
+	for i := range 2 {
+		f, err := os.Open(filepath.Join(dir, fmt.Sprintf("gcols-%05d-of-00002.parquet", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := f.Stat()
+		pf, err := parquet.OpenFile(f, st.Size())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, c := range pf.Schema().Fields() {
+			names = append(names, c.Name())
+		}
+		if got := strings.Join(names, " "); got != "key f:a g:c" {
+			t.Fatalf("columns %q, want key f:a g:c", got)
+		}
+		rows += pf.NumRows()
+		f.Close()
+	}
+	if rows != 100 {
+		t.Fatalf("%d rows in the columns files, want 100", rows)
+	}
+}
+
 // writeWrongSchema writes a Parquet file that is not in the template's
 // schema under a shard name.
 func writeWrongSchema(t *testing.T, dir, name string) {
