@@ -70,6 +70,14 @@ type Fault struct {
 	RowsStalled int
 }
 
+// addNote appends to the fault's note.
+func (f *Fault) addNote(s string) {
+	if f.Note != "" {
+		s = f.Note + "; " + s
+	}
+	f.Note = s
+}
+
 // Nemesis applies faults to a Cluster.
 type Nemesis struct {
 	C       *Cluster
@@ -96,6 +104,30 @@ func (n *Nemesis) pickServer() *Proc {
 		return nil
 	}
 	return live[n.Rand.IntN(len(live))]
+}
+
+// activeMaster waits for a master to lead (a standby takes over some
+// seconds after the active one died), up to a minute, noting the wait in
+// f: the time a cluster goes without a master is a figure of the run,
+// a minute without one is a fault error.
+func (n *Nemesis) activeMaster(ctx context.Context, f *Fault) (*Proc, error) {
+	start := time.Now()
+	for {
+		if m := n.C.ActiveMaster(); m != nil {
+			if w := time.Since(start); w > time.Second {
+				f.addNote(fmt.Sprintf("waited %.1f s for an active master", w.Seconds()))
+			}
+			return m, nil
+		}
+		if time.Since(start) > time.Minute {
+			return nil, errors.New("no active master for a minute")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func (n *Nemesis) hold(ctx context.Context, lo, hi time.Duration) {
@@ -144,9 +176,9 @@ func (n *Nemesis) apply(ctx context.Context, kind string, f *Fault) error {
 		n.hold(ctx, 2*time.Second, 14*time.Second)
 		return s.Signal(syscall.SIGCONT)
 	case PauseMaster:
-		m := n.C.ActiveMaster()
-		if m == nil {
-			return errors.New("no active master")
+		m, err := n.activeMaster(ctx, f)
+		if err != nil {
+			return err
 		}
 		f.Target = m.Name
 		if err := m.Signal(syscall.SIGSTOP); err != nil {
@@ -155,9 +187,9 @@ func (n *Nemesis) apply(ctx context.Context, kind string, f *Fault) error {
 		n.hold(ctx, 2*time.Second, 14*time.Second)
 		return m.Signal(syscall.SIGCONT)
 	case KillMaster:
-		m := n.C.ActiveMaster()
-		if m == nil {
-			return errors.New("no active master")
+		m, err := n.activeMaster(ctx, f)
+		if err != nil {
+			return err
 		}
 		f.Target = m.Name
 		m.held.Store(true)
@@ -255,10 +287,10 @@ func (n *Nemesis) move(ctx context.Context, f *Fault) error {
 
 // tabletOps returns the admin extension's TabletOperations on the active
 // master.
-func (n *Nemesis) tabletOps() (adminextpb.TabletOperationsClient, func(), error) {
-	m := n.C.ActiveMaster()
-	if m == nil {
-		return nil, nil, errors.New("no active master")
+func (n *Nemesis) tabletOps(ctx context.Context, f *Fault) (adminextpb.TabletOperationsClient, func(), error) {
+	m, err := n.activeMaster(ctx, f)
+	if err != nil {
+		return nil, nil, err
 	}
 	cc, err := grpc.NewClient(m.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -285,7 +317,7 @@ func refused(err error) bool {
 // split forces a split of the tablet holding a random hot row, at a key
 // just after the row when that lies inside the tablet (else a middle key).
 func (n *Nemesis) split(ctx context.Context, f *Fault) error {
-	ops, done, err := n.tabletOps()
+	ops, done, err := n.tabletOps(ctx, f)
 	if err != nil {
 		return err
 	}
@@ -305,20 +337,20 @@ func (n *Nemesis) split(ctx context.Context, f *Fault) error {
 	}
 	resp, err := ops.SplitTablet(ctx, &adminextpb.SplitTabletRequest{Table: n.fullName(n.Table), RowKey: []byte(row), SplitKey: []byte(key)})
 	if refused(err) {
-		f.Note = "refused: " + firstLine(err.Error(), 200)
+		f.addNote("refused: " + firstLine(err.Error(), 200))
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	f.Note = fmt.Sprintf("%s split into %d at %q", resp.GetParentId(), len(resp.GetChildren()), key)
+	f.addNote(fmt.Sprintf("%s split into %d at %q", resp.GetParentId(), len(resp.GetChildren()), key))
 	return nil
 }
 
 // merge merges the tablet holding a random hot row with its right
 // neighbour.
 func (n *Nemesis) merge(ctx context.Context, f *Fault) error {
-	ops, done, err := n.tabletOps()
+	ops, done, err := n.tabletOps(ctx, f)
 	if err != nil {
 		return err
 	}
@@ -329,19 +361,19 @@ func (n *Nemesis) merge(ctx context.Context, f *Fault) error {
 	defer cancel()
 	resp, err := ops.MergeTablets(ctx, &adminextpb.MergeTabletsRequest{Table: n.fullName(n.Table), RowKey: []byte(row)})
 	if refused(err) {
-		f.Note = "refused: " + firstLine(err.Error(), 200)
+		f.addNote("refused: " + firstLine(err.Error(), 200))
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	f.Note = fmt.Sprintf("%s and %s merged into %s", resp.GetLeftId(), resp.GetRightId(), resp.GetMerged().GetTabletId())
+	f.addNote(fmt.Sprintf("%s and %s merged into %s", resp.GetLeftId(), resp.GetRightId(), resp.GetMerged().GetTabletId()))
 	return nil
 }
 
 // compact runs a major compaction of the tablet of every other hot row.
 func (n *Nemesis) compact(ctx context.Context, f *Fault) error {
-	ops, done, err := n.tabletOps()
+	ops, done, err := n.tabletOps(ctx, f)
 	if err != nil {
 		return err
 	}
@@ -361,7 +393,7 @@ func (n *Nemesis) compact(ctx context.Context, f *Fault) error {
 			notes = append(notes, resp.GetTabletId())
 		}
 	}
-	f.Note = "major: " + strings.Join(notes, ", ")
+	f.addNote("major: " + strings.Join(notes, ", "))
 	return nil
 }
 
@@ -526,7 +558,7 @@ func (n *Nemesis) corrupt(ctx context.Context, f *Fault) error {
 	case !strings.Contains(rerr.Error(), base):
 		return fmt.Errorf("corrupted SSTable %s: the read failed without naming the object: %v", key, rerr)
 	}
-	f.Note = fmt.Sprintf("detected after %d good rows: %s", rows, firstLine(rerr.Error(), 300))
+	f.addNote(fmt.Sprintf("detected after %d good rows: %s", rows, firstLine(rerr.Error(), 300)))
 	if err := put(orig); err != nil {
 		return err
 	}
