@@ -559,6 +559,7 @@ func printBenchReport(w io.Writer, rep benchReport) {
 		}
 		fmt.Fprintln(w, line)
 	}
+	slices.Sort(notes) // every round repeats them
 	for _, n := range slices.Compact(notes) {
 		fmt.Fprintln(w, "note:", n)
 	}
