@@ -142,13 +142,15 @@ var rules = map[string]rule{
 
 // rule returns the rule of method.
 func (g *Guard) rule(method string) rule {
-	if r, ok := rules[method]; ok {
-		return r
-	}
+	// Relayed first: this server only passes the frames on (it cannot
+	// read them), and the server it relays to decides.
 	for _, p := range g.cfg.Relayed {
 		if strings.HasPrefix(method, p) {
 			return rule{kind: ruleAuthenticated}
 		}
+	}
+	if r, ok := rules[method]; ok {
+		return r
 	}
 	return rule{kind: ruleSuperuser}
 }
