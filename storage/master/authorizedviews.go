@@ -198,7 +198,9 @@ func (s *AdminService) view(ctx context.Context, n viewName) (meta.AuthorizedVie
 	return v, nil
 }
 
-// GetAuthorizedView returns a view, BASIC unless another view is asked for.
+// GetAuthorizedView returns a view, whole (FULL) unless another view is
+// asked for: the official client reads the subset from a request that
+// names no view, as Cloud Bigtable answers it.
 func (s *AdminService) GetAuthorizedView(ctx context.Context, req *adminpb.GetAuthorizedViewRequest) (*adminpb.AuthorizedView, error) {
 	n, err := s.parseViewName("name", req.GetName())
 	if err != nil {
@@ -210,7 +212,7 @@ func (s *AdminService) GetAuthorizedView(ctx context.Context, req *adminpb.GetAu
 	}
 	rv := req.GetView()
 	if rv == adminpb.AuthorizedView_RESPONSE_VIEW_UNSPECIFIED {
-		rv = adminpb.AuthorizedView_BASIC
+		rv = adminpb.AuthorizedView_FULL
 	}
 	return authorizedViewProto(n.String(), v, rv), nil
 }
