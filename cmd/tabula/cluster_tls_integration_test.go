@@ -50,11 +50,15 @@ func tlsFor(addr string) *tls.Config {
 func httpGet(hostportPath string) (*http.Response, error) {
 	hostport, _, _ := strings.Cut(hostportPath, "/")
 	if c := tlsFor(hostport); c != nil {
-		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: c}}
+		hc := &http.Client{Timeout: statusTimeout, Transport: &http.Transport{TLSClientConfig: c}}
 		return hc.Get("https://" + hostportPath)
 	}
-	return http.Get("http://" + hostportPath)
+	return (&http.Client{Timeout: statusTimeout}).Get("http://" + hostportPath)
 }
+
+// statusTimeout bounds status requests: a process paused with SIGSTOP
+// accepts connections and never answers.
+const statusTimeout = 3 * time.Second
 
 func withoutEnv(env []string, name string) []string {
 	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, name+"=") })

@@ -89,6 +89,21 @@ type LoopOptions struct {
 	// AutoMerge is set; merges asked for (RequestMerge) are always carried
 	// out. Merges need a Metadata that is a TabletMerger.
 	Plan assign.Config
+	// Lease is the active master's own lease (takeover.go): it acts only
+	// until Lease after the last successful renewal of its session was
+	// sent, renewing every Lease/3. 0: the session's TTL (no shorter
+	// lease). NewLoop raises Session.LockDelay to at least Lease plus a
+	// tenth, which is what lets a standby end an unresponsive master's
+	// session safely.
+	Lease time.Duration
+	// ProbeMaster checks that the active master at addr (the master lock's
+	// value) answers. With it, a standby ends the active master's session
+	// once the probe has failed for TakeoverAfter over at least three
+	// probes, rather than wait for the lock service to expire it.
+	ProbeMaster func(ctx context.Context, addr string) error
+	// TakeoverAfter: see ProbeMaster. Default 2s; negative turns the
+	// takeover off.
+	TakeoverAfter time.Duration
 	// AutoMerge lets the planner merge adjacent tablets both smaller than
 	// Plan.MergeBelow (see merge.go).
 	AutoMerge bool
@@ -244,6 +259,14 @@ func NewLoop(opts LoopOptions) (*Loop, error) {
 	if !opts.AutoMerge {
 		opts.Plan.NoMerge = true
 	}
+	if opts.TakeoverAfter == 0 {
+		opts.TakeoverAfter = defaultTakeoverAfter
+	}
+	if opts.Lease > 0 {
+		if floor := opts.Lease + opts.Lease/10; opts.Session.LockDelay < floor {
+			opts.Session.LockDelay = floor
+		}
+	}
 	return &Loop{opts: opts, poke: make(chan struct{}, 1)}, nil
 }
 
@@ -277,7 +300,10 @@ func (c *Loop) Run(ctx context.Context) error {
 			c.pause(ctx)
 			continue
 		}
+		wctx, stopWatch := context.WithCancel(ctx)
+		go c.watchActive(wctx, sess.ID())
 		lock, err := sess.Lock(ctx, coord.KeyMaster, []byte(c.opts.Name))
+		stopWatch()
 		if err != nil {
 			destroy(sess)
 			if errors.Is(err, coord.ErrClosed) || ctx.Err() != nil {

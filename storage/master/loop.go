@@ -46,6 +46,8 @@ type term struct {
 	// their outcomes (merge.go).
 	merging map[assign.TabletID]assign.MergeUnderway
 	merged  chan mergeOutcome
+	// lease is the term's own lease (takeover.go).
+	lease *masterLease
 }
 
 type sortOutcome struct {
@@ -58,6 +60,17 @@ type sortOutcome struct {
 func (c *Loop) lead(ctx context.Context, sess coord.Session, lock coord.Lock) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The term's own lease starts from the session's last renewal, which
+	// the Lock call just preceded: renew now so that it starts here.
+	lease := &masterLease{clock: c.opts.Clock, lease: c.opts.Lease}
+	if lease.lease > 0 {
+		sent := c.opts.Clock.Now()
+		if err := sess.Renew(ctx); err != nil {
+			return errLost
+		}
+		lease.until = sent.Add(lease.lease)
+		go lease.keep(ctx, sess, cancel)
+	}
 	go func() {
 		// Stop everything in progress as soon as the lease may be gone:
 		// a request sent after that could race a successor's.
@@ -80,6 +93,7 @@ func (c *Loop) lead(ctx context.Context, sess coord.Session, lock coord.Lock) er
 		sorted:    make(chan sortOutcome, 16),
 		merging:   make(map[assign.TabletID]assign.MergeUnderway),
 		merged:    make(chan mergeOutcome, 16),
+		lease:     lease,
 	}
 	if t.serverTTL <= 0 {
 		t.serverTTL = sess.TTL()
@@ -100,7 +114,7 @@ func (t *term) lost() bool {
 		return true
 	default:
 	}
-	return !t.sess.Valid()
+	return !t.sess.Valid() || !t.lease.valid()
 }
 
 func (t *term) run(ctx context.Context) error {
@@ -449,7 +463,16 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 	case assign.Merge:
 		t.startMerge(ctx, st, tablets, a)
 	case assign.Rescan:
-		// METADATA is read afresh every round.
+		// METADATA is read afresh every round. A split interrupted
+		// before its commit point shows only as tablets a server reports
+		// and METADATA lacks: the range's saved states tell.
+		if r, ok := t.c.opts.Metadata.(SplitRepairer); ok && a.Reason == "split" {
+			rctx, cancel := t.rpcCtx(ctx)
+			if err := r.RepairSplits(rctx, a.Table, a.Start, a.End); err != nil {
+				t.c.opts.Logger.Warn("master: repairing splits", "table", a.Table, "err", err)
+			}
+			cancel()
+		}
 	}
 	return call{}
 }

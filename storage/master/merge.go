@@ -48,6 +48,16 @@ type TabletMerger interface {
 	MergeTablets(ctx context.Context, left, right assign.Tablet) (assign.Tablet, error)
 }
 
+// SplitRepairer is implemented by a Metadata that can finish splits
+// interrupted before their commit point (a tablet server died after saving
+// the parent's split state, before writing METADATA).
+type SplitRepairer interface {
+	// RepairSplits replaces, among METADATA's rows of table (assign.Tablet.Table
+	// form) overlapping [start, end) (end "": no bound), those of tablets
+	// whose saved state says they were split by their children's rows.
+	RepairSplits(ctx context.Context, table, start, end string) error
+}
+
 // TabletCompactor is implemented by TabletServers that can compact one
 // tablet on request.
 type TabletCompactor interface {
