@@ -298,6 +298,14 @@ func patchSuite(t *testing.T, path string) {
 		t.Fatalf("%s holds %d, not 1, of the backup test's cleanup (the suite changed)", ipath, n)
 	}
 	ib = bytes.Replace(ib, []byte(closeNil), []byte("\tt.Cleanup(func() {\n\t\tif iAdminClient != nil {\n\t\t\tiAdminClient.Close()\n\t\t}\n\t})\n\n\tlist := func(cluster string)"), 1)
+	// Its cases across instances run when instanceToCreate is set, which
+	// the emulated environment leaves at its default: they need the
+	// instance admin API, which Tabula does not serve.
+	const diffInstance = "\tif instanceToCreate != \"\" {\n\t\tdiffInstance, diffCluster, err := createRandomInstance(ctx, iAdminClient)"
+	if n := bytes.Count(ib, []byte(diffInstance)); n != 1 {
+		t.Fatalf("%s holds %d, not 1, of the backup test's instance cases (the suite changed)", ipath, n)
+	}
+	ib = bytes.Replace(ib, []byte(diffInstance), []byte("\tif instanceToCreate != \"\" && iAdminClient != nil {\n\t\tdiffInstance, diffCluster, err := createRandomInstance(ctx, iAdminClient)"), 1)
 	for _, e := range suiteEnabled {
 		old := "if !testEnv.Config().UseProd {\n\t\t" + e.skip
 		if n := bytes.Count(ib, []byte(old)); n != e.count {
