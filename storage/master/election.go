@@ -124,9 +124,9 @@ type LoopOptions struct {
 	// session (coord.Service.EndSession; the paper's master deletes the
 	// server's file when it cannot reach the server "during its last
 	// several attempts") rather than wait for the lock service to expire
-	// it. Default 4s; negative turns it off. The master does so only while
-	// some other server answers, so a master cut off from the servers
-	// does not end them all.
+	// it. Default 3s (three rounds of the default 1s tick); negative
+	// turns it off. The master does so only while some other server
+	// answers, so a master cut off from the servers does not end them all.
 	UnreachableAfter time.Duration
 	// ServerTTL is the longest session TTL of any tablet server: a term
 	// that starts and finds a server's key released (by a predecessor's
@@ -242,7 +242,7 @@ func NewLoop(opts LoopOptions) (*Loop, error) {
 		opts.ListTimeout = 2 * time.Second
 	}
 	if opts.UnreachableAfter == 0 {
-		opts.UnreachableAfter = 4 * time.Second
+		opts.UnreachableAfter = 3 * time.Second
 	}
 	if opts.LoadParallelism <= 0 {
 		opts.LoadParallelism = 8
