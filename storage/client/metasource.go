@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -212,10 +213,22 @@ func LocateRange(ctx context.Context, cache *LocationCache, src MetadataSource, 
 	}
 	var out []meta.Location
 	row := start
-	for {
+	for restarts := 0; ; {
 		l, err := locateRetry(ctx, cache, src, table, row)
 		if err != nil {
 			return nil, err
+		}
+		if len(out) > 0 && bytes.Compare(l.Start, row) < 0 {
+			// The tablet holding row starts before it: the layout changed
+			// since the lookups before (a merge, a split being undone), and
+			// out's last tablets overlap l. Walk the range again over the
+			// new layout rather than answer tablets a reader would read
+			// twice, out of order.
+			if restarts++; restarts > maxLocateRangeRestarts {
+				return nil, status.Errorf(codes.Unavailable, "client: the tablets of %s changed during %d lookups of [%q, %q)", table, restarts, start, end)
+			}
+			out, row = out[:0], start
+			continue
 		}
 		out = append(out, l)
 		if tabletdesc.CompareEnds(l.End, end) >= 0 {
@@ -224,6 +237,10 @@ func LocateRange(ctx context.Context, cache *LocationCache, src MetadataSource, 
 		row = l.End
 	}
 }
+
+// maxLocateRangeRestarts bounds how often LocateRange walks a range again
+// because its tablets changed under the walk.
+const maxLocateRangeRestarts = 8
 
 // metaLocator is the cluster's locator: tablet locations from METADATA
 // through the client's LocationCache.
