@@ -13,7 +13,9 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/storage/master/adminextpb"
 )
@@ -186,9 +188,22 @@ func TestClusterMergesShrunkTable(t *testing.T) {
 	rd := startReaders(rctx, tbl, want)
 
 	// A merge on request: the first tablet with its neighbour.
-	resp, err := ops.MergeTablets(ctx, &adminextpb.MergeTabletsRequest{Table: "projects/p/instances/i/tables/shrink", RowKey: []byte("a")})
-	if err != nil {
-		t.Fatalf("MergeTablets: %v", err)
+	// The table may still be splitting after the writes: a merge asked
+	// for tablets that split meanwhile is refused (FAILED_PRECONDITION)
+	// and asked again, as an operator would, over the new layout.
+	var resp *adminextpb.MergeTabletsResponse
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var err error
+		resp, err = ops.MergeTablets(ctx, &adminextpb.MergeTabletsRequest{Table: "projects/p/instances/i/tables/shrink", RowKey: []byte("a")})
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.FailedPrecondition || time.Now().After(deadline) {
+			t.Fatalf("MergeTablets: %v", err)
+		}
+		t.Logf("MergeTablets refused, asking again: %v", err)
+		time.Sleep(time.Second)
 	}
 	t.Logf("merged %s and %s into %s [%q, %q)", resp.GetLeftId(), resp.GetRightId(), resp.GetMerged().GetTabletId(),
 		resp.GetMerged().GetStartKey(), resp.GetMerged().GetEndKey())

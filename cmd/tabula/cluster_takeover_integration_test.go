@@ -10,6 +10,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"cloud.google.com/go/bigtable"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // trials is how many times the failover measurements repeat: 5 (for a
@@ -75,15 +79,14 @@ func TestClusterMasterTakeover(t *testing.T) {
 		m, _ := c.activeMaster()
 		return m != nil, "none"
 	})
+	c.waitAllServed(60*time.Second, 1) // METADATA served before the first kill
 
 	var killed []time.Duration
 	for i := range trials() {
 		active, _ := c.activeMaster()
 		c.kill(active)
 		killed = append(killed, newLeader(active))
-		if err := admin.CreateTable(ctx, "after-kill-"+string(rune('a'+i))); err != nil {
-			t.Fatalf("CreateTable through the new master: %v", err)
-		}
+		createAfterTakeover(t, ctx, admin, "after-kill-"+string(rune('a'+i)))
 		c.startMaster() // a standby again
 	}
 	recordTrials(t, "master kill -9 → standby leading", killed)
@@ -119,4 +122,24 @@ func TestClusterMasterTakeover(t *testing.T) {
 		}
 	}
 	recordTrials(t, "master SIGSTOP → standby leading", stopped)
+}
+
+// createAfterTakeover creates a table through a tablet server's admin API
+// just after a new master took over. Until the new master's first rounds
+// have served METADATA again, the call may answer UNAVAILABLE, which a
+// client retries; it must succeed within 30 s (ALREADY_EXISTS after a
+// retry means an earlier attempt, whose answer was lost, did it).
+func createAfterTakeover(t *testing.T, ctx context.Context, admin *bigtable.AdminClient, table string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for attempt := 1; ; attempt++ {
+		err := admin.CreateTable(ctx, table)
+		switch code := status.Code(err); {
+		case err == nil, attempt > 1 && code == codes.AlreadyExists:
+			return
+		case code != codes.Unavailable || time.Now().After(deadline):
+			t.Fatalf("CreateTable through the new master (attempt %d): %v", attempt, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }

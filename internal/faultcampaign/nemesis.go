@@ -401,19 +401,55 @@ func (n *Nemesis) schema(ctx context.Context, f *Fault) error {
 	n.schemaN++
 	fam := fmt.Sprintf("x%d", n.schemaN)
 	f.Target = fam
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if _, err := n.activeMaster(ctx, f); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := n.Admin.CreateColumnFamily(sctx, n.Table, fam); err != nil {
+	create := func(ctx context.Context) error { return n.Admin.CreateColumnFamily(ctx, n.Table, fam) }
+	if err := retryAdmin(sctx, f, "create family", codes.AlreadyExists, create); err != nil {
 		return fmt.Errorf("create family %s: %w", fam, err)
 	}
-	if err := n.Admin.SetGCPolicy(sctx, n.Table, fam, bigtable.MaxVersionsPolicy(2)); err != nil {
+	policy := func(ctx context.Context) error {
+		return n.Admin.SetGCPolicy(ctx, n.Table, fam, bigtable.MaxVersionsPolicy(2))
+	}
+	if err := retryAdmin(sctx, f, "gc policy", codes.OK, policy); err != nil {
 		return fmt.Errorf("gc policy of %s: %w", fam, err)
 	}
 	n.hold(ctx, time.Second, 2*time.Second)
-	if err := n.Admin.DeleteColumnFamily(sctx, n.Table, fam); err != nil {
+	drop := func(ctx context.Context) error { return n.Admin.DeleteColumnFamily(ctx, n.Table, fam) }
+	if err := retryAdmin(sctx, f, "delete family", codes.NotFound, drop); err != nil {
 		return fmt.Errorf("delete family %s: %w", fam, err)
 	}
 	return nil
+}
+
+// retryAdmin runs an admin call until it succeeds or fails with something
+// other than UNAVAILABLE (the tablet server forwarding admin calls may not
+// know the new master yet, some seconds after a takeover), noting the
+// retries in f. done is the code that means an earlier attempt of the
+// call, whose answer was lost, already did it (ALREADY_EXISTS for a
+// creation, NOT_FOUND for a deletion); codes.OK for none.
+func retryAdmin(ctx context.Context, f *Fault, what string, done codes.Code, call func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := call(ctx)
+		switch c := status.Code(err); {
+		case err == nil:
+			return nil
+		case attempt > 1 && done != codes.OK && c == done:
+			return nil
+		case c != codes.Unavailable || ctx.Err() != nil:
+			return err
+		}
+		if attempt == 1 {
+			f.addNote(fmt.Sprintf("%s retried after %v", what, err))
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // VictimRows is the number of rows of the corruption's victim table.

@@ -194,12 +194,16 @@ const EnvLogBucket = "TABULA_CRASH_LOG_BUCKET"
 // four PUTs in flight whatever their size, small segments so that
 // rollovers (which wait for every PUT of the segment) happen too.
 func objectLogFromEnv(ctx context.Context) (commitlog.Options, error) {
-	store, err := blob.NewS3(ctx, blob.S3Config{
+	cfg := blob.S3Config{
 		Endpoint:  os.Getenv("TABULA_TEST_S3_ENDPOINT"),
 		AccessKey: os.Getenv("TABULA_TEST_S3_ACCESS_KEY"),
 		SecretKey: os.Getenv("TABULA_TEST_S3_SECRET_KEY"),
 		Bucket:    os.Getenv(EnvLogBucket),
-	})
+		// The test command's MinIO speaks HTTPS with a private CA.
+		CAFile: os.Getenv("TABULA_TEST_S3_CA"),
+	}
+	cfg.Secure = cfg.CAFile != ""
+	store, err := blob.NewS3(ctx, cfg)
 	if err != nil {
 		return commitlog.Options{}, err
 	}
