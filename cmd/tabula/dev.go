@@ -30,8 +30,10 @@ func newDevCommand() *cobra.Command {
 		Long: `dev runs the whole of Tabula in one process — the tablet server with the
 Cloud Bigtable data API (google.bigtable.v2), the master with the table admin
 API (google.bigtable.admin.v2) and Tabula's locality group extension — on one
-gRPC port, keeping everything under --dir: SSTables, tablet states and the
-table catalog in --dir/store, the commit log in --dir/log.
+gRPC port, keeping everything under --dir: SSTables and tablet states in
+--dir/store, the table catalog in the lock service's file --dir/coord.json,
+the commit log in --dir/log. (A --dir of an older dev, with the catalog in
+--dir/store/catalog, has it moved at start.)
 
 Point the official clients at it with BIGTABLE_EMULATOR_HOST=<addr>. When it
 serves it prints one line "ready <addr>" on stdout. SIGTERM or SIGINT stops

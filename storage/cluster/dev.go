@@ -31,6 +31,7 @@ import (
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/sstable"
@@ -54,8 +55,11 @@ const (
 
 // DevConfig configures StartDev. Zero values take the documented defaults.
 type DevConfig struct {
-	// Dir holds everything: Dir/store (SSTables, tablet states, the
-	// catalog) and Dir/log (the commit log). Required.
+	// Dir holds everything: Dir/store (SSTables, tablet states, backups),
+	// Dir/coord.json (the lock service's keys, the table catalog among
+	// them: DevCoordFile) and Dir/log (the commit log). A Dir written by
+	// an older dev, with the catalog in Dir/store/catalog, has it moved
+	// into the lock service at start. Required.
 	Dir string
 	// Addr is the gRPC listen address (port 0 picks one: see Addr()).
 	Addr string
@@ -108,6 +112,7 @@ type Dev struct {
 	cfg      DevConfig
 	log      *slog.Logger
 	lock     *os.File
+	kv       *coord.Local
 	commit   *commitlog.Log
 	store    blob.Store
 	states   tablet.StateStore
@@ -184,6 +189,9 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		return nil, err
 	}
 	store := d.store
+	if d.kv, err = openDevCoord(ctx, cfg.Dir, store, d.log); err != nil {
+		return nil, err
+	}
 	d.states = tablet.NewBlobStateStore(store, "state")
 	logOpts := commitlog.Options{Dir: filepath.Join(cfg.Dir, "log")}
 	if d.commit, err = commitlog.Open(ctx, logOpts); err != nil {
@@ -220,7 +228,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	if err != nil {
 		return nil, err
 	}
-	catalog := master.NewBlobCatalog(store, "catalog")
+	catalog := NewCoordCatalog(d.kv)
 	adminOpts := master.Options{
 		Catalog: catalog,
 		Host:    d.host,
@@ -353,7 +361,7 @@ func (d *Dev) Close() error {
 			cancel()
 		}
 		d.stopBackgroundWork()
-		errs = append(errs, d.host.Close(), d.commit.Close())
+		errs = append(errs, d.host.Close(), d.commit.Close(), d.kv.Close())
 		if d.lock != nil {
 			errs = append(errs, d.lock.Close())
 		}
@@ -451,6 +459,9 @@ func (d *Dev) abort() {
 	}
 	if d.commit != nil {
 		_ = d.commit.Close()
+	}
+	if d.kv != nil {
+		_ = d.kv.Close()
 	}
 	if d.lock != nil {
 		d.lock.Close()

@@ -5,7 +5,8 @@
 // master.Loop, the admin API over a catalog kept in the lock
 // service, METADATA access and file garbage collection) — and `tabula
 // dev`, the whole of Tabula in one process (StartDev: one Host serving every
-// tablet of every table, the admin API over a catalog in a local directory).
+// tablet of every table, the admin API over a catalog in the in-process
+// lock service, kept in a file: DevCoordFile).
 // The tablet server role and Dev share their gRPC server construction and
 // their cache defaults. Dev is not yet the cluster's roles run in one
 // process. Its pieces exist: the lock service (coord.OpenLocal: the
@@ -14,8 +15,9 @@
 // MasterConfig.LogDir for their collection: LocalLogDir). Still missing
 // are a StartDev that runs both roles over them and returns once the
 // master has assigned every tablet (as it returns today once every table
-// is recovered), one listener for both roles' services, and the on-disk
-// move of dev's catalog from the store to the lock service.
+// is recovered), and one listener for both roles' services. Dev's catalog
+// is already where the cluster's is, in the lock service (an older dev's,
+// in the store, is moved there at start: migrateDevCatalog).
 //
 // The names a reader should know:
 //
