@@ -19,6 +19,7 @@ import (
 // verifies other servers with when it calls them.
 type serverTLSFlags struct {
 	cert, key, clientCA, ca string
+	clientCertOptional      bool
 }
 
 func (t *serverTLSFlags) register(fs *pflag.FlagSet) {
@@ -26,14 +27,15 @@ func (t *serverTLSFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&t.key, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&t.clientCA, "tls-client-ca", "", "PEM CA certificates: require client certificates signed by them (mutual TLS)")
 	fs.StringVar(&t.ca, "tls-ca", "", "PEM CA certificates other servers' certificates are verified with when this one calls them (default --tls-client-ca)")
+	fs.BoolVar(&t.clientCertOptional, "tls-client-cert-optional", false, "with --tls-client-ca: also accept clients without a certificate (they authenticate with a token); a certificate given is still verified")
 }
 
 // role returns the role's TLS; the zero Role (plaintext) without
 // --tls-cert.
 func (t *serverTLSFlags) role(log *slog.Logger) (tlsconfig.Role, error) {
-	r, err := tlsconfig.ForRole(tlsconfig.RoleFiles{CertFile: t.cert, KeyFile: t.key, ClientCAFile: t.clientCA, CAFile: t.ca, Logger: log})
+	r, err := tlsconfig.ForRole(tlsconfig.RoleFiles{CertFile: t.cert, KeyFile: t.key, ClientCAFile: t.clientCA, CAFile: t.ca, ClientCertOptional: t.clientCertOptional, Logger: log})
 	if err != nil {
-		return tlsconfig.Role{}, fmt.Errorf("--tls-cert/--tls-key/--tls-client-ca/--tls-ca: %w", err)
+		return tlsconfig.Role{}, fmt.Errorf("--tls-cert/--tls-key/--tls-client-ca/--tls-ca/--tls-client-cert-optional: %w", err)
 	}
 	return r, nil
 }

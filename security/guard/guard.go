@@ -21,7 +21,8 @@
 // Superusers skip the grant checks. The identity is passed to the service
 // (auth.NewContext) and, for a gateway that forwards the call to another
 // server, stated in the outgoing metadata (auth.ForwardedPrincipalKey):
-// the other server honours it because the gateway is a forwarder there.
+// the other server honours it because the gateway is a forwarder there. A
+// Terminal server (a master) states nothing: its calls are its own.
 //
 // The package knows the wire API (bigtablepb, adminpb, the script service)
 // but not the engine: a table's grants and families come from Tables.
@@ -77,6 +78,13 @@ type Config struct {
 	// relays the admin API to the master): they are authenticated here and
 	// authorized there.
 	Relayed []string
+	// Terminal marks a server that forwards no call for its caller (a
+	// cluster's master): the calls it makes while serving one — to tablet
+	// servers, to METADATA — are its own, the control plane's work on
+	// what this guard has already authorized, so the caller's identity is
+	// not stated to the servers it calls (they would check the caller's
+	// grants on the control plane's RPCs and tables and refuse them).
+	Terminal bool
 	// Logger receives the audit lines; default slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, gets the guard's counters.
@@ -158,6 +166,9 @@ func (g *Guard) begin(ctx context.Context, method string) (context.Context, *cal
 	c.id = id
 	c.su = acl.IsSuperuser(c.subject(), g.cfg.Superusers)
 	ctx = auth.NewContext(ctx, id)
+	if g.cfg.Terminal {
+		return ctx, c, nil
+	}
 	// State the identity to the servers this call may be forwarded to
 	// (the gateway's owners: outgoing metadata; the relay of unknown
 	// services copies the incoming metadata).

@@ -41,6 +41,11 @@ type Files struct {
 	// certificates); for a client, the roots that sign servers'
 	// certificates (the system roots when empty).
 	CAFile string
+	// ClientCertOptional, for a server with a client CA, accepts clients
+	// that present no certificate (they must then authenticate with a
+	// bearer token); a certificate that is presented is still verified
+	// against CAFile, so a wrong or expired one fails the handshake.
+	ClientCertOptional bool
 	// Logger receives reload failures; default slog.Default().
 	Logger *slog.Logger
 }
@@ -55,8 +60,9 @@ var ServerProtocols = []string{"h2", "http/1.1"}
 
 // Server returns the configuration of a TLS server presenting CertFile and
 // KeyFile, requiring and verifying client certificates signed by CAFile
-// when it is set. Both reload when their files change. It fails when a file
-// is missing or does not parse, or when CertFile or KeyFile is empty.
+// when it is set (verifying them when given, with ClientCertOptional).
+// Both reload when their files change. It fails when a file is missing or
+// does not parse, or when CertFile or KeyFile is empty.
 func Server(f Files) (*tls.Config, error) {
 	if f.CertFile == "" || f.KeyFile == "" {
 		return nil, errors.New("tlsconfig: a server needs both a certificate (--tls-cert) and a key (--tls-key)")
@@ -89,6 +95,9 @@ func Server(f Files) (*tls.Config, error) {
 			}
 			c.ClientCAs = pool
 			c.ClientAuth = tls.RequireAndVerifyClientCert
+			if f.ClientCertOptional {
+				c.ClientAuth = tls.VerifyClientCertIfGiven
+			}
 		}
 		return c, nil
 	}
@@ -278,7 +287,12 @@ type RoleFiles struct {
 	// default ClientCAFile (one CA signs the whole cluster), else the
 	// system roots.
 	CAFile string
-	Logger *slog.Logger
+	// ClientCertOptional (--tls-client-cert-optional) lets clients
+	// without a certificate connect to a role with ClientCAFile: callers
+	// with tokens only, while the servers still present and verify
+	// certificates among themselves (Files.ClientCertOptional).
+	ClientCertOptional bool
+	Logger             *slog.Logger
 }
 
 // ForRole returns the role's TLS: plaintext (the zero Role) when no
@@ -293,7 +307,10 @@ func ForRole(f RoleFiles) (Role, error) {
 		}
 		return Role{}, nil
 	}
-	srv, err := Server(Files{CertFile: f.CertFile, KeyFile: f.KeyFile, CAFile: f.ClientCAFile, Logger: f.Logger})
+	if f.ClientCertOptional && f.ClientCAFile == "" {
+		return Role{}, errors.New("tlsconfig: --tls-client-cert-optional needs --tls-client-ca (without it no client certificate is asked for)")
+	}
+	srv, err := Server(Files{CertFile: f.CertFile, KeyFile: f.KeyFile, CAFile: f.ClientCAFile, ClientCertOptional: f.ClientCertOptional, Logger: f.Logger})
 	if err != nil {
 		return Role{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -182,6 +183,46 @@ func TestMutualTLSRequiresVerifiedClientCertificates(t *testing.T) {
 	}
 	if _, _, err := dial(t, srv, alice); err == nil {
 		t.Fatal("old CA's client accepted after the CA rotation")
+	}
+}
+
+// TestOptionalClientCertificates: with ClientCertOptional a client without
+// a certificate connects (it then needs a token), one with a certificate
+// of the client CA is seen with it, and one of another CA is still refused.
+func TestOptionalClientCertificates(t *testing.T) {
+	p := newPKI(t, t.TempDir(), "ca")
+	cert, key := p.server(t, "srv")
+	caFile := filepath.Join(p.dir, "ca.crt")
+	role, err := ForRole(RoleFiles{CertFile: cert, KeyFile: key, ClientCAFile: caFile, ClientCertOptional: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon, err := Client(Files{CAFile: caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, peer, err := dial(t, role.Server, anon); err != nil || peer != nil {
+		t.Fatalf("without a client certificate: peer %v, err %v; want a connection without one", peer, err)
+	}
+	ac, ak := p.client(t, "alice", "alice")
+	alice, err := Client(Files{CAFile: caFile, CertFile: ac, KeyFile: ak})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, peer, err := dial(t, role.Server, alice); err != nil || peer == nil || peer.Subject.CommonName != "alice" {
+		t.Fatalf("alice: peer %v, err %v", peer, err)
+	}
+	other := newPKI(t, t.TempDir(), "other")
+	mc, mk := other.client(t, "mallory", "mallory")
+	mallory, err := Client(Files{CAFile: caFile, CertFile: mc, KeyFile: mk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dial(t, role.Server, mallory); err == nil {
+		t.Fatal("client certificate of another CA accepted")
+	}
+	if _, err := ForRole(RoleFiles{CertFile: cert, KeyFile: key, ClientCertOptional: true}); err == nil || !strings.Contains(err.Error(), "--tls-client-ca") {
+		t.Errorf("optional client certificates without a client CA: %v", err)
 	}
 }
 

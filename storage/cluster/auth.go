@@ -74,7 +74,10 @@ func guardOptions(g *guard.Guard) []grpc.ServerOption {
 
 // newGuard returns the guard of a role's server over cat, or nil when cfg
 // is nil (authentication off).
-func newGuard(cfg *AuthConfig, cat meta.Catalog, instance string, relayed []string, log *slog.Logger, reg prometheus.Registerer) (*guard.Guard, error) {
+//
+// terminal is guard.Config.Terminal: true for the master, whose calls to
+// tablet servers while it serves an admin call are the control plane's.
+func newGuard(cfg *AuthConfig, cat meta.Catalog, instance string, relayed []string, terminal bool, log *slog.Logger, reg prometheus.Registerer) (*guard.Guard, error) {
 	if cfg == nil {
 		return nil, nil
 	}
@@ -83,6 +86,7 @@ func newGuard(cfg *AuthConfig, cat meta.Catalog, instance string, relayed []stri
 		Superusers:    cfg.Superusers,
 		Tables:        guard.NewCache(catalogTables(cat, instance), cfg.CacheTTL),
 		Relayed:       relayed,
+		Terminal:      terminal,
 		Logger:        log,
 		Registerer:    reg,
 	})

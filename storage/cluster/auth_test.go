@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,13 +54,27 @@ const (
 	jwtSecret    = "a-secret-of-at-least-thirty-two-bytes"
 )
 
-// authEnv is a tabula dev with authentication on: a token file of
+// authEnv is a server with authentication on — a tabula dev, or a
+// cluster's gateway — and a connection per principal: a token file of
 // principals, an HMAC JWT key, superuser root.
 type authEnv struct {
-	d      *Dev
-	tokens map[string]string // principal → token
-	conns  map[string]*grpc.ClientConn
-	logs   *syncBuffer
+	addr      string
+	transport grpc.DialOption   // TLS or plaintext
+	tokens    map[string]string // principal → token
+	// creds are each connection's credentials: dial options after
+	// transport (a bearer token, or a transport with a client
+	// certificate); conns the connections to addr with them.
+	creds map[string][]grpc.DialOption
+	conns map[string]*grpc.ClientConn
+	// servers, in a cluster, are every tablet server's address: a call of
+	// the script service (served by the tablet's own server, not routed
+	// by a gateway) is made on each of them.
+	servers []string
+	logs    *syncBuffer
+	// refused are the connections whose every call must be refused, and
+	// the code: UNAUTHENTICATED (bad or no credentials), or OK for "any
+	// error" (a certificate the TLS handshake refuses).
+	refused map[string]codes.Code
 }
 
 func jwtFor(t *testing.T, sub string, exp time.Time) string {
@@ -71,12 +86,21 @@ func jwtFor(t *testing.T, sub string, exp time.Time) string {
 	return s
 }
 
-func startAuthDev(t *testing.T) *authEnv {
+// authPrincipals are the principals of the token file ("admin" is in group
+// table-admins).
+var authPrincipals = []string{"root", "reader", "writer", "user", "admin", "nobody", "fam"}
+
+// newAuthEnv writes the token file and the JWT secret into dir and returns
+// the environment's tokens (the token file's, JWTs of jwtreader, an expired
+// and a forged one, and a wrong token) and an Authenticator over them
+// (client certificates accepted too; forwarders: the users among
+// forwarders).
+func newAuthEnv(t *testing.T, dir string, forwarders ...string) (*authEnv, *auth.Authenticator) {
 	t.Helper()
-	dir := t.TempDir()
-	env := &authEnv{tokens: map[string]string{}, conns: map[string]*grpc.ClientConn{}, logs: &syncBuffer{}}
+	env := &authEnv{tokens: map[string]string{}, creds: map[string][]grpc.DialOption{}, conns: map[string]*grpc.ClientConn{}, logs: &syncBuffer{},
+		refused: map[string]codes.Code{"none": codes.Unauthenticated, "wrong": codes.Unauthenticated, "forged": codes.Unauthenticated, "expired": codes.Unauthenticated}}
 	var lines []string
-	for _, p := range []string{"root", "reader", "writer", "user", "admin", "nobody", "fam"} {
+	for _, p := range authPrincipals {
 		tok := p + "-token-0123456789abcdef"
 		env.tokens[p] = tok
 		group := ""
@@ -97,10 +121,33 @@ func startAuthDev(t *testing.T) *authEnv {
 	env.tokens["expired"] = jwtFor(t, "jwtreader", time.Now().Add(-time.Hour))
 	env.tokens["wrong"] = "wrong-token-0123456789abcdef"
 	env.tokens["forged"] = forgeSignature(env.tokens["jwtreader"])
-	a, err := auth.New(auth.Config{TokenFile: tokenFile, JWTSecretFiles: []string{secretFile}, JWTAudience: "tabula"})
+	a, err := auth.New(auth.Config{TokenFile: tokenFile, JWTSecretFiles: []string{secretFile}, JWTAudience: "tabula", AllowCerts: true, Forwarders: forwarders})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return env, a
+}
+
+// connect dials addr once per token, once per entry of creds (which wins
+// over a token of the same name), and once as "none", without
+// credentials.
+func (e *authEnv) connect(t *testing.T) {
+	t.Helper()
+	for name, tok := range e.tokens {
+		if _, ok := e.creds[name]; !ok {
+			e.creds[name] = []grpc.DialOption{grpc.WithPerRPCCredentials(auth.BearerToken(tok))}
+		}
+	}
+	e.creds["none"] = nil
+	for name, opts := range e.creds {
+		e.conns[name] = e.dial(t, e.addr, opts...)
+	}
+}
+
+func startAuthDev(t *testing.T) *authEnv {
+	t.Helper()
+	dir := t.TempDir()
+	env, a := newAuthEnv(t, dir)
 	d, err := StartDev(context.Background(), DevConfig{
 		Dir: filepath.Join(dir, "data"), Addr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewJSONHandler(env.logs, nil)),
@@ -111,17 +158,15 @@ func startAuthDev(t *testing.T) *authEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	env.d = d
-	for name, tok := range env.tokens {
-		env.conns[name] = env.dial(t, grpc.WithPerRPCCredentials(auth.BearerToken(tok)))
-	}
-	env.conns["none"] = env.dial(t)
+	env.addr, env.transport = d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials())
+	env.connect(t)
 	return env
 }
 
-func (e *authEnv) dial(t *testing.T, opts ...grpc.DialOption) *grpc.ClientConn {
+// dial connects to addr with the environment's transport and then opts.
+func (e *authEnv) dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
-	cc, err := grpc.NewClient(e.d.Addr(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{e.transport}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,8 +196,19 @@ func (e *authEnv) createTable(t *testing.T, table string) {
 	}
 	e.setPolicy(t, table, acl.Policy{Grants: authGrants})
 	for _, m := range []struct{ row, fam, col, val string }{{"r1", "a", "x", "ax"}, {"r1", "b", "y", "by"}, {"r2", "b", "y", "by2"}} {
-		if _, err := e.data("root").MutateRow(ctx, &bigtablepb.MutateRowRequest{TableName: tablePath(table), RowKey: []byte(m.row), Mutations: []*bigtablepb.Mutation{setCell(m.fam, m.col, m.val)}}); err != nil {
-			t.Fatal(err)
+		req := &bigtablepb.MutateRowRequest{TableName: tablePath(table), RowKey: []byte(m.row), Mutations: []*bigtablepb.Mutation{setCell(m.fam, m.col, m.val)}}
+		// In a cluster the new table's tablet is served once the master
+		// has assigned it: until then the gateway answers UNAVAILABLE.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := e.data("root").MutateRow(ctx, req)
+			if err == nil {
+				break
+			}
+			if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }
@@ -256,6 +312,9 @@ type apiCase struct {
 	// works: with the grant the call succeeds (Tabula implements it);
 	// otherwise any code but UNAUTHENTICATED and PERMISSION_DENIED.
 	works bool
+	// local: the call is served by the server holding the table's
+	// tablets (the script service), not routed by a gateway.
+	local bool
 }
 
 var allCells = &bigtablepb.RowSet{RowRanges: []*bigtablepb.RowRange{{}}}
@@ -413,10 +472,10 @@ var apiCases = map[string]apiCase{
 	}},
 
 	// tabula.scripts.v1.Scripts
-	"Run": {need: "reader", deniedAs: "writer", works: true, req: func(tb string) proto.Message {
+	"Run": {need: "reader", deniedAs: "writer", works: true, local: true, req: func(tb string) proto.Message {
 		return &scriptpb.RunRequest{TableName: tablePath(tb), Name: "count.szl", Source: "count: table sum of int;\nemit count <- 1;\n"}
 	}},
-	"ListTablets": {need: "reader", deniedAs: "nobody", works: true, req: func(tb string) proto.Message {
+	"ListTablets": {need: "reader", deniedAs: "nobody", works: true, local: true, req: func(tb string) proto.Message {
 		return &scriptpb.ListTabletsRequest{TableName: tablePath(tb)}
 	}},
 }
@@ -444,15 +503,23 @@ func apiServices() []protoreflect.ServiceDescriptor {
 }
 
 // TestAuthWholeAPI calls every RPC of the data, admin, locality-group and
-// script services: without credentials, with a wrong, forged or expired
-// token (UNAUTHENTICATED), as a principal without the grant
+// script services of tabula dev: without credentials, with a wrong, forged
+// or expired token (UNAUTHENTICATED), as a principal without the grant
 // (PERMISSION_DENIED, and the table's cells, schema and grants unchanged),
-// and as one with it (the call works).
+// and as one with it (the call works). TestAuthWholeAPIThroughGateway
+// (an integration test) runs the same table through a cluster's gateway.
 func TestAuthWholeAPI(t *testing.T) {
-	env := startAuthDev(t)
+	checkWholeAPI(t, startAuthDev(t))
+}
+
+// checkWholeAPI runs apiCases against env: every method of apiServices,
+// as each refused connection, as the principal without the grant and as
+// the one with it; then checks the audit lines env.logs received.
+func checkWholeAPI(t *testing.T, env *authEnv) {
 	ctx := context.Background()
 	env.createTable(t, "t")
 	before := env.snapshot(t, "t")
+	refused := slices.Sorted(maps.Keys(env.refused))
 	n := 0
 	for _, svc := range apiServices() {
 		methods := svc.Methods()
@@ -466,10 +533,11 @@ func TestAuthWholeAPI(t *testing.T) {
 			}
 			n++
 			t.Run(name, func(t *testing.T) {
-				for _, who := range []string{"none", "wrong", "forged", "expired"} {
+				for _, who := range refused {
 					err := invoke(ctx, env.conns[who], md, c.req("t"))
-					if status.Code(err) != codes.Unauthenticated {
-						t.Errorf("as %s: %v, want UNAUTHENTICATED", who, err)
+					want := env.refused[who]
+					if code := status.Code(err); err == nil || (want != codes.OK && code != want) {
+						t.Errorf("as %s: %v, want %v", who, err, want)
 					}
 				}
 				if c.deniedAs != "" {
@@ -477,14 +545,18 @@ func TestAuthWholeAPI(t *testing.T) {
 					if status.Code(err) != codes.PermissionDenied {
 						t.Errorf("as %s (without the grant): %v, want PERMISSION_DENIED", c.deniedAs, err)
 					}
-					if after := env.snapshot(t, "t"); after != before {
-						t.Errorf("as %s: the refused call changed the table:\nbefore %s\nafter %s", c.deniedAs, before, after)
-					}
+				}
+				if after := env.snapshot(t, "t"); after != before {
+					t.Errorf("a refused call changed the table:\nbefore %s\nafter %s", before, after)
 				}
 				// With the grant, on a table of its own (the call may
 				// change or delete it).
 				table := "t_" + strings.ToLower(name)
 				env.createTable(t, table)
+				if c.local && len(env.servers) > 0 {
+					env.checkOnHolder(t, md, c, table)
+					return
+				}
 				err := invoke(ctx, env.conns[c.need], md, c.req(table))
 				switch code := status.Code(err); {
 				case c.works && err != nil:
@@ -505,8 +577,32 @@ func TestAuthWholeAPI(t *testing.T) {
 			t.Errorf("no audit line with %s", want)
 		}
 	}
-	if strings.Contains(logs, env.tokens["wrong"]) || strings.Contains(logs, env.tokens["reader"]) {
-		t.Error("a token was logged")
+	for _, who := range []string{"wrong", "reader", "root"} {
+		if strings.Contains(logs, env.tokens[who]) {
+			t.Errorf("the token of %s was logged", who)
+		}
+	}
+}
+
+// checkOnHolder makes a call of a local case with the grant on every
+// tablet server of env: the server holding the table's tablet serves it,
+// every other one says it does not (FAILED_PRECONDITION or NOT_FOUND) —
+// none refuses the caller.
+func (e *authEnv) checkOnHolder(t *testing.T, md protoreflect.MethodDescriptor, c apiCase, table string) {
+	t.Helper()
+	served := 0
+	for _, addr := range e.servers {
+		err := invoke(context.Background(), e.dial(t, addr, e.creds[c.need]...), md, c.req(table))
+		switch status.Code(err) {
+		case codes.OK:
+			served++
+		case codes.FailedPrecondition, codes.NotFound:
+		default:
+			t.Errorf("as %s (with the grant) on %s: %v", c.need, addr, err)
+		}
+	}
+	if served != 1 {
+		t.Errorf("as %s (with the grant): %d servers served the call, want the tablet's one", c.need, served)
 	}
 }
 

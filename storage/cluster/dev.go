@@ -263,7 +263,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		stream = append(stream, agnosticStream(DevAgnosticInstance))
 	}
 	// After the instance mapping: the guard checks the names the services see.
-	guard, err := newGuard(cfg.Auth, catalog, adminOpts.Instance, nil, d.log, reg)
+	guard, err := newGuard(cfg.Auth, catalog, adminOpts.Instance, nil, false, d.log, reg)
 	if err != nil {
 		return nil, err
 	}

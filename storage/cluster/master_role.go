@@ -200,7 +200,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	}
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.registerMetrics()
-	guard, err := newGuard(cfg.Auth, catalog, "", nil, m.log, m.registry)
+	guard, err := newGuard(cfg.Auth, catalog, "", nil, true, m.log, m.registry)
 	if err != nil {
 		return nil, err
 	}

@@ -214,7 +214,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	}); err != nil {
 		return nil, err
 	}
-	guard, err := newGuard(cfg.Auth, NewCoordCatalog(cfg.Coord), "", relayedToMaster, s.log, s.registry)
+	guard, err := newGuard(cfg.Auth, NewCoordCatalog(cfg.Coord), "", relayedToMaster, false, s.log, s.registry)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,136 @@
+//go:build integration
+
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/tabuladb/tabula/security/certs"
+	"github.com/tabuladb/tabula/security/tlsconfig"
+	"github.com/tabuladb/tabula/storage/blob/blobtest"
+	"github.com/tabuladb/tabula/storage/coord"
+)
+
+// TestAuthWholeAPIThroughGateway runs TestAuthWholeAPI's table — every
+// RPC of the data, admin, locality-group and script services — through a
+// cluster's gateway: a master and two tablet servers on the Consul agent
+// deploy/test.sh started (ACLs on, default deny; the roles hold only the
+// minimal-policy token) and its MinIO over HTTPS, the servers calling each
+// other over mutual TLS as user tabula-server (a superuser and forwarder).
+// Every call enters through one tablet server: data calls it serves or
+// forwards, the admin API it relays to the master, whose guard decides.
+// Clients connect over TLS; their certificates are optional
+// (ClientCertOptional), so callers with tokens only reach the guard:
+// without credentials, or with a wrong, forged or expired token, a call is
+// UNAUTHENTICATED; a client certificate of another CA, or an expired one,
+// is refused by the handshake; "admin" authenticates with its client
+// certificate (CN admin, OU table-admins), the others with tokens.
+func TestAuthWholeAPIThroughGateway(t *testing.T) {
+	consulAddr, consulToken := os.Getenv("TABULA_TEST_CONSUL_ADDR"), os.Getenv("TABULA_TEST_CONSUL_TOKEN")
+	if consulAddr == "" || consulToken == "" || os.Getenv(blobtest.EnvS3CA) == "" {
+		t.Fatal("TABULA_TEST_CONSUL_ADDR, TABULA_TEST_CONSUL_TOKEN and TABULA_TEST_S3_CA are not set: run the integration tests through deploy/test.sh, which starts Consul with ACLs and MinIO over HTTPS")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	ca, err := certs.Generate(filepath.Join(dir, "tls"), certs.Spec{Clients: []certs.ClientSpec{{Principal: "admin", Groups: []string{"table-admins"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsDir := filepath.Join(dir, "tls")
+	caFile := filepath.Join(tlsDir, certs.CAFile)
+	role, err := tlsconfig.ForRole(tlsconfig.RoleFiles{
+		CertFile: filepath.Join(tlsDir, certs.ServerFile), KeyFile: filepath.Join(tlsDir, certs.ServerKeyFile),
+		ClientCAFile: caFile, ClientCertOptional: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, authn := newAuthEnv(t, dir, "tabula-server", "root")
+	authCfg := &AuthConfig{Authenticator: authn, Superusers: []string{"user:root", "user:tabula-server"}, CacheTTL: time.Millisecond}
+	log := slog.New(slog.NewJSONHandler(env.logs, nil))
+	store := blobtest.NewS3(t)
+	var nonce [6]byte
+	_, _ = rand.Read(nonce[:])
+	prefix := coord.ClusterPrefix("auth-gw-" + hex.EncodeToString(nonce[:]))
+	newCoord := func() coord.Service {
+		kv, err := coord.NewConsul(coord.ConsulConfig{Address: consulAddr, Prefix: prefix, Token: consulToken})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { kv.Close() })
+		return kv
+	}
+	m, err := StartMaster(ctx, MasterConfig{Coord: newCoord(), Store: store, Addr: "127.0.0.1:0", TLS: role, Auth: authCfg, Logger: log,
+		Tick: 100 * time.Millisecond, GCInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	var servers []string
+	for range 2 {
+		s, err := StartTabletServer(ctx, ServerConfig{Coord: newCoord(), Store: store, Addr: "127.0.0.1:0", TLS: role, Auth: authCfg, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		servers = append(servers, s.Addr())
+	}
+	// The master leads and METADATA is served (before, CreateTable
+	// answers UNAVAILABLE).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, _ := m.masterStatus(ctx)
+		served := 0
+		for _, s := range st.Servers {
+			served += len(s.Tablets)
+		}
+		if st.Active && served > 0 && len(st.Unassigned) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("METADATA not served within 30 s: %+v", st)
+		}
+	}
+
+	// Clients: TLS verifying the servers, no client certificate unless
+	// named.
+	clientTLS := func(certFile, keyFile string) grpc.DialOption {
+		c, err := tlsconfig.Client(tlsconfig.Files{CAFile: caFile, CertFile: certFile, KeyFile: keyFile})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tlsconfig.DialOption(c)
+	}
+	env.addr, env.transport, env.servers = servers[0], clientTLS("", ""), servers
+	env.creds["admin"] = []grpc.DialOption{clientTLS(certs.ClientFiles(tlsDir, "admin"))}
+	// Refused by the handshake: root's certificate from another CA, and
+	// one of this CA that has expired.
+	other := filepath.Join(dir, "other")
+	if _, err := certs.Generate(other, certs.Spec{Clients: []certs.ClientSpec{{Principal: "root"}}}); err != nil {
+		t.Fatal(err)
+	}
+	env.creds["foreign-cert"] = []grpc.DialOption{clientTLS(certs.ClientFiles(other, "root"))}
+	expired, err := ca.Client("root", nil, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiredCert, expiredKey := filepath.Join(dir, "expired.crt"), filepath.Join(dir, "expired.key")
+	if err := expired.WriteFiles(expiredCert, expiredKey); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	env.creds["expired-cert"] = []grpc.DialOption{clientTLS(expiredCert, expiredKey)}
+	env.refused["foreign-cert"], env.refused["expired-cert"] = codes.OK, codes.OK
+	env.connect(t)
+
+	checkWholeAPI(t, env)
+}
