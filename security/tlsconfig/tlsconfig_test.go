@@ -65,6 +65,18 @@ func (p *pki) client(t *testing.T, file, principal string) (cert, key string) {
 	return cert, key
 }
 
+// clientConfig makes a client certificate of principal signed by p and
+// returns a client config presenting it and trusting caFile.
+func (p *pki) clientConfig(t *testing.T, caFile, file, principal string) *tls.Config {
+	t.Helper()
+	cert, key := p.client(t, file, principal)
+	c, err := Client(Files{CAFile: caFile, CertFile: cert, KeyFile: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // dial handshakes a client config against a server config over a pipe and
 // returns the server certificate the client saw and the client
 // certificate the server saw (nil without one).
@@ -142,11 +154,7 @@ func TestMutualTLSRequiresVerifiedClientCertificates(t *testing.T) {
 	if _, _, err := dial(t, srv, anon); err == nil {
 		t.Fatal("handshake without a client certificate succeeded")
 	}
-	ac, ak := p.client(t, "alice", "alice")
-	alice, err := Client(Files{CAFile: caFile, CertFile: ac, KeyFile: ak})
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice := p.clientConfig(t, caFile, "alice", "alice")
 	_, peer, err := dial(t, srv, alice)
 	if err != nil || peer == nil || peer.Subject.CommonName != "alice" {
 		t.Fatalf("alice: peer %v, err %v", peer, err)
@@ -158,11 +166,7 @@ func TestMutualTLSRequiresVerifiedClientCertificates(t *testing.T) {
 	}
 	// A certificate from another CA is refused...
 	other := newPKI(t, t.TempDir(), "other")
-	mc, mk := other.client(t, "mallory", "mallory")
-	mallory, err := Client(Files{CAFile: caFile, CertFile: mc, KeyFile: mk})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mallory := other.clientConfig(t, caFile, "mallory", "mallory")
 	if _, _, err := dial(t, srv, mallory); err == nil {
 		t.Fatal("client certificate of another CA accepted")
 	}
@@ -204,20 +208,11 @@ func TestOptionalClientCertificates(t *testing.T) {
 	if _, peer, err := dial(t, role.Server, anon); err != nil || peer != nil {
 		t.Fatalf("without a client certificate: peer %v, err %v; want a connection without one", peer, err)
 	}
-	ac, ak := p.client(t, "alice", "alice")
-	alice, err := Client(Files{CAFile: caFile, CertFile: ac, KeyFile: ak})
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice := p.clientConfig(t, caFile, "alice", "alice")
 	if _, peer, err := dial(t, role.Server, alice); err != nil || peer == nil || peer.Subject.CommonName != "alice" {
 		t.Fatalf("alice: peer %v, err %v", peer, err)
 	}
-	other := newPKI(t, t.TempDir(), "other")
-	mc, mk := other.client(t, "mallory", "mallory")
-	mallory, err := Client(Files{CAFile: caFile, CertFile: mc, KeyFile: mk})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mallory := newPKI(t, t.TempDir(), "other").clientConfig(t, caFile, "mallory", "mallory")
 	if _, _, err := dial(t, role.Server, mallory); err == nil {
 		t.Fatal("client certificate of another CA accepted")
 	}
