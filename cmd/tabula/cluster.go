@@ -17,6 +17,7 @@ import (
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cluster"
 	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
@@ -114,7 +115,7 @@ func (r *roleFlags) coord() (coord.Service, error) {
 func newMasterCommand() *cobra.Command {
 	var r roleFlags
 	var splitBytes, mergeBelow int64
-	var gcInterval, gcGrace time.Duration
+	var gcInterval, gcGrace, undeleteRetention time.Duration
 	cmd := &cobra.Command{
 		Use:   "master",
 		Short: "Run a cluster master: admin API, tablet assignment, failure detection, garbage collection",
@@ -135,7 +136,7 @@ SIGTERM or SIGINT stops it.`,
 			m, err := cluster.StartMaster(ctx, cluster.MasterConfig{
 				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
 				SplitBytes: splitBytes, MergeBelow: mergeBelow, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
-				GCInterval: gcInterval, GCGrace: gcGrace, Logger: log, TLS: r.transport, Auth: r.authConfig,
+				GCInterval: gcInterval, GCGrace: gcGrace, UndeleteRetention: undeleteRetention, Logger: log, TLS: r.transport, Auth: r.authConfig,
 			})
 			if err != nil {
 				return err
@@ -155,6 +156,7 @@ SIGTERM or SIGINT stops it.`,
 	f.Int64Var(&mergeBelow, "merge-below", 0, "merge adjacent tablets of a table both smaller than this many bytes (0: merge only on request, tabula mergetablets)")
 	f.DurationVar(&gcInterval, "gc-interval", cluster.DefaultGCInterval, "how often unreferenced SSTables are collected")
 	f.DurationVar(&gcGrace, "gc-grace", cluster.DefaultGCGrace, "files younger than this are never collected (longer than any compaction)")
+	f.DurationVar(&undeleteRetention, "undelete-retention", master.DefaultUndeleteRetention, "how long a deleted table stays restorable by UndeleteTable (tabula undelete); its name stays taken meanwhile (0: delete at once)")
 	return cmd
 }
 

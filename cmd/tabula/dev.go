@@ -14,6 +14,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/cluster"
+	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
@@ -81,6 +82,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.DurationVar(&cfg.LogTruncateInterval, "log-truncate-interval", tabletserver.DefaultLogTruncateInterval, "how often the commit log drops what every tablet has flushed")
 	f.DurationVar(&cfg.SweepInterval, "sweep-interval", cluster.DefaultGCInterval, "how often SSTables no tablet references any more are deleted")
 	f.DurationVar(&cfg.SweepGrace, "sweep-grace", cluster.DefaultGCGrace, "files younger than this are never swept (a compaction may be writing them)")
+	f.DurationVar(&cfg.UndeleteRetention, "undelete-retention", master.DefaultUndeleteRetention, "how long a deleted table stays restorable by UndeleteTable (tabula undelete); its name stays taken meanwhile (0: delete at once)")
 	f.DurationVar(&cfg.StopTimeout, "stop-timeout", cluster.DefaultStopTimeout, "how long a stop waits for requests in flight")
 	f.IntVar(&cfg.Limits.MaxRowKeyBytes, "max-row-key-bytes", def.MaxRowKeyBytes, "largest row key")
 	f.IntVar(&cfg.Limits.MaxQualifierBytes, "max-qualifier-bytes", def.MaxQualifierBytes, "largest column qualifier")

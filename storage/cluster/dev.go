@@ -33,6 +33,7 @@ import (
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/master"
+	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tablet"
@@ -90,6 +91,9 @@ type DevConfig struct {
 	// may be writing one); defaults DefaultGCInterval and DefaultGCGrace,
 	// the cluster master's.
 	SweepInterval, SweepGrace time.Duration
+	// UndeleteRetention keeps deleted tables restorable by UndeleteTable
+	// this long (master.Options.UndeleteRetention); zero: deleted at once.
+	UndeleteRetention time.Duration
 	// Logger is the structured log; default JSON on stderr.
 	Logger *slog.Logger
 	// Auth, when set, requires credentials and enforces the tables'
@@ -236,6 +240,9 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		States:  d.states,
 		Limits:  cfg.Limits,
 		Logger:  d.log,
+		// Restored tables reference files in other tables' directories.
+		LiveFiles:         d.liveFiles,
+		UndeleteRetention: cfg.UndeleteRetention,
 	}
 	if cfg.InstanceAgnostic {
 		adminOpts.Instance = DevAgnosticInstance
@@ -422,13 +429,7 @@ func (d *Dev) truncateLog(ctx context.Context) {
 // states of every tablet the host serves are read first, then the store is
 // listed.
 func (d *Dev) sweepFiles(ctx context.Context) {
-	var ids []string
-	for _, table := range d.host.Tables() {
-		for _, ti := range d.host.TableTablets(table) {
-			ids = append(ids, ti.ID)
-		}
-	}
-	referenced, err := master.ReferencedFiles(ctx, d.states, ids)
+	referenced, err := d.liveFiles(ctx)
 	if err == nil {
 		var deleted []string
 		deleted, err = master.SweepFiles(ctx, d.store, meta.TableDirPrefix, referenced, d.cfg.SweepGrace, time.Now())
@@ -440,6 +441,18 @@ func (d *Dev) sweepFiles(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		d.log.Warn("sweeping unreferenced files", "err", err)
 	}
+}
+
+// liveFiles returns the files the tablets the host serves reference, with
+// their split descendants.
+func (d *Dev) liveFiles(ctx context.Context) ([]assign.TabletFiles, error) {
+	var ids []string
+	for _, table := range d.host.Tables() {
+		for _, ti := range d.host.TableTablets(table) {
+			ids = append(ids, ti.ID)
+		}
+	}
+	return master.ReferencedFiles(ctx, d.states, ids)
 }
 
 // abort releases what a failed StartDev acquired.

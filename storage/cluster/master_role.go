@@ -78,7 +78,10 @@ type MasterConfig struct {
 	// GCInterval is how often the active master collects garbage files
 	// (DefaultGCInterval); GCGrace spares young files (DefaultGCGrace).
 	GCInterval, GCGrace time.Duration
-	Logger              *slog.Logger
+	// UndeleteRetention keeps deleted tables restorable by UndeleteTable
+	// this long (master.Options.UndeleteRetention); zero: deleted at once.
+	UndeleteRetention time.Duration
+	Logger            *slog.Logger
 	// TLS secures the gRPC and HTTP ports (TLS.Server) and the calls to
 	// other servers (TLS.Client); the zero value is plaintext.
 	TLS tlsconfig.Role
@@ -192,8 +195,9 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 		Host:    &clusterTableHost{kv: cfg.Coord, md: m.md, servers: servers},
 		Logger:  m.log,
 		// Backups' manifests and restored tables' files and states.
-		BackupStore: cfg.Store,
-		States:      m.states,
+		BackupStore:       cfg.Store,
+		States:            m.states,
+		UndeleteRetention: cfg.UndeleteRetention,
 	})
 	if err != nil {
 		return nil, err

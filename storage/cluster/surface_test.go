@@ -54,13 +54,14 @@ var implementedRPCs = map[string]bool{
 	"google.bigtable.admin.v2.BigtableTableAdmin.SetIamPolicy":         true,
 	"google.bigtable.admin.v2.BigtableTableAdmin.TestIamPermissions":   true,
 
-	"google.bigtable.admin.v2.BigtableTableAdmin.CreateBackup": true,
-	"google.bigtable.admin.v2.BigtableTableAdmin.GetBackup":    true,
-	"google.bigtable.admin.v2.BigtableTableAdmin.ListBackups":  true,
-	"google.bigtable.admin.v2.BigtableTableAdmin.UpdateBackup": true,
-	"google.bigtable.admin.v2.BigtableTableAdmin.DeleteBackup": true,
-	"google.bigtable.admin.v2.BigtableTableAdmin.CopyBackup":   true,
-	"google.bigtable.admin.v2.BigtableTableAdmin.RestoreTable": true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.CreateBackup":  true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.GetBackup":     true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.ListBackups":   true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.UpdateBackup":  true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.DeleteBackup":  true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.CopyBackup":    true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.UndeleteTable": true,
+	"google.bigtable.admin.v2.BigtableTableAdmin.RestoreTable":  true,
 }
 
 // callEmpty calls method with an empty request over conn and returns the

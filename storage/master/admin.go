@@ -27,6 +27,7 @@ import (
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/master/adminextpb"
+	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
@@ -84,6 +85,19 @@ type Options struct {
 	// may be; default DefaultMinBackupExpiry (Cloud Bigtable's 6 hours),
 	// negative: none.
 	MinBackupExpiry time.Duration
+	// UndeleteRetention is how long DeleteTable keeps a deleted table
+	// restorable by UndeleteTable (undelete.go); zero deletes at once.
+	// It needs the object store (Store or BackupStore), States and a
+	// Host that is a BackupHost; without them tables are deleted at once.
+	UndeleteRetention time.Duration
+	// LiveFiles, when set, returns the files every live tablet
+	// references (with the tablets whose states the host serves, which
+	// the catalog's tablet list may not name after splits and merges).
+	// DeleteTable and Start keep them when they collect a deleted
+	// table's directory: a restored table's tablets reference files in
+	// its backup's source directory. Nil: the states of the catalog's
+	// tablets and their split descendants.
+	LiveFiles func(ctx context.Context) ([]assign.TabletFiles, error)
 	// Now is the clock of catalog timestamps; default time.Now.
 	Now func() time.Time
 	// Logger receives events (tables created and deleted, files
@@ -211,11 +225,39 @@ func (s *AdminService) collectDir(ctx context.Context, dir string) error {
 	if s.opts.Store == nil {
 		return nil
 	}
-	// No tablet references a dropped table's files, and none may commit
-	// one any more: no grace.
-	deleted, err := SweepFiles(ctx, s.opts.Store, dir, nil, 0, time.Now())
+	// No tablet of the dropped table may commit a file any more: no
+	// grace. Other tables' tablets may reference its files (restored
+	// from a backup of it), and backups and dropped-table records keep
+	// theirs (SweepFiles).
+	live, err := s.liveFiles(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the files live tablets reference: %w", err)
+	}
+	deleted, err := SweepFiles(ctx, s.opts.Store, dir, live, 0, time.Now())
 	s.opts.Logger.Info("collected files of a deleted table", "dir", dir, "files", len(deleted), "err", err)
 	return err
+}
+
+// liveFiles returns the files every live tablet references (see
+// Options.LiveFiles).
+func (s *AdminService) liveFiles(ctx context.Context) ([]assign.TabletFiles, error) {
+	if s.opts.LiveFiles != nil {
+		return s.opts.LiveFiles(ctx)
+	}
+	if s.opts.States == nil {
+		return nil, nil
+	}
+	tables, err := s.opts.Catalog.List(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, t := range tables {
+		for _, ref := range t.Tablets {
+			ids = append(ids, ref.ID)
+		}
+	}
+	return ReferencedFiles(ctx, s.opts.States, ids)
 }
 
 // --- names ---
@@ -325,6 +367,9 @@ func (s *AdminService) CreateTable(ctx context.Context, req *adminpb.CreateTable
 
 	unlock := s.locks.lock(n.id)
 	defer unlock()
+	if err := s.checkNameFree(ctx, "table_id", n); err != nil {
+		return nil, err
+	}
 	if err := s.opts.Catalog.Create(ctx, t); err != nil {
 		if errors.Is(err, meta.ErrTableExists) {
 			return nil, status.Errorf(codes.AlreadyExists, "table %q already exists", n.String())
@@ -495,7 +540,8 @@ func (s *AdminService) GetTable(ctx context.Context, req *adminpb.GetTableReques
 }
 
 // DeleteTable deletes a table and its data: FAILED_PRECONDITION while its
-// deletion protection is on. The tablets are dropped (an error closing them
+// deletion protection is on. With Options.UndeleteRetention the table is
+// kept restorable (dropRestorably, undelete.go). Otherwise the tablets are dropped (an error closing them
 // is logged, not returned: their data is being deleted), then the catalog
 // entry, then the files (a crash before the last step leaves files that
 // the next Start collects).
@@ -519,6 +565,13 @@ func (s *AdminService) DeleteTable(ctx context.Context, req *adminpb.DeleteTable
 	// From here on the table is going away; finish even if the client
 	// does not wait.
 	ctx = context.WithoutCancel(ctx)
+	if s.retainsDropped() {
+		if err := s.dropRestorably(ctx, n, t); err != nil {
+			return nil, toStatus(err)
+		}
+		s.opts.Logger.Info("table deleted; restorable by UndeleteTable", "table", n.id, "retention", s.opts.UndeleteRetention.String())
+		return &emptypb.Empty{}, nil
+	}
 	if err := s.opts.Host.DropTable(ctx, t); err != nil {
 		// The tablets failed to close cleanly (a flush failed): their
 		// data is being deleted anyway, and stopping here would leave a
@@ -527,6 +580,13 @@ func (s *AdminService) DeleteTable(ctx context.Context, req *adminpb.DeleteTable
 	}
 	if err := s.opts.Catalog.Delete(ctx, n.id); err != nil {
 		return nil, toStatus(err)
+	}
+	if s.backupStore() != nil {
+		// A record left by a crash while the table existed (see
+		// DroppedPrefix) would keep the name taken.
+		if err := s.backupStore().Delete(ctx, droppedName(n.id)); err != nil && !blob.IsNotExist(err) {
+			s.opts.Logger.Warn("deleting a stale dropped-table record", "table", n.id, "err", err)
+		}
 	}
 	if err := s.collectDir(ctx, t.Dir()+"/"); err != nil {
 		s.opts.Logger.Warn("deleting the files of a deleted table", "table", n.id, "err", err)

@@ -2,9 +2,7 @@ package master
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"path"
 	"slices"
 	"strings"
@@ -21,7 +19,6 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
@@ -445,14 +442,18 @@ func (s *AdminService) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRe
 
 // RestoreTable creates a new table from a backup, as a long-running
 // operation: it returns at once an operation whose metadata reports the
-// progress (bytes copied), and GetOperation reports it done with the table
-// once the table is created. The backup's SSTables are copied into the new
-// table's directory (so that deleting either table or the backup never
-// touches the other's files), the new tablets' states are saved, and then
+// progress (the share of the backup's bytes whose tablets are saved), and
+// GetOperation reports it done with the table once the table is created.
+// Nothing is copied: the new tablets' states reference the backup's
+// SSTables, which the source table, the backup and the restored table then
+// share (the sweep keeps a file while any of them references it, so
+// deleting the backup or the source never touches the restored table's
+// files; its compactions write its own). The states are saved, and then
 // the catalog entry is created — the commit point: before it, nothing is
-// visible and a crash leaves only files that the next Start collects.
-// ALREADY_EXISTS for a table that exists, NOT_FOUND for an unknown or
-// expired backup.
+// visible and a crash leaves only states no table references.
+// ALREADY_EXISTS for a table that exists, FAILED_PRECONDITION for the name
+// of a deleted table still restorable (UndeleteTable), NOT_FOUND for an
+// unknown or expired backup.
 func (s *AdminService) RestoreTable(ctx context.Context, req *adminpb.RestoreTableRequest) (*longrunningpb.Operation, error) {
 	if err := s.backupsEnabled(); err != nil {
 		return nil, err
@@ -481,6 +482,9 @@ func (s *AdminService) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 	}
 	if _, err := s.opts.Catalog.Get(ctx, tn.id); err == nil {
 		return nil, status.Errorf(codes.AlreadyExists, "table %q already exists", tn.String())
+	}
+	if err := s.checkNameFree(ctx, "table_id", tn); err != nil {
+		return nil, err
 	}
 	start := s.opts.Now()
 	opName := fmt.Sprintf("operations/%s/operations/%d", tn.String(), s.opSeq.Add(1))
@@ -517,98 +521,21 @@ func (s *AdminService) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 	return proto.Clone(progress(0, false)).(*longrunningpb.Operation), nil
 }
 
-// restore does RestoreTable's work (see there).
+// restore does RestoreTable's work (see there): the new table's tablets
+// reference the backup's SSTables (createByReference).
 func (s *AdminService) restore(ctx context.Context, tn tableName, m BackupManifest, report func(pct int32)) (meta.Table, error) {
 	unlock := s.locks.lock(tn.id)
 	defer unlock()
 	if _, err := s.opts.Catalog.Get(ctx, tn.id); err == nil {
 		return meta.Table{}, status.Errorf(codes.AlreadyExists, "table %q already exists", tn.String())
 	}
+	if err := s.checkNameFree(ctx, "table_id", tn); err != nil {
+		return meta.Table{}, err
+	}
 	t := m.Schema
-	t.ID = tn.id
 	t.Created = s.opts.Now().UTC()
 	t.Generation = 1
 	t.DeletionProtection = false
-	t.Tablets = nil
 	t.AuthorizedViews = nil
-	marker := pendingName(tn.id.Instance, "restore-"+tn.id.Table)
-	if err := putPending(ctx, s.backupStore(), marker, t.Dir(), s.opts.Now()); err != nil {
-		return meta.Table{}, err
-	}
-	defer func() {
-		if err := deletePending(context.WithoutCancel(ctx), s.backupStore(), marker); err != nil {
-			s.opts.Logger.Warn("deleting a restore's pending marker", "marker", marker, "err", err)
-		}
-	}()
-	var total, done int64
-	for _, st := range m.Tablets {
-		for _, g := range st.Groups {
-			for _, f := range g {
-				total += f.Size
-			}
-		}
-	}
-	copied := map[string]bool{}
-	for i, st := range m.Tablets {
-		id := s.opts.NewTabletID(tn.id, i)
-		if err := tablet.ValidateID(id); err != nil {
-			return meta.Table{}, status.Errorf(codes.Internal, "master: %v", err)
-		}
-		ns := tabletdesc.State{ID: id, Start: st.Start, End: st.End, Groups: map[string][]tabletdesc.FileMeta{},
-			FlushedSeq: st.FlushedSeq, LastSeq: st.LastSeq, Families: st.Families, Drops: st.Drops}
-		for g, files := range st.Groups {
-			for _, f := range files {
-				nf := f
-				nf.Name = t.Dir() + "/" + path.Base(f.Name)
-				if !copied[f.Name] {
-					// Split siblings share files: one copy.
-					if err := copyObject(ctx, s.backupStore(), f.Name, nf.Name); err != nil {
-						return meta.Table{}, fmt.Errorf("copying %s: %w", f.Name, err)
-					}
-					copied[f.Name] = true
-				}
-				ns.Groups[g] = append(ns.Groups[g], nf)
-				done += f.Size
-				if total > 0 {
-					report(int32(done * 99 / total))
-				}
-			}
-		}
-		if err := s.opts.States.Save(ctx, ns); err != nil {
-			return meta.Table{}, err
-		}
-		t.Tablets = append(t.Tablets, meta.TabletRef{ID: id, Start: st.Start, End: st.End})
-	}
-	if len(t.Tablets) == 0 {
-		return meta.Table{}, errors.New("the backup has no tablets")
-	}
-	if err := s.opts.Catalog.Create(ctx, t); err != nil {
-		if errors.Is(err, meta.ErrTableExists) {
-			return meta.Table{}, status.Errorf(codes.AlreadyExists, "table %q already exists", tn.String())
-		}
-		return meta.Table{}, err
-	}
-	if err := s.opts.Host.OpenTable(ctx, t); err != nil {
-		// The table is in the catalog: the next Start opens it.
-		return t, fmt.Errorf("restored %s, but opening its tablets failed: %w", tn, err)
-	}
-	return t, nil
-}
-
-// copyObject streams the object src to dst (committed whole on Close).
-func copyObject(ctx context.Context, store blob.Store, src, dst string) error {
-	in, err := store.Open(ctx, src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	w, err := store.Create(ctx, dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(w, io.NewSectionReader(in, 0, in.Size())); err != nil {
-		_ = w.Abort()
-		return err
-	}
-	return w.Close()
+	return s.createByReference(ctx, tn, t, m.Tablets, "restore", report)
 }

@@ -81,14 +81,30 @@ func pendingName(instance, name string) string {
 }
 
 // pendingMarker protects a table directory while a backup reads it or a
-// restore fills it.
+// table is deleted, and named files while a restored or undeleted table's
+// tablets come to reference them.
 type pendingMarker struct {
-	Dir     string    `json:"dir"`
+	Dir     string    `json:"dir,omitempty"`
+	Files   []string  `json:"files,omitempty"`
 	Created time.Time `json:"created"`
 }
 
 func putPending(ctx context.Context, store blob.Store, name, dir string, now time.Time) error {
-	b, err := json.Marshal(pendingMarker{Dir: dir, Created: now.UTC()})
+	return putMarker(ctx, store, name, pendingMarker{Dir: dir, Created: now.UTC()})
+}
+
+// putPendingFiles writes a marker that keeps files from every sweep for
+// PendingMarkerTTL. RestoreTable and UndeleteTable leave it to expire
+// rather than delete it when they finish: a sweep that read the tablets'
+// references before the new tablets existed may read the markers only
+// later, when the backup or dropped-table record that kept the files until
+// then may be gone.
+func putPendingFiles(ctx context.Context, store blob.Store, name string, files []string, now time.Time) error {
+	return putMarker(ctx, store, name, pendingMarker{Files: files, Created: now.UTC()})
+}
+
+func putMarker(ctx context.Context, store blob.Store, name string, m pendingMarker) error {
+	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
@@ -164,36 +180,21 @@ func (r backupRetention) keeps(name string) bool {
 	return false
 }
 
-// retainedByBackups reads the pending markers and then the manifests (in
-// that order: see the comment on BackupsPrefix) and returns what they
-// keep. Manifests expired at now are deleted first, and markers older than
-// PendingMarkerTTL too: neither keeps anything. Any error reading them is
-// returned, so that the sweep deletes nothing.
+// retainedByBackups reads the pending markers, then the backup manifests
+// and the dropped tables' records (undelete.go), then the markers again,
+// and returns what they keep. A marker lives while its backup, restore,
+// deletion or undelete is under way, or a while after (see
+// putPendingFiles), and each of those writes its marker before the
+// manifest or record it covers disappears (or after the one it precedes
+// appears): reading the markers on both sides of the manifests and records
+// sees, for every instant of the sweep, a marker or a manifest or record
+// that keeps the files. Manifests and records expired at now are deleted
+// first, and markers older than PendingMarkerTTL too: none keeps anything.
+// Any error reading them is returned, so that the sweep deletes nothing.
 func retainedByBackups(ctx context.Context, store blob.Store, now time.Time) (backupRetention, error) {
 	r := backupRetention{files: map[string]bool{}}
-	marks, err := store.List(ctx, PendingPrefix)
-	if err != nil {
+	if err := r.readMarkers(ctx, store, now); err != nil {
 		return r, err
-	}
-	for _, o := range marks {
-		b, err := store.Get(ctx, o.Name)
-		if blob.IsNotExist(err) {
-			continue
-		}
-		if err != nil {
-			return r, err
-		}
-		var pm pendingMarker
-		if err := json.Unmarshal(b, &pm); err != nil {
-			return r, fmt.Errorf("pending marker %s: %w", o.Name, err)
-		}
-		if now.Sub(pm.Created) > PendingMarkerTTL {
-			if err := deletePending(ctx, store, o.Name); err != nil {
-				return r, err
-			}
-			continue
-		}
-		r.dirs = append(r.dirs, strings.TrimSuffix(pm.Dir, "/")+"/")
 	}
 	ms, err := listManifests(ctx, store, BackupsPrefix)
 	if err != nil {
@@ -212,5 +213,60 @@ func retainedByBackups(ctx context.Context, store blob.Store, now time.Time) (ba
 			r.files[f] = true
 		}
 	}
+	drops, err := listDropped(ctx, store, DroppedPrefix)
+	if err != nil {
+		return r, err
+	}
+	for _, d := range drops {
+		if !now.Before(d.ExpireTime) {
+			// Past the retention: the table cannot be undeleted any
+			// more, and its files go with the sweep.
+			if err := store.Delete(ctx, droppedName(d.Table.ID)); err != nil && !blob.IsNotExist(err) {
+				return r, err
+			}
+			continue
+		}
+		for _, f := range d.Files() {
+			r.files[f] = true
+		}
+	}
+	if err := r.readMarkers(ctx, store, now); err != nil {
+		return r, err
+	}
 	return r, nil
+}
+
+// readMarkers adds what the live pending markers keep, deleting those
+// older than PendingMarkerTTL.
+func (r *backupRetention) readMarkers(ctx context.Context, store blob.Store, now time.Time) error {
+	marks, err := store.List(ctx, PendingPrefix)
+	if err != nil {
+		return err
+	}
+	for _, o := range marks {
+		b, err := store.Get(ctx, o.Name)
+		if blob.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		var pm pendingMarker
+		if err := json.Unmarshal(b, &pm); err != nil {
+			return fmt.Errorf("pending marker %s: %w", o.Name, err)
+		}
+		if now.Sub(pm.Created) > PendingMarkerTTL {
+			if err := deletePending(ctx, store, o.Name); err != nil {
+				return err
+			}
+			continue
+		}
+		if pm.Dir != "" {
+			r.dirs = append(r.dirs, strings.TrimSuffix(pm.Dir, "/")+"/")
+		}
+		for _, f := range pm.Files {
+			r.files[f] = true
+		}
+	}
+	return nil
 }
