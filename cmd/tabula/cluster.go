@@ -162,7 +162,7 @@ SIGTERM or SIGINT stops it.`,
 
 func newTabletServerCommand() *cobra.Command {
 	var r roleFlags
-	var memtableBytes, splitBytes, blockCacheBytes, scanCacheBytes int64
+	var memtableBytes, splitBytes, metadataSplitBytes, blockCacheBytes, scanCacheBytes int64
 	var tw tabletServerWorker
 	cmd := &cobra.Command{
 		Use:   "tabletserver",
@@ -187,7 +187,8 @@ back.`,
 			defer svc.Close()
 			s, err := cluster.StartTabletServer(ctx, cluster.ServerConfig{
 				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
-				MemtableBytes: memtableBytes, SplitBytes: splitBytes, BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
+				MemtableBytes: memtableBytes, SplitBytes: splitBytes, MetadataSplitBytes: metadataSplitBytes,
+				BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
 				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Logger: log, TLS: r.transport, Auth: r.authConfig,
 			})
 			if err != nil {
@@ -220,6 +221,7 @@ back.`,
 	f := cmd.Flags()
 	f.Int64Var(&memtableBytes, "memtable-size", 64<<20, "memtable size in bytes that triggers a minor compaction")
 	f.Int64Var(&splitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
+	f.Int64Var(&metadataSplitBytes, "metadata-split-size", tabletserver.DefaultMetadataSplitBytes, "METADATA tablet size in bytes past which a METADATA tablet other than the root splits")
 	f.Int64Var(&blockCacheBytes, "block-cache-size", cluster.DefaultBlockCacheBytes, "SSTable block cache in bytes (negative: none)")
 	f.Int64Var(&scanCacheBytes, "scan-cache-size", cluster.DefaultScanCacheBytes, "scan cache in bytes (negative: none)")
 	tw.register(cmd)

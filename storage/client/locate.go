@@ -155,3 +155,8 @@ func spans(tabs []tabletLoc, start, end []byte) ([]span, error) {
 	}
 	return nil, status.Errorf(codes.Unavailable, "%s", fmt.Sprintf("no tablet holds the rows from %q on", next))
 }
+
+// LocateStats returns the counts of the client's location lookups that
+// read METADATA (LocationCache.Stats); zero against `tabula dev`, which has
+// no METADATA.
+func (c *Client) LocateStats() LocateStats { return c.plane.cache.Stats() }

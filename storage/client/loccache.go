@@ -87,6 +87,66 @@ type LocationCache struct {
 	tables map[meta.TableID][]*meta.Location
 	lru    *simplelru.LRU[locKey, *meta.Location]
 	failed *simplelru.LRU[locKey, fingerprint] // the last location of a range that answered "not serving"
+
+	statsMu sync.Mutex
+	stats   LocateStats
+}
+
+// LocateStats counts the reads of the location hierarchy that
+// LocationCache.Locate made: what a cache miss costs, and how far up the
+// hierarchy lookups went. The three levels (paper §5.1) are the lock
+// service's pointer to the root tablet, the root tablet (the rows of the
+// other METADATA tablets), and a METADATA tablet (the rows of user
+// tablets).
+type LocateStats struct {
+	// Lookups is how many Locate calls read the hierarchy (missed the
+	// cache); Reads is how many reads they made: root locations asked for
+	// (MetadataSource.Root) plus METADATA tablets read
+	// (MetadataSource.ScanMetadata).
+	Lookups, Reads uint64
+	// ByLevels[n] counts the lookups that went n levels up the hierarchy:
+	// 1 read only the tablet holding the row's location (or, for a row of
+	// the root tablet, only the root's location), 2 also the tablet above
+	// it, 3 up to the root's location. ByLevels[0] is unused.
+	ByLevels [4]uint64
+	// MaxLevels is the most levels one lookup went up, MaxReads the most
+	// reads one lookup made (refreshes after "not serving", and reads of
+	// a next METADATA tablet when one held no row at or after the lookup
+	// key, included).
+	MaxLevels, MaxReads int
+}
+
+// Stats returns the counts of Locate's reads since the cache was made.
+func (c *LocationCache) Stats() LocateStats {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	return c.stats
+}
+
+// lookupTrace follows one Locate: its reads and how deep the deepest was.
+type lookupTrace struct {
+	reads   int
+	deepest int // the largest recursion depth at which a read was made
+}
+
+func (tr *lookupTrace) read(depth int) {
+	tr.reads++
+	tr.deepest = max(tr.deepest, depth)
+}
+
+// record adds a finished Locate's trace to the stats.
+func (c *LocationCache) record(tr *lookupTrace) {
+	if tr.reads == 0 {
+		return
+	}
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	levels := tr.deepest + 1
+	c.stats.Lookups++
+	c.stats.Reads += uint64(tr.reads)
+	c.stats.ByLevels[min(levels, len(c.stats.ByLevels)-1)]++
+	c.stats.MaxLevels = max(c.stats.MaxLevels, levels)
+	c.stats.MaxReads = max(c.stats.MaxReads, tr.reads)
 }
 
 // NewLocationCache returns an empty cache.
@@ -334,11 +394,15 @@ var ErrUnassigned = errors.New("tablet not assigned")
 // "not serving" is invalidated and looked up again, at most MaxAttempts
 // times per level. Errors from src other than "not serving" are returned
 // as they are.
+//
+// Stats counts the reads and levels of every Locate that read something.
 func (c *LocationCache) Locate(ctx context.Context, src MetadataSource, table meta.TableID, row []byte) (meta.Location, error) {
-	return c.locate(ctx, src, table, row, 0)
+	var tr lookupTrace
+	defer c.record(&tr)
+	return c.locate(ctx, src, table, row, 0, &tr)
 }
 
-func (c *LocationCache) locate(ctx context.Context, src MetadataSource, table meta.TableID, row []byte, depth int) (meta.Location, error) {
+func (c *LocationCache) locate(ctx context.Context, src MetadataSource, table meta.TableID, row []byte, depth int, tr *lookupTrace) (meta.Location, error) {
 	if depth > 2 {
 		return meta.Location{}, fmt.Errorf("client: location of %s row %q deeper than three levels", table, row)
 	}
@@ -353,6 +417,7 @@ func (c *LocationCache) locate(ctx context.Context, src MetadataSource, table me
 			return meta.Location{}, fmt.Errorf("client: locating %s row %q: gave up after %d refreshes: %w", table, row, attempt, tabletdesc.ErrNotServing)
 		}
 		if table == meta.MetadataTable && bytes.Compare(row, meta.RootTabletEnd()) < 0 {
+			tr.read(depth)
 			root, err := src.Root(ctx)
 			if err != nil {
 				return meta.Location{}, err
@@ -366,7 +431,7 @@ func (c *LocationCache) locate(ctx context.Context, src MetadataSource, table me
 			c.Insert(root)
 			continue
 		}
-		l, found, retry, err := c.readMetadata(ctx, src, table, row, depth)
+		l, found, retry, err := c.readMetadata(ctx, src, table, row, depth, tr)
 		if retry {
 			continue // the METADATA tablet was invalidated; look it up again
 		}
@@ -384,13 +449,14 @@ func (c *LocationCache) locate(ctx context.Context, src MetadataSource, table me
 // METADATA tablets while they have no row at or after it. It caches what
 // it reads and returns the location holding row, if one did. retry says
 // that a METADATA tablet answered "not serving" and was invalidated.
-func (c *LocationCache) readMetadata(ctx context.Context, src MetadataSource, table meta.TableID, row []byte, depth int) (l meta.Location, found, retry bool, err error) {
+func (c *LocationCache) readMetadata(ctx context.Context, src MetadataSource, table meta.TableID, row []byte, depth int, tr *lookupTrace) (l meta.Location, found, retry bool, err error) {
 	from := meta.MetadataLookupKey(table, row)
 	for {
-		parent, err := c.locate(ctx, src, meta.MetadataTable, from, depth+1)
+		parent, err := c.locate(ctx, src, meta.MetadataTable, from, depth+1, tr)
 		if err != nil {
 			return meta.Location{}, false, false, err
 		}
+		tr.read(depth)
 		locs, err := src.ScanMetadata(ctx, parent, from, c.opts.Prefetch)
 		if errors.Is(err, tabletdesc.ErrNotServing) {
 			c.Invalidate(parent)

@@ -29,6 +29,11 @@
 //   - The root tablet's location is the JSON of a meta.Location in coord's
 //     `root` key; the rows of METADATA's other tablets are in the root
 //     tablet, the rows of user tablets in those (meta.MetadataRowKey).
+//     METADATA's tablets other than the root split like user tablets
+//     (past ServerConfig.MetadataSplitBytes, between two rows), their
+//     splits committed to the root's rows and finished or repaired by the
+//     master as user splits are; the root never splits, so a lookup reads
+//     at most three levels.
 //   - SSTable lists and redo points live in per-tablet state objects in
 //     the object store (tablet.NewBlobStateStore under StatePrefix), written
 //     only by the tablet's current server while its lease is valid;

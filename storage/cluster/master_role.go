@@ -203,6 +203,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 		return nil, err
 	}
 	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerLocateMetrics(m.registry, "master", m.cl.LocateStats)
 	m.registerMetrics()
 	guard, err := newGuard(cfg.Auth, catalog, "", nil, true, m.log, m.registry)
 	if err != nil {

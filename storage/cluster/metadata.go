@@ -139,7 +139,7 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 	if root.Server == "" {
 		return out, false, nil
 	}
-	metas, err := m.scan(ctx, nil, meta.RootTabletEnd())
+	metas, err := m.scanEntries(ctx, nil, meta.RootTabletEnd())
 	if err != nil {
 		m.warn("reading the root tablet", err)
 		return out, false, nil
@@ -154,10 +154,18 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 		if err := m.cl.Apply(ctx, meta.MetadataTableName, rm); err != nil {
 			return nil, false, fmt.Errorf("creating METADATA's first tablet row: %w", err)
 		}
-		metas = []meta.Location{{Table: meta.MetadataTable, Start: st.Start, TabletID: st.ID}}
+		metas = []meta.MetadataEntry{{Table: meta.MetadataTable, State: st}}
 	}
+	// METADATA tablets split like user tablets, their splits committed
+	// to the root tablet's rows: finish those a server left unfinished.
+	metas = m.finishSplits(ctx, nil, meta.RootTabletEnd(), metas)
 	complete = true
-	for _, l := range metas {
+	// While a METADATA split is unfinished its parent's row overlaps its
+	// left children's (which sort first): each part of METADATA is read
+	// once, from where the rows before it ended.
+	reached := meta.RootTabletEnd()
+	for _, e := range metas {
+		l := e.Location()
 		rows[l.TabletID] = l
 		out = append(out, assignTablet(l, assign.Meta))
 		if l.Server == "" {
@@ -165,6 +173,15 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 			continue
 		}
 		start := bytes.Clone(l.Start)
+		if bytes.Compare(reached, start) > 0 {
+			start = bytes.Clone(reached)
+		}
+		if !l.Range().EndsAfter(start) {
+			continue // read already, as part of an overlapping row's range
+		}
+		if len(l.End) > 0 {
+			reached = l.End
+		}
 		users, err := m.scanEntries(ctx, start, l.End)
 		if err != nil {
 			m.warn("reading METADATA tablet "+l.TabletID, err)

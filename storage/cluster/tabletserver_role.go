@@ -85,6 +85,10 @@ type ServerConfig struct {
 	// MemtableBytes and SplitBytes tune the tablets (defaults of
 	// tabletserver.HostOptions).
 	MemtableBytes, SplitBytes int64
+	// MetadataSplitBytes is the split size of METADATA's tablets other
+	// than the root, which never splits (default
+	// tabletserver.DefaultMetadataSplitBytes).
+	MetadataSplitBytes int64
 	// BlockCacheBytes and ScanCacheBytes size the caches shared by the
 	// server's tablets; default DefaultBlockCacheBytes and
 	// DefaultScanCacheBytes (as `tabula dev`), negative disables.
@@ -186,6 +190,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	s.cl = client.New(s.self, client.Options{Metadata: s.src, TLS: cfg.TLS.Client})
 
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerLocateMetrics(s.registry, "gateway", s.cache.Stats)
 	s.blocks = sstable.NewCache(max(cfg.BlockCacheBytes, 0))
 	if cfg.ScanCacheBytes > 0 {
 		if s.scans, err = tablet.NewScanCache(cfg.ScanCacheBytes); err != nil {
@@ -193,18 +198,19 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		}
 	}
 	if s.host, err = tabletserver.NewHost(ctx, tabletserver.HostOptions{
-		Store:         cfg.Store,
-		Log:           s.commit,
-		Cache:         s.blocks,
-		ScanCache:     s.scans,
-		StateStore:    tablet.NewBlobStateStore(cfg.Store, StatePrefix),
-		MemtableBytes: cfg.MemtableBytes,
-		SplitBytes:    cfg.SplitBytes,
-		Logger:        s.log,
-		Registerer:    s.registry,
-		Lease:         s.sess,
-		Partial:       true,
-		OnSplit:       s.commitSplit,
+		Store:              cfg.Store,
+		Log:                s.commit,
+		Cache:              s.blocks,
+		ScanCache:          s.scans,
+		StateStore:         tablet.NewBlobStateStore(cfg.Store, StatePrefix),
+		MemtableBytes:      cfg.MemtableBytes,
+		SplitBytes:         cfg.SplitBytes,
+		MetadataSplitBytes: cfg.MetadataSplitBytes,
+		Logger:             s.log,
+		Registerer:         s.registry,
+		Lease:              s.sess,
+		Partial:            true,
+		OnSplit:            s.commitSplit,
 	}); err != nil {
 		return nil, err
 	}

@@ -110,6 +110,24 @@ func (t *Tablet) Split(ctx context.Context) (SplitResult, error) {
 // the master ignores); after it, both children are complete. If the split
 // fails before committing, the parent goes on serving.
 func (t *Tablet) SplitAt(ctx context.Context, key []byte) (SplitResult, error) {
+	return t.split(ctx, key, t.chooseSplitKey)
+}
+
+// SplitBetweenRows is Split at a key between two adjacent rows near the
+// tablet's middle: the immediate successor (row + 0x00) of the last row
+// before the middle row Split would choose, so that the left child ends
+// right after its last row and no key sorting between two adjacent rows
+// of the tablet separates them. METADATA tablets split so (see
+// meta.MetadataLookupKey): the first METADATA row at or after any lookup
+// key is then always in the METADATA tablet holding the key, and a
+// location lookup reads one tablet per level. Errors as SplitAt's;
+// ErrCannotSplit when the tablet has fewer than two rows.
+func (t *Tablet) SplitBetweenRows(ctx context.Context) (SplitResult, error) {
+	return t.split(ctx, nil, t.chooseKeyBetweenRows)
+}
+
+// split is SplitAt with choose picking the key when key is nil.
+func (t *Tablet) split(ctx context.Context, key []byte, choose func(context.Context, *version) ([]byte, error)) (SplitResult, error) {
 	t.maintMu.Lock()
 	defer t.maintMu.Unlock()
 	if err := t.checkOpen(); err != nil {
@@ -129,7 +147,7 @@ func (t *Tablet) SplitAt(ctx context.Context, key []byte) (SplitResult, error) {
 	}
 	t.stopErr = t.notServing(nil, "splitting")
 	t.writeMu.Unlock()
-	res, err := t.splitLocked(ctx, key)
+	res, err := t.splitLocked(ctx, key, choose)
 	t.writeMu.Lock()
 	if err != nil {
 		if t.failed.Load() == nil {
@@ -151,7 +169,7 @@ func (t *Tablet) SplitAt(ctx context.Context, key []byte) (SplitResult, error) {
 	return res, nil
 }
 
-func (t *Tablet) splitLocked(ctx context.Context, key []byte) (SplitResult, error) {
+func (t *Tablet) splitLocked(ctx context.Context, key []byte, choose func(context.Context, *version) ([]byte, error)) (SplitResult, error) {
 	if _, err := t.flushLocked(ctx); err != nil {
 		return SplitResult{}, err
 	}
@@ -161,7 +179,7 @@ func (t *Tablet) splitLocked(ctx context.Context, key []byte) (SplitResult, erro
 	}
 	defer v.unref()
 	if key == nil {
-		key, err = t.chooseSplitKey(ctx, v)
+		key, err = choose(ctx, v)
 		if err != nil {
 			return SplitResult{}, err
 		}
@@ -283,6 +301,55 @@ func (t *Tablet) chooseSplitKey(ctx context.Context, v *version) ([]byte, error)
 		return nil, ErrCannotSplit
 	}
 	return rows[len(rows)/2], nil
+}
+
+// chooseKeyBetweenRows returns the immediate successor of the last row
+// before the row chooseSplitKey picks (which is after the tablet's first
+// row, so that row exists). It walks the rows from the last sample before
+// the middle row: at most about a data block or a memtable sample's
+// spacing of each source.
+func (t *Tablet) chooseKeyBetweenRows(ctx context.Context, v *version) ([]byte, error) {
+	mid, err := t.chooseSplitKey(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	from := t.lower
+	for _, s := range t.sampleKeys(v) {
+		if bytes.Compare(s.Row, mid) >= 0 {
+			break
+		}
+		from = cell.RowPrefix(s.Row)
+	}
+	it := t.newIter(v, slices.Collect(func(yield func(string) bool) {
+		for g := range v.groups {
+			if !yield(g) {
+				return
+			}
+		}
+	}), t.lower, t.upper)
+	defer it.Close()
+	var prev []byte
+	for ok := it.SeekGE(from); ok; {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		k, err := cell.DecodeKey(it.Key())
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Compare(k.Row, mid) >= 0 {
+			break
+		}
+		prev = bytes.Clone(k.Row)
+		ok = it.SeekGE(cell.RowPrefix(append(bytes.Clone(k.Row), 0)))
+	}
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	if prev == nil {
+		return nil, ErrCannotSplit
+	}
+	return append(prev, 0), nil
 }
 
 func abs(x int64) int64 {

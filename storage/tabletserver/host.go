@@ -68,7 +68,11 @@ import (
 
 // Defaults of HostOptions.
 const (
-	DefaultSplitBytes          = 256 << 20
+	DefaultSplitBytes = 256 << 20
+	// DefaultMetadataSplitBytes is the paper's "modest limit of 128 MB"
+	// on METADATA tablets (§5.1): with rows of about 1 KB, three levels
+	// address 2^34 tablets.
+	DefaultMetadataSplitBytes  = 128 << 20
 	DefaultSplitCheckInterval  = 2 * time.Second
 	DefaultLogTruncateInterval = time.Minute
 )
@@ -95,6 +99,9 @@ type HostOptions struct {
 	// SplitBytes: a tablet whose stored size (SSTables plus memtables)
 	// passes it is split in the background; default 256 MiB.
 	SplitBytes int64
+	// MetadataSplitBytes is SplitBytes for METADATA's tablets other than
+	// the root, which never splits; default DefaultMetadataSplitBytes.
+	MetadataSplitBytes int64
 	// SplitCheckInterval is how often the background loop looks at tablet
 	// sizes even when no write asked it to; default 2 s.
 	SplitCheckInterval time.Duration
@@ -149,6 +156,9 @@ func (o *HostOptions) setDefaults() {
 	}
 	if o.SplitBytes <= 0 {
 		o.SplitBytes = DefaultSplitBytes
+	}
+	if o.MetadataSplitBytes <= 0 {
+		o.MetadataSplitBytes = DefaultMetadataSplitBytes
 	}
 	if o.SplitCheckInterval <= 0 {
 		o.SplitCheckInterval = DefaultSplitCheckInterval

@@ -77,10 +77,11 @@ func (h *Host) splitBig(ctx context.Context) {
 	}
 	h.mu.RUnlock()
 	for _, st := range tables {
-		if h.opts.Partial && st.meta.Load().ID == meta.MetadataTable {
-			continue // METADATA's tablets do not split (in this version)
-		}
+		limit := h.splitBytes(st.meta.Load().ID)
 		for _, tb := range st.list() {
+			if tb.ID() == meta.RootTabletID {
+				continue // the root tablet never splits
+			}
 			if ctx.Err() != nil {
 				return
 			}
@@ -91,16 +92,16 @@ func (h *Host) splitBig(ctx context.Context) {
 			// memtable), so a tablet found too small (or unsplittable)
 			// is measured again only once it has grown.
 			stored := storedBytes(tb.Stats())
-			if stored < h.opts.SplitBytes {
+			if stored < limit {
 				continue
 			}
 			h.noSplitMu.Lock()
 			was, measured := h.noSplit[tb]
 			h.noSplitMu.Unlock()
-			if measured && stored < was+h.opts.SplitBytes/8 {
+			if measured && stored < was+limit/8 {
 				continue
 			}
-			if own, err := tabletBytes(tb); err != nil || own < h.opts.SplitBytes {
+			if own, err := tabletBytes(tb); err != nil || own < limit {
 				h.noSplitMu.Lock()
 				h.noSplit[tb] = stored
 				h.noSplitMu.Unlock()
@@ -123,16 +124,24 @@ func (h *Host) splitBig(ctx context.Context) {
 	}
 }
 
+// splitBytes is the split size of table id's tablets: METADATA's own
+// (HostOptions.MetadataSplitBytes) or everyone else's.
+func (h *Host) splitBytes(id meta.TableID) int64 {
+	if id == meta.MetadataTable {
+		return h.opts.MetadataSplitBytes
+	}
+	return h.opts.SplitBytes
+}
+
 // SplitTablet splits an open tablet of a table at a middle key, opens its
 // children and swaps them in for it. Requests that meet the parent while it
 // splits wait for the children (see withTablet). With HostOptions.OnSplit
-// the split is then reported (see reportSplit). In Partial mode the
-// tablets of METADATA are not split (an error matching
-// tablet.ErrCannotSplit).
+// the split is then reported (see reportSplit). A METADATA tablet splits
+// between two of its rows (tablet.Tablet.SplitBetweenRows); the root
+// tablet never splits (an error matching tablet.ErrCannotSplit): it holds
+// the rows of the other METADATA tablets, and its location is the lock
+// service's root key (paper §5.1).
 func (h *Host) SplitTablet(ctx context.Context, id meta.TableID, tabletID string) error {
-	if h.opts.Partial && id == meta.MetadataTable {
-		return fmt.Errorf("tablet %s: METADATA tablets do not split: %w", tabletID, tablet.ErrCannotSplit)
-	}
 	_, err := h.SplitTabletAt(ctx, id, tabletID, nil)
 	return err
 }
@@ -140,10 +149,17 @@ func (h *Host) SplitTablet(ctx context.Context, id meta.TableID, tabletID string
 // SplitTabletAt is SplitTablet at row key (nil: a middle key chosen by
 // size), returning the children. A key not strictly inside the tablet's
 // range is an error and changes nothing. It is the forced split of the
-// admin API (the cluster's TabletOps service).
+// admin API (the cluster's TabletOps service). METADATA tablets split
+// only at keys they choose (a key is an error matching
+// tablet.ErrCannotSplit), the root tablet never.
 func (h *Host) SplitTabletAt(ctx context.Context, id meta.TableID, tabletID string, key []byte) ([]TabletInfo, error) {
-	if h.opts.Partial && id == meta.MetadataTable {
-		return nil, fmt.Errorf("tablet %s: METADATA tablets do not split: %w", tabletID, tablet.ErrCannotSplit)
+	if id == meta.MetadataTable {
+		switch {
+		case tabletID == meta.RootTabletID:
+			return nil, fmt.Errorf("tablet %s: the root tablet never splits: %w", tabletID, tablet.ErrCannotSplit)
+		case key != nil:
+			return nil, fmt.Errorf("tablet %s: METADATA tablets split only between rows they choose: %w", tabletID, tablet.ErrCannotSplit)
+		}
 	}
 	children, err := h.splitTablet(ctx, id, tabletID, key)
 	if err != nil {
@@ -198,7 +214,13 @@ func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string
 		delete(h.splitting, tabletID)
 		h.mu.Unlock()
 	}()
-	res, err := parent.SplitAt(ctx, key)
+	split := func() (tablet.SplitResult, error) { return parent.SplitAt(ctx, key) }
+	if id == meta.MetadataTable {
+		// Between two rows: a lookup key then never falls after the last
+		// row of the METADATA tablet holding it (one read per level).
+		split = func() (tablet.SplitResult, error) { return parent.SplitBetweenRows(ctx) }
+	}
+	res, err := split()
 	if err != nil {
 		return nil, err
 	}

@@ -372,7 +372,7 @@ func TestPartialCrashRecoverySorted(t *testing.T) {
 
 // TestPartialOnSplit checks that a split is reported with the children,
 // and retried after an error; that a split parent's load loads its
-// children; and that METADATA's tablets do not split.
+// children; and that the root tablet does not split.
 func TestPartialOnSplit(t *testing.T) {
 	ctx := context.Background()
 	store := blob.NewMemory()
@@ -449,17 +449,18 @@ func TestPartialOnSplit(t *testing.T) {
 		getRow(t, b, tbl.ID, row)
 	}
 
-	// METADATA does not split.
+	// The root tablet never splits; METADATA's other tablets split only
+	// between rows they choose (TestMetadataSplits).
 	mt := meta.Table{ID: meta.MetadataTable, Families: map[string]tabletdesc.Family{"f": {}},
-		Tablets: []meta.TabletRef{{ID: "meta-root"}}}
+		Tablets: []meta.TabletRef{{ID: meta.RootTabletID}}}
 	loadAll(t, b, mt, ReplayLog{}, 0)
 	for _, row := range []string{"a", "b", "c"} {
 		if err := putRow(b, meta.MetadataTable, row); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := b.SplitTablet(ctx, meta.MetadataTable, "meta-root"); !errors.Is(err, tablet.ErrCannotSplit) {
-		t.Fatalf("splitting METADATA: %v", err)
+	if err := b.SplitTablet(ctx, meta.MetadataTable, meta.RootTabletID); !errors.Is(err, tablet.ErrCannotSplit) {
+		t.Fatalf("splitting the root tablet: %v", err)
 	}
 }
 

@@ -1,0 +1,184 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/master/assign"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
+)
+
+// metaTablets returns the METADATA tablets of ts other than the root, as
+// "[start,end)" with METADATA keys shown as "root-end", "split" (any other
+// bounded key) or "" (the end).
+func metaTablets(ts []assign.Tablet) []string {
+	show := func(k string) string {
+		switch {
+		case k == "":
+			return ""
+		case k == string(meta.RootTabletEnd()):
+			return "root-end"
+		}
+		return "split"
+	}
+	var out []string
+	for _, tb := range ts {
+		if tb.Kind == assign.Meta {
+			out = append(out, fmt.Sprintf("[%s,%s)", show(tb.Start), show(tb.End)))
+		}
+	}
+	return out
+}
+
+// checkUserRows fails unless ts lists the user tablets of table tiling
+// [r00, r40) … the end once each, as the fixture wrote them.
+func checkUserRows(t *testing.T, what string, ts []assign.Tablet, n int) {
+	t.Helper()
+	seen := map[assign.TabletID]int{}
+	for _, tb := range ts {
+		if tb.Kind == assign.User {
+			seen[tb.ID]++
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%s: %d user tablets, want %d", what, len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Fatalf("%s: user tablet %s listed %d times", what, id, k)
+		}
+	}
+}
+
+// TestMetadataTabletSplit: a METADATA tablet (not the root) split by its
+// server is committed to the root tablet's rows like a user tablet's
+// split to METADATA: the master then reads two METADATA tablets and every
+// user tablet once. Crashes of that commit are finished by the master as
+// for user tablets: after the commit point by its next read of the root
+// (finishSplits), with each user tablet read once meanwhile although the
+// parent's row overlaps its left child's; before it by RepairSplits,
+// which the planner asks for when the server reports children the root
+// lacks.
+func TestMetadataTabletSplit(t *testing.T) {
+	ctx := context.Background()
+	f := newMetadataFixture(t)
+	f.md.states = f.states
+	table := meta.TableID{Instance: "i", Table: "t"}
+	const users = 40
+	const elsewhere = "10.0.0.9:1/x"
+	for i := range users {
+		st := tabletdesc.State{ID: fmt.Sprintf("u%02d", i), End: fmt.Appendf(nil, "r%02d", i+1)}
+		if i > 0 {
+			st.Start = fmt.Appendf(nil, "r%02d", i)
+		}
+		if i == users-1 {
+			st.End = nil
+		}
+		f.putRow(t, table, st, elsewhere, 5)
+	}
+	ts, err := f.md.Tablets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := metaTablets(ts), []string{"[root-end,)"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("METADATA tablets before the split %q, want %q", got, want)
+	}
+	checkUserRows(t, "before the split", ts, users)
+
+	children, err := f.server.host.SplitTabletAt(ctx, meta.MetadataTable, meta.MetaTabletID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, right := children[0], children[1]
+	if n := len(left.End); n == 0 || left.End[n-1] != 0 {
+		t.Fatalf("METADATA split at %q: not between two rows", left.End)
+	}
+	ts, err = f.md.Tablets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := metaTablets(ts), []string{"[root-end,split)", "[split,)"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("METADATA tablets after the split %q, want %q", got, want)
+	}
+	checkUserRows(t, "after the split", ts, users)
+	wantRoot := []string{
+		fmt.Sprintf("%s[%s,%s)@%s/2<%s", left.ID, meta.RootTabletEnd(), left.End, f.server.Name(), meta.MetaTabletID),
+		fmt.Sprintf("%s[%s,)@%s/2<%s", right.ID, left.End, f.server.Name(), meta.MetaTabletID),
+	}
+	if got := f.rows(t, meta.MetadataTable); !reflect.DeepEqual(got, wantRoot) {
+		t.Fatalf("the root's rows %q, want %q", got, wantRoot)
+	}
+
+	// A crash after the commit point: the parent's row is back, the left
+	// child's row overlaps it.
+	parent := tabletdesc.State{ID: meta.MetaTabletID, Start: meta.RootTabletEnd()}
+	f.putRow(t, meta.MetadataTable, parent, f.server.Name(), 2)
+	stale := newMetadataStore(f.md.kv, f.md.cl)
+	ts, err = stale.Tablets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := metaTablets(ts), []string{"[root-end,split)", "[root-end,)"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("METADATA tablets between the commit's steps %q, want %q", got, want)
+	}
+	checkUserRows(t, "between the commit's steps", ts, users)
+	ts, err = f.md.Tablets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.rows(t, meta.MetadataTable); !reflect.DeepEqual(got, wantRoot) {
+		t.Fatalf("the root's rows after the master's read %q, want %q", got, wantRoot)
+	}
+	checkUserRows(t, "after the master finished the split", ts, users)
+
+	// A crash before the commit point: the root names the parent alone,
+	// the server serves the children.
+	if err := f.server.cl.Apply(ctx, meta.MetadataTableName, cell.RowMutation{Row: meta.MetadataRowKey(meta.MetadataTable, left.End),
+		Mutations: []cell.Mutation{cell.DeleteRow()}}); err != nil {
+		t.Fatal(err)
+	}
+	f.putRow(t, meta.MetadataTable, parent, f.server.Name(), 2)
+	ts, err = f.md.Tablets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := metaTablets(ts), []string{"[root-end,)"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("METADATA tablets before the repair %q, want %q", got, want)
+	}
+	checkUserRows(t, "before the repair", ts, users)
+	var served []assign.Served
+	for _, s := range f.server.host.ServedTablets() {
+		served = append(served, assign.Served{ID: assign.TabletID(s.ID), Table: s.Table.String(), Start: string(s.Start), End: string(s.End)})
+	}
+	var rescan *assign.Action
+	for _, a := range assign.Plan(assign.State{Tablets: ts, Live: []assign.Server{{ID: assign.ServerID(f.server.Name()), Serving: served}}}, assign.Config{NoMerge: true}) {
+		if a.Kind == assign.Assign {
+			t.Fatalf("the planner assigns %s while METADATA lacks the split: %+v", a.Tablet, a)
+		}
+		if a.Kind == assign.Rescan && a.Reason == "split" && a.Table == meta.MetadataTable.String() {
+			rescan = &a
+		}
+	}
+	if rescan == nil || !bytes.Equal([]byte(rescan.Start), meta.RootTabletEnd()) {
+		t.Fatalf("the planner does not ask for the parent's range to be read again: %+v", rescan)
+	}
+	if err := f.md.RepairSplits(ctx, rescan.Table, rescan.Start, rescan.End); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.rows(t, meta.MetadataTable); !reflect.DeepEqual(got, wantRoot) {
+		t.Fatalf("the root's rows after the repair %q, want %q", got, wantRoot)
+	}
+	ts, err = f.md.Tablets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkUserRows(t, "after the repair", ts, users)
+	if got, want := metaTablets(ts), []string{"[root-end,split)", "[split,)"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("METADATA tablets after the repair %q, want %q", got, want)
+	}
+}
