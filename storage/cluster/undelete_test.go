@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cluster"
+	"github.com/tabuladb/tabula/storage/master"
 )
 
 // adminConn is a raw admin client on srv, for the RPCs the official
@@ -210,5 +212,98 @@ func TestDevUndeleteRetentionEnds(t *testing.T) {
 	wantCode(t, "UndeleteTable past the retention", err, codes.NotFound, "name")
 	if err := srv.Admin.CreateTable(ctx, "t"); err != nil {
 		t.Fatalf("CreateTable after the retention: %v", err)
+	}
+}
+
+// TestDevRestoreByReference: a restored table's tablets reference the
+// backup's SSTables (nothing under its own directory until it writes), and
+// those files outlive the source table and the backup while the sweep runs
+// every 5 ms — kept by the restored table's own references alone: the
+// pending markers that keep them for a while after the restore (see
+// master.PendingPrefix) are deleted first, as their expiry would.
+func TestDevRestoreByReference(t *testing.T) {
+	dir := t.TempDir()
+	srv := devtest.StartT(t, cluster.DevConfig{Dir: dir, SweepInterval: 5 * time.Millisecond, SweepGrace: 50 * time.Millisecond, MemtableBytes: 16 << 10})
+	ctx := devtest.Context(t)
+	store, err := blob.NewLocal(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.CreateTable(t, "src", []string{"f", "g"}, devtest.SplitKeys(600, 3)...)
+	srv.WriteRows(t, "src", devtest.Rows(600))
+	atBackup := srv.CellDump(t, "src")
+	if err := srv.Admin.CreateBackup(ctx, "src", "c1", "bk", time.Now().Add(7*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Admin.RestoreTable(ctx, "r", "c1", "bk"); err != nil {
+		t.Fatal(err)
+	}
+	if objs, err := store.List(ctx, "tables/dev/r/"); err != nil || len(objs) != 0 {
+		t.Fatalf("the restored table has %d files of its own (%v): RestoreTable copied", len(objs), err)
+	}
+	if got := srv.CellDump(t, "r"); !slices.Equal(got, atBackup) {
+		t.Fatalf("restored: %s", firstDiff(got, atBackup))
+	}
+	// Writes to the source after the backup: files only the source has
+	// (flushed when it is dropped).
+	srv.WriteRows(t, "src", devtest.Rows(300))
+	raw, err := store.Get(ctx, master.BackupsPrefix+"dev/bk.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifest master.BackupManifest
+	if err := json.Unmarshal(raw, &manifest); err != nil {
+		t.Fatal(err)
+	}
+	// A second backup flushes them.
+	if err := srv.Admin.CreateBackup(ctx, "src", "c1", "bk2", time.Now().Add(7*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	all, err := store.List(ctx, "tables/dev/src/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Admin.DeleteTable(ctx, "src"); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"bk", "bk2"} {
+		if err := srv.Admin.DeleteBackup(ctx, "c1", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marks, err := store.List(ctx, master.PendingPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range marks {
+		if err := store.Delete(ctx, m.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // many sweeps past the grace
+	left, err := store.List(ctx, "tables/dev/src/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, o := range left {
+		names = append(names, o.Name)
+	}
+	want := slices.Sorted(slices.Values(manifest.Files()))
+	want = slices.Compact(want)
+	if !slices.Equal(names, want) || len(all) <= len(want) {
+		t.Fatalf("the source's files after it and the backup were deleted: %q (of %d), want only those the restored table references, %q", names, len(all), want)
+	}
+	if got := srv.CellDump(t, "r"); !slices.Equal(got, atBackup) {
+		t.Fatalf("the restored table after its source and backup were deleted: %s", firstDiff(got, atBackup))
+	}
+	// The restored table lives on: writes, flushes and compactions write
+	// its own files, and the shared ones stop being referenced by it.
+	srv.WriteRows(t, "r", devtest.Rows(50))
+	if err := srv.Admin.CreateBackup(ctx, "r", "c1", "bk3", time.Now().Add(7*time.Hour)); err != nil { // flushes
+		t.Fatal(err)
+	}
+	if objs, err := store.List(ctx, "tables/dev/r/"); err != nil || len(objs) == 0 {
+		t.Fatalf("the restored table wrote no file of its own: %d, %v", len(objs), err)
 	}
 }

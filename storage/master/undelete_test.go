@@ -1,0 +1,97 @@
+package master
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
+)
+
+// TestSweepKeepsDroppedTablesAndMarkedFiles: the sweep keeps the files of a
+// dropped-table record until it expires, then deletes the record and the
+// files; a pending marker naming files keeps them until it is older than
+// PendingMarkerTTL.
+func TestSweepKeepsDroppedTablesAndMarkedFiles(t *testing.T) {
+	ctx := context.Background()
+	store := blob.NewMemory()
+	now := time.Now()
+	old := now.Add(-time.Hour)
+	var (
+		dropped = sstName("tables/i/t", old, 1)
+		marked  = sstName("tables/i/u", old, 2)
+		loose   = sstName("tables/i/u", old, 3)
+	)
+	for _, n := range []string{dropped, marked, loose} {
+		if err := store.Put(ctx, n, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := DroppedTable{Table: meta.Table{ID: meta.TableID{Instance: "i", Table: "t"}}, Deleted: now, ExpireTime: now.Add(time.Hour),
+		Tablets: []tabletdesc.State{{ID: "t-1", Groups: map[string][]tabletdesc.FileMeta{"": {{Name: dropped}}}}}}
+	if err := putDropped(ctx, store, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := putPendingFiles(ctx, store, pendingName("i", "restore-u-1"), []string{marked}, now); err != nil {
+		t.Fatal(err)
+	}
+	got, err := SweepFiles(ctx, store, "tables/", nil, time.Minute, now)
+	if err != nil || !slices.Equal(got, []string{loose}) {
+		t.Fatalf("within the retention: deleted %v, %v; want only %s", got, err, loose)
+	}
+	// Past the marker's TTL, within the record's retention.
+	later := now.Add(PendingMarkerTTL + time.Minute)
+	got, err = SweepFiles(ctx, store, "tables/", nil, time.Minute, later)
+	if err != nil || !slices.Equal(got, []string{marked}) {
+		t.Fatalf("past the marker's TTL: deleted %v, %v; want only %s", got, err, marked)
+	}
+	if _, err := readDropped(ctx, store, rec.Table.ID); err != nil {
+		t.Fatalf("the record within its retention: %v", err)
+	}
+	// Past the retention: the record goes, then its files.
+	got, err = SweepFiles(ctx, store, "tables/", nil, time.Minute, now.Add(2*time.Hour))
+	if err != nil || !slices.Equal(got, []string{dropped}) {
+		t.Fatalf("past the retention: deleted %v, %v; want %s", got, err, dropped)
+	}
+	if _, err := readDropped(ctx, store, rec.Table.ID); !blob.IsNotExist(err) {
+		t.Fatalf("the expired record: %v, want it deleted", err)
+	}
+}
+
+// TestFinalStates follows split children to the leaves and refuses states
+// that do not cover the table.
+func TestFinalStates(t *testing.T) {
+	ctx := context.Background()
+	states := tablet.NewBlobStateStore(blob.NewMemory(), "states")
+	for _, st := range []tabletdesc.State{
+		{ID: "a", End: []byte("m"), SplitInto: []string{"a1", "a2"}},
+		{ID: "a1", End: []byte("f")},
+		{ID: "a2", Start: []byte("f"), End: []byte("m")},
+		{ID: "b", Start: []byte("m")},
+	} {
+		if err := states.Save(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := finalStates(ctx, states, []tabletdesc.State{{ID: "a"}, {ID: "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, st := range got {
+		ids = append(ids, st.ID)
+	}
+	if !slices.Equal(ids, []string{"a1", "a2", "b"}) {
+		t.Fatalf("final states %v, want a1 a2 b", ids)
+	}
+	if _, err := finalStates(ctx, states, []tabletdesc.State{{ID: "a"}}); err == nil {
+		t.Fatal("states covering [\"\", m) only were accepted")
+	}
+	if _, err := finalStates(ctx, states, []tabletdesc.State{{ID: "a"}, {ID: "nope"}}); err == nil {
+		t.Fatal("a missing state was accepted")
+	}
+}
