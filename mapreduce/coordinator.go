@@ -45,8 +45,9 @@ func Run(ctx context.Context, job *Job, cfg Config) (*Result, error) {
 	}
 	started := time.Now()
 	spec := JobSpec{
-		ID:   newJobID(job.Name),
-		Name: job.Name, Conf: job.Conf,
+		ID:    newJobID(job.Name),
+		Token: newJobToken(),
+		Name:  job.Name, Conf: job.Conf,
 		Addr:    cfg.Addr,
 		Project: cfg.Client.Project, Instance: cfg.Client.Instance,
 		ReadTime: started.UnixMilli() * 1000, // Bigtable's millisecond granularity
@@ -159,7 +160,9 @@ func Run(ctx context.Context, job *Job, cfg Config) (*Result, error) {
 		MapHosts: hosts, Reducers: job.Reducers, MaxAttempts: cfg.MaxAttempts,
 		Speculation: !cfg.NoSpeculation, MinBackupAge: cfg.BackupAfter, WaitForWorkers: cfg.WaitForWorkers || cfg.Discover != nil,
 	})
-	res, err := co.run(ctx)
+	// Every call to a worker (RunTask carries the token in the task;
+	// cleanup and kills in their context) proves the job's token.
+	res, err := co.run(ContextWithJobToken(ctx, spec.Token))
 	if cfg.Metrics != nil {
 		outcome := "succeeded"
 		if err != nil {
@@ -182,6 +185,30 @@ func newJobID(name string) string {
 	var b [3]byte
 	rand.Read(b[:])
 	return fmt.Sprintf("%s_%s_%s", name, time.Now().UTC().Format("20060102T150405"), hex.EncodeToString(b[:]))
+}
+
+// newJobToken returns a fresh job token (JobSpec.Token): 256 random bits.
+func newJobToken() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+type jobTokenKey struct{}
+
+// ContextWithJobToken returns ctx carrying a job's token, which the remote
+// workers' clients present on the calls they make for the job
+// (FetchPartition, KillAttempt, ForgetJob). Run sets it on the context of
+// every call to its workers.
+func ContextWithJobToken(ctx context.Context, token string) context.Context {
+	return context.WithValue(ctx, jobTokenKey{}, token)
+}
+
+// JobTokenFromContext returns the job token ContextWithJobToken stored, ""
+// if none.
+func JobTokenFromContext(ctx context.Context) string {
+	s, _ := ctx.Value(jobTokenKey{}).(string)
+	return s
 }
 
 // workerFetcher fetches from the coordinator's in-process workers by name.

@@ -103,6 +103,13 @@ type JobSpec struct {
 	Reducers int `json:"reducers"`
 	// Maps is the number of map tasks (known once the input is split).
 	Maps int `json:"maps"`
+	// Token is the job token: a random secret the coordinator issues per
+	// run (as Hadoop's job tokens). A worker admits the attempts of a job
+	// only with the token its first attempt brought, and serves the job's
+	// map outputs (FetchPartition), kills its attempts and forgets it only
+	// for callers presenting the token: the coordinator and the job's own
+	// reducers. Never logged or shown.
+	Token string `json:"token,omitempty"`
 	// PartitionBounds, when set, are a TotalOrderPartitioner's bounds,
 	// which every map uses whatever the job's rebuilt Partition says: a
 	// partitioner picked from sampled keys at submission travels with the

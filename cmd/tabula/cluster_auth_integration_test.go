@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,15 +36,7 @@ func TestClusterAuthThroughGateway(t *testing.T) {
 	ctx := context.Background()
 	c := newTestCluster(t, clusterOptions{mtls: true})
 	tokens := map[string]string{"reader": "reader-token-0123456789abcdef", "fam": "fam-token-0123456789abcdef", "nobody": "nobody-token-0123456789abcdef"}
-	tokenFile := filepath.Join(c.dir, "tokens")
-	var lines []string
-	for p, tok := range tokens {
-		lines = append(lines, tok+" "+p)
-	}
-	if err := os.WriteFile(tokenFile, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c.roleArgs = append(c.roleArgs, "--auth-token-file", tokenFile, "--auth-superuser", "user:tabula-server", "--auth-superuser", "user:tester", "--auth-cache-ttl", "100ms")
+	c.enableAuth(tokens)
 	c.startMaster()
 	c.startServer()
 	c.startServer()

@@ -267,7 +267,9 @@ func runMR(ctx context.Context, cmd *cobra.Command, args []string, f mrRunFlags)
 		MaxAttempts: f.maxAttempts, NoSpeculation: f.noBackups, BackupAfter: f.backupAfter,
 		Metrics: mapreduce.NewMetrics(reg), Logger: logger,
 	}
-	cfg.Client.Project, cfg.Client.Instance, cfg.Client.Token = f.conn.project, f.conn.instance, f.conn.token
+	// The coordinator's own table clients (splits, checks, in-process
+	// tasks) use the command's TLS and token, as the workers do.
+	cfg.Client.Project, cfg.Client.Instance, cfg.Client.Token, cfg.Client.TLS = f.conn.project, f.conn.instance, f.conn.token, c.tls
 	if f.workers.pool != nil {
 		cfg.Discover = f.workers.pool.Workers
 	}

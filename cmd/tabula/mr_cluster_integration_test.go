@@ -172,7 +172,7 @@ func mrFullName(table string) string { return "projects/p/instances/i/tables/" +
 // contain every one of labels (like `kind="m"`).
 func mrWorkerMetric(t testing.TB, p *roleProc, name string, labels ...string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + p.http + "/metrics")
+	resp, err := httpGet(p.http + "/metrics") // HTTPS for a role of an mTLS cluster
 	if err != nil {
 		return -1 // a killed worker
 	}

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/mapreduce"
@@ -240,13 +241,24 @@ func (c *Client) callError(ctx context.Context, t mapreduce.Task, err error) err
 // FetchPartition streams one partition of a map attempt that ran on this
 // worker. A worker that does not hold it answers NOT_FOUND, returned as an
 // error matching mapreduce.ErrNoMapOutput.
+// The job's token comes from ctx (mapreduce.ContextWithJobToken), as for
+// Cleanup and Kill.
 func (c *Client) FetchPartition(ctx context.Context, a mapreduce.AttemptID, partition int) (io.ReadCloser, error) {
-	return openFetch(ctx, c.rpc, c.reg.Name, a, partition, nil)
+	return openFetch(withJobToken(ctx), c.rpc, c.reg.Name, a, partition, nil)
+}
+
+// withJobToken returns ctx whose outgoing calls present the job token ctx
+// carries (mapreduce.JobTokenFromContext), if any.
+func withJobToken(ctx context.Context) context.Context {
+	if tok := mapreduce.JobTokenFromContext(ctx); tok != "" {
+		return metadata.AppendToOutgoingContext(ctx, JobTokenKey, tok)
+	}
+	return ctx
 }
 
 // Cleanup asks the worker to drop what it holds for the job run.
 func (c *Client) Cleanup(ctx context.Context, jobID string) error {
-	_, err := c.rpc.ForgetJob(ctx, &workerpb.ForgetJobRequest{Job: jobID})
+	_, err := c.rpc.ForgetJob(withJobToken(ctx), &workerpb.ForgetJobRequest{Job: jobID})
 	if err != nil {
 		return fmt.Errorf("remote: cleanup of job %s on worker %s: %w", jobID, c.reg.Name, err)
 	}
@@ -256,7 +268,7 @@ func (c *Client) Cleanup(ctx context.Context, jobID string) error {
 // Kill kills a running attempt on the worker; RunTask's cancellation does
 // the same, this is for an attempt whose call is gone.
 func (c *Client) Kill(ctx context.Context, a mapreduce.AttemptID) error {
-	_, err := c.rpc.KillAttempt(ctx, &workerpb.KillAttemptRequest{Attempt: a.String()})
+	_, err := c.rpc.KillAttempt(withJobToken(ctx), &workerpb.KillAttemptRequest{Attempt: a.String()})
 	return err
 }
 

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"crypto/subtle"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -59,7 +60,16 @@ type Service struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelFunc // by attempt id
+	// jobs holds the token of every job an attempt of which this worker
+	// admitted (JobSpec.Token), until the job is forgotten.
+	jobs map[string]string
 }
+
+// JobTokenKey is the gRPC metadata key of the job token
+// (mapreduce.JobSpec.Token) on FetchPartition, KillAttempt and ForgetJob:
+// a worker serves a job's map outputs, kills its attempts and forgets it
+// only for a caller presenting the token the job's attempts brought.
+const JobTokenKey = "tabula-job-token"
 
 // NewService returns the service of a worker configured by cfg.
 func NewService(cfg ServiceConfig) (*Service, error) {
@@ -74,7 +84,7 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	s := &Service{
 		name: cfg.Worker.Name, slots: cfg.Worker.Slots, log: cfg.Logger.With("worker", cfg.Worker.Name),
-		sem: make(chan struct{}, cfg.Worker.Slots), running: map[string]context.CancelFunc{},
+		sem: make(chan struct{}, cfg.Worker.Slots), running: map[string]context.CancelFunc{}, jobs: map[string]string{},
 	}
 	m, err := newServerMetrics(cfg.Registerer, s)
 	if err != nil {
@@ -133,6 +143,9 @@ func (s *Service) RunTask(req *workerpb.RunTaskRequest, stream grpc.ServerStream
 	if got := t.Attempt.String(); got != req.Attempt {
 		return status.Errorf(codes.InvalidArgument, "attempt: %q does not match the task's attempt %q", req.Attempt, got)
 	}
+	if err := s.admitJob(t.Job, t.Attempt); err != nil {
+		return err
+	}
 	interval := time.Duration(req.HeartbeatIntervalMs) * time.Millisecond
 	if interval <= 0 {
 		interval = DefaultHeartbeatInterval
@@ -140,7 +153,7 @@ func (s *Service) RunTask(req *workerpb.RunTaskRequest, stream grpc.ServerStream
 	for name, addr := range req.WorkerAddrs {
 		s.fetch.book.add(name, addr)
 	}
-	ctx, cancel := context.WithCancel(asSubmitter(stream.Context()))
+	ctx, cancel := context.WithCancel(asSubmitter(stream.Context(), t.Job.Token))
 	defer cancel()
 	s.mu.Lock()
 	if _, dup := s.running[req.Attempt]; dup {
@@ -249,8 +262,60 @@ func (s *Service) RunTask(req *workerpb.RunTaskRequest, stream grpc.ServerStream
 	}
 }
 
-// KillAttempt implements workerpb.WorkerServer.
-func (s *Service) KillAttempt(_ context.Context, req *workerpb.KillAttemptRequest) (*workerpb.KillAttemptResponse, error) {
+// admitJob records the token of a job's first attempt here, and refuses
+// an attempt of a known job that brings another token (PERMISSION_DENIED)
+// or a task without one (INVALID_ARGUMENT).
+func (s *Service) admitJob(job mapreduce.JobSpec, a mapreduce.AttemptID) error {
+	if job.ID != a.Job {
+		return status.Errorf(codes.InvalidArgument, "task: job %q does not match the attempt's job %q", job.ID, a.Job)
+	}
+	if job.Token == "" {
+		return status.Errorf(codes.InvalidArgument, "task: job %s has no job token (JobSpec.Token; coordinators issue one per run)", job.ID)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	known, ok := s.jobs[job.ID]
+	if !ok {
+		s.jobs[job.ID] = job.Token
+		return nil
+	}
+	if subtle.ConstantTimeCompare([]byte(known), []byte(job.Token)) != 1 {
+		s.log.Warn("attempt refused: not the job's token", "audit", "refused", "attempt", a.String())
+		return status.Errorf(codes.PermissionDenied, "attempt %s: the task's job token is not job %s's", a, job.ID)
+	}
+	return nil
+}
+
+// checkJobToken checks the job token a call presents (JobTokenKey) for
+// job: known reports whether this worker admitted an attempt of the job
+// (an unknown job has nothing here); err is PERMISSION_DENIED when the
+// token is missing or not the job's.
+func (s *Service) checkJobToken(ctx context.Context, method, job string) (known bool, err error) {
+	s.mu.Lock()
+	want, known := s.jobs[job]
+	s.mu.Unlock()
+	if !known {
+		return false, nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	got := md.Get(JobTokenKey)
+	if len(got) != 1 || subtle.ConstantTimeCompare([]byte(got[0]), []byte(want)) != 1 {
+		s.log.Warn("request refused: no or wrong job token", "audit", "refused", "method", method, "job", job, "token_given", len(got) > 0)
+		return true, status.Errorf(codes.PermissionDenied, "%s of job %s needs the job's token (%s metadata): only its coordinator and its reducers hold it", method, job, JobTokenKey)
+	}
+	return true, nil
+}
+
+// KillAttempt implements workerpb.WorkerServer. A running attempt is
+// killed only for a caller with its job's token.
+func (s *Service) KillAttempt(ctx context.Context, req *workerpb.KillAttemptRequest) (*workerpb.KillAttemptResponse, error) {
+	a, err := mapreduce.ParseAttemptID(req.Attempt)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "attempt: %v", err)
+	}
+	if _, err := s.checkJobToken(ctx, "KillAttempt", a.Job); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	cancel, ok := s.running[req.Attempt]
 	s.mu.Unlock()
@@ -261,7 +326,8 @@ func (s *Service) KillAttempt(_ context.Context, req *workerpb.KillAttemptReques
 	return &workerpb.KillAttemptResponse{WasRunning: ok}, nil
 }
 
-// FetchPartition implements workerpb.WorkerServer.
+// FetchPartition implements workerpb.WorkerServer: a job's map output only
+// for a caller with the job's token (its coordinator and reducers).
 func (s *Service) FetchPartition(req *workerpb.FetchPartitionRequest, stream grpc.ServerStreamingServer[workerpb.Chunk]) error {
 	a, err := mapreduce.ParseAttemptID(req.Attempt)
 	if err != nil {
@@ -275,6 +341,13 @@ func (s *Service) FetchPartition(req *workerpb.FetchPartitionRequest, stream grp
 	}
 	if req.Offset < 0 {
 		return status.Errorf(codes.InvalidArgument, "offset: %d is negative", req.Offset)
+	}
+	known, err := s.checkJobToken(stream.Context(), "FetchPartition", a.Job)
+	if err != nil {
+		return err
+	}
+	if !known {
+		return status.Errorf(codes.NotFound, "%v: no attempt of job %s ran on worker %s", mapreduce.ErrNoMapOutput, a.Job, s.name)
 	}
 	rc, err := s.local.FetchPartition(stream.Context(), a, int(req.Partition))
 	if err != nil {
@@ -323,14 +396,25 @@ func (s *Service) Heartbeat(context.Context, *workerpb.HeartbeatRequest) (*worke
 	return &workerpb.HeartbeatResponse{Worker: s.name, Host: s.host, Slots: int32(s.slots), Running: int32(s.Running())}, nil
 }
 
-// ForgetJob implements workerpb.WorkerServer.
+// ForgetJob implements workerpb.WorkerServer: only for a caller with the
+// job's token; a job this worker ran nothing of holds nothing to forget.
 func (s *Service) ForgetJob(ctx context.Context, req *workerpb.ForgetJobRequest) (*workerpb.ForgetJobResponse, error) {
 	if req.Job == "" {
 		return nil, status.Error(codes.InvalidArgument, "job: empty")
 	}
+	known, err := s.checkJobToken(ctx, "ForgetJob", req.Job)
+	if err != nil {
+		return nil, err
+	}
+	if !known {
+		return &workerpb.ForgetJobResponse{}, nil
+	}
 	if err := s.local.Cleanup(ctx, req.Job); err != nil {
 		return nil, status.Errorf(codes.Internal, "cleanup of job %s: %v", req.Job, err)
 	}
+	s.mu.Lock()
+	delete(s.jobs, req.Job)
+	s.mu.Unlock()
 	s.log.Info("job forgotten", "job", req.Job)
 	return &workerpb.ForgetJobResponse{}, nil
 }
@@ -432,16 +516,17 @@ func newServerMetrics(reg prometheus.Registerer, s *Service) (*serverMetrics, er
 
 // asSubmitter returns ctx whose outgoing calls carry the bearer token the
 // task came with (the submitter's, which the coordinator sends with every
-// call to its workers): a task reads and writes tables, and fetches other
-// workers' map outputs, with its submitter's rights, checked by the
-// servers it calls. Without a token (authentication off) ctx is returned
-// as is.
-func asSubmitter(ctx context.Context) context.Context {
+// call to its workers) and the job's token: a task reads and writes
+// tables, and fetches other workers' map outputs, with its submitter's
+// rights, checked by the servers it calls, and proves to the workers it
+// fetches from that it is one of the job's. Whatever else the worker's own
+// server put in the outgoing metadata (a guard's forwarding statement) is
+// not the task's and is dropped.
+func asSubmitter(ctx context.Context, jobToken string) context.Context {
+	out := metadata.Pairs(JobTokenKey, jobToken)
 	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get("authorization"); len(v) == 1 {
-		// A fresh outgoing metadata: whatever else the worker's own server
-		// put there (a guard's forwarding statement) is not the task's.
-		return metadata.NewOutgoingContext(ctx, metadata.Pairs("authorization", v[0]))
+		out.Set("authorization", v[0])
 	}
-	return ctx
+	return metadata.NewOutgoingContext(ctx, out)
 }

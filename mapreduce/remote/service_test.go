@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,8 @@ import (
 
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/mapreduce/remote/workerpb"
+	"github.com/tabuladb/tabula/security/auth"
+	"github.com/tabuladb/tabula/storage/cluster"
 )
 
 // The worker protocol, call by call: one map attempt run through a Client
@@ -39,9 +43,11 @@ func TestServiceProtocol(t *testing.T) {
 	c := ws[0].(*Client)
 
 	conf := must(json.Marshal(e2eConf{Table: "words", Out: "unused", Reducers: 3}))
-	spec := mapreduce.JobSpec{ID: "proto-1", Name: "remote-e2e-wordcount", Conf: conf, Addr: e.addr, Reducers: 3, Project: "tabula", Instance: "dev"}
+	spec := mapreduce.JobSpec{ID: "proto-1", Token: "proto-1-token", Name: "remote-e2e-wordcount", Conf: conf, Addr: e.addr, Reducers: 3, Project: "tabula", Instance: "dev"}
 	a := mapreduce.AttemptID{Job: spec.ID, Kind: mapreduce.MapTask, Task: 0, Attempt: 0}
-	res, err := c.RunTask(e.ctx, mapreduce.Task{Job: spec, Attempt: a, Split: &mapreduce.Split{Table: "words"}}, nil)
+	// The coordinator's calls carry the job's token.
+	jctx := mapreduce.ContextWithJobToken(e.ctx, spec.Token)
+	res, err := c.RunTask(jctx, mapreduce.Task{Job: spec, Attempt: a, Split: &mapreduce.Split{Table: "words"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +56,7 @@ func TestServiceProtocol(t *testing.T) {
 	}
 
 	for p, size := range res.PartitionBytes {
-		rc, err := c.FetchPartition(e.ctx, a, p)
+		rc, err := c.FetchPartition(jctx, a, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +73,7 @@ func TestServiceProtocol(t *testing.T) {
 		}
 		// A resumed fetch: the rest from an offset.
 		off := size / 2
-		stream, err := c.rpc.FetchPartition(e.ctx, &workerpb.FetchPartitionRequest{Attempt: a.String(), Partition: int32(p), Offset: off})
+		stream, err := c.rpc.FetchPartition(withJobToken(jctx), &workerpb.FetchPartitionRequest{Attempt: a.String(), Partition: int32(p), Offset: off})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +96,7 @@ func TestServiceProtocol(t *testing.T) {
 	// An attempt the worker never ran: ErrNoMapOutput.
 	other := a
 	other.Attempt = 7
-	if _, err := c.FetchPartition(e.ctx, other, 0); !errors.Is(err, mapreduce.ErrNoMapOutput) {
+	if _, err := c.FetchPartition(jctx, other, 0); !errors.Is(err, mapreduce.ErrNoMapOutput) {
 		t.Fatalf("fetch of an attempt never run: %v, want ErrNoMapOutput", err)
 	}
 
@@ -99,7 +105,7 @@ func TestServiceProtocol(t *testing.T) {
 	// re-run that map rather than blame the reduce.
 	red := mapreduce.Task{Job: spec, Attempt: mapreduce.AttemptID{Job: spec.ID, Kind: mapreduce.ReduceTask, Task: 0}, Partition: 0,
 		MapOutputs: []mapreduce.MapOutputLocation{{Map: 0, Attempt: a, Worker: c.Name()}, {Map: 1, Attempt: other, Worker: c.Name()}}}
-	_, err = c.RunTask(e.ctx, red, nil)
+	_, err = c.RunTask(jctx, red, nil)
 	var fe *mapreduce.FetchError
 	if !errors.As(err, &fe) || fe.Map != 1 || fe.Worker != c.Name() {
 		t.Fatalf("reduce with a missing map output: %v, want a FetchError for map 1 on %s", err, c.Name())
@@ -107,7 +113,7 @@ func TestServiceProtocol(t *testing.T) {
 	// A map output held by a worker the pool does not know cannot be
 	// fetched either.
 	red.MapOutputs = []mapreduce.MapOutputLocation{{Map: 0, Attempt: a, Worker: "gone:1/000000"}}
-	if _, err := c.RunTask(e.ctx, red, nil); !errors.As(err, &fe) || fe.Map != 0 || !errors.Is(err, mapreduce.ErrNoMapOutput) {
+	if _, err := c.RunTask(jctx, red, nil); !errors.As(err, &fe) || fe.Map != 0 || !errors.Is(err, mapreduce.ErrNoMapOutput) {
 		t.Fatalf("reduce fetching from an unknown worker: %v, want a FetchError for map 0", err)
 	}
 
@@ -127,7 +133,7 @@ func TestServiceProtocol(t *testing.T) {
 		{&workerpb.FetchPartitionRequest{Attempt: a.String(), Partition: 0, Offset: -5}, "offset"},
 		{&workerpb.FetchPartitionRequest{Attempt: a.String(), Partition: 0, Offset: 1 << 40}, "offset"},
 	} {
-		stream, err := rpc.FetchPartition(e.ctx, tc.req)
+		stream, err := rpc.FetchPartition(withJobToken(jctx), tc.req)
 		if err == nil {
 			_, err = stream.Recv()
 		}
@@ -141,6 +147,7 @@ func TestServiceProtocol(t *testing.T) {
 	}{
 		{&workerpb.RunTaskRequest{Task: []byte("{not json"), Attempt: "x"}, "task"},
 		{&workerpb.RunTaskRequest{Task: must(json.Marshal(mapreduce.Task{Job: spec, Attempt: a})), Attempt: "other-m-00000-0"}, "attempt"},
+		{&workerpb.RunTaskRequest{Task: must(json.Marshal(mapreduce.Task{Job: mapreduce.JobSpec{ID: "tokenless"}, Attempt: mapreduce.AttemptID{Job: "tokenless"}})), Attempt: "tokenless-m-00000-0"}, "task"},
 	} {
 		stream, err := rpc.RunTask(e.ctx, tc.req)
 		if err == nil {
@@ -155,10 +162,10 @@ func TestServiceProtocol(t *testing.T) {
 	}
 
 	// Cleanup drops the job's outputs.
-	if err := c.Cleanup(e.ctx, spec.ID); err != nil {
+	if err := c.Cleanup(jctx, spec.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.FetchPartition(e.ctx, a, 0); !errors.Is(err, mapreduce.ErrNoMapOutput) {
+	if _, err := c.FetchPartition(jctx, a, 0); !errors.Is(err, mapreduce.ErrNoMapOutput) {
 		t.Fatalf("fetch after Cleanup: %v, want ErrNoMapOutput", err)
 	}
 }
@@ -184,7 +191,7 @@ func TestServiceKillsAttempts(t *testing.T) {
 	e2eKill.Store(&block)
 	defer e2eKill.Store(nil)
 	conf := must(json.Marshal(e2eConf{Table: "words", Out: "unused", Reducers: 1, Kill: true}))
-	spec := mapreduce.JobSpec{ID: "kill-1", Name: "remote-e2e-wordcount", Conf: conf, Addr: e.addr, Reducers: 1, Project: "tabula", Instance: "dev"}
+	spec := mapreduce.JobSpec{ID: "kill-1", Token: "kill-1-token", Name: "remote-e2e-wordcount", Conf: conf, Addr: e.addr, Reducers: 1, Project: "tabula", Instance: "dev"}
 	task := mapreduce.Task{Job: spec, Attempt: mapreduce.AttemptID{Job: spec.ID, Kind: mapreduce.MapTask}, Split: &mapreduce.Split{Table: "words"}}
 
 	ctx, cancel := context.WithCancel(e.ctx)
@@ -219,7 +226,14 @@ func TestServiceKillsAttempts(t *testing.T) {
 		done <- err
 	}()
 	waitUntil(t, "second attempt running", func() bool { return w.svc.Running() == 1 })
-	if err := c.Kill(e.ctx, task.Attempt); err != nil {
+	// Without the job's token the kill is refused and the attempt runs on.
+	if err := c.Kill(e.ctx, task.Attempt); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("KillAttempt without the job token: %v, want PERMISSION_DENIED", err)
+	}
+	if w.svc.Running() != 1 {
+		t.Fatal("a refused KillAttempt ended the attempt")
+	}
+	if err := c.Kill(mapreduce.ContextWithJobToken(e.ctx, spec.Token), task.Attempt); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -229,5 +243,98 @@ func TestServiceKillsAttempts(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("KillAttempt did not end the attempt")
+	}
+}
+
+// Job tokens: a worker serves a job's map output, and forgets the job,
+// only for callers presenting the job's token (the coordinator and the
+// job's reducers), whoever they authenticate as; an attempt bringing
+// another token for a job the worker knows is refused. With
+// authentication on, a call without credentials is refused before
+// (UNAUTHENTICATED).
+func TestServiceJobTokens(t *testing.T) {
+	e := startE2E(t)
+	e.loadWords(t, "words", 100)
+	tokenFile := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokenFile, []byte("alice-token-0123456789abcdef alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	authn, err := auth.New(auth.Config{TokenFile: tokenFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guarded, err := (&cluster.AuthConfig{Authenticator: authn}).WorkerServerOptions(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := StartWorker(e.ctx, WorkerConfig{Addr: "127.0.0.1:0", Worker: mapreduce.LocalWorkerConfig{Dir: t.TempDir(), Slots: 2}, ServerOptions: guarded})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	alice := grpc.WithPerRPCCredentials(auth.BearerToken("alice-token-0123456789abcdef"))
+	pool, err := NewStaticPool([]string{w.Addr()}, PoolOptions{HeartbeatInterval: 50 * time.Millisecond, LostAfter: time.Second, DialOptions: []grpc.DialOption{alice}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ws, err := pool.WaitWorkers(e.ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ws[0].(*Client)
+	spec := mapreduce.JobSpec{ID: "tok-1", Token: "tok-1-secret", Name: "remote-e2e-wordcount", Addr: e.addr, Reducers: 2, Project: "tabula", Instance: "dev",
+		Conf: must(json.Marshal(e2eConf{Table: "words", Out: "unused", Reducers: 2}))}
+	a := mapreduce.AttemptID{Job: spec.ID, Kind: mapreduce.MapTask}
+	jctx := mapreduce.ContextWithJobToken(e.ctx, spec.Token)
+	if _, err := c.RunTask(jctx, mapreduce.Task{Job: spec, Attempt: a, Split: &mapreduce.Split{Table: "words"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(ctx context.Context, creds ...grpc.DialOption) ([]byte, error) {
+		conn, err := grpc.NewClient(w.Addr(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, creds...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		rc, err := openFetch(ctx, workerpb.NewWorkerClient(conn), c.Name(), a, 0, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		return io.ReadAll(rc)
+	}
+	whole, err := fetch(withJobToken(jctx), alice)
+	if err != nil || len(whole) == 0 {
+		t.Fatalf("fetch with the job's token: %d bytes, %v", len(whole), err)
+	}
+	for name, ctx := range map[string]context.Context{
+		"without the job's token":  e.ctx,
+		"with another job's token": mapreduce.ContextWithJobToken(e.ctx, "tok-2-secret"),
+	} {
+		if _, err := fetch(withJobToken(ctx), alice); status.Code(errors.Unwrap(err)) != codes.PermissionDenied {
+			t.Errorf("fetch %s: %v, want PERMISSION_DENIED", name, err)
+		}
+	}
+	if _, err := fetch(withJobToken(jctx)); status.Code(errors.Unwrap(err)) != codes.Unauthenticated {
+		t.Errorf("fetch without credentials: %v, want UNAUTHENTICATED", err)
+	}
+	// Another token for the same job is not admitted.
+	forged := spec
+	forged.Token = "forged"
+	if _, err := c.RunTask(mapreduce.ContextWithJobToken(e.ctx, forged.Token), mapreduce.Task{Job: forged, Attempt: mapreduce.AttemptID{Job: spec.ID, Kind: mapreduce.MapTask, Attempt: 1}, Split: &mapreduce.Split{Table: "words"}}, nil); status.Code(errors.Unwrap(err)) != codes.PermissionDenied {
+		t.Errorf("an attempt with another token for the job: %v, want PERMISSION_DENIED", err)
+	}
+	// ForgetJob without the token forgets nothing.
+	if err := c.Cleanup(e.ctx, spec.ID); status.Code(errors.Unwrap(err)) != codes.PermissionDenied {
+		t.Errorf("ForgetJob without the job's token: %v, want PERMISSION_DENIED", err)
+	}
+	if again, err := fetch(withJobToken(jctx), alice); err != nil || !bytes.Equal(again, whole) {
+		t.Fatalf("after a refused ForgetJob: %d bytes (want %d), %v", len(again), len(whole), err)
+	}
+	if err := c.Cleanup(jctx, spec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fetch(withJobToken(jctx), alice); !errors.Is(err, mapreduce.ErrNoMapOutput) {
+		t.Errorf("fetch after ForgetJob: %v, want ErrNoMapOutput", err)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,6 +86,13 @@ type Config struct {
 	// not stated to the servers it calls (they would check the caller's
 	// grants on the control plane's RPCs and tables and refuse them).
 	Terminal bool
+	// LocationTables are tables every authenticated caller may read
+	// (ReadRows, SampleRowKeys), whatever their grants: a cluster's
+	// METADATA, which clients read to find the tablets of the tables they
+	// use (as HBase's hbase:meta is readable by all). It holds table
+	// names, tablet boundaries and servers, no cells; writing it stays
+	// for superusers.
+	LocationTables []string
 	// Logger receives the audit lines; default slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, gets the guard's counters.
@@ -329,6 +337,9 @@ func (g *Guard) check(ctx context.Context, c *call, r rule, req any) error {
 		return err
 	}
 	c.table = table
+	if slices.Contains(g.cfg.LocationTables, table) && (c.method == dataPrefix+"ReadRows" || c.method == dataPrefix+"SampleRowKeys") {
+		return nil
+	}
 	info, err := g.cfg.Tables.Lookup(ctx, table)
 	if errors.Is(err, ErrTableNotFound) {
 		// Nobody but a superuser has a grant on a table that does not

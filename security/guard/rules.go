@@ -128,7 +128,9 @@ var rules = map[string]rule{
 
 	// --- MapReduce workers: tasks run as their submitter (the worker's
 	// reads and writes carry the submitter's token and are checked by the
-	// tablet servers) ---
+	// tablet servers); a job's map outputs, kills and cleanup need the
+	// job's token besides, which the worker service checks
+	// (mapreduce/remote JobTokenKey) ---
 	"/tabula.mapreduce.v1.Worker/RunTask":        {kind: ruleAuthenticated},
 	"/tabula.mapreduce.v1.Worker/KillAttempt":    {kind: ruleAuthenticated},
 	"/tabula.mapreduce.v1.Worker/FetchPartition": {kind: ruleAuthenticated},

@@ -12,7 +12,9 @@ import (
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"cloud.google.com/go/iam/apiv1/iampb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -66,10 +68,10 @@ func TestTableOf(t *testing.T) {
 	}
 }
 
-// TestTerminalStatesNoIdentity: a guard states the caller's identity to
-// the servers its service calls (the gateway's forwarding), unless it is
-// Terminal (a master, whose calls are the control plane's own).
-func TestTerminalStatesNoIdentity(t *testing.T) {
+// aliceCalls returns an Authenticator of a token file with principal alice
+// (group readers) and the incoming context of a call bearing her token.
+func aliceCalls(t *testing.T) (*auth.Authenticator, context.Context) {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(file, []byte("alice-token-0123456789 alice readers\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -78,7 +80,14 @@ func TestTerminalStatesNoIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := metadata.NewIncomingContext(context.Background(), metadata.Pairs(auth.AuthorizationKey, "Bearer alice-token-0123456789"))
+	return a, metadata.NewIncomingContext(context.Background(), metadata.Pairs(auth.AuthorizationKey, "Bearer alice-token-0123456789"))
+}
+
+// TestTerminalStatesNoIdentity: a guard states the caller's identity to
+// the servers its service calls (the gateway's forwarding), unless it is
+// Terminal (a master, whose calls are the control plane's own).
+func TestTerminalStatesNoIdentity(t *testing.T) {
+	a, in := aliceCalls(t)
 	for _, terminal := range []bool{false, true} {
 		g, err := New(Config{Authenticator: a, Superusers: []string{"user:root"}, Tables: NoTables{}, Terminal: terminal})
 		if err != nil {
@@ -100,5 +109,31 @@ func TestTerminalStatesNoIdentity(t *testing.T) {
 		if want := !terminal; (len(stated) == 1 && stated[0] == "alice") != want {
 			t.Errorf("terminal %v: outgoing forwarded principal %v", terminal, stated)
 		}
+	}
+}
+
+// TestLocationTablesReadableByAll: every authenticated caller reads a
+// location table (METADATA) to find tablets; writing it stays for
+// superusers, and other tables keep their grants.
+func TestLocationTablesReadableByAll(t *testing.T) {
+	a, ctx := aliceCalls(t)
+	const meta = "projects/-/instances/-/tables/METADATA"
+	g, err := New(Config{Authenticator: a, Tables: NoTables{}, LocationTables: []string{meta}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := func(context.Context, any) (any, error) { return "served", nil }
+	call := func(method string, req any) error {
+		_, err := g.UnaryInterceptor()(ctx, req, &grpc.UnaryServerInfo{FullMethod: dataPrefix + method}, ok)
+		return err
+	}
+	if err := call("SampleRowKeys", &bigtablepb.SampleRowKeysRequest{TableName: meta}); err != nil {
+		t.Errorf("SampleRowKeys of METADATA: %v", err)
+	}
+	if err := call("MutateRow", &bigtablepb.MutateRowRequest{TableName: meta, RowKey: []byte("r")}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("MutateRow of METADATA: %v, want PERMISSION_DENIED", err)
+	}
+	if err := call("SampleRowKeys", &bigtablepb.SampleRowKeysRequest{TableName: "projects/p/instances/i/tables/t"}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("SampleRowKeys of another table: %v, want PERMISSION_DENIED", err)
 	}
 }

@@ -87,8 +87,11 @@ func newGuard(cfg *AuthConfig, cat meta.Catalog, instance string, relayed []stri
 		Tables:        guard.NewCache(catalogTables(cat, instance), cfg.CacheTTL),
 		Relayed:       relayed,
 		Terminal:      terminal,
-		Logger:        log,
-		Registerer:    reg,
+		// Clients (MapReduce's splits, Beam's reads, storage/client's
+		// location cache) find tablets in METADATA as their caller.
+		LocationTables: []string{meta.MetadataTableName},
+		Logger:         log,
+		Registerer:     reg,
 	})
 }
 

@@ -36,6 +36,14 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type WorkerClient interface {
+	// Job tokens: every task carries its job's token (JobSpec.token in the
+	// task's JSON), a secret the coordinator issues per job run. A worker
+	// admits the attempts of a job only with the token its first attempt
+	// brought (PERMISSION_DENIED otherwise), and KillAttempt, FetchPartition
+	// and ForgetJob of a job it knows need the token in the request metadata
+	// "tabula-job-token" (PERMISSION_DENIED without it): a job's map outputs
+	// go only to its coordinator and its own reducers.
+	//
 	// RunTask runs one task attempt and streams what happens to it: one
 	// Started event once the worker has accepted it, a Heartbeat event at
 	// least every heartbeat_interval_ms while it runs, then exactly one
@@ -143,6 +151,14 @@ func (c *workerClient) ForgetJob(ctx context.Context, in *ForgetJobRequest, opts
 // All implementations must embed UnimplementedWorkerServer
 // for forward compatibility.
 type WorkerServer interface {
+	// Job tokens: every task carries its job's token (JobSpec.token in the
+	// task's JSON), a secret the coordinator issues per job run. A worker
+	// admits the attempts of a job only with the token its first attempt
+	// brought (PERMISSION_DENIED otherwise), and KillAttempt, FetchPartition
+	// and ForgetJob of a job it knows need the token in the request metadata
+	// "tabula-job-token" (PERMISSION_DENIED without it): a job's map outputs
+	// go only to its coordinator and its own reducers.
+	//
 	// RunTask runs one task attempt and streams what happens to it: one
 	// Started event once the worker has accepted it, a Heartbeat event at
 	// least every heartbeat_interval_ms while it runs, then exactly one
