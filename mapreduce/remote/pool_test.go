@@ -19,11 +19,12 @@ import (
 // second.
 var fastPool = PoolOptions{HeartbeatInterval: 20 * time.Millisecond, LostAfter: 200 * time.Millisecond}
 
-func startTestWorker(t *testing.T, addr string, svc coord.Service, slots int) *Worker {
+func startTestWorker(t *testing.T, addr string, svc coord.Service, slots int, opts ...grpc.ServerOption) *Worker {
 	t.Helper()
 	w, err := StartWorker(context.Background(), WorkerConfig{
 		Addr: addr, Coord: svc,
-		Worker: mapreduce.LocalWorkerConfig{Dir: t.TempDir(), Slots: slots},
+		Worker:        mapreduce.LocalWorkerConfig{Dir: t.TempDir(), Slots: slots},
+		ServerOptions: opts,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -31,16 +31,7 @@ func TestServiceProtocol(t *testing.T) {
 	e := startE2E(t)
 	e.loadWords(t, "words", 300)
 	w := startTestWorker(t, "127.0.0.1:0", nil, 2)
-	pool, err := NewStaticPool([]string{w.Addr()}, PoolOptions{HeartbeatInterval: 50 * time.Millisecond, LostAfter: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	ws, err := pool.WaitWorkers(e.ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := ws[0].(*Client)
+	c := e.workerClient(t, w.Addr())
 
 	conf := must(json.Marshal(e2eConf{Table: "words", Out: "unused", Reducers: 3}))
 	spec := mapreduce.JobSpec{ID: "proto-1", Token: "proto-1-token", Name: "remote-e2e-wordcount", Conf: conf, Addr: e.addr, Reducers: 3, Project: "tabula", Instance: "dev"}
@@ -177,16 +168,7 @@ func TestServiceKillsAttempts(t *testing.T) {
 	e := startE2E(t)
 	e.loadWords(t, "words", 50)
 	w := startTestWorker(t, "127.0.0.1:0", nil, 2)
-	pool, err := NewStaticPool([]string{w.Addr()}, PoolOptions{HeartbeatInterval: 50 * time.Millisecond, LostAfter: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	ws, err := pool.WaitWorkers(e.ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := ws[0].(*Client)
+	c := e.workerClient(t, w.Addr())
 	block := func(string) bool { return true } // every first attempt waits until killed
 	e2eKill.Store(&block)
 	defer e2eKill.Store(nil)
@@ -246,6 +228,22 @@ func TestServiceKillsAttempts(t *testing.T) {
 	}
 }
 
+// workerClient returns the Client of the worker at addr, from a static
+// pool dialing it with opts.
+func (e *e2eEnv) workerClient(t *testing.T, addr string, opts ...grpc.DialOption) *Client {
+	t.Helper()
+	pool, err := NewStaticPool([]string{addr}, PoolOptions{HeartbeatInterval: 50 * time.Millisecond, LostAfter: time.Second, DialOptions: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	ws, err := pool.WaitWorkers(e.ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws[0].(*Client)
+}
+
 // Job tokens: a worker serves a job's map output, and forgets the job,
 // only for callers presenting the job's token (the coordinator and the
 // job's reducers), whoever they authenticate as; an attempt bringing
@@ -259,30 +257,10 @@ func TestServiceJobTokens(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("alice-token-0123456789abcdef alice\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{TokenFile: tokenFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	guarded, err := (&cluster.AuthConfig{Authenticator: authn}).WorkerServerOptions(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := StartWorker(e.ctx, WorkerConfig{Addr: "127.0.0.1:0", Worker: mapreduce.LocalWorkerConfig{Dir: t.TempDir(), Slots: 2}, ServerOptions: guarded})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
+	guard := must((&cluster.AuthConfig{Authenticator: must(auth.New(auth.Config{TokenFile: tokenFile}))}).WorkerServerOptions(nil, nil))
+	w := startTestWorker(t, "127.0.0.1:0", nil, 2, guard...)
 	alice := grpc.WithPerRPCCredentials(auth.BearerToken("alice-token-0123456789abcdef"))
-	pool, err := NewStaticPool([]string{w.Addr()}, PoolOptions{HeartbeatInterval: 50 * time.Millisecond, LostAfter: time.Second, DialOptions: []grpc.DialOption{alice}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	ws, err := pool.WaitWorkers(e.ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := ws[0].(*Client)
+	c := e.workerClient(t, w.Addr(), alice)
 	spec := mapreduce.JobSpec{ID: "tok-1", Token: "tok-1-secret", Name: "remote-e2e-wordcount", Addr: e.addr, Reducers: 2, Project: "tabula", Instance: "dev",
 		Conf: must(json.Marshal(e2eConf{Table: "words", Out: "unused", Reducers: 2}))}
 	a := mapreduce.AttemptID{Job: spec.ID, Kind: mapreduce.MapTask}
