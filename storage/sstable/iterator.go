@@ -6,8 +6,13 @@ import "bytes"
 // in-memory index picks the data block, and a blockIter walks it.
 //
 // The current block is held by pointer, so eviction from the cache never
-// invalidates Key and Value; they alias the block (values) or the
-// iterator's reused key buffer (keys) until the next positioning call.
+// invalidates Key and Value. Keys live in the iterator's reused key buffer
+// until the next positioning call. Values alias the block's bytes, which
+// are never modified or recycled once the block is read (a pooled read
+// buffer is reused only when the block was decompressed out of it), so a
+// value stays valid and unchanged after the iterator moves, with its
+// capacity clipped to its length: storage/tablet's scans hand values on
+// without copying them.
 type iterator struct {
 	r        *Reader
 	bi       blockIter

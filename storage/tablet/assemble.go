@@ -131,7 +131,21 @@ type cellVersion struct {
 //
 // The result is in cell order: family, qualifier, timestamp descending.
 func resolveRow(entries []entry, p resolveParams) ([]cellVersion, error) {
-	var out []cellVersion
+	var rs resolver
+	return rs.resolve(entries, p)
+}
+
+// resolver holds resolveRow's buffers, reused from row to row by a scan: a
+// result is valid until the next call.
+type resolver struct {
+	out, colVers []cellVersion
+	markers      []colMarker
+}
+
+// resolve is resolveRow with rs's buffers.
+func (rs *resolver) resolve(entries []entry, p resolveParams) ([]cellVersion, error) {
+	out := rs.out[:0]
+	defer func() { rs.out = out[:0] }()
 	var rowDel uint64
 	i := 0
 	// Row markers come first.
@@ -155,8 +169,8 @@ func resolveRow(entries []entry, p resolveParams) ([]cellVersion, error) {
 		haveFam   bool
 		curQual   []byte
 		haveCol   bool
-		markers   []colMarker
-		colVers   []cellVersion
+		markers   = rs.markers[:0]
+		colVers   = rs.colVers[:0]
 		lastTS    int64
 		haveTS    bool
 		decodeErr error
@@ -279,6 +293,7 @@ func resolveRow(entries []entry, p resolveParams) ([]cellVersion, error) {
 		colVers = append(colVers, cellVersion{key: k, value: e.value, raw: e})
 		folding, foldSeq = fam.Aggregate != cell.NoAggregator, k.Seq
 	}
+	rs.markers, rs.colVers = markers[:0], colVers[:0]
 	if decodeErr != nil {
 		return nil, decodeErr
 	}
@@ -306,7 +321,10 @@ func shadowedByColumn(ms []colMarker, seq uint64, ts int64) bool {
 }
 
 // filterVersions applies the ReadOptions to live versions (already in cell
-// order) and returns the row's cells; values are copied.
+// order) and returns the row's cells. Qualifiers and values are not
+// copied: they alias the entries, whose bytes are never modified (see
+// readRowEntries), with their capacity clipped so that a caller appending
+// to one gets a copy instead of writing over its neighbour.
 func filterVersions(vs []cellVersion, ro ReadOptions) []cell.Cell {
 	var cells []cell.Cell
 	count := 0
@@ -321,20 +339,34 @@ func filterVersions(vs []cellVersion, ro ReadOptions) []cell.Cell {
 			continue
 		}
 		count++
+		if cells == nil {
+			// Most rows keep most of their versions: one allocation.
+			cells = make([]cell.Cell, 0, len(vs)-i)
+		}
+		q, val := v.key.Qualifier, v.value
 		cells = append(cells, cell.Cell{
 			Family:    v.key.Family,
-			Qualifier: bytes.Clone(v.key.Qualifier),
+			Qualifier: q[:len(q):len(q)],
 			Timestamp: v.key.Timestamp,
-			Value:     bytes.Clone(v.value),
+			Value:     val[:len(val):len(val)],
 		})
 	}
 	return cells
 }
 
 // assembleRow turns one row's sorted entries into the row a read returns;
-// ok is false when no cell remains.
+// ok is false when no cell remains. The row's key is row itself and its
+// cells alias the entries (see filterVersions): the entries' keys and
+// values must be the caller's to give away, never to be modified.
 func assembleRow(row []byte, entries []entry, p resolveParams, ro ReadOptions) (cell.Row, bool, error) {
-	vs, err := resolveRow(entries, p)
+	var rs resolver
+	return rs.assemble(row, entries, p, ro)
+}
+
+// assemble is assembleRow with rs's buffers (the row it returns does not
+// use them).
+func (rs *resolver) assemble(row []byte, entries []entry, p resolveParams, ro ReadOptions) (cell.Row, bool, error) {
+	vs, err := rs.resolve(entries, p)
 	if err != nil {
 		return cell.Row{}, false, err
 	}
@@ -342,5 +374,5 @@ func assembleRow(row []byte, entries []entry, p resolveParams, ro ReadOptions) (
 	if len(cells) == 0 {
 		return cell.Row{}, false, nil
 	}
-	return cell.Row{Key: bytes.Clone(row), Cells: cells}, true, nil
+	return cell.Row{Key: row[:len(row):len(row)], Cells: cells}, true, nil
 }

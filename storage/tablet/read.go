@@ -105,7 +105,7 @@ func (t *Tablet) readRow(ctx context.Context, v *version, snap uint64, row []byt
 		es = append(es, ges...)
 	}
 	sortEntries(es)
-	return assembleRow(row, es, t.params(v, snap), ro)
+	return assembleRow(bytes.Clone(row), es, t.params(v, snap), ro)
 }
 
 func (t *Tablet) params(v *version, snap uint64) resolveParams {
@@ -147,12 +147,13 @@ func (t *Tablet) Scan(ctx context.Context, so ScanOptions, fn func(cell.Row) err
 	it := t.newIter(v, groupsFor(v, so.ReadOptions), lower, upper)
 	p := t.params(v, snap)
 	n := 0
+	var rs resolver
 	emit := func(es []entry) (bool, error) {
 		k, err := cell.DecodeKey(es[0].key)
 		if err != nil {
 			return false, err
 		}
-		r, ok, err := assembleRow(k.Row, es, p, so.ReadOptions)
+		r, ok, err := rs.assemble(k.Row, es, p, so.ReadOptions)
 		if err != nil || !ok {
 			return false, err
 		}
@@ -202,13 +203,32 @@ func (t *Tablet) Scan(ctx context.Context, so ScanOptions, fn func(cell.Row) err
 	return it.Close()
 }
 
-// readRowEntries copies the entries of the row the iterator is at and
+// readRowEntries collects the entries of the row the iterator is at and
 // leaves it at the next row; ok is false when the iterator ended.
-func readRowEntries(it cell.Iterator, dst []entry) ([]entry, bool) {
-	n := cell.RowPrefixLen(it.Key())
-	prefix := bytes.Clone(it.Key()[:max(n, 0)])
+//
+// Keys are copied, all of a row's into one new buffer (an SSTable
+// iterator reuses its key buffer), and handed over with the row: the
+// cells' qualifiers and the row key alias them. Values are not copied:
+// the iterator's sources are memtables, whose arena is append-only, and
+// SSTable blocks, which are never modified or recycled once read (see
+// storage/sstable's iterator), so a value stays valid — and unchanged —
+// after the iterator moves, for as long as it is referenced.
+func readRowEntries(it *mergingIter, dst []entry) ([]entry, bool) {
+	var buf []byte // the free tail of the current key buffer
+	var prefix []byte
 	for {
-		dst = append(dst, entry{key: it.Key(), value: it.Value()}.clone())
+		k := it.Key()
+		if len(buf)+len(k) > cap(buf) {
+			// A new buffer; the keys already copied keep the old one.
+			buf = make([]byte, 0, max(keyBufBytes, len(k)))
+		}
+		off := len(buf)
+		buf = append(buf, k...)
+		key := buf[off:len(buf):len(buf)]
+		if prefix == nil {
+			prefix = key[:max(cell.RowPrefixLen(key), 0)]
+		}
+		dst = append(dst, entry{key: key, value: it.Value()})
 		if !it.Next() {
 			return dst, false
 		}
@@ -217,6 +237,10 @@ func readRowEntries(it cell.Iterator, dst []entry) ([]entry, bool) {
 		}
 	}
 }
+
+// keyBufBytes is the size of the buffers readRowEntries copies keys into:
+// a typical row's keys fit in one.
+const keyBufBytes = 512
 
 // newIter merges the memtables and the SSTables of the given groups,
 // clipped to [lower, upper).
