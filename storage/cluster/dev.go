@@ -570,6 +570,7 @@ func newGRPCServer(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServ
 	return grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes),
 		grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes),
+		tabletserver.ServerCodec(), // ReadRows responses encoded without copying values
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		// Handle requests on long-lived workers rather than a goroutine

@@ -74,7 +74,7 @@ func newTestEnv(t testing.TB, ho HostOptions, do DataOptions) *testEnv {
 		t.Fatal(err)
 	}
 	ds := NewDataService(host, do)
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes),
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes), ServerCodec(),
 		grpc.UnaryInterceptor(host.UnaryInterceptor()), grpc.StreamInterceptor(host.StreamInterceptor()))
 	bigtablepb.RegisterBigtableServer(srv, ds)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
