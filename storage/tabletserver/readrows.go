@@ -141,8 +141,16 @@ type chunkWriter struct {
 	bytes  []wrapperspb.BytesValue
 }
 
-// slabCells is how many chunks (and wrappers) one slab holds.
-const slabCells = 256
+// slabCells bounds how many chunks (and wrappers) one slab holds. The
+// first slab of a request holds firstSlabCells and each next one twice
+// its predecessor's: a point read allocates little, a scan few slabs.
+const (
+	firstSlabCells = 4
+	slabCells      = 256
+)
+
+// slabCap is the capacity of the slab that follows one of capacity prev.
+func slabCap(prev int) int { return max(firstSlabCells, min(2*prev, slabCells)) }
 
 // commitRow ends a row. Shared by every row's last chunk: messages only
 // read it.
@@ -151,7 +159,7 @@ var commitRow = &bigtablepb.ReadRowsResponse_CellChunk_CommitRow{CommitRow: true
 // newChunk returns a zero chunk from the slab.
 func (w *chunkWriter) newChunk() *bigtablepb.ReadRowsResponse_CellChunk {
 	if len(w.chunks) == cap(w.chunks) {
-		w.chunks = make([]bigtablepb.ReadRowsResponse_CellChunk, 0, slabCells)
+		w.chunks = make([]bigtablepb.ReadRowsResponse_CellChunk, 0, slabCap(cap(w.chunks)))
 	}
 	w.chunks = w.chunks[:len(w.chunks)+1]
 	return &w.chunks[len(w.chunks)-1]
@@ -159,7 +167,7 @@ func (w *chunkWriter) newChunk() *bigtablepb.ReadRowsResponse_CellChunk {
 
 func (w *chunkWriter) family(name string) *wrapperspb.StringValue {
 	if len(w.strs) == cap(w.strs) {
-		w.strs = make([]wrapperspb.StringValue, 0, slabCells)
+		w.strs = make([]wrapperspb.StringValue, 0, slabCap(cap(w.strs)))
 	}
 	w.strs = w.strs[:len(w.strs)+1]
 	v := &w.strs[len(w.strs)-1]
@@ -169,7 +177,7 @@ func (w *chunkWriter) family(name string) *wrapperspb.StringValue {
 
 func (w *chunkWriter) qualifier(q []byte) *wrapperspb.BytesValue {
 	if len(w.bytes) == cap(w.bytes) {
-		w.bytes = make([]wrapperspb.BytesValue, 0, slabCells)
+		w.bytes = make([]wrapperspb.BytesValue, 0, slabCap(cap(w.bytes)))
 	}
 	w.bytes = w.bytes[:len(w.bytes)+1]
 	v := &w.bytes[len(w.bytes)-1]
@@ -204,7 +212,7 @@ const chunkOverhead = 32
 // add appends a chunk to the pending response.
 func (w *chunkWriter) add(ch *bigtablepb.ReadRowsResponse_CellChunk, n int) error {
 	if w.resp == nil {
-		w.resp = &bigtablepb.ReadRowsResponse{Chunks: make([]*bigtablepb.ReadRowsResponse_CellChunk, 0, 64)}
+		w.resp = &bigtablepb.ReadRowsResponse{Chunks: make([]*bigtablepb.ReadRowsResponse_CellChunk, 0, slabCap(len(w.chunks)))}
 	}
 	w.resp.Chunks = append(w.resp.Chunks, ch)
 	w.size += n + chunkOverhead
