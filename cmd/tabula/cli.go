@@ -470,6 +470,7 @@ in microseconds since the epoch; without one the server assigns it.`,
 		cmds = append(cmds, v.command())
 	}
 	cmds = append(cmds, newACLCommands()...)
+	cmds = append(cmds, newBackupCommands()...)
 	return append(append(cmds, newSetLocalityGroupCommand()), newTabletCommands()...)
 }
 

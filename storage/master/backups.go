@@ -3,7 +3,7 @@ package master
 import (
 	"context"
 	"fmt"
-	"path"
+	"strconv"
 	"slices"
 	"strings"
 	"time"
@@ -275,8 +275,10 @@ func (s *AdminService) GetBackup(ctx context.Context, req *adminpb.GetBackupRequ
 	return backupProto(n, m), nil
 }
 
-// ListBackups lists an instance's unexpired backups by ID (cluster "-" or
-// any other: Tabula has one). filter and order_by are UNIMPLEMENTED.
+// ListBackups lists an instance's unexpired backups (cluster "-" or any
+// other: Tabula has one), filtered and ordered as Cloud Bigtable documents
+// (backupfilter.go; newest first by default). The page token is the
+// offset of the page's first backup in that order.
 func (s *AdminService) ListBackups(ctx context.Context, req *adminpb.ListBackupsRequest) (*adminpb.ListBackupsResponse, error) {
 	if err := s.backupsEnabled(); err != nil {
 		return nil, err
@@ -285,36 +287,51 @@ func (s *AdminService) ListBackups(ctx context.Context, req *adminpb.ListBackups
 	if err != nil {
 		return nil, err
 	}
-	if req.GetFilter() != "" {
-		return nil, unimplemented("filter", "filtering backups")
+	match, err := parseBackupFilter(req.GetFilter())
+	if err != nil {
+		return nil, invalidArg("filter", "%v", err)
 	}
-	if req.GetOrderBy() != "" {
-		return nil, unimplemented("order_by", "ordering backups")
+	order, err := parseBackupOrder(req.GetOrderBy())
+	if err != nil {
+		return nil, invalidArg("order_by", "%v", err)
 	}
 	if req.GetPageSize() < 0 {
 		return nil, invalidArg("page_size", "must not be negative, got %d", req.GetPageSize())
+	}
+	offset := 0
+	if tok := req.GetPageToken(); tok != "" {
+		if offset, err = strconv.Atoi(tok); err != nil || offset < 0 {
+			return nil, invalidArg("page_token", "%q is not a token ListBackups returned", tok)
+		}
 	}
 	ms, err := listManifests(ctx, s.backupStore(), BackupsPrefix+n.catalogInstance+"/")
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	slices.SortFunc(ms, func(a, b BackupManifest) int { return strings.Compare(a.ID, b.ID) })
 	now := s.opts.Now()
-	resp := &adminpb.ListBackupsResponse{}
+	var all []*adminpb.Backup
 	for _, m := range ms {
-		if !now.Before(m.ExpireTime) || (req.GetPageToken() != "" && m.ID <= req.GetPageToken()) {
+		if !now.Before(m.ExpireTime) {
 			continue
-		}
-		if req.GetPageSize() > 0 && len(resp.Backups) == int(req.GetPageSize()) {
-			resp.NextPageToken = path.Base(resp.Backups[len(resp.Backups)-1].Name)
-			break
 		}
 		bn := n
 		bn.id = m.ID
 		if bn.cluster == "-" {
 			bn.cluster = m.Cluster
 		}
-		resp.Backups = append(resp.Backups, backupProto(bn, m))
+		if b := backupProto(bn, m); match(b) {
+			all = append(all, b)
+		}
+	}
+	slices.SortFunc(all, order)
+	resp := &adminpb.ListBackupsResponse{}
+	if offset < len(all) {
+		all = all[offset:]
+		if ps := int(req.GetPageSize()); ps > 0 && len(all) > ps {
+			all = all[:ps]
+			resp.NextPageToken = strconv.Itoa(offset + ps)
+		}
+		resp.Backups = all
 	}
 	return resp, nil
 }
