@@ -3,8 +3,8 @@ package master
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
