@@ -189,7 +189,17 @@ func (s *AdminService) dropRestorably(ctx context.Context, n tableName, t meta.T
 	}()
 	states, err := s.opts.Host.(BackupHost).FlushTableStates(ctx, t)
 	if err != nil {
-		return status.Errorf(codes.Unavailable, "flushing %s before deleting it (it stays, nothing was deleted): %v", n, err)
+		// A table whose tablets are not served (they failed to open)
+		// has nothing in memory to flush: its saved states are whole.
+		saved := make([]tabletdesc.State, 0, len(t.Tablets))
+		for _, ref := range t.Tablets {
+			saved = append(saved, tabletdesc.State{ID: ref.ID})
+		}
+		var serr error
+		if states, serr = finalStates(ctx, s.opts.States, saved); serr != nil {
+			return status.Errorf(codes.Unavailable, "flushing %s before deleting it (it stays, nothing was deleted): %v; its saved states: %v", n, err, serr)
+		}
+		s.opts.Logger.Warn("flushing a table before deleting it failed; the record keeps its saved states", "table", n.id, "err", err)
 	}
 	rec := DroppedTable{Table: t, Tablets: states, Deleted: now.UTC(), ExpireTime: now.Add(s.opts.UndeleteRetention).UTC()}
 	rec.Table.Tablets = nil
@@ -316,6 +326,11 @@ func (s *AdminService) UndeleteTable(ctx context.Context, req *adminpb.UndeleteT
 	// From here on the table is coming back; finish even if the client
 	// does not wait.
 	ctx = context.WithoutCancel(ctx)
+	// Tablets of the deleted table a failed drop left (METADATA rows in
+	// a cluster) would overlap the new ones.
+	if err := s.opts.Host.DropTable(ctx, meta.Table{ID: n.id}); err != nil {
+		return nil, toStatus(fmt.Errorf("clearing what is left of the deleted table's tablets: %w", err))
+	}
 	t := rec.Table
 	t.Generation++
 	t, err = s.createByReference(ctx, n, t, rec.Tablets, "undelete", nil)
