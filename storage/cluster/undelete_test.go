@@ -307,3 +307,52 @@ func TestDevRestoreByReference(t *testing.T) {
 		t.Fatalf("the restored table wrote no file of its own: %d, %v", len(objs), err)
 	}
 }
+
+// TestDevListBackupsPages: filter, order and pages through the official
+// admin RPC, and a page token ListBackups did not issue refused.
+func TestDevListBackupsPages(t *testing.T) {
+	srv := devtest.StartT(t, cluster.DevConfig{})
+	ctx := devtest.Context(t)
+	adm := adminConn(t, srv)
+	srv.CreateTable(t, "a", []string{"f"})
+	srv.CreateTable(t, "b", []string{"f"})
+	for i, table := range []string{"a", "b", "a", "b", "a"} {
+		if err := srv.Admin.CreateBackup(ctx, table, "c", fmt.Sprintf("bk%d", i), time.Now().Add(7*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func(filter, order string) []string {
+		t.Helper()
+		var out []string
+		req := &adminpb.ListBackupsRequest{Parent: devInstance + "/clusters/-", Filter: filter, OrderBy: order, PageSize: 2}
+		for pages := 1; ; pages++ {
+			resp, err := adm.ListBackups(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.GetBackups()) > 2 {
+				t.Fatalf("page %d has %d backups, page_size 2", pages, len(resp.GetBackups()))
+			}
+			for _, b := range resp.GetBackups() {
+				out = append(out, b.GetName()[strings.LastIndex(b.GetName(), "/")+1:])
+			}
+			if resp.GetNextPageToken() == "" {
+				return out
+			}
+			req.PageToken = resp.GetNextPageToken()
+		}
+	}
+	if got := list("", "name"); !slices.Equal(got, []string{"bk0", "bk1", "bk2", "bk3", "bk4"}) {
+		t.Fatalf("by name: %v", got)
+	}
+	if got := list("", ""); !slices.Equal(got, []string{"bk4", "bk3", "bk2", "bk1", "bk0"}) {
+		t.Fatalf("newest first: %v", got)
+	}
+	if got := list("source_table:b", "name desc"); !slices.Equal(got, []string{"bk3", "bk1"}) {
+		t.Fatalf("of table b, by name descending: %v", got)
+	}
+	_, err := adm.ListBackups(ctx, &adminpb.ListBackupsRequest{Parent: devInstance + "/clusters/-", PageToken: "bk2"})
+	wantCode(t, "a page token ListBackups did not issue", err, codes.InvalidArgument, "page_token")
+	_, err = adm.ListBackups(ctx, &adminpb.ListBackupsRequest{Parent: devInstance + "/clusters/-", Filter: "size_bytes > lots"})
+	wantCode(t, "a bad filter", err, codes.InvalidArgument, "filter")
+}

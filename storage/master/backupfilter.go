@@ -15,7 +15,8 @@ import (
 // (ListBackupsRequest): a filter is restrictions `FIELD OP VALUE` over the
 // fields name, source_table, state, start_time, end_time, expire_time and
 // size_bytes, with the operators =, !=, <, <=, >, >= and : (has: for a
-// bare value, the field contains it; for a quoted one, equals it),
+// bare value, the ID — the name's last segment — contains it; for a
+// quoted one, the ID or the full name equals it),
 // combined with AND, OR (which binds tighter, as in AIP-160), NOT or a
 // leading -, juxtaposition (AND) and parentheses; keywords and field names
 // are case-insensitive. Times are RFC 3339 (2018-03-28T14:50:00Z), sizes
@@ -264,7 +265,9 @@ func (p *filterParser) restriction() (backupFilter, error) {
 			if val.quoted {
 				return id == v || full == v
 			}
-			return strings.Contains(strings.ToLower(full), strings.ToLower(v))
+			// The ID: the project, instance and cluster in the full
+			// name would match most words.
+			return strings.Contains(strings.ToLower(id), strings.ToLower(v))
 		}
 		if op.text == "=" || op.text == "!=" {
 			return compareOp(op.text, boolCmp(id == v || full == v))
