@@ -96,6 +96,7 @@ type clusterOptions struct {
 	splitSize        int64
 	memtableSize     int64
 	extraMaster      []string
+	extraServer      []string // more flags of every tablet server
 	// mtls: every role serves mutual TLS with certificates of a CA made
 	// for the cluster (tabula certs' package), and calls the others with
 	// its certificate; the test's clients use tlsFor.
@@ -248,7 +249,7 @@ func (c *testCluster) startServer() *roleProc {
 	if c.opts.memtableSize > 0 {
 		args = append(args, "--memtable-size", fmt.Sprint(c.opts.memtableSize))
 	}
-	p := c.start("tabletserver", args...)
+	p := c.start("tabletserver", append(args, c.opts.extraServer...)...)
 	c.mu.Lock()
 	c.servers = append(c.servers, p)
 	c.mu.Unlock()

@@ -65,6 +65,19 @@ func readRoot(ctx context.Context, kv coord.KV) (meta.Location, uint64, error) {
 // metadataScanTimeout bounds one read of a METADATA tablet's rows.
 const metadataScanTimeout = 3 * time.Second
 
+// metadataSuspectTimeout bounds one read of a METADATA tablet at a server
+// where the last one failed (metadataStore.suspects): long enough for a
+// live server's answer, short enough not to hold up the round.
+const metadataSuspectTimeout = 500 * time.Millisecond
+
+// metadataSuspectFull: every metadataSuspectFull-th read at a suspect
+// server has the full metadataScanTimeout.
+const metadataSuspectFull = 4
+
+// metadataScanParallelism bounds the METADATA tablets the master reads at
+// once.
+const metadataScanParallelism = 8
+
 // metadataStore is the master's view of METADATA (master.Metadata): the
 // root's location in the lock service, the other tablets' rows read and
 // written through a client whose locator walks the hierarchy.
@@ -85,6 +98,14 @@ type metadataStore struct {
 
 	mu   sync.Mutex
 	rows map[string]meta.Location // tablet ID → its row as last read
+	// suspects counts, per server, the reads of METADATA tablets there
+	// that failed in a row: they are read with the shorter
+	// metadataSuspectTimeout (every metadataSuspectFull-th with the full
+	// one, in case a live server is only slow) until one succeeds, so
+	// that a dead server holding METADATA tablets does not slow every
+	// round — and with them the detection of its death — by
+	// metadataScanTimeout.
+	suspects map[string]int
 }
 
 func newMetadataStore(kv coord.KV, cl *client.Client) *metadataStore {
@@ -139,7 +160,7 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 	if root.Server == "" {
 		return out, false, nil
 	}
-	metas, err := m.scanEntries(ctx, nil, meta.RootTabletEnd())
+	metas, err := m.readTablet(ctx, root.Server, nil, meta.RootTabletEnd())
 	if err != nil {
 		m.warn("reading the root tablet", err)
 		return out, false, nil
@@ -159,38 +180,76 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 	// METADATA tablets split like user tablets, their splits committed
 	// to the root tablet's rows: finish those a server left unfinished.
 	metas = m.finishSplits(ctx, nil, meta.RootTabletEnd(), metas)
-	complete = true
 	// While a METADATA split is unfinished its parent's row overlaps its
 	// left children's (which sort first): each part of METADATA is read
-	// once, from where the rows before it ended.
+	// once, from where the rows before it ended. The METADATA tablets are
+	// read in parallel: a dead server's take metadataScanTimeout each to
+	// fail, which must not add up over a round; and once one failed, the
+	// others of its server not yet read wait for the next round.
+	type part struct {
+		l     meta.Location
+		start []byte
+		users []meta.MetadataEntry
+		err   error
+	}
+	parts := make([]part, len(metas))
 	reached := meta.RootTabletEnd()
-	for _, e := range metas {
-		l := e.Location()
-		rows[l.TabletID] = l
-		out = append(out, assignTablet(l, assign.Meta))
-		if l.Server == "" {
-			complete = false
+	sem := make(chan struct{}, metadataScanParallelism)
+	var wg sync.WaitGroup
+	var failedMu sync.Mutex
+	failed := make(map[string]error) // server → why a read of one of its tablets failed
+	for i, e := range metas {
+		p := &parts[i]
+		p.l = e.Location()
+		if p.l.Server == "" {
 			continue
 		}
-		start := bytes.Clone(l.Start)
-		if bytes.Compare(reached, start) > 0 {
-			start = bytes.Clone(reached)
+		p.start = bytes.Clone(p.l.Start)
+		if bytes.Compare(reached, p.start) > 0 {
+			p.start = bytes.Clone(reached)
 		}
-		if !l.Range().EndsAfter(start) {
+		if !p.l.Range().EndsAfter(p.start) {
 			continue // read already, as part of an overlapping row's range
 		}
-		if len(l.End) > 0 {
-			reached = l.End
+		if len(p.l.End) > 0 {
+			reached = p.l.End
 		}
-		users, err := m.scanEntries(ctx, start, l.End)
-		if err != nil {
-			m.warn("reading METADATA tablet "+l.TabletID, err)
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			failedMu.Lock()
+			why := failed[p.l.Server]
+			failedMu.Unlock()
+			if why != nil {
+				p.err = fmt.Errorf("not read: another METADATA tablet of %s failed: %w", p.l.Server, why)
+				return
+			}
+			p.users, p.err = m.readTablet(ctx, p.l.Server, p.start, p.l.End)
+			if p.err != nil {
+				failedMu.Lock()
+				failed[p.l.Server] = p.err
+				failedMu.Unlock()
+			} else {
+				p.users = m.finishMerges(ctx, p.start, p.l.End, p.users)
+				p.users = m.finishSplits(ctx, p.start, p.l.End, p.users)
+			}
+		})
+	}
+	wg.Wait()
+	complete = true
+	for _, p := range parts {
+		rows[p.l.TabletID] = p.l
+		out = append(out, assignTablet(p.l, assign.Meta))
+		switch {
+		case p.l.Server == "":
 			complete = false
-			continue
+		case p.err != nil:
+			m.warn("reading METADATA tablet "+p.l.TabletID, p.err)
+			complete = false
 		}
-		users = m.finishMerges(ctx, start, l.End, users)
-		users = m.finishSplits(ctx, start, l.End, users)
-		for _, e := range users {
+	}
+	for _, p := range parts {
+		for _, e := range p.users {
 			u := e.Location()
 			rows[u.TabletID] = u
 			out = append(out, assignTablet(u, assign.User))
@@ -229,7 +288,37 @@ func (m *metadataStore) scanEntries(ctx context.Context, start, end []byte) ([]m
 	// A METADATA tablet that is moving answers "not serving" until the
 	// master itself reassigns it: fail soon rather than retry for the
 	// whole round.
-	ctx, cancel := context.WithTimeout(ctx, metadataScanTimeout)
+	return m.scanEntriesWithin(ctx, metadataScanTimeout, start, end)
+}
+
+// readTablet reads the METADATA rows in [start, end) of a tablet served
+// by server, within metadataScanTimeout, or metadataSuspectTimeout while
+// reads at server keep failing (metadataStore.suspects).
+func (m *metadataStore) readTablet(ctx context.Context, server string, start, end []byte) ([]meta.MetadataEntry, error) {
+	m.mu.Lock()
+	failures := m.suspects[server]
+	m.mu.Unlock()
+	timeout := metadataScanTimeout
+	if failures%metadataSuspectFull != 0 {
+		timeout = metadataSuspectTimeout
+	}
+	es, err := m.scanEntriesWithin(ctx, timeout, start, end)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil {
+		delete(m.suspects, server)
+		return es, nil
+	}
+	if m.suspects == nil {
+		m.suspects = make(map[string]int)
+	}
+	m.suspects[server]++
+	return nil, err
+}
+
+// scanEntriesWithin is scanEntries giving up after timeout.
+func (m *metadataStore) scanEntriesWithin(ctx context.Context, timeout time.Duration, start, end []byte) ([]meta.MetadataEntry, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	s := m.cl.Scan(ctx, meta.MetadataTableName, client.ScanOptions{Start: start, End: end, Families: []string{meta.FamilyLoc, meta.FamilyState}, MaxVersions: 1})
 	defer s.Close()

@@ -185,9 +185,12 @@ type Loop struct {
 	// poke asks the running term for a round now.
 	poke chan struct{}
 
-	mu        sync.Mutex
-	splits    []assign.Split // reported, not yet seen in METADATA
-	mergeReqs []*mergeRequest
+	mu     sync.Mutex
+	splits []assign.Split // reported, not yet seen in METADATA
+	// splitsGone counts, by parent, the METADATA reads that found a
+	// reported split's parent gone and a child missing (pendingSplits).
+	splitsGone map[assign.TabletID]int
+	mergeReqs  []*mergeRequest
 	// leading is set while this Loop holds the master lock; observed
 	// is the State of its last round (for status pages).
 	leading  bool
@@ -267,7 +270,7 @@ func NewLoop(opts LoopOptions) (*Loop, error) {
 			opts.Session.LockDelay = floor
 		}
 	}
-	return &Loop{opts: opts, poke: make(chan struct{}, 1)}, nil
+	return &Loop{opts: opts, poke: make(chan struct{}, 1), splitsGone: make(map[assign.TabletID]int)}, nil
 }
 
 // ReportSplit records a split a tablet server reports having committed to

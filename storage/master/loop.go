@@ -403,7 +403,7 @@ func (t *term) observe(ctx context.Context) (assign.State, error) {
 	}
 	st := o.State
 	t.c.mu.Lock()
-	t.c.splits = pendingSplits(t.c.splits, st.Tablets)
+	t.c.splits = pendingSplits(t.c.splits, st.Tablets, t.c.splitsGone)
 	st.Splits = slices.Clone(t.c.splits)
 	t.c.mu.Unlock()
 	for _, m := range t.merging {

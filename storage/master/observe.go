@@ -235,21 +235,46 @@ func (m *memory) settle(st assign.State) {
 }
 
 // pendingSplits returns the split reports METADATA does not reflect yet:
-// those whose parent is still listed or some child is not.
-func pendingSplits(splits []assign.Split, tablets []assign.Tablet) []assign.Split {
+// those whose parent is still listed or some child is not. A report whose
+// parent has been gone for more than splitReportRounds reads (gone counts
+// them, by parent) is dropped although a child is missing: the parent's
+// row goes only with the commit's last step, so the split is in METADATA
+// and the child split again (or merged) before the master read it — as
+// METADATA tablets do, one split right after another while they fill up.
+// Kept, such a report would have the planner read the table's range again
+// every round for ever. (If the parent was only missing from an
+// incomplete read and comes back unsplit, the children its server reports
+// hold it back all the same: assign.Plan's unknown tablets.)
+func pendingSplits(splits []assign.Split, tablets []assign.Tablet, gone map[assign.TabletID]int) []assign.Split {
 	byID := make(map[assign.TabletID]bool, len(tablets))
 	for _, tb := range tablets {
 		byID[tb.ID] = true
 	}
-	return slices.DeleteFunc(splits, func(s assign.Split) bool {
+	out := slices.DeleteFunc(splits, func(s assign.Split) bool {
 		if byID[s.Parent] {
+			delete(gone, s.Parent)
 			return false
 		}
 		for _, ch := range s.Children {
 			if !byID[ch] {
-				return false
+				gone[s.Parent]++
+				return gone[s.Parent] > splitReportRounds
 			}
 		}
 		return true
 	})
+	pending := make(map[assign.TabletID]bool, len(out))
+	for _, s := range out {
+		pending[s.Parent] = true
+	}
+	for id := range gone {
+		if !pending[id] {
+			delete(gone, id)
+		}
+	}
+	return out
 }
+
+// splitReportRounds is how many METADATA reads a split report may find
+// its parent gone and a child missing before it is dropped.
+const splitReportRounds = 3

@@ -209,8 +209,25 @@ func TestPendingSplits(t *testing.T) {
 		{Parent: "p2", Children: []assign.TabletID{"x1"}},       // parent still listed
 		{Parent: "p3", Children: []assign.TabletID{"d1", "d2"}}, // a child missing
 	}
-	got := pendingSplits(slices.Clone(splits), tablets)
+	gone := map[assign.TabletID]int{}
+	got := pendingSplits(slices.Clone(splits), tablets, gone)
 	if want := splits[1:]; !reflect.DeepEqual(got, want) {
 		t.Fatalf("pending = %v, want %v", got, want)
+	}
+	// The child d2 never shows (it split again before the master read
+	// it): the report goes once its parent has been gone for more than
+	// splitReportRounds reads.
+	for read := 2; read <= splitReportRounds; read++ {
+		got = pendingSplits(got, tablets, gone)
+		if want := splits[1:]; !reflect.DeepEqual(got, want) {
+			t.Fatalf("read %d: pending = %v, want %v", read, got, want)
+		}
+	}
+	got = pendingSplits(got, tablets, gone)
+	if want := splits[1:2]; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after %d reads: pending = %v, want %v", splitReportRounds+1, got, want)
+	}
+	if len(gone) != 0 {
+		t.Fatalf("counts of dropped reports kept: %v", gone)
 	}
 }
