@@ -582,10 +582,10 @@ func (s *AdminService) DeleteTable(ctx context.Context, req *adminpb.DeleteTable
 		return nil, toStatus(err)
 	}
 	if s.backupStore() != nil {
-		// A record left by a crash while the table existed (see
+		// Records left by a crash while the table existed (see
 		// DroppedPrefix) would keep the name taken.
-		if err := s.backupStore().Delete(ctx, droppedName(n.id)); err != nil && !blob.IsNotExist(err) {
-			s.opts.Logger.Warn("deleting a stale dropped-table record", "table", n.id, "err", err)
+		if err := s.deleteDropped(ctx, n.id); err != nil {
+			s.opts.Logger.Warn("deleting stale dropped-table records", "table", n.id, "err", err)
 		}
 	}
 	if err := s.collectDir(ctx, t.Dir()+"/"); err != nil {

@@ -221,7 +221,7 @@ func retainedByBackups(ctx context.Context, store blob.Store, now time.Time) (ba
 		if !now.Before(d.ExpireTime) {
 			// Past the retention: the table cannot be undeleted any
 			// more, and its files go with the sweep.
-			if err := store.Delete(ctx, droppedName(d.Table.ID)); err != nil && !blob.IsNotExist(err) {
+			if err := store.Delete(ctx, d.object); err != nil && !blob.IsNotExist(err) {
 				return r, err
 			}
 			continue

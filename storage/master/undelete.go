@@ -42,9 +42,11 @@ import (
 // dropped and deleted only after the undeleted table is in the catalog, so
 // a crash at any point leaves the table, or the record, or both (a record
 // whose table exists is stale: it cannot be undeleted, keeps its files
-// until it expires, and the next DeleteTable of the table replaces it).
+// until it expires, and the next DeleteTable of the table writes a newer
+// one, which UndeleteTable takes).
 const (
-	// DroppedPrefix holds the records: dropped/<instance>/<table>.json.
+	// DroppedPrefix holds the records:
+	// dropped/<instance>/<table>/<deletion time, ns, hex>.json.
 	DroppedPrefix = "dropped/"
 	// DefaultUndeleteRetention is the retention of `tabula dev` and of a
 	// cluster's master unless configured: Cloud Bigtable's 7 days.
@@ -61,6 +63,8 @@ type DroppedTable struct {
 	Tablets    []tabletdesc.State `json:"tablets"`
 	Deleted    time.Time          `json:"deleted"`
 	ExpireTime time.Time          `json:"expire_time"`
+	// object is the record's name in the store, when read from it.
+	object string
 }
 
 // Files returns every SSTable the record references.
@@ -72,20 +76,15 @@ func (d DroppedTable) Files() []string {
 	return out
 }
 
-func droppedName(id meta.TableID) string {
-	return DroppedPrefix + id.Instance + "/" + id.Table + ".json"
+// droppedDir holds the records of a table's deletions; each deletion has
+// its own object, named by its time, so that the sweep deleting an expired
+// record never deletes a newer one of the same name.
+func droppedDir(id meta.TableID) string {
+	return DroppedPrefix + id.Instance + "/" + id.Table + "/"
 }
 
-func readDropped(ctx context.Context, store blob.Store, id meta.TableID) (DroppedTable, error) {
-	b, err := store.Get(ctx, droppedName(id))
-	if err != nil {
-		return DroppedTable{}, err
-	}
-	var d DroppedTable
-	if err := json.Unmarshal(b, &d); err != nil {
-		return DroppedTable{}, fmt.Errorf("dropped-table record %s: %w", droppedName(id), err)
-	}
-	return d, nil
+func droppedName(id meta.TableID, deleted time.Time) string {
+	return fmt.Sprintf("%s%016x.json", droppedDir(id), deleted.UnixNano())
 }
 
 func putDropped(ctx context.Context, store blob.Store, d DroppedTable) error {
@@ -93,7 +92,7 @@ func putDropped(ctx context.Context, store blob.Store, d DroppedTable) error {
 	if err != nil {
 		return err
 	}
-	return store.Put(ctx, droppedName(d.Table.ID), b)
+	return store.Put(ctx, droppedName(d.Table.ID, d.Deleted), b)
 }
 
 // listDropped reads the records under prefix; one deleted meanwhile is
@@ -119,6 +118,7 @@ func listDropped(ctx context.Context, store blob.Store, prefix string) ([]Droppe
 		if err := json.Unmarshal(b, &d); err != nil {
 			return nil, fmt.Errorf("dropped-table record %s: %w", o.Name, err)
 		}
+		d.object = o.Name
 		out = append(out, d)
 	}
 	return out, nil
@@ -132,20 +132,46 @@ func (s *AdminService) retainsDropped() bool {
 	return s.opts.UndeleteRetention > 0 && s.backupStore() != nil && s.opts.States != nil && flushes
 }
 
-// restorable returns the live record of a deleted table of this ID, if
-// there is one. Any error reading it is returned (as a status).
+// restorable returns the newest live record of a deleted table of this ID,
+// and live true; else the newest expired one (not yet swept), if any, and
+// live false; a zero record if there is none. Any error reading them is
+// returned (as a status).
 func (s *AdminService) restorable(ctx context.Context, id meta.TableID) (DroppedTable, bool, error) {
 	if s.backupStore() == nil {
 		return DroppedTable{}, false, nil
 	}
-	d, err := readDropped(ctx, s.backupStore(), id)
-	if blob.IsNotExist(err) {
-		return DroppedTable{}, false, nil
-	}
+	recs, err := listDropped(ctx, s.backupStore(), droppedDir(id))
 	if err != nil {
 		return DroppedTable{}, false, toStatus(err)
 	}
-	return d, s.opts.Now().Before(d.ExpireTime), nil
+	now := s.opts.Now()
+	var newest, newestLive DroppedTable
+	for _, d := range recs {
+		if d.Deleted.After(newest.Deleted) || newest.object == "" {
+			newest = d
+		}
+		if now.Before(d.ExpireTime) && (d.Deleted.After(newestLive.Deleted) || newestLive.object == "") {
+			newestLive = d
+		}
+	}
+	if newestLive.object != "" {
+		return newestLive, true, nil
+	}
+	return newest, false, nil
+}
+
+// deleteDropped deletes every record of a table's deletions.
+func (s *AdminService) deleteDropped(ctx context.Context, id meta.TableID) error {
+	objs, err := s.backupStore().List(ctx, droppedDir(id))
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := s.backupStore().Delete(ctx, o.Name); err != nil && !blob.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // errNameRestorable is CreateTable's and RestoreTable's answer for the name
@@ -340,7 +366,7 @@ func (s *AdminService) UndeleteTable(ctx context.Context, req *adminpb.UndeleteT
 	// The table is in the catalog (the commit point); the record is stale
 	// now. The pending marker createByReference left keeps the files from
 	// a sweep that read the tablets' references before the table existed.
-	if err := s.backupStore().Delete(ctx, droppedName(n.id)); err != nil && !blob.IsNotExist(err) {
+	if err := s.backupStore().Delete(ctx, rec.object); err != nil && !blob.IsNotExist(err) {
 		s.opts.Logger.Warn("deleting the record of an undeleted table (it expires by itself)", "table", n.id, "err", err)
 	}
 	s.opts.Logger.Info("table undeleted", "table", n.id, "tablets", len(t.Tablets), "deleted", rec.Deleted)

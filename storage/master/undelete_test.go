@@ -49,16 +49,31 @@ func TestSweepKeepsDroppedTablesAndMarkedFiles(t *testing.T) {
 	if err != nil || !slices.Equal(got, []string{marked}) {
 		t.Fatalf("past the marker's TTL: deleted %v, %v; want only %s", got, err, marked)
 	}
-	if _, err := readDropped(ctx, store, rec.Table.ID); err != nil {
+	if _, err := store.Get(ctx, droppedName(rec.Table.ID, rec.Deleted)); err != nil {
 		t.Fatalf("the record within its retention: %v", err)
 	}
-	// Past the retention: the record goes, then its files.
+	// A table of the same name, created and deleted again later: its
+	// record is another object, which the expiry of the first spares.
+	again := sstName("tables/i/t", now.Add(90*time.Minute), 4)
+	if err := store.Put(ctx, again, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	rec2 := rec
+	rec2.Deleted, rec2.ExpireTime = now.Add(100*time.Minute), now.Add(3*time.Hour)
+	rec2.Tablets = []tabletdesc.State{{ID: "t-2", Groups: map[string][]tabletdesc.FileMeta{"": {{Name: again}}}}}
+	if err := putDropped(ctx, store, rec2); err != nil {
+		t.Fatal(err)
+	}
+	// Past the first retention: its record goes, then its files.
 	got, err = SweepFiles(ctx, store, "tables/", nil, time.Minute, now.Add(2*time.Hour))
 	if err != nil || !slices.Equal(got, []string{dropped}) {
 		t.Fatalf("past the retention: deleted %v, %v; want %s", got, err, dropped)
 	}
-	if _, err := readDropped(ctx, store, rec.Table.ID); !blob.IsNotExist(err) {
+	if _, err := store.Get(ctx, droppedName(rec.Table.ID, rec.Deleted)); !blob.IsNotExist(err) {
 		t.Fatalf("the expired record: %v, want it deleted", err)
+	}
+	if _, err := store.Get(ctx, droppedName(rec2.Table.ID, rec2.Deleted)); err != nil {
+		t.Fatalf("the later deletion's record: %v", err)
 	}
 }
 
