@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 
 	"github.com/tabuladb/tabula/beamio/keyrange"
 	"github.com/tabuladb/tabula/scripts"
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
@@ -34,6 +37,57 @@ type Table struct {
 	Project, Instance string
 	// Table is the table ID. Required.
 	Table string
+	// Auth is how the pipeline's workers authenticate to the server; the
+	// zero value takes the workers' environment.
+	Auth Credentials
+}
+
+// Credentials are how a pipeline reaches a server with TLS and
+// authentication on: the pipeline reads and writes as the token's (or the
+// client certificate's) principal, with that principal's grants. Each
+// unset part falls back to the workers' environment, as client.Dial does:
+// TABULA_TLS_CA, TABULA_TLS_CERT and TABULA_TLS_KEY for TLS, TABULA_TOKEN
+// for the token; with nothing set, plaintext without credentials.
+type Credentials struct {
+	// CAFile verifies the server's certificate (TLS on); CertFile and
+	// KeyFile are a client certificate, for servers that require one.
+	// Paths as the workers see them.
+	CAFile, CertFile, KeyFile string
+	// Token is a bearer token (a JWT, or a token of the servers' token
+	// file). It travels in the pipeline's serialized graph, which a
+	// shared runner may show; TokenFile, a file on the workers, keeps it
+	// out (its content, trimmed, is the token).
+	Token, TokenFile string
+}
+
+// ClientOptions returns the client options of c: TLS from the files
+// (nil when none is named: client.Dial then reads the environment), and
+// the token or the token file's ("" when neither: client.Dial reads
+// TABULA_TOKEN). It fails when a file does not load, or when both Token
+// and TokenFile are set.
+func (c Credentials) ClientOptions() (client.Options, error) {
+	var opts client.Options
+	if c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" {
+		tc, err := tlsconfig.Client(tlsconfig.Files{CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile})
+		if err != nil {
+			return opts, fmt.Errorf("beamio: TLS: %w", err)
+		}
+		opts.TLS = tc
+	}
+	opts.Token = c.Token
+	if c.TokenFile != "" {
+		if c.Token != "" {
+			return opts, errors.New("beamio: Credentials: set Token or TokenFile, not both")
+		}
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return opts, fmt.Errorf("beamio: token file: %w", err)
+		}
+		if opts.Token = strings.TrimSpace(string(b)); opts.Token == "" {
+			return opts, fmt.Errorf("beamio: token file %s is empty", c.TokenFile)
+		}
+	}
+	return opts, nil
 }
 
 func (t Table) validate() error {
@@ -46,9 +100,15 @@ func (t Table) validate() error {
 	return nil
 }
 
-// dial connects to the table's server.
-func (t Table) dial() (*client.Client, error) {
-	return client.Dial(t.Addr, client.Options{Project: t.Project, Instance: t.Instance})
+// Dial connects Tabula's client to the table's server with the table's
+// credentials (Auth).
+func (t Table) Dial() (*client.Client, error) {
+	opts, err := t.Auth.ClientOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts.Project, opts.Instance = t.Project, t.Instance
+	return client.Dial(t.Addr, opts)
 }
 
 // RowRange is the rows [Start, End); an empty End is the end of the
@@ -231,7 +291,7 @@ func (f *readFn) client() (*client.Client, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.c == nil {
-		c, err := f.Spec.Table.dial()
+		c, err := f.Spec.Table.Dial()
 		if err != nil {
 			return nil, err
 		}
@@ -315,7 +375,7 @@ func (cfg ReadConfig) Plan(ctx context.Context, target int64) ([]keyrange.Restri
 	if err != nil {
 		return nil, err
 	}
-	c, err := sp.Table.dial()
+	c, err := sp.Table.Dial()
 	if err != nil {
 		return nil, err
 	}

@@ -170,7 +170,7 @@ done:
 
 func tabletCount(t *testing.T, table string) int {
 	t.Helper()
-	c, err := (Table{Addr: dev.Addr, Table: table}).dial()
+	c, err := (Table{Addr: dev.Addr, Table: table}).Dial()
 	if err != nil {
 		t.Fatal(err)
 	}

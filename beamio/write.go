@@ -174,7 +174,7 @@ func init() {
 
 // Setup dials the server.
 func (f *writeFn) Setup() error {
-	c, err := f.Cfg.Table.dial()
+	c, err := f.Cfg.Table.Dial()
 	if err != nil {
 		return err
 	}

@@ -14,15 +14,19 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"cloud.google.com/go/iam"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tabuladb/tabula/security/auth"
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/cluster"
@@ -52,6 +56,11 @@ type Server struct {
 // directory that Close removes, an empty Addr a free loopback port, a nil
 // Logger discards. Close stops it.
 func Start(ctx context.Context, cfg cluster.DevConfig) (_ *Server, err error) {
+	return start(ctx, cfg)
+}
+
+// start is Start, the official clients dialing with opts besides.
+func start(ctx context.Context, cfg cluster.DevConfig, opts ...grpc.DialOption) (_ *Server, err error) {
 	s := &Server{}
 	defer func() {
 		if err != nil {
@@ -76,8 +85,8 @@ func Start(ctx context.Context, cfg cluster.DevConfig) (_ *Server, err error) {
 	s.Addr = s.dev.Addr()
 	// The clients dial as the server's peers do: with cfg.TLS.Client
 	// (plaintext when nil).
-	if s.conn, err = grpc.NewClient(s.Addr, tlsconfig.DialOption(cfg.TLS.Client),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20))); err != nil {
+	if s.conn, err = grpc.NewClient(s.Addr, append([]grpc.DialOption{tlsconfig.DialOption(cfg.TLS.Client),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20))}, opts...)...); err != nil {
 		return nil, err
 	}
 	if s.Data, err = bigtable.NewClientWithConfig(ctx, Project, Instance,
@@ -108,10 +117,23 @@ func Main(cfg cluster.DevConfig, shared **Server, run func() int) int {
 // fails the test if the server does not start.
 func StartT(t testing.TB, cfg cluster.DevConfig) *Server {
 	t.Helper()
+	return StartTWithToken(t, cfg, "")
+}
+
+// StartTWithToken is StartT with the official clients sending token (a
+// bearer token, none if empty) with every call: for a server with
+// authentication on (cfg.Auth), the token of a principal allowed what the
+// test's setup does.
+func StartTWithToken(t testing.TB, cfg cluster.DevConfig, token string) *Server {
+	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
 	}
-	s, err := Start(context.Background(), cfg)
+	var opts []grpc.DialOption
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.BearerToken(token)))
+	}
+	s, err := start(context.Background(), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,4 +311,46 @@ func Rows(n int) []cell.RowMutation {
 		out[i] = cell.RowMutation{Row: key, Mutations: ms}
 	}
 	return out
+}
+
+// StartTWithAuth starts, for one test, a server with authentication on: a
+// token file with principal root (the superuser, whom the official
+// clients act as) and principals, each with token "<principal>-token-" and
+// 16 hex digits, and grants cached 1 ms. It returns the server and the
+// tokens by principal.
+func StartTWithAuth(t testing.TB, cfg cluster.DevConfig, principals ...string) (*Server, map[string]string) {
+	t.Helper()
+	tokens := map[string]string{}
+	var lines []string
+	for _, p := range append([]string{"root"}, principals...) {
+		tokens[p] = p + "-token-0123456789abcdef"
+		lines = append(lines, tokens[p]+" "+p)
+	}
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	authn, err := auth.New(auth.Config{TokenFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Auth = &cluster.AuthConfig{Authenticator: authn, Superusers: []string{"user:root"}, CacheTTL: time.Millisecond}
+	return StartTWithToken(t, cfg, tokens["root"]), tokens
+}
+
+// Grant adds member (user:NAME or group:NAME) to role (an IAM role:
+// roles/bigtable.reader, roles/bigtable.user, …) on table, failing t if
+// it cannot.
+func (s *Server) Grant(t testing.TB, table, member, role string) {
+	t.Helper()
+	ctx := Context(t)
+	h := s.Admin.TableIAM(table)
+	p, err := h.Policy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Add(member, iam.RoleName(role))
+	if err := h.SetPolicy(ctx, p); err != nil {
+		t.Fatal(err)
+	}
 }

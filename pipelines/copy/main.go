@@ -29,6 +29,7 @@ func main() {
 		fs.StringVar(&cfg.Dst.Addr, "dst-addr", "", "destination server host:port (default --addr)")
 		fs.StringVar(&cfg.Dst.Project, "dst-project", "", "destination project (default --project)")
 		fs.StringVar(&cfg.Dst.Instance, "dst-instance", "", "destination instance (default --instance)")
+		cfg.Dst.RegisterAuth(fs, "dst-", "destination (default: the source's credentials): ")
 		fs.BoolVar(&cfg.Create, "create", false, "create the destination table (or its missing families) with the source's families")
 	}
 	pipe.Main("copy", "a table to a table, possibly on another server, with Beam", register, func(ctx context.Context) error {

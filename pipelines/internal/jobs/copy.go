@@ -15,7 +15,8 @@ import (
 // another server, every cell at its own timestamp.
 type CopyConfig struct {
 	Read beamio.ReadConfig
-	// Dst is the target server (its Addr empty: Read's server) and
+	// Dst is the target server (its Addr empty: Read's server; its Auth
+	// zero: Read's credentials) and
 	// DstTable the target table; Create creates it, or its missing
 	// families, with the source's families.
 	Dst      pipe.Conn
@@ -44,13 +45,16 @@ func Copy(ctx context.Context, cfg CopyConfig) (CopySummary, error) {
 	if cfg.Dst.Instance == "" {
 		cfg.Dst.Instance = src.Instance
 	}
+	if cfg.Dst.Auth == (beamio.Credentials{}) {
+		cfg.Dst.Auth = src.Auth
+	}
 	if cfg.Dst.Addr == src.Addr && cfg.Dst.Project == src.Project && cfg.Dst.Instance == src.Instance && cfg.DstTable == src.Table {
 		return CopySummary{}, pipe.Usagef("the destination is the source table %s", src.Table)
 	}
 	if _, err := pipe.CheckTable(ctx, src); err != nil {
 		return CopySummary{}, err
 	}
-	srcConn := pipe.Conn{Addr: src.Addr, Project: src.Project, Instance: src.Instance}
+	srcConn := pipe.Conn{Addr: src.Addr, Project: src.Project, Instance: src.Instance, Auth: src.Auth}
 	fams, err := pipe.Families(ctx, srcConn, src.Table)
 	if err != nil {
 		return CopySummary{}, err

@@ -86,7 +86,7 @@ func DomainCount(ctx context.Context, cfg DomainCountConfig) (domains int64, err
 	if _, err := pipe.CheckTable(ctx, cfg.Read.Table); err != nil {
 		return 0, err
 	}
-	outConn := pipe.Conn{Addr: cfg.Read.Table.Addr, Project: cfg.Read.Table.Project, Instance: cfg.Read.Table.Instance}
+	outConn := pipe.Conn{Addr: cfg.Read.Table.Addr, Project: cfg.Read.Table.Project, Instance: cfg.Read.Table.Instance, Auth: cfg.Read.Table.Auth}
 	if cfg.OutConn != nil {
 		outConn = *cfg.OutConn
 	}

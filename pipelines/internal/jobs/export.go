@@ -344,7 +344,7 @@ func (f *writeShardFn) Setup() error {
 	if err := json.Unmarshal([]byte(f.ReadJSON), &f.read); err != nil {
 		return err
 	}
-	c, err := client.Dial(f.read.Table.Addr, client.Options{Project: f.read.Table.Project, Instance: f.read.Table.Instance})
+	c, err := f.read.Table.Dial()
 	if err != nil {
 		return err
 	}

@@ -28,13 +28,16 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/tabuladb/tabula/beamio"
+	"github.com/tabuladb/tabula/security/auth"
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/client"
 )
 
-// Conn is a server and the project and instance its tables belong to.
+// Conn is a server, the project and instance its tables belong to, and
+// the credentials the pipeline reaches it with.
 type Conn struct {
 	Addr, Project, Instance string
+	Auth                    beamio.Credentials
 	// sharedProject is Beam's own --project flag (the Dataflow runner's
 	// Google Cloud project), which --project then is too: empty, the
 	// project is "tabula".
@@ -56,6 +59,18 @@ func (c *Conn) Register(fs *flag.FlagSet, prefix, what string) {
 		fs.StringVar(&c.Project, prefix+"project", "tabula", what+"project of the table names (shared with Beam's --project on Dataflow; default tabula)")
 	}
 	fs.StringVar(&c.Instance, prefix+"instance", "dev", what+"instance")
+	c.RegisterAuth(fs, prefix, what)
+}
+
+// RegisterAuth adds the credential flags --PREFIXtls-ca, --PREFIXtls-cert,
+// --PREFIXtls-key, --PREFIXtoken and --PREFIXtoken-file (Register adds
+// them too).
+func (c *Conn) RegisterAuth(fs *flag.FlagSet, prefix, what string) {
+	fs.StringVar(&c.Auth.CAFile, prefix+"tls-ca", "", what+"connect over TLS, verifying the server with these PEM CA certificates (a path on the workers; default $"+tlsconfig.EnvCA+")")
+	fs.StringVar(&c.Auth.CertFile, prefix+"tls-cert", "", what+"PEM client certificate, for servers that require one (default $"+tlsconfig.EnvCert+")")
+	fs.StringVar(&c.Auth.KeyFile, prefix+"tls-key", "", what+"PEM private key of --"+prefix+"tls-cert (default $"+tlsconfig.EnvKey+")")
+	fs.StringVar(&c.Auth.Token, prefix+"token", "", what+"bearer token for servers with authentication on; the pipeline reads and writes as its principal (default $"+auth.TokenEnv+"; it travels in the pipeline graph: --"+prefix+"token-file keeps it out)")
+	fs.StringVar(&c.Auth.TokenFile, prefix+"token-file", "", what+"file holding the bearer token, read on the workers")
 }
 
 // Resolved returns c with its project read from the shared flag.
@@ -73,7 +88,7 @@ func (c Conn) Resolved() Conn {
 // Table returns the beamio name of table on c.
 func (c Conn) Table(table string) beamio.Table {
 	c = c.Resolved()
-	return beamio.Table{Addr: c.Addr, Project: c.Project, Instance: c.Instance, Table: table}
+	return beamio.Table{Addr: c.Addr, Project: c.Project, Instance: c.Instance, Table: table, Auth: c.Auth}
 }
 
 // Selection is the row and cell selection flags of a reading pipeline.
@@ -161,7 +176,7 @@ func ParseTime(flagName, s string) (int64, error) {
 // pipeline fails before it starts when the server is unreachable or the
 // table is missing, with a message that says which.
 func CheckTable(ctx context.Context, t beamio.Table) ([]client.TabletInfo, error) {
-	c, err := client.Dial(t.Addr, client.Options{Project: t.Project, Instance: t.Instance})
+	c, err := t.Dial()
 	if err != nil {
 		return nil, err
 	}
@@ -198,13 +213,23 @@ type Admin struct {
 // DialAdmin connects the official admin client to c's server.
 func DialAdmin(ctx context.Context, c Conn) (*Admin, error) {
 	c = c.Resolved()
-	// TLS as the TABULA_TLS_* variables say (plaintext without them), as
-	// the pipeline's Tabula clients (client.Dial) do.
-	creds, err := tlsconfig.EnvDialOption()
+	// The connection's credentials, each part defaulting to the
+	// environment, as the pipeline's Tabula clients (client.Dial) do.
+	opts, err := c.Auth.ClientOptions()
 	if err != nil {
 		return nil, err
 	}
-	cc, err := grpc.NewClient(c.Addr, creds)
+	creds := tlsconfig.DialOption(opts.TLS)
+	if opts.TLS == nil {
+		if creds, err = tlsconfig.EnvDialOption(); err != nil {
+			return nil, err
+		}
+	}
+	dial := []grpc.DialOption{creds}
+	if tok := auth.TokenFromEnv(opts.Token); tok != "" {
+		dial = append(dial, grpc.WithPerRPCCredentials(auth.BearerToken(tok)))
+	}
+	cc, err := grpc.NewClient(c.Addr, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", c.Addr, err)
 	}
