@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/security/acl"
 	"github.com/tabuladb/tabula/security/auth"
@@ -25,6 +30,7 @@ type serverAuthFlags struct {
 	jwtIssuer, jwtAudience, groups string
 	superusers                     []string
 	cacheTTL                       time.Duration
+	serverTokenFile                string
 }
 
 func (a *serverAuthFlags) register(fs *pflag.FlagSet) {
@@ -37,6 +43,7 @@ func (a *serverAuthFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&a.groups, "auth-jwt-groups-claim", "groups", "JWT claim listing the principal's groups (the principal is sub)")
 	fs.StringSliceVar(&a.superusers, "auth-superuser", nil, "member allowed everything: user:NAME or group:NAME (repeatable); include the servers' certificate names (CN) in a cluster")
 	fs.DurationVar(&a.cacheTTL, "auth-cache-ttl", 0, "how long a server keeps a table's grants (a grant or revocation takes effect within it; default 1s)")
+	fs.StringVar(&a.serverTokenFile, "auth-server-token-file", "", "file holding the token this server sends on its calls to the cluster's other servers, for clusters without mutual TLS; its principal must be an --auth-superuser user")
 }
 
 func (a *serverAuthFlags) enabled() bool {
@@ -72,6 +79,24 @@ func (a *serverAuthFlags) config(log *slog.Logger, role, addr string) (*cluster.
 	if len(a.superusers) == 0 {
 		log.Warn("authentication is on but no --auth-superuser is given: nobody can create tables or grant rights", "role", role)
 	}
+	var serverToken string
+	if a.serverTokenFile != "" {
+		b, err := os.ReadFile(a.serverTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--auth-server-token-file: %w", err)
+		}
+		serverToken = strings.TrimSpace(string(b))
+		// The other servers must take it for a superuser's: check it now
+		// rather than have every call between servers refused.
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(auth.AuthorizationKey, "Bearer "+serverToken))
+		id, err := au.Authenticate(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("--auth-server-token-file %s: the token does not authenticate: %v", a.serverTokenFile, status.Convert(err).Message())
+		}
+		if !slices.Contains(forwarders, id.Principal) {
+			return nil, fmt.Errorf("--auth-server-token-file %s: its principal %s is not an --auth-superuser user", a.serverTokenFile, id.Principal)
+		}
+	}
 	log.Info("authentication on", "role", role, "token_file", a.tokenFile != "", "jwt_keys", len(a.jwtKeys)+len(a.jwtSecrets), "superusers", a.superusers)
-	return &cluster.AuthConfig{Authenticator: au, Superusers: a.superusers, CacheTTL: a.cacheTTL}, nil
+	return &cluster.AuthConfig{Authenticator: au, Superusers: a.superusers, CacheTTL: a.cacheTTL, ServerToken: serverToken}, nil
 }

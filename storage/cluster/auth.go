@@ -31,6 +31,30 @@ type AuthConfig struct {
 	// CacheTTL is how long a server keeps a table's grants; default
 	// guard.DefaultCacheTTL. A grant or revocation takes effect within it.
 	CacheTTL time.Duration
+	// ServerToken, when set, is the bearer token the role sends on its
+	// own calls to the cluster's other servers (control, gateway
+	// forwarding, the relay to the master, METADATA lookups): how servers
+	// prove who they are in a cluster without mutual TLS. Its principal
+	// must be a user among Superusers (and so a forwarder). Empty: the
+	// servers' client certificates say who they are.
+	ServerToken string
+}
+
+// serverDialOptions are the dial options of a role's calls to the other
+// servers: the server token's credentials, when configured.
+func (c *AuthConfig) serverDialOptions() []grpc.DialOption {
+	if c == nil || c.ServerToken == "" {
+		return nil
+	}
+	return []grpc.DialOption{grpc.WithPerRPCCredentials(auth.BearerToken(c.ServerToken))}
+}
+
+// serverToken is ServerToken, "" for a nil config.
+func (c *AuthConfig) serverToken() string {
+	if c == nil {
+		return ""
+	}
+	return c.ServerToken
 }
 
 // catalogTables is the guard's view of a catalog: a table's grants and

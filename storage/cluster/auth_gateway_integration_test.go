@@ -25,17 +25,30 @@ import (
 // RPC of the data, admin, locality-group and script services — through a
 // cluster's gateway: a master and two tablet servers on the Consul agent
 // deploy/test.sh started (ACLs on, default deny; the roles hold only the
-// minimal-policy token) and its MinIO over HTTPS, the servers calling each
-// other over mutual TLS as user tabula-server (a superuser and forwarder).
-// Every call enters through one tablet server: data calls it serves or
-// forwards, the admin API it relays to the master, whose guard decides.
-// Clients connect over TLS; their certificates are optional
-// (ClientCertOptional), so callers with tokens only reach the guard:
-// without credentials, or with a wrong, forged or expired token, a call is
-// UNAUTHENTICATED; a client certificate of another CA, or an expired one,
-// is refused by the handshake; "admin" authenticates with its client
-// certificate (CN admin, OU table-admins), the others with tokens.
+// minimal-policy token) and its MinIO over HTTPS. Every call enters
+// through one tablet server: data calls it serves or forwards, the admin
+// API it relays to the master, whose guard decides. Clients connect over
+// TLS; without credentials, or with a wrong, forged or expired token, a
+// call is UNAUTHENTICATED. Two clusters:
+//
+//   - mutual TLS: the servers call each other with their certificate (CN
+//     tabula-server, a superuser and forwarder); client certificates are
+//     optional (ClientCertOptional), so callers with tokens only reach the
+//     guard; "admin" authenticates with its client certificate (CN admin,
+//     OU table-admins); a client certificate of another CA, or an expired
+//     one, is refused by the handshake;
+//   - tokens only: no client certificate anywhere; the servers prove who
+//     they are with their server token (AuthConfig.ServerToken, principal
+//     tabula-server).
 func TestAuthWholeAPIThroughGateway(t *testing.T) {
+	t.Run("mutual TLS", func(t *testing.T) { checkWholeAPI(t, startAuthCluster(t, true)) })
+	t.Run("tokens only", func(t *testing.T) { checkWholeAPI(t, startAuthCluster(t, false)) })
+}
+
+// startAuthCluster starts the cluster of TestAuthWholeAPIThroughGateway,
+// with mutual TLS between the servers or with tokens only, and returns its
+// environment.
+func startAuthCluster(t *testing.T, mtls bool) *authEnv {
 	consulAddr, consulToken := os.Getenv("TABULA_TEST_CONSUL_ADDR"), os.Getenv("TABULA_TEST_CONSUL_TOKEN")
 	if consulAddr == "" || consulToken == "" || os.Getenv(blobtest.EnvS3CA) == "" {
 		t.Fatal("TABULA_TEST_CONSUL_ADDR, TABULA_TEST_CONSUL_TOKEN and TABULA_TEST_S3_CA are not set: run the integration tests through deploy/test.sh, which starts Consul with ACLs and MinIO over HTTPS")
@@ -48,15 +61,19 @@ func TestAuthWholeAPIThroughGateway(t *testing.T) {
 	}
 	tlsDir := filepath.Join(dir, "tls")
 	caFile := filepath.Join(tlsDir, certs.CAFile)
-	role, err := tlsconfig.ForRole(tlsconfig.RoleFiles{
-		CertFile: filepath.Join(tlsDir, certs.ServerFile), KeyFile: filepath.Join(tlsDir, certs.ServerKeyFile),
-		ClientCAFile: caFile, ClientCertOptional: true,
-	})
+	files := tlsconfig.RoleFiles{CertFile: filepath.Join(tlsDir, certs.ServerFile), KeyFile: filepath.Join(tlsDir, certs.ServerKeyFile), CAFile: caFile}
+	if mtls {
+		files.ClientCAFile, files.ClientCertOptional = caFile, true
+	}
+	role, err := tlsconfig.ForRole(files)
 	if err != nil {
 		t.Fatal(err)
 	}
 	env, authn := newAuthEnv(t, dir, "tabula-server", "root")
 	authCfg := &AuthConfig{Authenticator: authn, Superusers: []string{"user:root", "user:tabula-server"}, CacheTTL: time.Millisecond}
+	if !mtls {
+		authCfg.ServerToken = env.tokens["tabula-server"]
+	}
 	log := slog.New(slog.NewJSONHandler(env.logs, nil))
 	store := blobtest.NewS3(t)
 	var nonce [6]byte
@@ -111,6 +128,10 @@ func TestAuthWholeAPIThroughGateway(t *testing.T) {
 		return tlsconfig.DialOption(c)
 	}
 	env.addr, env.transport, env.servers = servers[0], clientTLS("", ""), servers
+	if !mtls {
+		env.connect(t)
+		return env
+	}
 	env.creds["admin"] = []grpc.DialOption{clientTLS(certs.ClientFiles(tlsDir, "admin"))}
 	// Refused by the handshake: root's certificate from another CA, and
 	// one of this CA that has expired.
@@ -131,6 +152,5 @@ func TestAuthWholeAPIThroughGateway(t *testing.T) {
 	env.creds["expired-cert"] = []grpc.DialOption{clientTLS(expiredCert, expiredKey)}
 	env.refused["foreign-cert"], env.refused["expired-cert"] = codes.OK, codes.OK
 	env.connect(t)
-
-	checkWholeAPI(t, env)
+	return env
 }

@@ -87,8 +87,9 @@ func jwtFor(t *testing.T, sub string, exp time.Time) string {
 }
 
 // authPrincipals are the principals of the token file ("admin" is in group
-// table-admins).
-var authPrincipals = []string{"root", "reader", "writer", "user", "admin", "nobody", "fam"}
+// table-admins; tabula-server is the servers' own, in a cluster without
+// mutual TLS).
+var authPrincipals = []string{"root", "reader", "writer", "user", "admin", "nobody", "fam", "tabula-server"}
 
 // newAuthEnv writes the token file and the JWT secret into dir and returns
 // the environment's tokens (the token file's, JWTs of jwtreader, an expired

@@ -13,15 +13,17 @@ import (
 )
 
 // conns caches one gRPC connection per address, dialed over TLS with the
-// role's client config (plaintext when nil).
+// role's client config (plaintext when nil) and opts (the role's server
+// token, AuthConfig.ServerToken).
 type conns struct {
-	mu  sync.Mutex
-	m   map[string]*grpc.ClientConn
-	tls *tls.Config
+	mu   sync.Mutex
+	m    map[string]*grpc.ClientConn
+	tls  *tls.Config
+	opts []grpc.DialOption
 }
 
-func newConns(tlsClient *tls.Config) *conns {
-	return &conns{m: make(map[string]*grpc.ClientConn), tls: tlsClient}
+func newConns(tlsClient *tls.Config, opts ...grpc.DialOption) *conns {
+	return &conns{m: make(map[string]*grpc.ClientConn), tls: tlsClient, opts: opts}
 }
 
 // get returns the connection to addr, dialing it (lazily: gRPC connects on
@@ -32,9 +34,9 @@ func (c *conns) get(addr string) (grpc.ClientConnInterface, error) {
 	if cc, ok := c.m[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr,
+	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{
 		tlsconfig.DialOption(c.tls),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxMessageSize), grpc.MaxCallSendMsgSize(client.MaxMessageSize)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxMessageSize), grpc.MaxCallSendMsgSize(client.MaxMessageSize))}, c.opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect to %s: %w", addr, err)
 	}

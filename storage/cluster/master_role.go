@@ -144,7 +144,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	m := &Master{cfg: cfg, conns: newConns(cfg.TLS.Client), registry: prometheus.NewRegistry(), events: newEventRing(200),
+	m := &Master{cfg: cfg, conns: newConns(cfg.TLS.Client, cfg.Auth.serverDialOptions()...), registry: prometheus.NewRegistry(), events: newEventRing(200),
 		states: tablet.NewBlobStateStore(cfg.Store, StatePrefix),
 		logs:   newLogGC(cfg.Store, cfg.Coord, cfg.GCGrace)}
 	if cfg.LogDir != "" {
@@ -162,10 +162,10 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	}
 	m.addr = m.lis.Addr().String()
 	m.log = cfg.Logger.With("master", m.addr)
-	if m.self, err = grpc.NewClient(m.addr, tlsconfig.DialOption(cfg.TLS.Client)); err != nil {
+	if m.self, err = grpc.NewClient(m.addr, append([]grpc.DialOption{tlsconfig.DialOption(cfg.TLS.Client)}, cfg.Auth.serverDialOptions()...)...); err != nil {
 		return nil, err
 	}
-	m.cl = client.New(m.self, client.Options{TLS: cfg.TLS.Client, Metadata: coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(m.self, m.conns.get)}})
+	m.cl = client.New(m.self, client.Options{TLS: cfg.TLS.Client, Token: cfg.Auth.serverToken(), Metadata: coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(m.self, m.conns.get)}})
 	m.md = newMetadataStore(cfg.Coord, m.cl)
 	m.md.log = m.log
 	m.md.states = m.states // to finish splits a crash cut short

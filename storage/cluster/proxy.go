@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/security/auth"
 )
 
 // frame is a message forwarded without decoding.
@@ -52,7 +54,11 @@ var _ encoding.Codec = proxyCodec{}
 // call of a service this server does not serve to the connection target
 // returns (the active master), frame by frame, with the caller's metadata
 // and deadline.
-func forwardUnknown(target func(ctx context.Context) (grpc.ClientConnInterface, error)) grpc.StreamHandler {
+//
+// ownCredentials: the target connection sends this server's own token
+// (AuthConfig.ServerToken), so the caller's authorization header is not
+// passed on (the caller's identity is, stated by the guard).
+func forwardUnknown(target func(ctx context.Context) (grpc.ClientConnInterface, error), ownCredentials bool) grpc.StreamHandler {
 	return func(_ any, ss grpc.ServerStream) error {
 		method, ok := grpc.MethodFromServerStream(ss)
 		if !ok {
@@ -65,7 +71,11 @@ func forwardUnknown(target func(ctx context.Context) (grpc.ClientConnInterface, 
 			return err
 		}
 		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			ctx = metadata.NewOutgoingContext(ctx, md.Copy())
+			md = md.Copy()
+			if ownCredentials {
+				md.Delete(auth.AuthorizationKey)
+			}
+			ctx = metadata.NewOutgoingContext(ctx, md)
 		}
 		cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method, grpc.ForceCodec(proxyCodec{}))
 		if err != nil {

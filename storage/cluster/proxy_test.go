@@ -152,7 +152,7 @@ func proxySetup(t *testing.T, target func(ctx context.Context) (grpc.ClientConnI
 	if target == nil {
 		target = func(context.Context) (grpc.ClientConnInterface, error) { return backCC, nil }
 	}
-	front := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(forwardUnknown(target)))
+	front := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(forwardUnknown(target, false)))
 	return b, serve(t, front)
 }
 
@@ -288,7 +288,7 @@ func TestForwardUnknownSendFails(t *testing.T) {
 	back := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(b.handle))
 	backCC := serve(t, back, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(1<<10)))
 	front := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(forwardUnknown(
-		func(context.Context) (grpc.ClientConnInterface, error) { return backCC, nil })))
+		func(context.Context) (grpc.ClientConnInterface, error) { return backCC, nil }, false)))
 	cc := serve(t, front)
 
 	// A deadline the call must not reach.
@@ -327,7 +327,7 @@ func TestForwardUnknownRecvFails(t *testing.T) {
 	b := &rawBackend{}
 	back := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(b.handle))
 	backCC := serve(t, back)
-	fwd := forwardUnknown(func(context.Context) (grpc.ClientConnInterface, error) { return backCC, nil })
+	fwd := forwardUnknown(func(context.Context) (grpc.ClientConnInterface, error) { return backCC, nil }, false)
 	handled := make(chan error, 1)
 	front := grpc.NewServer(grpc.MaxRecvMsgSize(1<<10), grpc.ForceServerCodec(proxyCodec{}),
 		grpc.UnknownServiceHandler(func(srv any, ss grpc.ServerStream) error {

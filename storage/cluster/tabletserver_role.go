@@ -159,7 +159,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	s := &TabletServer{cfg: cfg, start: time.Now(), done: make(chan struct{}), conns: newConns(cfg.TLS.Client), registry: prometheus.NewRegistry()}
+	s := &TabletServer{cfg: cfg, start: time.Now(), done: make(chan struct{}), conns: newConns(cfg.TLS.Client, cfg.Auth.serverDialOptions()...), registry: prometheus.NewRegistry()}
 	defer func() {
 		if err != nil {
 			s.shutdown(false)
@@ -181,13 +181,13 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	if s.commit, err = commitlog.Open(ctx, s.logOptions(s.name)); err != nil {
 		return nil, fmt.Errorf("cluster: commit log: %w", err)
 	}
-	if s.self, err = grpc.NewClient(s.addr, tlsconfig.DialOption(cfg.TLS.Client),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxMessageSize), grpc.MaxCallSendMsgSize(client.MaxMessageSize))); err != nil {
+	if s.self, err = grpc.NewClient(s.addr, append([]grpc.DialOption{tlsconfig.DialOption(cfg.TLS.Client),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxMessageSize), grpc.MaxCallSendMsgSize(client.MaxMessageSize))}, cfg.Auth.serverDialOptions()...)...); err != nil {
 		return nil, err
 	}
 	s.src = coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(s.self, s.conns.get)}
 	s.cache = client.NewLocationCache(client.LocationCacheOptions{})
-	s.cl = client.New(s.self, client.Options{Metadata: s.src, TLS: cfg.TLS.Client})
+	s.cl = client.New(s.self, client.Options{Metadata: s.src, TLS: cfg.TLS.Client, Token: cfg.Auth.serverToken()})
 
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerLocateMetrics(s.registry, "gateway", s.cache.Stats)
@@ -233,7 +233,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 			grpc.ForceServerCodec(proxyCodec{}),
 			// The admin API (and anything else not served here) goes to
 			// the active master.
-			grpc.UnknownServiceHandler(forwardUnknown(s.masterConn)),
+			grpc.UnknownServiceHandler(forwardUnknown(s.masterConn, cfg.Auth.serverToken() != "")),
 		}, tlsconfig.ServerOptions(cfg.TLS.Server)...)...,
 	)
 	bigtablepb.RegisterBigtableServer(s.grpc, authview.Wrap(s.gateway, authview.Options{Catalog: NewCoordCatalog(cfg.Coord)}))
