@@ -79,6 +79,19 @@ func (a *clusterTableHost) DropTable(ctx context.Context, t meta.Table) error {
 	})
 }
 
+var _ master.DroppedTabletsHost = (*clusterTableHost)(nil)
+
+// TabletsDropped reports whether METADATA has no row of t: its tablets
+// were dropped (a master killed during DeleteTable leaves the catalog
+// entry).
+func (a *clusterTableHost) TabletsDropped(ctx context.Context, t meta.Table) (bool, error) {
+	rows, err := a.md.tableRows(ctx, t.ID)
+	if err != nil {
+		return false, status.Errorf(codes.Unavailable, "reading METADATA: %v", err)
+	}
+	return len(rows) == 0, nil
+}
+
 func (a *clusterTableHost) UpdateSchema(ctx context.Context, t meta.Table) error {
 	b, err := json.Marshal(t)
 	if err != nil {

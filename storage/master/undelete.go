@@ -215,17 +215,10 @@ func (s *AdminService) dropRestorably(ctx context.Context, n tableName, t meta.T
 	}()
 	states, err := s.opts.Host.(BackupHost).FlushTableStates(ctx, t)
 	if err != nil {
-		// A table whose tablets are not served (they failed to open)
-		// has nothing in memory to flush: its saved states are whole.
-		saved := make([]tabletdesc.State, 0, len(t.Tablets))
-		for _, ref := range t.Tablets {
-			saved = append(saved, tabletdesc.State{ID: ref.ID})
+		if done, ferr := s.finishDeletion(ctx, n, t); ferr != nil || done {
+			return ferr
 		}
-		var serr error
-		if states, serr = finalStates(ctx, s.opts.States, saved); serr != nil {
-			return status.Errorf(codes.Unavailable, "flushing %s before deleting it (it stays, nothing was deleted): %v; its saved states: %v", n, err, serr)
-		}
-		s.opts.Logger.Warn("flushing a table before deleting it failed; the record keeps its saved states", "table", n.id, "err", err)
+		return status.Errorf(codes.Unavailable, "flushing %s before deleting it (it stays, nothing was deleted): %v", n, err)
 	}
 	rec := DroppedTable{Table: t, Tablets: states, Deleted: now.UTC(), ExpireTime: now.Add(s.opts.UndeleteRetention).UTC()}
 	rec.Table.Tablets = nil
@@ -246,6 +239,36 @@ func (s *AdminService) dropRestorably(ctx context.Context, n tableName, t meta.T
 		}
 	}
 	return s.opts.Catalog.Delete(ctx, n.id)
+}
+
+// DroppedTabletsHost is implemented by hosts that can tell that a table's
+// tablets are gone (a cluster's METADATA has no row of it): what a master
+// killed between dropping the tablets and deleting the catalog entry
+// leaves.
+type DroppedTabletsHost interface {
+	TabletsDropped(ctx context.Context, t meta.Table) (bool, error)
+}
+
+// finishDeletion completes a deletion that a crash interrupted after its
+// record was written and the tablets dropped, but before the catalog entry
+// was deleted: if the host says t's tablets are gone and a live record of
+// this very table (same creation time and generation) exists, it deletes
+// the catalog entry and keeps that record. It reports whether it did.
+func (s *AdminService) finishDeletion(ctx context.Context, n tableName, t meta.Table) (bool, error) {
+	h, ok := s.opts.Host.(DroppedTabletsHost)
+	if !ok {
+		return false, nil
+	}
+	gone, err := h.TabletsDropped(ctx, t)
+	if err != nil || !gone {
+		return false, err
+	}
+	rec, live, err := s.restorable(ctx, n.id)
+	if err != nil || !live || !rec.Table.Created.Equal(t.Created) || rec.Table.Generation != t.Generation {
+		return false, err
+	}
+	s.opts.Logger.Warn("finishing an interrupted deletion: the tablets are gone and the record is whole", "table", n.id, "record", rec.object)
+	return true, s.opts.Catalog.Delete(ctx, n.id)
 }
 
 // finalStates reads the saved states of the tablets of states, or of their

@@ -2,9 +2,13 @@ package master
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
+
+	"cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	"google.golang.org/grpc/codes"
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/meta"
@@ -108,5 +112,86 @@ func TestFinalStates(t *testing.T) {
 	}
 	if _, err := finalStates(ctx, states, []tabletdesc.State{{ID: "a"}, {ID: "nope"}}); err == nil {
 		t.Fatal("a missing state was accepted")
+	}
+}
+
+// crashHost is a fakeTableHost whose flush fails and whose METADATA may
+// have no row of the table: what a master killed mid-DeleteTable leaves.
+type crashHost struct {
+	*fakeTableHost
+	dropped bool
+}
+
+func (h *crashHost) FlushTableStates(context.Context, meta.Table) ([]tabletdesc.State, error) {
+	return nil, errors.New("rows from \"\" are not served")
+}
+
+func (h *crashHost) TabletsDropped(context.Context, meta.Table) (bool, error) { return h.dropped, nil }
+
+// TestDeleteFinishesAnInterruptedDeletion: a flush that fails deletes
+// nothing, unless the tablets are gone and a live record of this very
+// table exists (a deletion interrupted after its commit point), when the
+// deletion is finished and that record kept.
+func TestDeleteFinishesAnInterruptedDeletion(t *testing.T) {
+	ctx := context.Background()
+	store := blob.NewMemory()
+	host := &crashHost{fakeTableHost: newFakeTableHost()}
+	catalog := NewBlobCatalog(store, "catalog")
+	svc, err := NewAdminService(Options{Catalog: catalog, Host: host, Store: store, States: tablet.NewBlobStateStore(store, "states"),
+		UndeleteRetention: time.Hour, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.CreateTable(ctx, &adminpb.CreateTableRequest{Parent: "projects/p/instances/i", TableId: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	id := meta.TableID{Instance: "i", Table: "t"}
+	del := func() error {
+		_, err := svc.DeleteTable(ctx, &adminpb.DeleteTableRequest{Name: "projects/p/instances/i/tables/t"})
+		return err
+	}
+	exists := func() bool {
+		_, err := catalog.Get(ctx, id)
+		return err == nil
+	}
+	// The flush fails and nothing says the tablets are gone.
+	wantCode(t, "a failed flush", del(), codes.Unavailable)
+	if !exists() {
+		t.Fatal("a failed flush deleted the table")
+	}
+	tbl, err := catalog.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tablets are gone but no record: still nothing deleted.
+	host.dropped = true
+	wantCode(t, "tablets gone without a record", del(), codes.Unavailable)
+	// A record of another incarnation (an older generation): nothing.
+	old := DroppedTable{Table: tbl, Deleted: time.Now(), ExpireTime: time.Now().Add(time.Hour)}
+	old.Table.Tablets = nil
+	old.Table.Generation--
+	if err := putDropped(ctx, store, old); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "a record of another generation", del(), codes.Unavailable)
+	if !exists() {
+		t.Fatal("deleted on another incarnation's record")
+	}
+	// The record of this table, written before its tablets were dropped.
+	rec := old
+	rec.Table.Generation = tbl.Generation
+	rec.Deleted = time.Now().Add(time.Second)
+	if err := putDropped(ctx, store, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := del(); err != nil {
+		t.Fatalf("finishing the interrupted deletion: %v", err)
+	}
+	if exists() {
+		t.Fatal("the interrupted deletion was not finished")
+	}
+	got, live, err := svc.restorable(ctx, id)
+	if err != nil || !live || got.object != droppedName(id, rec.Deleted) {
+		t.Fatalf("the record after finishing: %q live %v, %v; want %q kept", got.object, live, err, droppedName(id, rec.Deleted))
 	}
 }
