@@ -220,6 +220,11 @@ func (c *testCluster) start(role string, args ...string) *roleProc {
 	case <-ready:
 		if c.clientTLS != nil {
 			registerTLS(c.clientTLS, p.addr, p.http)
+		} else {
+			// A port an earlier mTLS cluster's role had (the kernel
+			// reuses them) is plaintext now.
+			peerTLS.Delete(p.addr)
+			peerTLS.Delete(p.http)
 		}
 	case <-p.done:
 		c.t.Fatalf("%s exited before ready: %v\n%s", role, p.err, logTail(logPath))
