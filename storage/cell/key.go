@@ -223,7 +223,12 @@ func malformed(b []byte, why string) error {
 
 // DecodeKey decodes an internal key. Row and Qualifier alias b unless they
 // contained escaped bytes. It never panics on arbitrary input.
-func DecodeKey(b []byte) (Key, error) {
+func DecodeKey(b []byte) (Key, error) { return DecodeKeyWithFamily(b, "") }
+
+// DecodeKeyWithFamily is DecodeKey for a caller that expects the key's
+// family to be family (the previous key's, when walking a row): if it is,
+// the Key's Family is that string, without allocating a new one.
+func DecodeKeyWithFamily(b []byte, family string) (Key, error) {
 	var k Key
 	end, esc := skipEscaped(b, 0)
 	if end < 0 {
@@ -241,7 +246,11 @@ func DecodeKey(b []byte) (Key, error) {
 		if fend < 0 {
 			return k, malformed(b, "unterminated family")
 		}
-		k.Family = string(unescape(b, i, fend, fesc))
+		if f := unescape(b, i, fend, fesc); string(f) == family {
+			k.Family = family
+		} else {
+			k.Family = string(f)
+		}
 		if fend >= len(b) {
 			return k, malformed(b, "missing family tag")
 		}

@@ -15,10 +15,6 @@ type entry struct {
 	key, value []byte
 }
 
-func (e entry) clone() entry {
-	return entry{key: bytes.Clone(e.key), value: bytes.Clone(e.value)}
-}
-
 func entrySize(es []entry) int64 {
 	n := int64(0)
 	for _, e := range es {
@@ -150,6 +146,12 @@ func (rs *resolver) resolve(entries []entry, p resolveParams) ([]cellVersion, er
 	i := 0
 	// Row markers come first.
 	for ; i < len(entries); i++ {
+		if key := entries[i].key; len(key) > 0 && cell.KindOf(key) != cell.KindRowDelete {
+			// Not a row marker (the loop below decodes and checks
+			// it); decoding only the last byte here saves a whole
+			// decode of the row's first entry.
+			break
+		}
 		k, err := cell.DecodeKey(entries[i].key)
 		if err != nil {
 			return nil, err
@@ -217,7 +219,7 @@ func (rs *resolver) resolve(entries []entry, p resolveParams) ([]cellVersion, er
 	}
 	for ; i < len(entries); i++ {
 		e := entries[i]
-		k, err := cell.DecodeKey(e.key)
+		k, err := cell.DecodeKeyWithFamily(e.key, curFam)
 		if err != nil {
 			decodeErr = err
 			break

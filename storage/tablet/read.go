@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/memtable"
@@ -74,8 +75,21 @@ func (t *Tablet) groupRowEntries(ctx context.Context, g *groupFiles, row, prefix
 			continue
 		}
 		it := f.r.NewIterator()
+		var buf []byte // the free tail of the current copy buffer
 		for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
-			es = append(es, entry{key: it.Key(), value: it.Value()}.clone())
+			// Copied, keys and values, into shared buffers: the
+			// scan cache keeps the entries, and its accounting of
+			// their size must not hide the blocks they would alias.
+			k, v := it.Key(), it.Value()
+			if n := len(k) + len(v); len(buf)+n > cap(buf) {
+				// Room for a few entries like this one, twice
+				// as many as the last buffer held.
+				buf = make([]byte, 0, max(2*cap(buf), 2*n, 256))
+			}
+			off := len(buf)
+			buf = append(append(buf, k...), v...)
+			kEnd := off + len(k)
+			es = append(es, entry{key: buf[off:kEnd:kEnd], value: buf[kEnd:len(buf):len(buf)]})
 		}
 		err := errors.Join(it.Error(), it.Close())
 		if err != nil {
@@ -88,6 +102,9 @@ func (t *Tablet) groupRowEntries(ctx context.Context, g *groupFiles, row, prefix
 	}
 	return es, nil
 }
+
+// resolvers recycles the buffers of point reads' row assembly.
+var resolvers = sync.Pool{New: func() any { return new(resolver) }}
 
 // readRow reads row from version v at snapshot snap.
 func (t *Tablet) readRow(ctx context.Context, v *version, snap uint64, row []byte, ro ReadOptions) (cell.Row, bool, error) {
@@ -105,7 +122,9 @@ func (t *Tablet) readRow(ctx context.Context, v *version, snap uint64, row []byt
 		es = append(es, ges...)
 	}
 	sortEntries(es)
-	return assembleRow(bytes.Clone(row), es, t.params(v, snap), ro)
+	rs := resolvers.Get().(*resolver)
+	defer resolvers.Put(rs)
+	return rs.assemble(bytes.Clone(row), es, t.params(v, snap), ro)
 }
 
 func (t *Tablet) params(v *version, snap uint64) resolveParams {
