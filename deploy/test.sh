@@ -19,6 +19,9 @@
 #      waits until it has elected itself leader, creates the policy of
 #      deploy/consul-policy.hcl and a token holding only it, and exports
 #        TABULA_TEST_CONSUL_ADDR    host:port of its HTTP API
+#        TABULA_TEST_CONSUL_HTTPS_ADDR  host:port of the same API over HTTPS
+#                                   (the test CA's certificate for 127.0.0.1)
+#        TABULA_TEST_CONSUL_CA      the PEM CA file that signs it
 #        TABULA_TEST_CONSUL_TOKEN   the minimal-policy token (the management
 #                                   token stays in this script)
 #        CONSUL_HTTP_TOKEN          the same, for every Consul client
@@ -234,22 +237,25 @@ consul_leader() {
 # the ports a server must bind get free random ports, DNS and gRPC (unused
 # by Tabula) are off.
 start_consul() {
-	local attempt http serf_lan serf_wan server start leader i mgmt acl token
+	local attempt http https serf_lan serf_wan server start leader i mgmt acl tls token
 	start=$(date +%s.%N)
 	# ACLs on, default deny; the management token is bootstrapped from the
 	# configuration (and is the agent's own token), never exported.
 	mgmt=$(cat /proc/sys/kernel/random/uuid)
 	acl="acl { enabled = true default_policy = \"deny\" enable_token_persistence = true tokens { initial_management = \"$mgmt\" agent = \"$mgmt\" } }"
+	# The HTTP API over HTTPS too (MinIO's certificate: 127.0.0.1 and
+	# localhost), for the tests of the roles' --consul-ca.
+	tls="tls { defaults { ca_file = \"$TMP/tls/ca.crt\" cert_file = \"$TMP/tls/minio/public.crt\" key_file = \"$TMP/tls/minio/private.key\" verify_incoming = false } }"
 	for attempt in 1 2 3; do
-		ports=$("$TMP/testenv" free-ports 4) || return 1
-		read -r http serf_lan serf_wan server <<<"$(echo $ports)"
+		ports=$("$TMP/testenv" free-ports 5) || return 1
+		read -r http serf_lan serf_wan server https <<<"$(echo $ports)"
 		rm -rf "$TMP/consul-data" && mkdir -p "$TMP/consul-data"
 		# CHECKPOINT_DISABLE: no update check over the network.
 		CHECKPOINT_DISABLE=1 "$BIN/consul" agent -dev -node tabula-test \
 			-bind 127.0.0.1 -client 127.0.0.1 -advertise 127.0.0.1 \
 			-http-port "$http" -dns-port -1 -grpc-port -1 -grpc-tls-port -1 \
 			-serf-lan-port "$serf_lan" -serf-wan-port "$serf_wan" -server-port "$server" \
-			-data-dir "$TMP/consul-data" -hcl "$acl" >"$TMP/consul.log" 2>&1 &
+			-data-dir "$TMP/consul-data" -hcl "$acl" -hcl "$tls" -hcl "ports { https = $https }" >"$TMP/consul.log" 2>&1 &
 		CONSUL_PID=$!
 		if "$TMP/testenv" wait-http "http://127.0.0.1:$http/v1/status/leader" "${CONSUL_START_TIMEOUT}s" 2>"$TMP/wait.err"; then
 			leader=
@@ -262,6 +268,8 @@ start_consul() {
 			if [[ -n $leader ]] && kill -0 "$CONSUL_PID" 2>/dev/null &&
 				token=$("$TMP/testenv" consul-acl "127.0.0.1:$http" "$mgmt" deploy/consul-policy.hcl "${CONSUL_START_TIMEOUT}s" 2>"$TMP/wait.err"); then
 				export TABULA_TEST_CONSUL_ADDR=127.0.0.1:$http
+				export TABULA_TEST_CONSUL_HTTPS_ADDR=127.0.0.1:$https
+				export TABULA_TEST_CONSUL_CA=$TMP/tls/ca.crt
 				export TABULA_TEST_CONSUL_TOKEN=$token
 				export CONSUL_HTTP_TOKEN=$token
 				log "Consul up on $TABULA_TEST_CONSUL_ADDR (leader $leader) after $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}')s (attempt $attempt)"

@@ -101,6 +101,10 @@ type clusterOptions struct {
 	// for the cluster (tabula certs' package), and calls the others with
 	// its certificate; the test's clients use tlsFor.
 	mtls bool
+	// consulHTTPS: the roles reach Consul over HTTPS
+	// (TABULA_TEST_CONSUL_HTTPS_ADDR, --consul-ca TABULA_TEST_CONSUL_CA);
+	// c.consul is then that address.
+	consulHTTPS bool
 }
 
 type testCluster struct {
@@ -158,6 +162,11 @@ func newTestCluster(t *testing.T, opts clusterOptions) *testCluster {
 		t.Fatal(err)
 	}
 	c.roleArgs = []string{"--consul-token", "@" + tokenFile}
+	if opts.consulHTTPS {
+		https := requireEnv(t, "TABULA_TEST_CONSUL_HTTPS_ADDR", "TABULA_TEST_CONSUL_CA")
+		c.consul = https[0]
+		c.roleArgs = append(c.roleArgs, "--consul-ca", https[1])
+	}
 	if opts.mtls {
 		c.roleArgs = append(c.roleArgs, c.makeCerts()...)
 	}

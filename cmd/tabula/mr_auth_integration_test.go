@@ -47,11 +47,12 @@ func (c *testCluster) enableAuth(tokens map[string]string) {
 // write on the output) runs on the workers, which read, shuffle among themselves (job
 // tokens) and write as etl, and its output is exact; submitted as a
 // principal without grants it is refused and writes nothing; a worker
-// refuses a call without credentials.
+// refuses a call without credentials. Every role, and the command's
+// worker pool, reach Consul over HTTPS (--consul-ca, --workers-consul-ca).
 func TestMRJobUnderAuth(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c := newTestCluster(t, clusterOptions{mtls: true})
+	c := newTestCluster(t, clusterOptions{mtls: true, consulHTTPS: true})
 	tokens := map[string]string{"etl": "etl-token-0123456789abcdef", "nobody": "nobody-token-0123456789abcdef"}
 	c.enableAuth(tokens)
 	c.roleArgs = append(c.roleArgs, "--tls-client-cert-optional")
@@ -88,7 +89,7 @@ func TestMRJobUnderAuth(t *testing.T) {
 	mrRun := func(token string) (string, error) {
 		cmd := exec.CommandContext(ctx, c.bin, "mr", "run", "wordcount", "words", "--families", "f", "--output", "table:wc",
 			"--addr", gw, "--project", "p", "--instance", "i", "--tls-ca", caFile, "--token", token,
-			"--workers-consul", c.consul, "--workers-cluster", c.name, "--workers-consul-token", "@"+tokenFile, "--min-workers", "2",
+			"--workers-consul", c.consul, "--workers-consul-ca", os.Getenv("TABULA_TEST_CONSUL_CA"), "--workers-cluster", c.name, "--workers-consul-token", "@"+tokenFile, "--min-workers", "2",
 			"--reducers", "3", "--progress", "none")
 		cmd.Env = withoutEnv(withoutEnv(withoutEnv(c.env, "TABULA_TLS_CERT"), "TABULA_TLS_KEY"), "TABULA_TOKEN")
 		out, err := cmd.CombinedOutput()
