@@ -69,7 +69,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		logf = func(string, ...any) {}
 	}
 	c, err := StartCluster(ctx, ClusterConfig{Dir: cfg.Dir, TabulaBin: cfg.TabulaBin, ConsulBin: cfg.ConsulBin, MinIOBin: cfg.MinIOBin,
-		Masters: 2, Servers: cfg.Servers, SplitSize: 256 << 10, MemtableSize: 64 << 10})
+		Masters: 2, Servers: cfg.Servers, SplitSize: 256 << 10, MemtableSize: 64 << 10,
+		// METADATA splits too (a few rows per METADATA tablet), so that
+		// the faults meet the three-level hierarchy: servers holding
+		// METADATA tablets killed, paused, drained.
+		MetadataSplitSize: 4 << 10})
 	if err != nil {
 		return nil, err
 	}

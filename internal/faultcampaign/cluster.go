@@ -188,7 +188,10 @@ type ClusterConfig struct {
 	ConsulBin, MinIOBin     string // required
 	Masters, Servers        int
 	SplitSize, MemtableSize int64
-	Log                     func(format string, args ...any)
+	// MetadataSplitSize is the tablet servers' --metadata-split-size (0:
+	// their default).
+	MetadataSplitSize int64
+	Log               func(format string, args ...any)
 }
 
 // freePort returns a port free on 127.0.0.1 a moment ago.
@@ -256,6 +259,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		}
 		if cfg.MemtableSize > 0 {
 			args = append(args, "--memtable-size", fmt.Sprint(cfg.MemtableSize))
+		}
+		if cfg.MetadataSplitSize > 0 {
+			args = append(args, "--metadata-split-size", fmt.Sprint(cfg.MetadataSplitSize))
 		}
 		p, err := c.newRole(fmt.Sprintf("tabletserver-%d", i+1), "tabletserver", args)
 		if err != nil {

@@ -74,8 +74,8 @@ const metadataSuspectTimeout = 500 * time.Millisecond
 // server has the full metadataScanTimeout.
 const metadataSuspectFull = 4
 
-// metadataScanParallelism bounds the METADATA tablets the master reads at
-// once.
+// metadataScanParallelism bounds the servers whose METADATA tablets the
+// master reads at once.
 const metadataScanParallelism = 8
 
 // metadataStore is the master's view of METADATA (master.Metadata): the
@@ -182,10 +182,11 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 	metas = m.finishSplits(ctx, nil, meta.RootTabletEnd(), metas)
 	// While a METADATA split is unfinished its parent's row overlaps its
 	// left children's (which sort first): each part of METADATA is read
-	// once, from where the rows before it ended. The METADATA tablets are
-	// read in parallel: a dead server's take metadataScanTimeout each to
-	// fail, which must not add up over a round; and once one failed, the
-	// others of its server not yet read wait for the next round.
+	// once, from where the rows before it ended. Servers are read in
+	// parallel, the METADATA tablets of one server one after another: a
+	// dead server's take a timeout each to fail, which must add up
+	// neither over a round nor over its tablets — after one failed, the
+	// server's others wait for the next round.
 	type part struct {
 		l     meta.Location
 		start []byte
@@ -193,11 +194,9 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 		err   error
 	}
 	parts := make([]part, len(metas))
+	byServer := make(map[string][]*part)
+	var servers []string
 	reached := meta.RootTabletEnd()
-	sem := make(chan struct{}, metadataScanParallelism)
-	var wg sync.WaitGroup
-	var failedMu sync.Mutex
-	failed := make(map[string]error) // server → why a read of one of its tablets failed
 	for i, e := range metas {
 		p := &parts[i]
 		p.l = e.Location()
@@ -214,28 +213,42 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 		if len(p.l.End) > 0 {
 			reached = p.l.End
 		}
+		if byServer[p.l.Server] == nil {
+			servers = append(servers, p.l.Server)
+		}
+		byServer[p.l.Server] = append(byServer[p.l.Server], p)
+	}
+	sem := make(chan struct{}, metadataScanParallelism)
+	var wg sync.WaitGroup
+	for _, server := range servers {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			failedMu.Lock()
-			why := failed[p.l.Server]
-			failedMu.Unlock()
-			if why != nil {
-				p.err = fmt.Errorf("not read: another METADATA tablet of %s failed: %w", p.l.Server, why)
-				return
-			}
-			p.users, p.err = m.readTablet(ctx, p.l.Server, p.start, p.l.End)
-			if p.err != nil {
-				failedMu.Lock()
-				failed[p.l.Server] = p.err
-				failedMu.Unlock()
-			} else {
+			var failed error
+			for _, p := range byServer[server] {
+				if failed != nil {
+					p.err = fmt.Errorf("not read: another METADATA tablet of %s failed: %w", server, failed)
+					continue
+				}
+				p.users, p.err = m.readTablet(ctx, server, p.start, p.l.End)
+				if p.err != nil {
+					failed = p.err
+					continue
+				}
 				p.users = m.finishMerges(ctx, p.start, p.l.End, p.users)
 				p.users = m.finishSplits(ctx, p.start, p.l.End, p.users)
 			}
 		})
 	}
 	wg.Wait()
+	// Forget the suspects that hold no METADATA tablet any more.
+	m.mu.Lock()
+	for server := range m.suspects {
+		if byServer[server] == nil && server != root.Server {
+			delete(m.suspects, server)
+		}
+	}
+	m.mu.Unlock()
 	complete = true
 	for _, p := range parts {
 		rows[p.l.TabletID] = p.l

@@ -11,6 +11,7 @@ import (
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
+	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
 // metaTablets returns the METADATA tablets of ts other than the root, as
@@ -180,5 +181,83 @@ func TestMetadataTabletSplit(t *testing.T) {
 	checkUserRows(t, "after the repair", ts, users)
 	if got, want := metaTablets(ts), []string{"[root-end,split)", "[split,)"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("METADATA tablets after the repair %q, want %q", got, want)
+	}
+}
+
+// TestMetadataReadSkipsDeadServer: METADATA tablets whose server does not
+// answer are listed (for the planner to recover) without their rows, the
+// others' rows are read; a server whose read failed is a suspect — read
+// once per round, with the short timeout — until a read there succeeds.
+func TestMetadataReadSkipsDeadServer(t *testing.T) {
+	ctx := context.Background()
+	f := newMetadataFixture(t)
+	f.md.states = f.states
+	table := meta.TableID{Instance: "i", Table: "t"}
+	for i := range 20 {
+		st := tabletdesc.State{ID: fmt.Sprintf("u%02d", i), Start: fmt.Appendf(nil, "r%02d", i), End: fmt.Appendf(nil, "r%02d", i+1)}
+		if i == 0 {
+			st.Start = nil
+		}
+		if i == 19 {
+			st.End = nil
+		}
+		f.putRow(t, table, st, "10.0.0.9:1/x", 5)
+	}
+	// Three METADATA tablets: the right two then "move" to a dead server.
+	children, err := f.server.host.SplitTabletAt(ctx, meta.MetadataTable, meta.MetaTabletID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grand, err := f.server.host.SplitTabletAt(ctx, meta.MetadataTable, children[1].ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const dead = "127.0.0.1:1/dead"
+	for _, c := range grand {
+		f.putRow(t, meta.MetadataTable, tabletdesc.State{ID: c.ID, Start: c.Start, End: c.End, Parent: children[1].ID}, dead, 9)
+		if err := f.server.host.UnloadTablet(ctx, c.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts, complete, err := f.md.read(ctx)
+	if err != nil || complete {
+		t.Fatalf("read with two METADATA tablets at a dead server: complete %v, %v", complete, err)
+	}
+	if got, want := len(metaTablets(ts)), 3; got != want {
+		t.Fatalf("%d METADATA tablets listed, want %d", got, want)
+	}
+	users := 0
+	for _, tb := range ts {
+		if tb.Kind == assign.User {
+			users++
+		}
+	}
+	if users == 0 || users == 20 {
+		t.Fatalf("%d user tablets listed: want those of the live METADATA tablet only", users)
+	}
+	// One read failed at the dead server (the other was not tried).
+	if got := f.md.suspects[dead]; got != 1 {
+		t.Fatalf("failures at the dead server after one read: %d, want 1", got)
+	}
+	if _, _, err := f.md.read(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.md.suspects[dead]; got != 2 {
+		t.Fatalf("failures at the dead server after two reads: %d, want 2", got)
+	}
+	// Back at the live server: read whole, no suspect left.
+	for _, c := range grand {
+		if err := f.server.host.LoadTablet(ctx, metadataTable(), meta.TabletRef{ID: c.ID, Start: c.Start, End: c.End}, tabletserver.ReplayLog{}); err != nil {
+			t.Fatal(err)
+		}
+		f.putRow(t, meta.MetadataTable, tabletdesc.State{ID: c.ID, Start: c.Start, End: c.End, Parent: children[1].ID}, f.server.Name(), 10)
+	}
+	ts, complete, err = f.md.read(ctx)
+	if err != nil || !complete {
+		t.Fatalf("read after the move back: complete %v, %v", complete, err)
+	}
+	checkUserRows(t, "after the move back", ts, 20)
+	if len(f.md.suspects) != 0 {
+		t.Fatalf("suspects %v after every read succeeded", f.md.suspects)
 	}
 }
