@@ -23,6 +23,8 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/master"
 )
 
 // The workloads, in the order they run: writes first so the reads find
@@ -459,7 +461,7 @@ func (t *benchTarget) close() {
 		// A fresh context: the run's may be why we are leaving.
 		dctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
 		defer cancel()
-		_ = t.conn.admin.DeleteTable(dctx, t.cfg.table)
+		_ = t.conn.admin.DeleteTable(master.WithPurge(dctx), t.cfg.table) // a scratch table: not kept for undelete
 	}
 	t.conn.Close()
 }
@@ -469,7 +471,7 @@ func (t *benchTarget) close() {
 // in-memory locality group when the server has Tabula's extension. It
 // reports whether it could make that group.
 func createBenchTable(ctx context.Context, c *conn, table string, splits []string) (bool, error) {
-	if err := c.admin.DeleteTable(ctx, table); err != nil && status.Code(err) != codes.NotFound {
+	if err := c.admin.DeleteTable(master.WithPurge(ctx), table); err != nil && status.Code(err) != codes.NotFound {
 		return false, fmt.Errorf("drop %s: %w", table, describe(err))
 	}
 	err := c.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: table, SplitKeys: splits, ColumnFamilies: map[string]bigtable.Family{

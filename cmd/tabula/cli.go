@@ -29,6 +29,7 @@ import (
 
 	"github.com/tabuladb/tabula/security/auth"
 	"github.com/tabuladb/tabula/security/tlsconfig"
+	"github.com/tabuladb/tabula/storage/master"
 )
 
 // defaultAddr is where the verbs look for a server when neither --addr
@@ -241,6 +242,7 @@ func newCLICommands() []*cobra.Command {
 		fs.IntVar(&maxValue, "max-value", 120, "print at most this many bytes of each value (0: all)")
 	}
 	var where string // read --where FILE: script.go
+	var purge bool   // deletetable --purge
 	verbs := []clientVerb{
 		{
 			use:   "ls [TABLE]",
@@ -282,10 +284,19 @@ splits= lists initial split keys (splits=g,n,t).`,
 			},
 		},
 		{
-			use:   "deletetable TABLE",
+			use:   "deletetable TABLE [--purge]",
 			short: "Delete a table and all its data",
-			args:  argsBetween(1, 1),
+			long: `deletetable deletes TABLE. Tabula keeps a deleted table restorable (tabula
+undelete) for the server's --undelete-retention, its name taken meanwhile;
+--purge deletes it at once instead (Tabula only).`,
+			args: argsBetween(1, 1),
+			flags: func(fs *pflag.FlagSet) {
+				fs.BoolVar(&purge, "purge", false, "delete at once: not restorable, the name free again (Tabula only)")
+			},
 			run: func(ctx context.Context, c *conn, _ *cobra.Command, args []string) error {
+				if purge {
+					ctx = master.WithPurge(ctx)
+				}
 				return c.admin.DeleteTable(ctx, args[0])
 			},
 		},

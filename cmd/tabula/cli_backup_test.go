@@ -83,7 +83,18 @@ func TestCLIBackupVerbs(t *testing.T) {
 		{args: []string{"listbackups", "--order-by", "size_bytes sideways"}, errWant: "INVALID_ARGUMENT: order_by"},
 		{args: []string{"deletebackup", "nope"}, errWant: "NOT_FOUND"},
 		{args: []string{"listbackups"}, contain: []string{"\nlb "}, absent: []string{"\nwb ", "short", "\nx "}},
+		// --purge: deleted at once, the name free again.
+		{args: []string{"deletetable", "web2", "--purge"}},
+		{args: []string{"undelete", "web2"}, errWant: "NOT_FOUND"},
+		{args: []string{"createtable", "web2"}},
 	})
+	// bench drops and re-creates its scratch table: twice in a row on a
+	// server that keeps deleted tables.
+	for range 2 {
+		if _, _, err := runTabula(t, "bench", "--addr", addr, "--rows", "40", "--concurrency", "2", "--value-size", "50", "--workloads", "seqwrite"); err != nil {
+			t.Fatalf("bench against a server with an undelete retention: %v", err)
+		}
+	}
 	// The restore's progress goes to stderr.
 	_, stderr, err := runTabula(t, "restore", "lb", "logs2", "--addr", addr)
 	if err != nil || !strings.Contains(stderr, "restore: 100%") {

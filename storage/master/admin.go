@@ -565,7 +565,7 @@ func (s *AdminService) DeleteTable(ctx context.Context, req *adminpb.DeleteTable
 	// From here on the table is going away; finish even if the client
 	// does not wait.
 	ctx = context.WithoutCancel(ctx)
-	if s.retainsDropped() {
+	if s.retainsDropped() && !purgeRequested(ctx) {
 		if err := s.dropRestorably(ctx, n, t); err != nil {
 			return nil, toStatus(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -52,6 +53,25 @@ const (
 	// cluster's master unless configured: Cloud Bigtable's 7 days.
 	DefaultUndeleteRetention = 7 * 24 * time.Hour
 )
+
+// PurgeHeader is the request metadata key with which a DeleteTable skips
+// the retention ("true"): the table and any record of its earlier
+// deletions go at once, as with a zero retention. It is Tabula's, for
+// scratch tables a tool drops and re-creates under one name (`tabula
+// bench`, `tabula deletetable --purge`); Cloud Bigtable clients never send
+// it.
+const PurgeHeader = "x-tabula-purge"
+
+// WithPurge returns ctx with PurgeHeader set on outgoing calls.
+func WithPurge(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, PurgeHeader, "true")
+}
+
+// purgeRequested reports whether the incoming call carries PurgeHeader.
+func purgeRequested(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return slices.Contains(md.Get(PurgeHeader), "true")
+}
 
 // DroppedTable is the record of a deleted table that UndeleteTable can
 // bring back.
