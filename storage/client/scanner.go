@@ -62,8 +62,8 @@ type Scanner struct {
 	ctx       context.Context    // the caller's
 	cancel    context.CancelFunc // the open stream's
 	exhausted bool
-	stream    grpc.ServerStreamingClient[bigtablepb.ReadRowsResponse]
-	loc       meta.Location // the tablet the stream reads
+	stream    grpc.ClientStream // ReadRows, its responses read raw (openReadRows)
+	loc       meta.Location     // the tablet the stream reads
 	retry     retrier
 	merger    chunkMerger
 	queue     []cell.Row // rows received, not returned yet
@@ -169,7 +169,8 @@ func (s *Scanner) Next() bool {
 				continue
 			}
 		}
-		resp, err := s.stream.Recv()
+		var resp rawReadRows
+		err := s.stream.RecvMsg(&resp)
 		if errors.Is(err, io.EOF) {
 			// The tablet is done: continue past its end (or before its start).
 			s.closeStream()
@@ -202,7 +203,7 @@ func (s *Scanner) Next() bool {
 			}
 			continue
 		}
-		rows, err := s.merger.add(resp.GetChunks())
+		rows, err := s.merger.addEncoded(resp.buf)
 		if err != nil {
 			s.fail(err)
 			continue
@@ -256,7 +257,7 @@ func (s *Scanner) open() error {
 		req.RowsLimit = s.opts.Limit - s.returned
 	}
 	sctx, cancel := context.WithCancel(s.ctx)
-	st, err := bigtablepb.NewBigtableClient(cc).ReadRows(sctx, req)
+	st, err := openReadRows(sctx, cc, req)
 	if err != nil {
 		cancel()
 		return err
@@ -269,11 +270,12 @@ func (s *Scanner) open() error {
 
 // chunkMerger assembles ReadRows chunks into rows.
 type chunkMerger struct {
-	cur     cell.Row
-	inRow   bool
-	partial *cell.Cell // a cell whose value is still arriving
-	family  string
-	qual    []byte
+	cur        cell.Row
+	inRow      bool
+	partial    cell.Cell // a cell whose value is still arriving, when hasPartial
+	hasPartial bool
+	family     string
+	qual       []byte
 }
 
 func (m *chunkMerger) reset() { *m = chunkMerger{} }
@@ -286,42 +288,73 @@ func (m *chunkMerger) end() error {
 	return nil
 }
 
+// add merges the chunks of a decoded response (METADATA reads use it).
 func (m *chunkMerger) add(chunks []*bigtablepb.ReadRowsResponse_CellChunk) ([]cell.Row, error) {
 	var out []cell.Row
 	for _, ch := range chunks {
-		if ch.GetResetRow() {
-			m.reset()
-			continue
+		c := wireChunk{rowKey: ch.GetRowKey(), timestamp: ch.GetTimestampMicros(), value: ch.GetValue(),
+			valueSize: ch.GetValueSize(), resetRow: ch.GetResetRow(), commit: ch.GetCommitRow()}
+		if f := ch.GetFamilyName(); f != nil {
+			c.family, c.hasFamily = []byte(f.GetValue()), true
 		}
-		if len(ch.GetRowKey()) > 0 {
-			if !m.inRow {
-				m.cur = cell.Row{Key: ch.GetRowKey()}
-				m.inRow = true
-			}
-		} else if !m.inRow {
-			return nil, status.Error(codes.Internal, "client: ReadRows chunk without a row key")
+		if q := ch.GetQualifier(); q != nil {
+			c.qualifier, c.hasQualifier = q.GetValue(), true
 		}
-		if ch.GetFamilyName() != nil {
-			m.family = ch.GetFamilyName().GetValue()
-		}
-		if ch.GetQualifier() != nil {
-			m.qual = ch.GetQualifier().GetValue()
-		}
-		if m.partial == nil {
-			m.partial = &cell.Cell{Family: m.family, Qualifier: m.qual, Timestamp: ch.GetTimestampMicros()}
-		}
-		m.partial.Value = append(m.partial.Value, ch.GetValue()...)
-		if ch.GetValueSize() == 0 {
-			if m.partial.Value == nil {
-				m.partial.Value = []byte{}
-			}
-			m.cur.Cells = append(m.cur.Cells, *m.partial)
-			m.partial = nil
-		}
-		if ch.GetCommitRow() {
-			out = append(out, m.cur)
-			m.reset()
+		var err error
+		if out, err = m.addChunk(&c, out); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
 }
+
+// addChunk merges one chunk, appending to out the row it commits. The
+// row's key, qualifiers and values alias the chunk's bytes, clipped to
+// their length (appending to one copies it).
+func (m *chunkMerger) addChunk(c *wireChunk, out []cell.Row) ([]cell.Row, error) {
+	if c.resetRow {
+		m.reset()
+		return out, nil
+	}
+	if len(c.rowKey) > 0 {
+		if !m.inRow {
+			m.cur = cell.Row{Key: clip(c.rowKey)}
+			m.inRow = true
+		}
+	} else if !m.inRow {
+		return nil, status.Error(codes.Internal, "client: ReadRows chunk without a row key")
+	}
+	if c.hasFamily && string(c.family) != m.family {
+		m.family = string(c.family)
+	}
+	if c.hasQualifier {
+		m.qual = clip(c.qualifier)
+	}
+	if !m.hasPartial {
+		m.partial = cell.Cell{Family: m.family, Qualifier: m.qual, Timestamp: c.timestamp}
+		m.hasPartial = true
+		if c.valueSize == 0 {
+			// The whole value in one chunk (the common case): no copy.
+			m.partial.Value = clip(c.value)
+		} else {
+			m.partial.Value = append(make([]byte, 0, max(int(c.valueSize), len(c.value))), c.value...)
+		}
+	} else {
+		m.partial.Value = append(m.partial.Value, c.value...)
+	}
+	if c.valueSize == 0 {
+		if m.partial.Value == nil {
+			m.partial.Value = []byte{}
+		}
+		m.cur.Cells = append(m.cur.Cells, m.partial)
+		m.partial, m.hasPartial = cell.Cell{}, false
+	}
+	if c.commit {
+		out = append(out, m.cur)
+		m.reset()
+	}
+	return out, nil
+}
+
+// clip returns b with its capacity cut to its length.
+func clip(b []byte) []byte { return b[:len(b):len(b)] }
