@@ -45,7 +45,9 @@ const MetadataTableName = "projects/-/instances/-/tables/METADATA"
 
 // MetaTabletID is the tablet ID of METADATA's second tablet, the one the
 // master creates at bootstrap to hold the user tablets' rows:
-// [RootTabletEnd(), end of table).
+// [RootTabletEnd(), end of table). It splits like a user tablet as it
+// fills (its children, with fresh IDs, have their rows in the root
+// tablet); the root never does.
 const MetaTabletID = "METADATA-meta"
 
 // ServerAddr returns the network address of the tablet server named
