@@ -21,6 +21,7 @@ import (
 	"github.com/tabuladb/tabula/security/acl"
 	"github.com/tabuladb/tabula/security/certs"
 	"github.com/tabuladb/tabula/security/tlsconfig"
+	"github.com/tabuladb/tabula/storage/client"
 )
 
 // enableAuth turns authentication on for every role started after it: a
@@ -126,12 +127,25 @@ func TestMRJobUnderAuth(t *testing.T) {
 	if attempts < 2 || fetched <= 0 {
 		t.Errorf("the workers ran %v attempts and fetched %v bytes from each other", attempts, fetched)
 	}
-	// A worker admits no caller without credentials.
-	anon, err := tlsconfig.Client(tlsconfig.Files{CAFile: caFile})
+	// METADATA shows a principal the tablets of the tables it holds a
+	// grant on, not others'.
+	tlsCA, err := tlsconfig.Client(tlsconfig.Files{CAFile: caFile})
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(workers[0].addr, tlsconfig.DialOption(anon))
+	for who, want := range map[string]codes.Code{"etl": codes.OK, "nobody": codes.PermissionDenied} {
+		cl, err := client.Dial(gw, client.Options{Project: "p", Instance: "i", TLS: tlsCA, Token: tokens[who]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tabs, err := cl.Tablets(ctx, "words")
+		cl.Close()
+		if status.Code(err) != want || (want == codes.OK && len(tabs) != 9) {
+			t.Errorf("the tablets of words as %s: %d, %v; want %v", who, len(tabs), err, want)
+		}
+	}
+	// A worker admits no caller without credentials.
+	conn, err := grpc.NewClient(workers[0].addr, tlsconfig.DialOption(tlsCA))
 	if err != nil {
 		t.Fatal(err)
 	}

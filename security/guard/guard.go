@@ -29,13 +29,14 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -86,18 +87,26 @@ type Config struct {
 	// not stated to the servers it calls (they would check the caller's
 	// grants on the control plane's RPCs and tables and refuse them).
 	Terminal bool
-	// LocationTables are tables every authenticated caller may read
-	// (ReadRows, SampleRowKeys), whatever their grants: a cluster's
-	// METADATA, which clients read to find the tablets of the tables they
-	// use (as HBase's hbase:meta is readable by all). It holds table
-	// names, tablet boundaries and servers, no cells; writing it stays
-	// for superusers.
-	LocationTables []string
+	// LocationTables are the tables clients read to find tablets (a
+	// cluster's METADATA), by full name, with how to tell whose rows a key
+	// is. An authenticated caller may ReadRows the rows that describe the
+	// tablets of a table it holds a grant on (any permission, any
+	// family), and those describing the location table's own tablets:
+	// the guard narrows each requested range to the rows of the table
+	// its start key names, and refuses keys of other tables and requests
+	// that name no rows. Every other RPC on them is for superusers.
+	LocationTables map[string]LocationRows
 	// Logger receives the audit lines; default slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, gets the guard's counters.
 	Registerer prometheus.Registerer
 }
+
+// LocationRows tells whose rows a key of a location table is: the table
+// (full name; "" for the location table's own tablets) and the range
+// [start, end) of that table's rows. ok is false for a key that names no
+// table.
+type LocationRows func(key []byte) (table string, start, end []byte, ok bool)
 
 // Guard holds the interceptors' state. Safe for concurrent use.
 type Guard struct {
@@ -337,8 +346,8 @@ func (g *Guard) check(ctx context.Context, c *call, r rule, req any) error {
 		return err
 	}
 	c.table = table
-	if slices.Contains(g.cfg.LocationTables, table) && (c.method == dataPrefix+"ReadRows" || c.method == dataPrefix+"SampleRowKeys") {
-		return nil
+	if rows, ok := g.cfg.LocationTables[table]; ok {
+		return g.checkLocationRead(ctx, c, table, rows, req)
 	}
 	info, err := g.cfg.Tables.Lookup(ctx, table)
 	if errors.Is(err, ErrTableNotFound) {
@@ -350,4 +359,65 @@ func (g *Guard) check(ctx context.Context, c *call, r rule, req any) error {
 		return status.Errorf(codes.Unavailable, "guard: reading the grants of %s: %v", table, err)
 	}
 	return r.check(c.subject(), table, info, req)
+}
+
+// checkLocationRead decides a call on a location table by a caller that
+// is not a superuser: a ReadRows of the rows describing the tablets of
+// tables it holds a grant on, or the location table's own, each range
+// narrowed in place to its table's rows (LocationTables).
+func (g *Guard) checkLocationRead(ctx context.Context, c *call, table string, rows LocationRows, req any) error {
+	r, ok := req.(*bigtablepb.ReadRowsRequest)
+	if !ok || c.method != dataPrefix+"ReadRows" {
+		return status.Errorf(codes.PermissionDenied, "%s on %s is for superusers; %s is not one", c.method, table, c.id.Principal)
+	}
+	set := r.GetRows()
+	if len(set.GetRowKeys()) == 0 && len(set.GetRowRanges()) == 0 {
+		return status.Errorf(codes.PermissionDenied, "reading all of %s is for superusers: name the rows of tables you hold a grant on", table)
+	}
+	// allowed reports whether the caller may locate the tablets of owner.
+	allowed := func(owner string) error {
+		if owner == "" {
+			return nil
+		}
+		info, err := g.cfg.Tables.Lookup(ctx, owner)
+		if err != nil && !errors.Is(err, ErrTableNotFound) {
+			return status.Errorf(codes.Unavailable, "guard: reading the grants of %s: %v", owner, err)
+		}
+		s := c.subject()
+		if err == nil && (info.Policy.AllowsSome(s, acl.Read) || info.Policy.AllowsSome(s, acl.Write)) {
+			return nil
+		}
+		return status.Errorf(codes.PermissionDenied, "table %s: the locations of %s's tablets are for principals with a grant on it; %s has none", table, owner, c.id.Principal)
+	}
+	for _, k := range set.GetRowKeys() {
+		owner, _, _, ok := rows(k)
+		if !ok {
+			return status.Errorf(codes.PermissionDenied, "table %s: row %q names no table", table, k)
+		}
+		if err := allowed(owner); err != nil {
+			return err
+		}
+	}
+	for _, rr := range set.GetRowRanges() {
+		from := rr.GetStartKeyClosed()
+		if from == nil {
+			from = rr.GetStartKeyOpen()
+		}
+		owner, _, end, ok := rows(from)
+		if !ok {
+			return status.Errorf(codes.PermissionDenied, "table %s: a range must start at a row of a table (got %q)", table, from)
+		}
+		if err := allowed(owner); err != nil {
+			return err
+		}
+		// Narrow the range to the owner's rows.
+		to := rr.GetEndKeyOpen()
+		if to == nil {
+			to = rr.GetEndKeyClosed()
+		}
+		if len(to) == 0 || bytes.Compare(to, end) >= 0 {
+			rr.EndKey = &bigtablepb.RowRange_EndKeyOpen{EndKeyOpen: end}
+		}
+	}
+	return nil
 }

@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/tabuladb/tabula/security/acl"
 	"github.com/tabuladb/tabula/security/auth"
 )
 
@@ -112,28 +115,85 @@ func TestTerminalStatesNoIdentity(t *testing.T) {
 	}
 }
 
-// TestLocationTablesReadableByAll: every authenticated caller reads a
-// location table (METADATA) to find tablets; writing it stays for
-// superusers, and other tables keep their grants.
-func TestLocationTablesReadableByAll(t *testing.T) {
+// TestLocationRows: a caller reads the rows of a location table (METADATA)
+// that locate the tablets of tables it holds a grant on, and the location
+// table's own, each range narrowed to its table's rows; not other tables'
+// rows, not the whole table, and nothing else on it.
+func TestLocationRows(t *testing.T) {
 	a, ctx := aliceCalls(t)
 	const meta = "projects/-/instances/-/tables/METADATA"
-	g, err := New(Config{Authenticator: a, Tables: NoTables{}, LocationTables: []string{meta}})
+	// Keys "T/…" are table T's rows, ["T/", "T0"); "_/…" METADATA's own.
+	rows := func(key []byte) (string, []byte, []byte, bool) {
+		owner, _, ok := strings.Cut(string(key), "/")
+		if !ok {
+			return "", nil, nil, false
+		}
+		start, end := []byte(owner+"/"), []byte(owner+"0")
+		if owner == "_" {
+			return "", start, end, true
+		}
+		return "projects/p/instances/i/tables/" + owner, start, end, true
+	}
+	tables := LookupFunc(func(_ context.Context, name string) (TableInfo, error) {
+		switch name {
+		case "projects/p/instances/i/tables/mine":
+			return TableInfo{Policy: acl.Policy{Grants: []acl.Grant{{Member: "user:alice", Family: "f", Perms: acl.Write}}}, Families: []string{"f"}}, nil
+		case "projects/p/instances/i/tables/theirs":
+			return TableInfo{Policy: acl.Policy{Grants: []acl.Grant{{Member: "user:bob", Perms: acl.Read}}}}, nil
+		}
+		return TableInfo{}, ErrTableNotFound
+	})
+	g, err := New(Config{Authenticator: a, Tables: NewCache(tables, time.Millisecond), LocationTables: map[string]LocationRows{meta: rows}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok := func(context.Context, any) (any, error) { return "served", nil }
-	call := func(method string, req any) error {
-		_, err := g.UnaryInterceptor()(ctx, req, &grpc.UnaryServerInfo{FullMethod: dataPrefix + method}, ok)
-		return err
+	check := func(method string, req any) error {
+		cctx, c, err := g.begin(ctx, dataPrefix+method)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.check(cctx, c, g.rule(dataPrefix+method), req)
 	}
-	if err := call("SampleRowKeys", &bigtablepb.SampleRowKeysRequest{TableName: meta}); err != nil {
-		t.Errorf("SampleRowKeys of METADATA: %v", err)
+	scan := func(start, end string) *bigtablepb.ReadRowsRequest {
+		rr := &bigtablepb.RowRange{StartKey: &bigtablepb.RowRange_StartKeyClosed{StartKeyClosed: []byte(start)}}
+		if end != "" {
+			rr.EndKey = &bigtablepb.RowRange_EndKeyOpen{EndKeyOpen: []byte(end)}
+		}
+		return &bigtablepb.ReadRowsRequest{TableName: meta, Rows: &bigtablepb.RowSet{RowRanges: []*bigtablepb.RowRange{rr}}, RowsLimit: 1}
 	}
-	if err := call("MutateRow", &bigtablepb.MutateRowRequest{TableName: meta, RowKey: []byte("r")}); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("MutateRow of METADATA: %v, want PERMISSION_DENIED", err)
+	for _, c := range []struct {
+		name    string
+		req     *bigtablepb.ReadRowsRequest
+		wantEnd string // the range's end after narrowing; "" for a refusal
+	}{
+		{"a lookup in mine, to the tablet's end", scan("mine/k", "zzz"), "mine0"},
+		{"a lookup in mine, unbounded", scan("mine/k", ""), "mine0"},
+		{"a lookup within mine", scan("mine/a", "mine/b"), "mine/b"},
+		{"METADATA's own rows", scan("_/mine/k", ""), "_0"},
+		{"theirs", scan("theirs/k", ""), ""},
+		{"a table that does not exist", scan("gone/k", ""), ""},
+		{"a key of no table", scan("nokey", ""), ""},
+		{"the whole table", &bigtablepb.ReadRowsRequest{TableName: meta}, ""},
+	} {
+		err := check("ReadRows", c.req)
+		if c.wantEnd == "" {
+			if status.Code(err) != codes.PermissionDenied {
+				t.Errorf("%s: %v, want PERMISSION_DENIED", c.name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		} else if got := string(c.req.Rows.RowRanges[0].GetEndKeyOpen()); got != c.wantEnd {
+			t.Errorf("%s: narrowed to end %q, want %q", c.name, got, c.wantEnd)
+		}
 	}
-	if err := call("SampleRowKeys", &bigtablepb.SampleRowKeysRequest{TableName: "projects/p/instances/i/tables/t"}); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("SampleRowKeys of another table: %v, want PERMISSION_DENIED", err)
+	for method, req := range map[string]any{
+		"MutateRow":     &bigtablepb.MutateRowRequest{TableName: meta, RowKey: []byte("mine/k")},
+		"SampleRowKeys": &bigtablepb.SampleRowKeysRequest{TableName: meta},
+	} {
+		if err := check(method, req); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s of METADATA: %v, want PERMISSION_DENIED", method, err)
+		}
 	}
 }

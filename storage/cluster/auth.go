@@ -80,6 +80,20 @@ func catalogTables(cat meta.Catalog, instance string) guard.LookupFunc {
 	}
 }
 
+// metadataRows tells the guard whose rows a METADATA key is
+// (guard.LocationRows): a user table's (its name in any project: the
+// catalog ignores projects), or METADATA's own ("").
+func metadataRows(key []byte) (table string, start, end []byte, ok bool) {
+	t, start, end, ok := meta.MetadataKeyTable(key)
+	if !ok {
+		return "", nil, nil, false
+	}
+	if t == meta.MetadataTable {
+		return "", start, end, true
+	}
+	return t.FullName("-"), start, end, true
+}
+
 // relayedToMaster are the services a tablet server relays to the active
 // master (forwardUnknown): the master's guard authorizes them.
 var relayedToMaster = []string{
@@ -113,7 +127,7 @@ func newGuard(cfg *AuthConfig, cat meta.Catalog, instance string, relayed []stri
 		Terminal:      terminal,
 		// Clients (MapReduce's splits, Beam's reads, storage/client's
 		// location cache) find tablets in METADATA as their caller.
-		LocationTables: []string{meta.MetadataTableName},
+		LocationTables: map[string]guard.LocationRows{meta.MetadataTableName: metadataRows},
 		Logger:         log,
 		Registerer:     reg,
 	})

@@ -389,3 +389,27 @@ func FuzzParseMetadataRow(f *testing.F) {
 		}
 	})
 }
+
+// MetadataKeyTable finds the table of row keys, lookup keys and range
+// bounds, and refuses keys without two whole components.
+func TestMetadataKeyTable(t *testing.T) {
+	users := TableID{Instance: "i", Table: "users\x00x"}
+	start, end := MetadataTableRange(users)
+	for _, key := range [][]byte{MetadataRowKey(users, []byte("m")), MetadataRowKey(users, nil), MetadataLookupKey(users, []byte("k\x00")), start} {
+		got, s, e, ok := MetadataKeyTable(key)
+		if !ok || got != users || string(s) != string(start) || string(e) != string(end) {
+			t.Errorf("MetadataKeyTable(%q) = %v %q %q %v, want %v", key, got, s, e, ok, users)
+		}
+		if string(key) < string(s) || string(key) >= string(e) {
+			t.Errorf("key %q outside its table's range [%q, %q)", key, s, e)
+		}
+	}
+	if got, _, _, ok := MetadataKeyTable(MetadataLookupKey(MetadataTable, MetadataRowKey(users, nil))); !ok || got != MetadataTable {
+		t.Errorf("a root lookup key: %v %v, want METADATA", got, ok)
+	}
+	for _, key := range [][]byte{nil, []byte("i"), start[:len(start)-1], end[len(end)-1:]} {
+		if _, _, _, ok := MetadataKeyTable(key); ok {
+			t.Errorf("MetadataKeyTable(%q) ok", key)
+		}
+	}
+}
