@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -418,6 +419,12 @@ func (s *AdminService) UndeleteTable(ctx context.Context, req *adminpb.UndeleteT
 		tableProto(n.String(), t, adminpb.Table_SCHEMA_VIEW))
 }
 
+// nothingToReplay is the redo point of a restored or undeleted tablet:
+// no commit log holds a record of its new ID, so its first open replays
+// nothing (a zero redo point would scan a whole log for none) and then
+// saves the log's tail as its redo point, as every open does.
+var nothingToReplay = tabletdesc.LogPosition{Segment: math.MaxUint64}
+
 // createByReference creates table t (its schema; t.Tablets is replaced)
 // with one new tablet per state in states whose files are the states'
 // own — nothing is copied: the SSTables are immutable, and the sweep keeps
@@ -456,7 +463,7 @@ func (s *AdminService) createByReference(ctx context.Context, n tableName, t met
 			return meta.Table{}, status.Errorf(codes.Internal, "master: %v", err)
 		}
 		ns := tabletdesc.State{ID: id, Start: st.Start, End: st.End, Groups: make(map[string][]tabletdesc.FileMeta, len(st.Groups)),
-			FlushedSeq: st.FlushedSeq, LastSeq: st.LastSeq, Families: st.Families, Drops: st.Drops}
+			FlushedSeq: st.FlushedSeq, LastSeq: st.LastSeq, Families: st.Families, Drops: st.Drops, RedoPoint: nothingToReplay}
 		for g, fs := range st.Groups {
 			ns.Groups[g] = slices.Clone(fs)
 			for _, f := range fs {
