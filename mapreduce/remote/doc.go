@@ -18,6 +18,15 @@
 // streamed in chunks and resumed after a transient break); the coordinator
 // sends each reduce attempt the addresses of the workers it fetches from.
 //
+// A job's intermediate data is the job's alone: every task carries its job
+// token (mapreduce.JobSpec.Token, a secret the coordinator issues per run),
+// a worker admits a job's attempts only with the token its first attempt
+// brought, and serves the job's map outputs, kills its attempts and
+// forgets it only for callers presenting the token (JobTokenKey): the
+// coordinator and the job's reducers. Tasks read and write tables with
+// their submitter's bearer token, which the coordinator sends with every
+// call.
+//
 // The package imports no storage engine package: tasks reach tables through
 // mapreduce's clients.
 package remote
