@@ -48,6 +48,17 @@ var (
 	clusterBinErr  error
 )
 
+// TestMain removes the binary tabulaBinary built (about 75 MB in a
+// directory of its own) once the tests are done: left behind, one per
+// test run filled the disk.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if clusterBin != "" {
+		_ = os.RemoveAll(filepath.Dir(clusterBin))
+	}
+	os.Exit(code)
+}
+
 // tabulaBinary builds the binary once per test process.
 func tabulaBinary(t *testing.T) string {
 	t.Helper()
