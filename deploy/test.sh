@@ -103,6 +103,16 @@ if ((${#pkgs[@]} == 0)); then
 	pkgs=(./...)
 	args+=(./...)
 fi
+# go test's default 10-minute limit per package binary is too tight for
+# cmd/tabula's integration tests on a busy 2-core machine (about 5 min on
+# a quiet one): give each package 40 minutes unless the caller set one.
+has_timeout=0
+for a in "${args[@]}"; do
+	case $a in
+	-timeout | -timeout=* | --timeout | --timeout=*) has_timeout=1 ;;
+	esac
+done
+((has_timeout)) || args=(-timeout 40m "${args[@]}")
 
 bash deploy/install.sh minio
 bash deploy/install.sh consul

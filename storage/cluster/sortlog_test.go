@@ -21,6 +21,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
@@ -174,7 +175,7 @@ func startSorterLogDir(t *testing.T, store blob.Store, logDir string) *sorterSer
 	name := NewServerName(lis.Addr().String())
 	logs := &syncBuffer{}
 	logger := slog.New(slog.DiscardHandler)
-	ts := &TabletServer{cfg: ServerConfig{Store: store, LogDir: logDir}, name: name, log: slog.New(slog.NewTextHandler(logs, nil))}
+	ts := &TabletServer{cfg: ServerConfig{Coord: coord.NewLocal(coord.LocalConfig{}), Store: store, LogDir: logDir}, name: name, log: slog.New(slog.NewTextHandler(logs, nil))}
 	lg, err := commitlog.Open(ctx, ts.logOptions(name))
 	if err != nil {
 		t.Fatal(err)

@@ -70,7 +70,38 @@ func (c *tabletControlService) LoadTablet(ctx context.Context, req *clusterpb.Lo
 		return nil, status.Errorf(codes.Internal, "loading tablet %s: %v", ref.ID, err)
 	}
 	c.s.log.Info("tablet loaded", "tablet", ref.ID, "table", t.ID.String(), "recovered_from", req.GetRecoverFrom(), "sorted_log", recover.Sorted.Store != nil)
+	if err := c.catchUpSchema(ctx, t); err != nil {
+		return nil, err
+	}
 	return &clusterpb.LoadTabletResponse{}, nil
+}
+
+// catchUpSchema applies the table's schema as the catalog holds it now if
+// it is newer than loaded's, the one the master sent with the load. The
+// master reads the schema when it plans the assignment; a schema change
+// committed after that pushes UpdateSchema to every server, but a server
+// still loading the tablet does not serve the table yet and ignores the
+// push — so the tablet would keep the old schema (a family created right
+// after CreateTable stayed unknown: writes to it NOT_FOUND). Reading the
+// catalog after the tablet is in the Host closes the gap: a change
+// committed before this read is seen here, one committed after it finds
+// the table served and is pushed (Host.UpdateSchema never goes back to an
+// older generation, so the two can arrive in either order).
+func (c *tabletControlService) catchUpSchema(ctx context.Context, loaded meta.Table) error {
+	cur, err := NewCoordCatalog(c.s.cfg.Coord).Get(ctx, loaded.ID)
+	if errors.Is(err, meta.ErrTableNotFound) {
+		return nil // dropped meanwhile: the drop unloads the tablet
+	}
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "reading the schema of %s after loading: %v", loaded.ID, err)
+	}
+	if cur.Generation <= loaded.Generation {
+		return nil
+	}
+	if err := c.s.host.UpdateSchema(ctx, cur); err != nil && !errors.Is(err, tabletserver.ErrTableNotFound) {
+		return status.Errorf(codes.Internal, "updating the schema of %s after loading: %v", loaded.ID, err)
+	}
+	return nil
 }
 
 // deadLog returns the commit log of server dead and where its sorted copy

@@ -91,7 +91,10 @@ func (h *Host) DropTable(ctx context.Context, t meta.Table) error {
 }
 
 // UpdateSchema sets t's schema (families added, GC policies changed,
-// families dropped, granularity) on every tablet of the table.
+// families dropped, granularity) on every tablet of the table. A schema
+// older than the one served (a lower meta.Table.Generation) is ignored:
+// a cluster's server can receive a table's schema both from the master's
+// push and from its own read of the catalog after a load, in either order.
 func (h *Host) UpdateSchema(ctx context.Context, t meta.Table) error {
 	st, err := h.table(t.ID)
 	if err != nil {
@@ -99,6 +102,9 @@ func (h *Host) UpdateSchema(ctx context.Context, t meta.Table) error {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if t.Generation < st.meta.Load().Generation {
+		return nil
+	}
 	st.meta.Store(&t)
 	var errs []error
 	for _, tb := range st.list() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -264,6 +265,26 @@ func TestHostAsTableHost(t *testing.T) {
 		t.Fatalf("after dropping family g: %s", got)
 	}
 	wantCode(t, tbl.Apply(ctx, "n1", m), codes.NotFound, "family")
+
+	// A newer generation applies; an older one arriving after it (a
+	// master's push overtaken by a server's own catalog read) changes
+	// nothing.
+	newer := tm
+	newer.Families = maps.Clone(tm.Families)
+	newer.Families["h"] = tabletdesc.Family{GC: tabletdesc.GCPolicy{MaxVersions: 1}}
+	newer.Generation = tm.Generation + 1
+	if err := e.host.UpdateSchema(ctx, newer); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.host.UpdateSchema(ctx, tm); err != nil {
+		t.Fatal(err)
+	}
+	mh := bigtable.NewMutation()
+	mh.Set("h", "q", ts(3), []byte("h"))
+	if err := tbl.Apply(ctx, "n1", mh); err != nil {
+		t.Fatalf("write to the family of the newer schema after an older one arrived: %v", err)
+	}
+	tm = newer
 
 	// Split one tablet by hand, then DropRowRange across both tablets.
 	if err := e.host.SplitTablet(ctx, id, "t-0"); err != nil {
