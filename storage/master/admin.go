@@ -106,9 +106,11 @@ type Options struct {
 }
 
 // AdminService implements google.bigtable.admin.v2.BigtableTableAdmin over a
-// catalog and the tablet servers. RPCs Tabula does not support (backups,
-// snapshots, authorized views, ...) answer UNIMPLEMENTED; IAM is iam.go. All methods
-// are safe for concurrent use.
+// catalog and the tablet servers: tables and families here, authorized
+// views in authorizedviews.go, backups and restore in backups.go, undelete
+// in undelete.go, IAM in iam.go, long-running operations in operations.go.
+// RPCs Tabula does not support (snapshots, schema bundles, ...) answer
+// UNIMPLEMENTED naming the RPC. All methods are safe for concurrent use.
 type AdminService struct {
 	adminpb.UnimplementedBigtableTableAdminServer
 	opts  Options
