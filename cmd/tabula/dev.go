@@ -28,13 +28,15 @@ func newDevCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run Tabula in one process: data and admin API on one port, a local directory as the store",
-		Long: `dev runs the whole of Tabula in one process — the tablet server with the
-Cloud Bigtable data API (google.bigtable.v2), the master with the table admin
-API (google.bigtable.admin.v2) and Tabula's locality group extension — on one
+		Long: `dev runs the whole of Tabula in one process: the cluster's roles — the
+master with the table admin API (google.bigtable.admin.v2) and Tabula's
+locality group extension, and one tablet server with the Cloud Bigtable data
+API (google.bigtable.v2), to which the master assigns every tablet — on one
 gRPC port, keeping everything under --dir: SSTables and tablet states in
---dir/store, the table catalog in the lock service's file --dir/coord.json,
-the commit log in --dir/log. (A --dir of an older dev, with the catalog in
---dir/store/catalog, has it moved at start.)
+--dir/store, the lock service's keys (the table catalog among them) in
+--dir/coord.json, the commit log in --dir/logs. (A --dir of an older dev,
+with the catalog in --dir/store/catalog and the log in --dir/log, is moved
+to this layout at start.)
 
 Point the official clients at it with BIGTABLE_EMULATOR_HOST=<addr>. When it
 serves it prints one line "ready <addr>" on stdout. SIGTERM or SIGINT stops

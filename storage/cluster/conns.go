@@ -20,6 +20,20 @@ type conns struct {
 	m    map[string]*grpc.ClientConn
 	tls  *tls.Config
 	opts []grpc.DialOption
+	// borrowed are connections set by alias: close leaves them open.
+	borrowed map[string]bool
+}
+
+// alias makes get(addr) return cc, which the caller owns: `tabula dev`'s
+// roles reach each other's address over its in-memory connection.
+func (c *conns) alias(addr string, cc *grpc.ClientConn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.borrowed == nil {
+		c.borrowed = make(map[string]bool)
+	}
+	c.m[addr] = cc
+	c.borrowed[addr] = true
 }
 
 func newConns(tlsClient *tls.Config, opts ...grpc.DialOption) *conns {
@@ -48,7 +62,9 @@ func (c *conns) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for a, cc := range c.m {
-		_ = cc.Close()
+		if !c.borrowed[a] {
+			_ = cc.Close()
+		}
 		delete(c.m, a)
 	}
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,13 +17,16 @@ import (
 	"syscall"
 	"time"
 
-	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -30,15 +34,15 @@ import (
 	"github.com/tabuladb/tabula/storage/authview"
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
-	"github.com/tabuladb/tabula/storage/commitlog"
+	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tablet"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver"
-	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
+	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
 // Defaults of DevConfig (the cache sizes are the tablet server's too: see
@@ -58,9 +62,10 @@ const (
 type DevConfig struct {
 	// Dir holds everything: Dir/store (SSTables, tablet states, backups),
 	// Dir/coord.json (the lock service's keys, the table catalog among
-	// them: DevCoordFile) and Dir/log (the commit log). A Dir written by
-	// an older dev, with the catalog in Dir/store/catalog, has it moved
-	// into the lock service at start. Required.
+	// them: DevCoordFile) and Dir/logs (each run's commit log, in
+	// LocalLogDir(Dir, its server's name)). A Dir written by an older dev,
+	// with the catalog in Dir/store/catalog and one log in Dir/log, is
+	// moved to this layout at start. Required.
 	Dir string
 	// Addr is the gRPC listen address (port 0 picks one: see Addr()).
 	Addr string
@@ -108,20 +113,26 @@ type DevConfig struct {
 	TLS tlsconfig.Role
 }
 
-// Dev is the whole of Tabula in one process: the tablet server (a
-// tabletserver.Host and its data API), the master's admin API and its
-// locality group extension over the same Host, on one gRPC server, with
-// metrics, pprof and a health check over HTTP.
+// Dev is the whole of Tabula in one process: the cluster's two roles — a
+// master (StartMaster) and one tablet server (StartTabletServer) — over
+// the in-process lock service kept in a file (coord.OpenLocal), the local
+// directory as the object store (blob.Local) and commit logs as files
+// (ServerConfig.LogDir), with every service of both roles on one gRPC
+// server and one listener, and metrics, pprof and a health check over HTTP.
 type Dev struct {
 	cfg      DevConfig
 	log      *slog.Logger
 	lock     *os.File
 	kv       *coord.Local
-	commit   *commitlog.Log
 	store    blob.Store
 	states   tablet.StateStore
-	swept    prometheus.Counter
-	host     *tabletserver.Host
+	swept    prometheus.Counter // the master's count of swept files
+	master   *Master
+	server   *TabletServer
+	host     *tabletserver.Host // the tablet server's
+	conn     *grpc.ClientConn   // the roles' in-memory connection (inProcess)
+	inner    *grpc.Server       // serves conn
+	innerLis *bufconn.Listener
 	grpc     *grpc.Server
 	lis      net.Listener
 	http     *http.Server
@@ -130,21 +141,70 @@ type Dev struct {
 	health   *health.Server
 	serveErr chan error
 
-	// The periodic work (commit-log truncation, the file sweep) runs in
-	// goroutines started by every; closing stopBackground ends them and
-	// background waits for them.
-	stopBackground     chan struct{}
-	stopBackgroundOnce sync.Once
-	background         sync.WaitGroup
-
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// StartDev assembles and starts a dev server on cfg.Dir: it recovers every
-// table of the catalog (replaying the commit log) before it listens, so
-// that once Addr answers, every acknowledged write is readable. Close stops
-// it.
+// inProcess is what StartDev gives the roles it runs in one process
+// (MasterConfig.inProc, ServerConfig.inProc): they take their address
+// from its listener, leave serving to StartDev (which registers their
+// services on its gRPC server), share its metrics registry, and reach each
+// other — the master the tablet server's TabletControl, the server the
+// master's ServerReports, both METADATA — over conn, an in-memory
+// connection to a second gRPC server with the same services and no
+// authentication: the roles have no credentials of their own, and calls
+// between them never leave the process.
+type inProcess struct {
+	lis      net.Listener
+	conn     *grpc.ClientConn
+	registry *prometheus.Registry
+	// instance, when set, makes the admin API instance-agnostic
+	// (master.Options.Instance).
+	instance string
+	// tableHost, when set, returns the admin API's TableHost over the
+	// master's (clusterTableHost).
+	tableHost func(*Master) master.TableHost
+	// metadataReadTimeout bounds the master loop's read of METADATA in a
+	// round (boundedMetadata).
+	metadataReadTimeout time.Duration
+	// liveFiles are the files every tablet references
+	// (master.Options.LiveFiles): the admin API deletes a dropped table's
+	// files at once in one process, but for those.
+	liveFiles func(context.Context) ([]assign.TabletFiles, error)
+}
+
+func (in *inProcess) addr() string { return in.lis.Addr().String() }
+
+// Timing of dev's roles. Their sessions never lapse (coord.Local renews
+// them without I/O), so what remains is how long a restart waits for the
+// locks its previous run held: nothing — the one process that held them
+// is gone, which the directory's LOCK file guarantees.
+const (
+	devLockDelay = -1 // none (coord: a negative lock-delay is none)
+	// devServerTTL is how long the master waits before it takes the key of
+	// a server it finds released at start (MasterConfig.ServerTTL): the
+	// previous run's, whose process is gone.
+	devServerTTL = time.Millisecond
+	// devMetadataReadTimeout bounds a round's read of METADATA: in one
+	// process it takes milliseconds, but at a restart the previous run's
+	// address answers nothing and each round that reads a tablet still
+	// located there waits this long (boundedMetadata).
+	devMetadataReadTimeout = 300 * time.Millisecond
+	// devWaitPoll is how often StartDev and CreateTable look whether the
+	// master has assigned the tablets they wait for.
+	devWaitPoll = 2 * time.Millisecond
+	// devAssignTimeout bounds that wait.
+	devAssignTimeout = time.Minute
+)
+
+// StartDev assembles and starts a dev server on cfg.Dir: it starts the
+// master and the tablet server and returns once the master has assigned
+// every tablet of every table of the catalog to the server, which has
+// loaded it (replaying the commit log of the previous run, if it did not
+// stop cleanly), so that once Addr answers, every acknowledged write is
+// readable. A Dir written by an older dev (its catalog in the store, its
+// commit log in Dir/log) is moved to this layout first (openDevCoord,
+// flushLegacyLog). Close stops it.
 func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("dev: --dir is required")
@@ -176,12 +236,13 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	d := &Dev{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 2), stopBackground: make(chan struct{})}
+	d := &Dev{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 3)}
 	defer func() {
 		if err != nil {
 			d.abort()
 		}
 	}()
+	start := time.Now()
 
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
@@ -192,77 +253,69 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	if d.store, err = blob.NewLocal(filepath.Join(cfg.Dir, "store")); err != nil {
 		return nil, err
 	}
-	store := d.store
-	if d.kv, err = openDevCoord(ctx, cfg.Dir, store, d.log); err != nil {
-		return nil, err
-	}
-	d.states = tablet.NewBlobStateStore(store, "state")
-	logOpts := commitlog.Options{Dir: filepath.Join(cfg.Dir, "log")}
-	if d.commit, err = commitlog.Open(ctx, logOpts); err != nil {
-		return nil, fmt.Errorf("dev: opening the commit log: %w", err)
-	}
-	var scanCache *tablet.ScanCache
-	if cfg.ScanCacheBytes > 0 {
-		if scanCache, err = tablet.NewScanCache(cfg.ScanCacheBytes); err != nil {
-			return nil, err
-		}
-	}
-	reg := prometheus.NewRegistry()
-	d.swept = prometheus.NewCounter(prometheus.CounterOpts{Name: "tabula_dev_swept_files_total", Help: "SSTables no tablet referenced any more, deleted by the periodic sweep."})
-	reg.MustRegister(d.swept)
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	d.host, err = tabletserver.NewHost(ctx, tabletserver.HostOptions{
-		Store:         store,
-		Log:           d.commit,
-		LogOptions:    logOpts,
-		Cache:         sstable.NewCache(max(cfg.BlockCacheBytes, 0)),
-		ScanCache:     scanCache,
-		StateStore:    d.states,
-		Limits:        cfg.Limits,
-		MemtableBytes: cfg.MemtableBytes,
-		SplitBytes:    cfg.SplitBytes,
-		Logger:        d.log,
-		Registerer:    reg,
-		// The Host's own truncation could run while recovery has opened
-		// some tables but not others, and drop log records that the
-		// others still need; the dev server truncates itself, once every
-		// table is open (truncateLog).
-		LogTruncateInterval: neverInterval,
-	})
-	if err != nil {
+	d.states = tablet.NewBlobStateStore(d.store, StatePrefix)
+	if d.kv, err = openDevCoord(ctx, cfg.Dir, d.store, d.log); err != nil {
 		return nil, err
 	}
 	catalog := NewCoordCatalog(d.kv)
-	adminOpts := master.Options{
-		Catalog: catalog,
-		Host:    d.host,
-		Store:   store,
-		States:  d.states,
-		Limits:  cfg.Limits,
-		Logger:  d.log,
-		// Restored tables reference files in other tables' directories.
-		LiveFiles:         d.liveFiles,
-		UndeleteRetention: cfg.UndeleteRetention,
-	}
-	if cfg.InstanceAgnostic {
-		adminOpts.Instance = DevAgnosticInstance
-	}
-	admin, err := master.NewAdminService(adminOpts)
-	if err != nil {
+	if err := flushLegacyLog(ctx, cfg.Dir, d.store, d.states, catalog, d.log); err != nil {
 		return nil, err
 	}
-	// Recover before listening: a client that reaches the server finds
-	// every table open and every acknowledged write replayed. Only then
-	// may the commit log be truncated (truncateLog): before, it holds
-	// records of tables not yet open.
-	start := time.Now()
-	if err := admin.Start(ctx); err != nil {
-		return nil, err
-	}
-	d.log.Info("recovered", "dir", cfg.Dir, "took", time.Since(start).String())
-	d.every(cfg.LogTruncateInterval, d.truncateLog)
-	d.every(cfg.SweepInterval, d.sweepFiles)
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if d.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
+		return nil, err
+	}
+	d.innerLis = bufconn.Listen(1 << 20)
+	// Named as the listener (its Target is the address the roles' names
+	// carry), so that their clients take it for the server's own
+	// connection rather than dialing the port.
+	if d.conn, err = grpc.NewClient(d.lis.Addr().String(),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return d.innerLis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxMessageSize), grpc.MaxCallSendMsgSize(client.MaxMessageSize))); err != nil {
+		return nil, err
+	}
+	in := &inProcess{lis: d.lis, conn: d.conn, registry: reg, metadataReadTimeout: devMetadataReadTimeout, liveFiles: d.liveFiles,
+		tableHost: func(m *Master) master.TableHost { return &devTableHost{d: d, cluster: m.tableHost} }}
+	if cfg.InstanceAgnostic {
+		in.instance = DevAgnosticInstance
+	}
+	if d.master, err = StartMaster(ctx, MasterConfig{
+		Coord: d.kv, Store: d.store, Cluster: "dev", SplitBytes: cfg.SplitBytes,
+		LockDelay: devLockDelay, ServerTTL: devServerTTL, LogDir: cfg.Dir,
+		GCInterval: cfg.SweepInterval, GCGrace: cfg.SweepGrace, UndeleteRetention: cfg.UndeleteRetention,
+		Logger: d.log, TLS: cfg.TLS, Limits: cfg.Limits, inProc: in,
+	}); err != nil {
+		return nil, err
+	}
+	d.swept = d.master.gcDeleted
+	if d.server, err = StartTabletServer(ctx, ServerConfig{
+		Coord: d.kv, Store: d.store, LogDir: cfg.Dir, Cluster: "dev",
+		MemtableBytes: cfg.MemtableBytes, SplitBytes: cfg.SplitBytes,
+		BlockCacheBytes: cfg.BlockCacheBytes, ScanCacheBytes: cfg.ScanCacheBytes,
+		LockDelay: devLockDelay, Logger: d.log, TLS: cfg.TLS,
+		Limits: cfg.Limits, LogTruncateInterval: cfg.LogTruncateInterval, inProc: in,
+	}); err != nil {
+		return nil, err
+	}
+	d.host = d.server.host
+
+	// The roles' own server, on the in-memory connection: every service,
+	// no authentication (nothing outside the process reaches it).
+	d.inner = newGRPCServer(nil, nil)
+	d.server.register(d.inner, d.server.data)
+	d.master.register(d.inner)
+	healthpb.RegisterHealthServer(d.inner, health.NewServer())
+	go func() {
+		if err := d.inner.Serve(d.innerLis); err != nil {
+			d.serveErr <- fmt.Errorf("dev: in-process grpc: %w", err)
+		}
+	}()
+
+	// The one server clients reach: both roles' services behind the
+	// instance mapping and the guard.
 	unary := []grpc.UnaryServerInterceptor{d.host.UnaryInterceptor()}
 	stream := []grpc.StreamServerInterceptor{d.host.StreamInterceptor()}
 	if cfg.InstanceAgnostic {
@@ -270,7 +323,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		stream = append(stream, agnosticStream(DevAgnosticInstance))
 	}
 	// After the instance mapping: the guard checks the names the services see.
-	guard, err := newGuard(cfg.Auth, catalog, adminOpts.Instance, nil, false, d.log, reg)
+	guard, err := newGuard(cfg.Auth, catalog, in.instance, nil, false, d.log, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -278,11 +331,11 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		unary = append(unary, guard.UnaryInterceptor())
 		stream = append(stream, guard.StreamInterceptor())
 	}
+	unary = append(unary, missingTableUnary(catalog, in.instance))
+	stream = append(stream, missingTableStream(catalog, in.instance))
 	d.grpc = newGRPCServer(unary, stream, tlsconfig.ServerOptions(cfg.TLS.Server)...)
-	bigtablepb.RegisterBigtableServer(d.grpc, authview.Wrap(tabletserver.NewDataService(d.host, tabletserver.DataOptions{Logger: d.log}),
-		authview.Options{Catalog: catalog, Instance: adminOpts.Instance}))
-	scriptpb.RegisterScriptsServer(d.grpc, tabletserver.NewScriptService(d.host, tabletserver.ScriptOptions{Logger: d.log}))
-	admin.Register(d.grpc)
+	d.server.register(d.grpc, authview.Wrap(d.server.data, authview.Options{Catalog: catalog, Instance: in.instance}))
+	d.master.register(d.grpc)
 	if cfg.RegisterServices != nil {
 		cfg.RegisterServices(d.grpc)
 	}
@@ -292,9 +345,18 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	healthpb.RegisterHealthServer(d.grpc, d.health)
 	reflection.Register(d.grpc)
 
-	if d.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
+	// The master campaigns (at once: no lock-delay), assigns the root and
+	// METADATA tablets, then the tables'; only once the server has loaded
+	// every tablet does the port serve.
+	d.master.run()
+	if err := d.adoptLegacyTables(ctx, catalog); err != nil {
 		return nil, err
 	}
+	if err := d.waitAllServed(ctx, catalog); err != nil {
+		return nil, err
+	}
+	d.log.Info("recovered", "dir", cfg.Dir, "took", time.Since(start).String())
+
 	if cfg.HTTPAddr != "" {
 		if d.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 			return nil, err
@@ -309,6 +371,14 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	go func() {
 		if err := d.grpc.Serve(d.lis); err != nil {
 			d.serveErr <- fmt.Errorf("dev: grpc: %w", err)
+		}
+	}()
+	go func() {
+		// The tablet server stops by itself only when it must not serve
+		// any more (its commit log failed): so does dev.
+		<-d.server.Done()
+		if err := d.server.Err(); err != nil {
+			d.serveErr <- fmt.Errorf("dev: tablet server: %w", err)
 		}
 	}()
 	tlsconfig.WarnPlaintext(d.log, "dev", d.Addr(), cfg.TLS.Server)
@@ -341,9 +411,9 @@ func (d *Dev) httpHandler(reg *prometheus.Registry) http.Handler {
 }
 
 // Close stops the server: it stops accepting requests, waits up to
-// StopTimeout for those in flight, then closes the tablets (they flush
-// their memtables, so the next start replays little) and the commit log.
-// It is safe to call more than once.
+// StopTimeout for those in flight, then stops the master and closes the
+// tablet server, whose tablets are unloaded (they flush their memtables,
+// so the next start replays little). It is safe to call more than once.
 func (d *Dev) Close() error {
 	d.closeOnce.Do(func() {
 		d.serving.Store(false)
@@ -367,8 +437,12 @@ func (d *Dev) Close() error {
 			errs = append(errs, d.http.Shutdown(ctx))
 			cancel()
 		}
-		d.stopBackgroundWork()
-		errs = append(errs, d.host.Close(), d.commit.Close(), d.kv.Close())
+		// The master first, so that it does not reassign the tablets the
+		// server unloads.
+		d.master.Close()
+		errs = append(errs, d.server.Close())
+		d.inner.Stop()
+		errs = append(errs, d.conn.Close(), d.kv.Close())
 		if d.lock != nil {
 			errs = append(errs, d.lock.Close())
 		}
@@ -378,73 +452,140 @@ func (d *Dev) Close() error {
 	return d.closeErr
 }
 
-// neverInterval is a ticker period that never comes (about 146 years).
-const neverInterval = time.Duration(1 << 62)
-
-// every runs fn every interval in a goroutine until stopBackgroundWork; fn's
-// context is cancelled then.
-func (d *Dev) every(interval time.Duration, fn func(context.Context)) {
-	d.background.Add(1)
-	go func() {
-		defer d.background.Done()
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go func() {
-			<-d.stopBackground
-			cancel()
-		}()
-		for {
-			select {
-			case <-d.stopBackground:
-				return
-			case <-tick.C:
-				fn(ctx)
-			}
-		}
-	}()
-}
-
-// stopBackgroundWork stops the periodic work and waits for it, so that the
-// log is not truncated, nor files swept, while the server closes.
-func (d *Dev) stopBackgroundWork() {
-	d.stopBackgroundOnce.Do(func() {
-		close(d.stopBackground)
-		d.background.Wait()
-	})
-}
-
-// truncateLog truncates the commit log to the oldest redo point of the open
-// tablets. It runs only after recovery has opened every table; tables
-// created later start at the log's end, so they need nothing older.
-func (d *Dev) truncateLog(ctx context.Context) {
-	if err := d.host.TruncateLog(ctx); err != nil && ctx.Err() == nil {
-		d.log.Error("commit log truncation failed", "err", err)
+// waitAllServed waits until the tablet server serves every tablet of
+// METADATA and of every table of the catalog.
+func (d *Dev) waitAllServed(ctx context.Context, catalog meta.Catalog) error {
+	tables, err := catalog.List(ctx, "")
+	if err != nil {
+		return fmt.Errorf("dev: listing the catalog: %w", err)
 	}
-}
-
-// sweepFiles deletes the SSTables no tablet references any more (inputs of
-// finished compactions) with the cluster's policy (master.SweepFiles): the
-// states of every tablet the host serves are read first, then the store is
-// listed.
-func (d *Dev) sweepFiles(ctx context.Context) {
-	referenced, err := d.liveFiles(ctx)
-	if err == nil {
-		var deleted []string
-		deleted, err = master.SweepFiles(ctx, d.store, meta.TableDirPrefix, referenced, d.cfg.SweepGrace, time.Now())
-		d.swept.Add(float64(len(deleted)))
-		if len(deleted) > 0 {
-			d.log.Info("swept unreferenced files", "files", len(deleted))
+	ids := []meta.TableID{meta.MetadataTable}
+	for _, t := range tables {
+		ids = append(ids, t.ID)
+	}
+	for _, id := range ids {
+		if err := d.waitServed(ctx, id); err != nil {
+			return err
 		}
 	}
-	if err != nil && ctx.Err() == nil {
-		d.log.Warn("sweeping unreferenced files", "err", err)
+	// The master records each load in METADATA after it: wait for that
+	// too, so that METADATA names this server for every table's tablet.
+	for _, t := range tables {
+		if err := d.waitRecorded(ctx, t.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitRecorded waits until every METADATA row of table id locates its
+// tablet at the tablet server.
+func (d *Dev) waitRecorded(ctx context.Context, id meta.TableID) error {
+	ctx, cancel := context.WithTimeout(ctx, devAssignTimeout)
+	defer cancel()
+	for {
+		rows, err := d.master.md.tableRows(ctx, id)
+		recorded := err == nil && len(rows) > 0
+		for _, l := range rows {
+			recorded = recorded && l.Server == d.server.Name()
+		}
+		if recorded {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return status.Errorf(codes.Unavailable, "dev: the tablets of %s were not all recorded in METADATA within %v (%v): %v", id, devAssignTimeout, err, ctx.Err())
+		case <-d.server.Done():
+			return fmt.Errorf("dev: the tablet server stopped: %w", d.server.Err())
+		case <-time.After(devWaitPoll):
+		}
 	}
 }
+
+// waitServed waits until the tablet server serves tablets of table id
+// covering all its rows: the master has assigned them (it is poked to do
+// so at once) and the server has loaded them.
+func (d *Dev) waitServed(ctx context.Context, id meta.TableID) error {
+	ctx, cancel := context.WithTimeout(ctx, devAssignTimeout)
+	defer cancel()
+	lastPoke := time.Now()
+	for !coversTable(d.host.TableTablets(id)) {
+		if time.Since(lastPoke) > 100*devWaitPoll {
+			d.master.loop.Poke()
+			lastPoke = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return status.Errorf(codes.Unavailable, "dev: the tablets of %s were not all assigned within %v: %v", id, devAssignTimeout, ctx.Err())
+		case <-d.server.Done():
+			return fmt.Errorf("dev: the tablet server stopped: %w", d.server.Err())
+		case <-time.After(devWaitPoll):
+		}
+	}
+	return nil
+}
+
+// coversTable reports whether tablets, in key order, cover every row
+// (from "" to the unbounded end, without gaps).
+func coversTable(tablets []tabletserver.TabletInfo) bool {
+	if len(tablets) == 0 || len(tablets[0].Start) != 0 {
+		return false
+	}
+	for i := 1; i < len(tablets); i++ {
+		if !bytes.Equal(tablets[i-1].End, tablets[i].Start) {
+			return false
+		}
+	}
+	return len(tablets[len(tablets)-1].End) == 0
+}
+
+// devTableHost is dev's TableHost: the cluster's (a new table's tablets
+// become METADATA rows, a dropped table loses them and is unloaded,
+// schema changes go to the server), and then a new table's tablets are
+// waited for, so that CreateTable returns a table ready for writes, as a
+// one-server dev always did; rows are dropped by the one Host that serves
+// every tablet.
+type devTableHost struct {
+	d       *Dev
+	cluster *clusterTableHost
+}
+
+func (h *devTableHost) OpenTable(ctx context.Context, t meta.Table) error {
+	if err := h.cluster.OpenTable(ctx, t); err != nil {
+		return err
+	}
+	h.d.master.loop.Poke()
+	return h.d.waitServed(ctx, t.ID)
+}
+
+func (h *devTableHost) DropTable(ctx context.Context, t meta.Table) error {
+	err := h.cluster.DropTable(ctx, t)
+	// A round now, so that the master's picture of what the server
+	// serves (which the sweep keeps files for) drops the table's tablets
+	// without waiting for the next tick.
+	h.d.master.loop.Poke()
+	return err
+}
+
+func (h *devTableHost) UpdateSchema(ctx context.Context, t meta.Table) error {
+	return h.cluster.UpdateSchema(ctx, t)
+}
+
+func (h *devTableHost) DropRowRange(ctx context.Context, t meta.Table, prefix []byte) error {
+	return h.d.host.DropRowRange(ctx, t, prefix)
+}
+
+// FlushTableStates flushes the table on the one Host that serves every
+// tablet, for a backup (master.BackupHost).
+func (h *devTableHost) FlushTableStates(ctx context.Context, t meta.Table) ([]tabletdesc.State, error) {
+	return h.d.host.FlushTableStates(ctx, t)
+}
+
+var _ master.BackupHost = (*devTableHost)(nil)
 
 // liveFiles returns the files the tablets the host serves reference, with
-// their split descendants.
+// their split descendants: in dev, every tablet's (master.Options.LiveFiles:
+// restored tables reference files in other tables' directories).
 func (d *Dev) liveFiles(ctx context.Context) ([]assign.TabletFiles, error) {
 	var ids []string
 	for _, table := range d.host.Tables() {
@@ -466,12 +607,17 @@ func (d *Dev) abort() {
 	if d.httpLis != nil {
 		d.httpLis.Close()
 	}
-	d.stopBackgroundWork()
-	if d.host != nil {
-		_ = d.host.Close()
+	if d.master != nil {
+		d.master.Close()
 	}
-	if d.commit != nil {
-		_ = d.commit.Close()
+	if d.server != nil {
+		d.server.stop(errors.New("dev: start failed"))
+	}
+	if d.inner != nil {
+		d.inner.Stop()
+	}
+	if d.conn != nil {
+		_ = d.conn.Close()
 	}
 	if d.kv != nil {
 		_ = d.kv.Close()
@@ -560,6 +706,88 @@ func (s *agnosticServerStream) RecvMsg(m any) error {
 		return err
 	}
 	rewriteTableName(m, s.instance)
+	return nil
+}
+
+// --- tables that do not exist ---
+
+// The tablet server's Host answers "not serving" for a table it serves no
+// tablet of: in a cluster the table may be elsewhere, and the caller must
+// look it up again. Dev's one server serves every tablet, so there it means
+// the table does not exist — if the catalog says so, the caller gets
+// NOT_FOUND, as from the emulator.
+
+// tableNameOf returns the table_name field of a request message, "" if it
+// has none.
+func tableNameOf(m any) string {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return ""
+	}
+	r := pm.ProtoReflect()
+	fd := r.Descriptor().Fields().ByName("table_name")
+	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() {
+		return ""
+	}
+	return r.Get(fd).String()
+}
+
+// notFoundIfMissing turns err, a "not serving" answer to a request for
+// table name, into NOT_FOUND when the catalog has no such table.
+func notFoundIfMissing(ctx context.Context, catalog meta.Catalog, instance, name string, err error) error {
+	if name == "" || !tabletpb.IsNotServing(err) {
+		return err
+	}
+	id, perr := meta.ParseTableName(name)
+	if perr != nil {
+		return err
+	}
+	if instance != "" {
+		id.Instance = instance
+	}
+	if _, gerr := catalog.Get(ctx, id); errors.Is(gerr, meta.ErrTableNotFound) {
+		return status.Errorf(codes.NotFound, "table %q not found", name)
+	}
+	return err
+}
+
+func missingTableUnary(catalog meta.Catalog, instance string) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if err != nil && rewritesTableName(info.FullMethod) {
+			err = notFoundIfMissing(ctx, catalog, instance, tableNameOf(req), err)
+		}
+		return resp, err
+	}
+}
+
+func missingTableStream(catalog meta.Catalog, instance string) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if !rewritesTableName(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		ts := &tableNameStream{ServerStream: ss}
+		err := handler(srv, ts)
+		if err != nil {
+			err = notFoundIfMissing(ss.Context(), catalog, instance, ts.name, err)
+		}
+		return err
+	}
+}
+
+// tableNameStream remembers the table_name of the first request received.
+type tableNameStream struct {
+	grpc.ServerStream
+	name string
+}
+
+func (s *tableNameStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if s.name == "" {
+		s.name = tableNameOf(m)
+	}
 	return nil
 }
 

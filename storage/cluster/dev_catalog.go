@@ -27,7 +27,9 @@ const legacyCatalogPrefix = "catalog"
 // start, and moves into it the catalog an older dev kept in store
 // (migrateDevCatalog).
 func openDevCoord(ctx context.Context, dir string, store blob.Store, log *slog.Logger) (*coord.Local, error) {
-	kv, err := coord.OpenLocal(coord.LocalConfig{Path: filepath.Join(dir, DevCoordFile)})
+	// No lock-delay on what the previous run held: it is gone (the
+	// directory's LOCK says so).
+	kv, err := coord.OpenLocal(coord.LocalConfig{Path: filepath.Join(dir, DevCoordFile), LockDelay: devLockDelay})
 	if err != nil {
 		return nil, fmt.Errorf("dev: opening the lock service: %w", err)
 	}

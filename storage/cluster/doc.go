@@ -1,23 +1,18 @@
 // Package cluster assembles the distributed Tabula of the paper's section 5
-// from the pieces below it: the tablet server role (a tabletserver.Host in
-// partial mode behind a coord session, its commit log in the object store,
-// the gateway and the TabletControl service), and the master role (the
-// master.Loop, the admin API over a catalog kept in the lock
-// service, METADATA access and file garbage collection) — and `tabula
-// dev`, the whole of Tabula in one process (StartDev: one Host serving every
-// tablet of every table, the admin API over a catalog in the in-process
-// lock service, kept in a file: DevCoordFile).
-// The tablet server role and Dev share their gRPC server construction and
-// their cache defaults. Dev is not yet the cluster's roles run in one
-// process. Its pieces exist: the lock service (coord.OpenLocal: the
-// in-process service with its keys in a file) and tablet servers whose
-// commit logs are local files, as dev's is (ServerConfig.LogDir, with
-// MasterConfig.LogDir for their collection: LocalLogDir). Still missing
-// are a StartDev that runs both roles over them and returns once the
-// master has assigned every tablet (as it returns today once every table
-// is recovered), and one listener for both roles' services. Dev's catalog
-// is already where the cluster's is, in the lock service (an older dev's,
-// in the store, is moved there at start: migrateDevCatalog).
+// from the pieces below it: the tablet server role (StartTabletServer: a
+// tabletserver.Host in partial mode behind a coord session, its commit log
+// in the object store, the gateway and the TabletControl service), and the
+// master role (StartMaster: the master.Loop, the admin API over a catalog
+// kept in the lock service, METADATA access and file garbage collection) —
+// and `tabula dev`, the whole of Tabula in one process (StartDev): the
+// same two roles, built by the same constructors, one master and one
+// tablet server over the in-process lock service kept in a file
+// (coord.OpenLocal, DevCoordFile), the directory as the object store
+// (blob.Local) and commit logs as local files (ServerConfig.LogDir,
+// MasterConfig.LogDir), with both roles' services on one gRPC server and
+// one listener (inProcess). StartDev returns once the master has assigned
+// every tablet to the server and the server has loaded it. The roles share
+// their gRPC server construction (newGRPCServer) and their defaults.
 //
 // The names a reader should know:
 //

@@ -19,12 +19,14 @@ import (
 
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/master/adminextpb"
 	"github.com/tabuladb/tabula/storage/master/assign"
+	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 )
@@ -71,6 +73,11 @@ type MasterConfig struct {
 	MasterLease, TakeoverAfter time.Duration
 	// Tick is the assignment loop's period; default 1s.
 	Tick time.Duration
+	// ServerTTL is the longest session TTL of the tablet servers: how long
+	// a new master waits before taking the key of a server it finds
+	// released (master.LoopOptions.ServerTTL); default the master's own
+	// SessionTTL.
+	ServerTTL time.Duration
 	// LogDir is the directory of the tablet servers' commit logs when
 	// they keep them as files (ServerConfig.LogDir); the master deletes
 	// dead servers' logs there as it does in Store. Empty: none.
@@ -89,6 +96,13 @@ type MasterConfig struct {
 	// grants on the admin API (AuthConfig); nil: everyone may do
 	// everything.
 	Auth *AuthConfig
+	// Limits bound split keys and row key prefixes of the admin API; zero
+	// means cell.DefaultLimits().
+	Limits cell.Limits
+
+	// inProc, set only by StartDev, runs the master in one process with a
+	// tablet server (see inProcess).
+	inProc *inProcess
 }
 
 // Master is a running master: it serves the admin API, campaigns for the
@@ -113,6 +127,10 @@ type Master struct {
 	gcDeleted prometheus.Counter
 	logs      *logGC // dead servers' commit logs, with their ages
 
+	admin     *master.AdminService
+	tableHost *clusterTableHost
+
+	runCtx context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -120,6 +138,44 @@ type Master struct {
 // StartMaster starts a master: it listens at once (a standby serves the
 // admin API too) and campaigns in the background.
 func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
+	m, err := newMaster(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	if m.cfg.inProc != nil {
+		// StartDev serves the services on its one gRPC server and starts
+		// the loops (run) once it does.
+		return m, nil
+	}
+	guard, err := newGuard(cfg.Auth, m.catalog(), "", nil, true, m.log, m.registry)
+	if err != nil {
+		return nil, err
+	}
+	m.grpc = grpc.NewServer(append(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes)}, tlsconfig.ServerOptions(cfg.TLS.Server)...), guardOptions(guard)...)...)
+	m.register(m.grpc)
+	healthpb.RegisterHealthServer(m.grpc, health.NewServer())
+	go func() { _ = m.grpc.Serve(m.lis) }()
+	if cfg.HTTPAddr != "" {
+		if m.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return nil, err
+		}
+		m.http = &http.Server{Handler: m.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = m.http.Serve(opsListener(m.httpLis, cfg.TLS)) }()
+	}
+	m.run()
+	tlsconfig.WarnPlaintext(m.log, "master", m.addr, cfg.TLS.Server)
+	m.log.Info("master started", "addr", m.addr)
+	return m, nil
+}
+
+// newMaster builds a master (its admin API, its view of METADATA, its
+// loop) without serving or campaigning: StartMaster and StartDev do that.
+func newMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	if cfg.Coord == nil || cfg.Store == nil {
 		return nil, errors.New("cluster: MasterConfig needs Coord and Store")
 	}
@@ -147,6 +203,9 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	m := &Master{cfg: cfg, conns: newConns(cfg.TLS.Client, cfg.Auth.serverDialOptions()...), registry: prometheus.NewRegistry(), events: newEventRing(200),
 		states: tablet.NewBlobStateStore(cfg.Store, StatePrefix),
 		logs:   newLogGC(cfg.Store, cfg.Coord, cfg.GCGrace)}
+	if cfg.inProc != nil {
+		m.registry = cfg.inProc.registry
+	}
 	if cfg.LogDir != "" {
 		if m.logs.local, err = blob.NewLocal(cfg.LogDir); err != nil {
 			return nil, fmt.Errorf("cluster: the commit logs' directory: %w", err)
@@ -157,26 +216,37 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 			m.Close()
 		}
 	}()
-	if m.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
-		return nil, err
+	if cfg.inProc != nil {
+		m.addr = cfg.inProc.addr()
+		m.self = cfg.inProc.conn
+		m.conns.alias(m.addr, cfg.inProc.conn)
+	} else {
+		if m.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return nil, err
+		}
+		m.addr = m.lis.Addr().String()
+		if m.self, err = grpc.NewClient(m.addr, append([]grpc.DialOption{tlsconfig.DialOption(cfg.TLS.Client)}, cfg.Auth.serverDialOptions()...)...); err != nil {
+			return nil, err
+		}
 	}
-	m.addr = m.lis.Addr().String()
 	m.log = cfg.Logger.With("master", m.addr)
-	if m.self, err = grpc.NewClient(m.addr, append([]grpc.DialOption{tlsconfig.DialOption(cfg.TLS.Client)}, cfg.Auth.serverDialOptions()...)...); err != nil {
-		return nil, err
-	}
 	m.cl = client.New(m.self, client.Options{TLS: cfg.TLS.Client, Token: cfg.Auth.serverToken(), Metadata: coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(m.self, m.conns.get)}})
 	m.md = newMetadataStore(cfg.Coord, m.cl)
 	m.md.log = m.log
 	m.md.states = m.states // to finish splits a crash cut short
-	catalog := NewCoordCatalog(cfg.Coord)
+	catalog := m.catalog()
 	servers := &serverClient{conns: m.conns, catalog: catalog}
+	var md master.Metadata = m.md
+	if cfg.inProc != nil {
+		md = boundedMetadata{metadataStore: m.md, timeout: cfg.inProc.metadataReadTimeout}
+	}
 	if m.loop, err = master.NewLoop(master.LoopOptions{
 		Coord:     cfg.Coord,
 		Servers:   &eventServers{inner: servers, events: m.events},
-		Metadata:  m.md,
+		Metadata:  md,
 		Name:      m.addr,
 		Tick:      cfg.Tick,
+		ServerTTL: cfg.ServerTTL,
 		Plan:      assign.Config{SplitSize: cfg.SplitBytes, MergeBelow: cfg.MergeBelow},
 		AutoMerge: cfg.MergeBelow > 0,
 		Session:   coord.SessionOptions{Name: "master " + m.addr, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay},
@@ -190,40 +260,56 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	admin, err := master.NewAdminService(master.Options{
+	m.tableHost = &clusterTableHost{kv: cfg.Coord, md: m.md, servers: servers}
+	adminOpts := master.Options{
 		Catalog: catalog,
-		Host:    &clusterTableHost{kv: cfg.Coord, md: m.md, servers: servers},
+		Host:    m.tableHost,
 		Logger:  m.log,
+		Limits:  cfg.Limits,
 		// Backups' manifests and restored tables' files and states.
 		BackupStore:       cfg.Store,
 		States:            m.states,
 		UndeleteRetention: cfg.UndeleteRetention,
-	})
-	if err != nil {
+	}
+	if in := cfg.inProc; in != nil {
+		// One process: a dropped table's files go at once (no other
+		// server may still read them once its tablets are unloaded).
+		adminOpts.Store = cfg.Store
+		adminOpts.Instance = in.instance
+		// Restored tables reference files in other tables' directories.
+		adminOpts.LiveFiles = in.liveFiles
+		if in.tableHost != nil {
+			adminOpts.Host = in.tableHost(m)
+		}
+	}
+	if m.admin, err = master.NewAdminService(adminOpts); err != nil {
 		return nil, err
 	}
-	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.inProc == nil {
+		m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	registerLocateMetrics(m.registry, "master", m.cl.LocateStats)
 	m.registerMetrics()
-	guard, err := newGuard(cfg.Auth, catalog, "", nil, true, m.log, m.registry)
-	if err != nil {
-		return nil, err
-	}
-	m.grpc = grpc.NewServer(append(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes)}, tlsconfig.ServerOptions(cfg.TLS.Server)...), guardOptions(guard)...)...)
-	admin.Register(m.grpc)
-	clusterpb.RegisterServerReportsServer(m.grpc, &serverReportsService{m: m})
-	adminextpb.RegisterTabletOperationsServer(m.grpc, &masterTabletOps{m: m})
-	healthpb.RegisterHealthServer(m.grpc, health.NewServer())
-	go func() { _ = m.grpc.Serve(m.lis) }()
-	if cfg.HTTPAddr != "" {
-		if m.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-			return nil, err
-		}
-		m.http = &http.Server{Handler: m.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = m.http.Serve(opsListener(m.httpLis, cfg.TLS)) }()
-	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m.cancel = cancel
+	return m, nil
+}
+
+// catalog is the master's table catalog, in the lock service.
+func (m *Master) catalog() meta.Catalog { return NewCoordCatalog(m.cfg.Coord) }
+
+// register registers the master's services on srv: the admin API (with
+// the locality group extension and long-running operations), the tablet
+// servers' split reports and the tablet operations extension.
+func (m *Master) register(srv grpc.ServiceRegistrar) {
+	m.admin.Register(srv)
+	clusterpb.RegisterServerReportsServer(srv, &serverReportsService{m: m})
+	adminextpb.RegisterTabletOperationsServer(srv, &masterTabletOps{m: m})
+}
+
+// run starts the assignment loop (which campaigns for the master lock)
+// and the garbage collector, until Close.
+func (m *Master) run() {
+	runCtx, cancel := context.WithCancel(context.Background())
+	m.runCtx, m.cancel = runCtx, cancel
 	m.wg.Add(2)
 	go func() {
 		defer m.wg.Done()
@@ -235,9 +321,6 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 		defer m.wg.Done()
 		m.gcLoop(runCtx)
 	}()
-	tlsconfig.WarnPlaintext(m.log, "master", m.addr, cfg.TLS.Server)
-	m.log.Info("master started", "addr", m.addr)
-	return m, nil
 }
 
 // Addr returns the master's gRPC address.
@@ -273,7 +356,7 @@ func (m *Master) Close() {
 	if m.cl != nil {
 		_ = m.cl.Close()
 	}
-	if m.self != nil {
+	if m.self != nil && m.cfg.inProc == nil {
 		_ = m.self.Close()
 	}
 	m.conns.close()
@@ -308,4 +391,20 @@ func (m *Master) probeMaster(ctx context.Context, addr string) error {
 	}
 	_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
 	return err
+}
+
+// boundedMetadata is the loop's view of METADATA in `tabula dev`: each
+// round's read is bounded by timeout. At a restart METADATA names the
+// previous run's server, whose address answers nothing; a read of a tablet
+// there is retried until its deadline, and the rounds that recover the
+// root, then METADATA, then the tables each begin with one.
+type boundedMetadata struct {
+	*metadataStore
+	timeout time.Duration
+}
+
+func (b boundedMetadata) Tablets(ctx context.Context) ([]assign.Tablet, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.timeout)
+	defer cancel()
+	return b.metadataStore.Tablets(ctx)
 }

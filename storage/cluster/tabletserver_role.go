@@ -23,6 +23,7 @@ import (
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/authview"
 	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/commitlog"
@@ -103,6 +104,16 @@ type ServerConfig struct {
 	// Auth, when set, requires credentials and enforces the tables'
 	// grants (AuthConfig); nil: everyone may do everything.
 	Auth *AuthConfig
+	// Limits validate writes; zero means cell.DefaultLimits().
+	Limits cell.Limits
+	// LogTruncateInterval is how often the commit log is truncated to the
+	// oldest redo point of the server's tablets; default
+	// tabletserver.DefaultLogTruncateInterval.
+	LogTruncateInterval time.Duration
+
+	// inProc, set only by StartDev, runs the server in one process with
+	// the master (see inProcess).
+	inProc *inProcess
 }
 
 // TabletServer is a running tablet server: it holds its key under servers/
@@ -123,6 +134,7 @@ type TabletServer struct {
 	lock     coord.Lock
 	commit   *commitlog.Log
 	host     *tabletserver.Host
+	data     *tabletserver.DataService
 	gateway  *gateway.Gateway
 	conns    *conns
 	self     *grpc.ClientConn
@@ -160,15 +172,23 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
 	s := &TabletServer{cfg: cfg, start: time.Now(), done: make(chan struct{}), conns: newConns(cfg.TLS.Client, cfg.Auth.serverDialOptions()...), registry: prometheus.NewRegistry()}
+	in := cfg.inProc
+	if in != nil {
+		s.registry = in.registry
+	}
 	defer func() {
 		if err != nil {
 			s.shutdown(false)
 		}
 	}()
-	if s.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
-		return nil, err
+	if in != nil {
+		s.addr = in.addr()
+	} else {
+		if s.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return nil, err
+		}
+		s.addr = s.lis.Addr().String()
 	}
-	s.addr = s.lis.Addr().String()
 	s.name = NewServerName(s.addr)
 	s.log = cfg.Logger.With("server", s.name)
 
@@ -181,7 +201,10 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	if s.commit, err = commitlog.Open(ctx, s.logOptions(s.name)); err != nil {
 		return nil, fmt.Errorf("cluster: commit log: %w", err)
 	}
-	if s.self, err = grpc.NewClient(s.addr, append([]grpc.DialOption{tlsconfig.DialOption(cfg.TLS.Client),
+	if in != nil {
+		s.self = in.conn
+		s.conns.alias(s.addr, in.conn)
+	} else if s.self, err = grpc.NewClient(s.addr, append([]grpc.DialOption{tlsconfig.DialOption(cfg.TLS.Client),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxMessageSize), grpc.MaxCallSendMsgSize(client.MaxMessageSize))}, cfg.Auth.serverDialOptions()...)...); err != nil {
 		return nil, err
 	}
@@ -189,8 +212,10 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	s.cache = client.NewLocationCache(client.LocationCacheOptions{})
 	s.cl = client.New(s.self, client.Options{Metadata: s.src, TLS: cfg.TLS.Client, Token: cfg.Auth.serverToken()})
 
-	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registerLocateMetrics(s.registry, "gateway", s.cache.Stats)
+	if in == nil {
+		s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		registerLocateMetrics(s.registry, "gateway", s.cache.Stats)
+	}
 	s.blocks = sstable.NewCache(max(cfg.BlockCacheBytes, 0))
 	if cfg.ScanCacheBytes > 0 {
 		if s.scans, err = tablet.NewScanCache(cfg.ScanCacheBytes); err != nil {
@@ -198,24 +223,34 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		}
 	}
 	if s.host, err = tabletserver.NewHost(ctx, tabletserver.HostOptions{
-		Store:              cfg.Store,
-		Log:                s.commit,
-		Cache:              s.blocks,
-		ScanCache:          s.scans,
-		StateStore:         tablet.NewBlobStateStore(cfg.Store, StatePrefix),
-		MemtableBytes:      cfg.MemtableBytes,
-		SplitBytes:         cfg.SplitBytes,
-		MetadataSplitBytes: cfg.MetadataSplitBytes,
-		Logger:             s.log,
-		Registerer:         s.registry,
-		Lease:              s.sess,
-		Partial:            true,
-		OnSplit:            s.commitSplit,
+		Store:               cfg.Store,
+		Log:                 s.commit,
+		Cache:               s.blocks,
+		ScanCache:           s.scans,
+		StateStore:          tablet.NewBlobStateStore(cfg.Store, StatePrefix),
+		Limits:              cfg.Limits,
+		MemtableBytes:       cfg.MemtableBytes,
+		SplitBytes:          cfg.SplitBytes,
+		MetadataSplitBytes:  cfg.MetadataSplitBytes,
+		LogTruncateInterval: cfg.LogTruncateInterval,
+		Logger:              s.log,
+		Registerer:          s.registry,
+		Lease:               s.sess,
+		Partial:             true,
+		OnSplit:             s.commitSplit,
 	}); err != nil {
 		return nil, err
 	}
-	data := tabletserver.NewDataService(s.host, tabletserver.DataOptions{Logger: s.log})
-	if s.gateway, err = gateway.New(data, gateway.Options{
+	s.data = tabletserver.NewDataService(s.host, tabletserver.DataOptions{Logger: s.log})
+	if in != nil {
+		// StartDev serves the services on its one gRPC server, the data
+		// API straight from this Host, which serves every tablet there
+		// (no gateway: nothing to forward to).
+		go s.watchLease()
+		s.log.Info("tablet server started", "addr", s.addr, "name", s.name)
+		return s, nil
+	}
+	if s.gateway, err = gateway.New(s.data, gateway.Options{
 		Self: s.addr, Locator: gateway.ClientLocator{Cache: s.cache, Source: s.src}, Dial: s.conns.get, Registerer: s.registry, Logger: s.log,
 	}); err != nil {
 		return nil, err
@@ -236,10 +271,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 			grpc.UnknownServiceHandler(forwardUnknown(s.masterConn, cfg.Auth.serverToken() != "")),
 		}, tlsconfig.ServerOptions(cfg.TLS.Server)...)...,
 	)
-	bigtablepb.RegisterBigtableServer(s.grpc, authview.Wrap(s.gateway, authview.Options{Catalog: NewCoordCatalog(cfg.Coord)}))
-	scriptpb.RegisterScriptsServer(s.grpc, tabletserver.NewScriptService(s.host, tabletserver.ScriptOptions{Logger: s.log}))
-	clusterpb.RegisterTabletControlServer(s.grpc, newTabletControlService(s))
-	clusterpb.RegisterTabletOpsServer(s.grpc, &tabletOpsService{s: s})
+	s.register(s.grpc, authview.Wrap(s.gateway, authview.Options{Catalog: NewCoordCatalog(cfg.Coord)}))
 	clusterpb.RegisterLocatorServer(s.grpc, &locatorService{kv: cfg.Coord})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)
@@ -259,6 +291,16 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	go s.watchLease()
 	s.log.Info("tablet server started", "addr", s.addr, "name", s.name)
 	return s, nil
+}
+
+// register registers on srv the tablet server's services: data (the data
+// API, as the caller wraps it), the scripts service, TabletControl (the
+// master's) and TabletOps.
+func (s *TabletServer) register(srv grpc.ServiceRegistrar, data bigtablepb.BigtableServer) {
+	bigtablepb.RegisterBigtableServer(srv, data)
+	scriptpb.RegisterScriptsServer(srv, tabletserver.NewScriptService(s.host, tabletserver.ScriptOptions{Logger: s.log}))
+	clusterpb.RegisterTabletControlServer(srv, newTabletControlService(s))
+	clusterpb.RegisterTabletOpsServer(srv, &tabletOpsService{s: s})
 }
 
 // Name returns the server's name (its key under servers/).
@@ -374,7 +416,7 @@ func (s *TabletServer) shutdown(clean bool) {
 	if s.cl != nil {
 		_ = s.cl.Close()
 	}
-	if s.self != nil {
+	if s.self != nil && s.cfg.inProc == nil {
 		_ = s.self.Close()
 	}
 	s.conns.close()

@@ -206,6 +206,11 @@ func (c *Loop) Leading() (bool, time.Time) {
 	return c.leading, c.since
 }
 
+// Poke asks the running term, if any, for a round now rather than at the
+// next Tick: `tabula dev`'s admin API calls it once a new table's tablets
+// are in METADATA, so that they are assigned at once.
+func (c *Loop) Poke() { c.wake() }
+
 // Observed returns the State the last round planned on (zero before the
 // first round of a term). The caller must not modify it.
 func (c *Loop) Observed() assign.State {
