@@ -8,11 +8,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/security/auth"
+	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
 // frame is a message forwarded without decoding.
@@ -23,32 +25,34 @@ type frame struct{ data []byte }
 // the rest (the admin API, to the master) untouched.
 type proxyCodec struct{}
 
-func (proxyCodec) Marshal(v any) ([]byte, error) {
+func (proxyCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if f, ok := v.(*frame); ok {
-		return f.data, nil
+		return mem.BufferSlice{mem.SliceBuffer(f.data)}, nil
 	}
-	m, ok := v.(proto.Message)
-	if !ok {
+	if _, ok := v.(proto.Message); !ok {
 		return nil, status.Errorf(codes.Internal, "cluster: cannot encode %T", v)
 	}
-	return proto.Marshal(m)
+	// The tablet server's codec: ReadRows responses encoded without
+	// copying their values (tabletserver.ServerCodec), the rest as proto.
+	return tabletserver.Codec().Marshal(v)
 }
 
-func (proxyCodec) Unmarshal(data []byte, v any) error {
+func (proxyCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if f, ok := v.(*frame); ok {
-		f.data = append(f.data[:0], data...)
+		// A fresh buffer per frame: the previous one may still be on
+		// its way out through the transport.
+		f.data = data.Materialize()
 		return nil
 	}
-	m, ok := v.(proto.Message)
-	if !ok {
+	if _, ok := v.(proto.Message); !ok {
 		return status.Errorf(codes.Internal, "cluster: cannot decode into %T", v)
 	}
-	return proto.Unmarshal(data, m)
+	return tabletserver.Codec().Unmarshal(data, v)
 }
 
 func (proxyCodec) Name() string { return "proto" }
 
-var _ encoding.Codec = proxyCodec{}
+var _ encoding.CodecV2 = proxyCodec{}
 
 // forwardUnknown returns a grpc.UnknownServiceHandler that forwards every
 // call of a service this server does not serve to the connection target
@@ -77,7 +81,7 @@ func forwardUnknown(target func(ctx context.Context) (grpc.ClientConnInterface, 
 			}
 			ctx = metadata.NewOutgoingContext(ctx, md)
 		}
-		cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method, grpc.ForceCodec(proxyCodec{}))
+		cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method, grpc.ForceCodecV2(proxyCodec{}))
 		if err != nil {
 			return err
 		}

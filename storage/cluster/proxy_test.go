@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
@@ -30,34 +31,36 @@ func TestProxyCodec(t *testing.T) {
 	if c.Name() != "proto" {
 		t.Fatalf("Name = %q: it must replace gRPC's proto codec", c.Name())
 	}
-	got, err := c.Marshal(&frame{data: notProto})
+	gotSlice, err := c.Marshal(&frame{data: notProto})
+	got := gotSlice.Materialize()
 	if err != nil || !bytes.Equal(got, notProto) {
 		t.Fatalf("Marshal(frame) = %x, %v; want the frame's bytes", got, err)
 	}
 
 	src := bytes.Clone(notProto)
 	var f frame
-	if err := c.Unmarshal(src, &f); err != nil {
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(src)}, &f); err != nil {
 		t.Fatal(err)
 	}
 	src[0] = 0 // gRPC may reuse its buffer once Unmarshal returns
 	if !bytes.Equal(f.data, notProto) {
 		t.Fatalf("frame holds %x after its source changed, want a copy %x", f.data, notProto)
 	}
-	if err := c.Unmarshal([]byte{1}, &f); err != nil || !bytes.Equal(f.data, []byte{1}) {
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{1})}, &f); err != nil || !bytes.Equal(f.data, []byte{1}) {
 		t.Fatalf("reused frame holds %x, %v; want 01", f.data, err)
 	}
 
 	msg := &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}
-	b, err := c.Marshal(msg)
+	bSlice, err := c.Marshal(msg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := bSlice.Materialize()
 	if want, _ := proto.Marshal(msg); !bytes.Equal(b, want) {
 		t.Fatalf("Marshal(proto) = %x, want %x", b, want)
 	}
 	var back healthpb.HealthCheckResponse
-	if err := c.Unmarshal(b, &back); err != nil || back.GetStatus() != msg.GetStatus() {
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &back); err != nil || back.GetStatus() != msg.GetStatus() {
 		t.Fatalf("Unmarshal(proto) = %v, %v", &back, err)
 	}
 
@@ -65,7 +68,7 @@ func TestProxyCodec(t *testing.T) {
 		t.Fatalf("Marshal(string): %v, want Internal", err)
 	}
 	var s string
-	if err := c.Unmarshal(b, &s); status.Code(err) != codes.Internal {
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &s); status.Code(err) != codes.Internal {
 		t.Fatalf("Unmarshal into *string: %v, want Internal", err)
 	}
 }
@@ -144,7 +147,7 @@ func serve(t *testing.T, srv *grpc.Server, opts ...grpc.DialOption) *grpc.Client
 func proxySetup(t *testing.T, target func(ctx context.Context) (grpc.ClientConnInterface, error)) (*rawBackend, *grpc.ClientConn) {
 	t.Helper()
 	b := &rawBackend{}
-	back := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(b.handle))
+	back := grpc.NewServer(grpc.ForceServerCodecV2(proxyCodec{}), grpc.UnknownServiceHandler(b.handle))
 	hs := health.NewServer()
 	hs.SetServingStatus("backend", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(back, hs)
@@ -152,7 +155,7 @@ func proxySetup(t *testing.T, target func(ctx context.Context) (grpc.ClientConnI
 	if target == nil {
 		target = func(context.Context) (grpc.ClientConnInterface, error) { return backCC, nil }
 	}
-	front := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(forwardUnknown(target, false)))
+	front := grpc.NewServer(grpc.ForceServerCodecV2(proxyCodec{}), grpc.UnknownServiceHandler(forwardUnknown(target, false)))
 	return b, serve(t, front)
 }
 
@@ -163,7 +166,7 @@ func TestForwardUnknownUnaryBytes(t *testing.T) {
 	ctx = metadata.AppendToOutgoingContext(ctx, "x-caller", "me")
 	var out frame
 	var hdr, trl metadata.MD
-	if err := cc.Invoke(ctx, "/test.Raw/Echo", &frame{data: notProto}, &out, grpc.ForceCodec(proxyCodec{}), grpc.Header(&hdr), grpc.Trailer(&trl)); err != nil {
+	if err := cc.Invoke(ctx, "/test.Raw/Echo", &frame{data: notProto}, &out, grpc.ForceCodecV2(proxyCodec{}), grpc.Header(&hdr), grpc.Trailer(&trl)); err != nil {
 		t.Fatal(err)
 	}
 	b.mu.Lock()
@@ -192,7 +195,7 @@ func TestForwardUnknownStream(t *testing.T) {
 	b, cc := proxySetup(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.Raw/Chat", grpc.ForceCodec(proxyCodec{}))
+	cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.Raw/Chat", grpc.ForceCodecV2(proxyCodec{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +245,7 @@ func TestForwardUnknownStatus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var trl metadata.MD
-	err := cc.Invoke(ctx, "/test.Raw/Fail", &frame{data: []byte{1}}, &frame{}, grpc.ForceCodec(proxyCodec{}), grpc.Trailer(&trl))
+	err := cc.Invoke(ctx, "/test.Raw/Fail", &frame{data: []byte{1}}, &frame{}, grpc.ForceCodecV2(proxyCodec{}), grpc.Trailer(&trl))
 	if s := status.Convert(err); s.Code() != codes.NotFound || s.Message() != "no such thing" {
 		t.Fatalf("err = %v, want the backend's NotFound", err)
 	}
@@ -272,7 +275,7 @@ func TestForwardUnknownNoTarget(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := cc.Invoke(ctx, "/test.Raw/Echo", &frame{data: []byte{1}}, &frame{}, grpc.ForceCodec(proxyCodec{}))
+	err := cc.Invoke(ctx, "/test.Raw/Echo", &frame{data: []byte{1}}, &frame{}, grpc.ForceCodecV2(proxyCodec{}))
 	if s := status.Convert(err); s.Code() != codes.Unavailable || s.Message() != "no active master" {
 		t.Fatalf("err = %v, want Unavailable from the target", err)
 	}
@@ -285,16 +288,16 @@ func TestForwardUnknownNoTarget(t *testing.T) {
 // otherwise keep the call open until the caller's deadline.
 func TestForwardUnknownSendFails(t *testing.T) {
 	b := &rawBackend{}
-	back := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(b.handle))
+	back := grpc.NewServer(grpc.ForceServerCodecV2(proxyCodec{}), grpc.UnknownServiceHandler(b.handle))
 	backCC := serve(t, back, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(1<<10)))
-	front := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(forwardUnknown(
+	front := grpc.NewServer(grpc.ForceServerCodecV2(proxyCodec{}), grpc.UnknownServiceHandler(forwardUnknown(
 		func(context.Context) (grpc.ClientConnInterface, error) { return backCC, nil }, false)))
 	cc := serve(t, front)
 
 	// A deadline the call must not reach.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.Raw/Chat", grpc.ForceCodec(proxyCodec{}))
+	cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.Raw/Chat", grpc.ForceCodecV2(proxyCodec{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,11 +328,11 @@ func TestForwardUnknownSendFails(t *testing.T) {
 // forwarded call that follows, and not at the caller's deadline.
 func TestForwardUnknownRecvFails(t *testing.T) {
 	b := &rawBackend{}
-	back := grpc.NewServer(grpc.ForceServerCodec(proxyCodec{}), grpc.UnknownServiceHandler(b.handle))
+	back := grpc.NewServer(grpc.ForceServerCodecV2(proxyCodec{}), grpc.UnknownServiceHandler(b.handle))
 	backCC := serve(t, back)
 	fwd := forwardUnknown(func(context.Context) (grpc.ClientConnInterface, error) { return backCC, nil }, false)
 	handled := make(chan error, 1)
-	front := grpc.NewServer(grpc.MaxRecvMsgSize(1<<10), grpc.ForceServerCodec(proxyCodec{}),
+	front := grpc.NewServer(grpc.MaxRecvMsgSize(1<<10), grpc.ForceServerCodecV2(proxyCodec{}),
 		grpc.UnknownServiceHandler(func(srv any, ss grpc.ServerStream) error {
 			err := fwd(srv, ss)
 			handled <- err
@@ -339,7 +342,7 @@ func TestForwardUnknownRecvFails(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.Raw/Chat", grpc.ForceCodec(proxyCodec{}))
+	cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/test.Raw/Chat", grpc.ForceCodecV2(proxyCodec{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -265,7 +265,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	}
 	s.grpc = newGRPCServer(unary, stream,
 		append([]grpc.ServerOption{
-			grpc.ForceServerCodec(proxyCodec{}),
+			grpc.ForceServerCodecV2(proxyCodec{}),
 			// The admin API (and anything else not served here) goes to
 			// the active master.
 			grpc.UnknownServiceHandler(forwardUnknown(s.masterConn, cfg.Auth.serverToken() != "")),

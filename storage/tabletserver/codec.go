@@ -31,6 +31,10 @@ import (
 // TestReadRowsCodecMatchesProto checks them against it.
 func ServerCodec() grpc.ServerOption { return grpc.ForceServerCodecV2(readRowsCodec{}) }
 
+// Codec is the codec ServerCodec installs, for a server that needs a codec
+// of its own around it (the cluster's proxy of unknown services).
+func Codec() encoding.CodecV2 { return readRowsCodec{} }
+
 type readRowsCodec struct{}
 
 // valueAliasBytes is the size from which a value is handed to gRPC as its
