@@ -26,8 +26,8 @@ import (
 // TestDevMovesLegacyCatalog: a directory written by a dev that kept its
 // catalog in the store (testdata/olddev, see testdata/README.md) starts
 // with every table, schema and acknowledged write, its catalog now in
-// the lock service's file and no longer in the store; and a second start
-// finds the same.
+// the lock service's file and no longer in the store, its commit log
+// flushed into the tables and gone; and a second start finds the same.
 func TestDevMovesLegacyCatalog(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -46,6 +46,11 @@ func TestDevMovesLegacyCatalog(t *testing.T) {
 		}
 		if left, _ := filepath.Glob(filepath.Join(dir, "store", legacyCatalogPrefix, "*", "*.json")); len(left) != 0 {
 			t.Fatalf("start %d: catalog objects left in the store: %v", start, left)
+		}
+		// The older dev's commit log was flushed into the tables and
+		// deleted: the rows above came from SSTables and this run's log.
+		if _, err := os.Stat(filepath.Join(dir, legacyLogDir)); !os.IsNotExist(err) {
+			t.Fatalf("start %d: the older dev's log directory is still there (%v)", start, err)
 		}
 		kv, err := coord.OpenLocal(coord.LocalConfig{Path: filepath.Join(dir, DevCoordFile)})
 		if err != nil {
