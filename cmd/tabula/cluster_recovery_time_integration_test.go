@@ -7,11 +7,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/bigtable"
+
+	"github.com/tabuladb/tabula/storage/meta"
 )
 
 // logTimeOf returns the time of the first line of the role's log after
@@ -44,16 +47,46 @@ func logTimeOf(t *testing.T, path, msg string, since time.Time) time.Time {
 // readable. The time from the kill to every tablet served is logged and
 // recorded, split into the master's phases as its log shows them: the
 // session ended for being unreachable (failure detection), the server
-// declared dead (after the fence wait of a session TTL), and the tablets
-// served again (log sort and loads).
+// declared dead (after the fence wait of the server's own lease,
+// --server-lease, plus a tenth), and the tablets served again (log sort
+// and loads).
 func TestClusterServerRecoveryTime(t *testing.T) {
+	measureServerRecovery(t, false)
+}
+
+// TestClusterServerRecoveryTimeMetadata is TestClusterServerRecoveryTime
+// with METADATA split into several tablets (--metadata-split-size 4096,
+// as the fault campaign runs) and the victim a server holding METADATA
+// tablets as well as user tablets: the master reloads the METADATA
+// tablets first while the dead server's log is sorted, then the user
+// tablets.
+func TestClusterServerRecoveryTimeMetadata(t *testing.T) {
+	measureServerRecovery(t, true)
+}
+
+func measureServerRecovery(t *testing.T, metadata bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	c := newTestCluster(t, clusterOptions{masters: 1, servers: 3})
-	cl, admin := officialClients(t, ctx, c.servers[0].addr)
-	if err := admin.CreatePresplitTable(ctx, "rec", []string{"c", "f", "i", "l", "o", "r"}); err != nil {
-		t.Fatal(err)
+	opts := clusterOptions{masters: 1, servers: 3}
+	splits := []string{"c", "f", "i", "l", "o", "r"}
+	minTablets := 9
+	if metadata {
+		opts.extraServer = []string{"--metadata-split-size", "4096"}
+		splits = nil
+		for i := 1; i < 40; i++ {
+			splits = append(splits, fmt.Sprintf("%c%03d", 'a'+i%26, i))
+		}
+		slices.Sort(splits)
+		minTablets = 40 + 3
 	}
+	c := newTestCluster(t, opts)
+	cl, admin := officialClients(t, ctx, c.servers[0].addr)
+	waitFor(t, 60*time.Second, "the table created", func() (bool, string) {
+		if err := admin.CreatePresplitTable(ctx, "rec", splits); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
 	if err := admin.CreateColumnFamily(ctx, "rec", "f"); err != nil {
 		t.Fatal(err)
 	}
@@ -71,22 +104,36 @@ func TestClusterServerRecoveryTime(t *testing.T) {
 	if errs, err := tbl.ApplyBulk(ctx, keys, muts); err != nil || errs != nil {
 		t.Fatalf("ApplyBulk: %v %v", err, errs)
 	}
-	c.waitAllServed(60*time.Second, 9)
+	c.waitAllServed(90*time.Second, minTablets)
+	metaTable := meta.MetadataTable.String()
 	var total, detect, fence, load []time.Duration
 	for range trials() {
-		// A live server that holds user tablets, not the one the clients use.
-		_, st := c.activeMaster()
+		// A live server that holds user tablets (and METADATA tablets,
+		// in the METADATA case), not the one the clients use.
 		var victim *roleProc
-		for _, s := range c.liveServers()[1:] {
-			for _, ss := range st.Servers {
-				if strings.HasPrefix(ss.ID, s.addr+"/") && len(ss.Tablets) > 0 {
-					victim = s
+		waitFor(t, 60*time.Second, "a victim server", func() (bool, string) {
+			_, st := c.activeMaster()
+			for _, s := range c.liveServers()[1:] {
+				for _, ss := range st.Servers {
+					if !strings.HasPrefix(ss.ID, s.addr+"/") || len(ss.Tablets) == 0 {
+						continue
+					}
+					metas := 0
+					for _, tb := range ss.Tablets {
+						if tb.Table == metaTable && tb.ID != meta.RootTabletID {
+							metas++
+						}
+					}
+					if !metadata || metas > 0 {
+						victim = s
+					}
 				}
 			}
-		}
-		if victim == nil {
-			t.Fatalf("no server but the first holds tablets: %+v", st.Servers)
-		}
+			if victim == nil {
+				return false, fmt.Sprintf("no server but the first holds the tablets wanted: %+v", st.Servers)
+			}
+			return true, ""
+		})
 		master, _ := c.activeMaster()
 		c.kill(victim)
 		killed := time.Now()
@@ -117,9 +164,13 @@ func TestClusterServerRecoveryTime(t *testing.T) {
 		}
 		total = append(total, took)
 		c.startServer()
-		c.waitAllServed(60*time.Second, 9)
+		c.waitAllServed(90*time.Second, minTablets)
 	}
-	recordTrials(t, "tablet server kill -9 → its tablets served again", total)
+	what := "tablet server kill -9 → its tablets served again"
+	if metadata {
+		what = "tablet server holding METADATA tablets kill -9 → its tablets served again"
+	}
+	recordTrials(t, what, total)
 	if len(detect) > 0 {
 		recordTrials(t, "  of which unreachable → session ended", detect)
 		recordTrials(t, "  of which session ended → declared dead (fence wait)", fence)

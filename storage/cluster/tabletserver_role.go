@@ -94,7 +94,7 @@ type ServerConfig struct {
 	// server's tablets; default DefaultBlockCacheBytes and
 	// DefaultScanCacheBytes (as `tabula dev`), negative disables.
 	BlockCacheBytes, ScanCacheBytes int64
-	// SessionTTL and LockDelay configure the server's lease; defaults
+	// SessionTTL and LockDelay configure the server's session; defaults
 	// DefaultSessionTTL and DefaultLockDelay.
 	SessionTTL, LockDelay time.Duration
 	Logger                *slog.Logger
@@ -110,6 +110,12 @@ type ServerConfig struct {
 	// oldest redo point of the server's tablets; default
 	// tabletserver.DefaultLogTruncateInterval.
 	LogTruncateInterval time.Duration
+	// Lease is the server's own lease, shorter than the TTL (coord's
+	// SessionOptions.Lease, server_lease.go): it stops serving Lease after
+	// the start of its last successful renewal, and the master waits only
+	// that long (plus a tenth) after ending its session. Default
+	// DefaultServerLease; negative: the TTL.
+	Lease time.Duration
 
 	// inProc, set only by StartDev, runs the server in one process with
 	// the master (see inProcess).
@@ -162,6 +168,9 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	if cfg.LockDelay == 0 {
 		cfg.LockDelay = DefaultLockDelay
 	}
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultServerLease
+	}
 	if cfg.BlockCacheBytes == 0 {
 		cfg.BlockCacheBytes = DefaultBlockCacheBytes
 	}
@@ -192,7 +201,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	s.name = NewServerName(s.addr)
 	s.log = cfg.Logger.With("server", s.name)
 
-	if s.sess, err = cfg.Coord.NewSession(ctx, coord.SessionOptions{Name: "tabletserver " + s.name, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay}); err != nil {
+	if s.sess, err = cfg.Coord.NewSession(ctx, coord.SessionOptions{Name: "tabletserver " + s.name, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay, Lease: max(cfg.Lease, 0)}); err != nil {
 		return nil, fmt.Errorf("cluster: session: %w", err)
 	}
 	if s.lock, err = s.sess.TryLock(ctx, coord.ServerKey(s.name), []byte(s.addr)); err != nil {
@@ -259,7 +268,8 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	if err != nil {
 		return nil, err
 	}
-	unary, stream := []grpc.UnaryServerInterceptor{s.host.UnaryInterceptor()}, []grpc.StreamServerInterceptor{s.host.StreamInterceptor()}
+	fenceUnary, fenceStream := leaseFence(s.sess)
+	unary, stream := []grpc.UnaryServerInterceptor{fenceUnary, s.host.UnaryInterceptor()}, []grpc.StreamServerInterceptor{fenceStream, s.host.StreamInterceptor()}
 	if guard != nil {
 		unary, stream = append(unary, guard.UnaryInterceptor()), append(stream, guard.StreamInterceptor())
 	}

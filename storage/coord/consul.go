@@ -408,7 +408,9 @@ func (c *Consul) NewSession(ctx context.Context, opts SessionOptions) (Session, 
 	}
 	defer done()
 	entry := &api.SessionEntry{
-		Name:     opts.Name,
+		// The holder's own lease travels in the name, where EndSession
+		// reads it back (lease.go).
+		Name:     holderName(opts.Name, opts.TTL, opts.Lease),
 		TTL:      opts.TTL.String(),
 		Behavior: api.SessionBehaviorRelease,
 		// The api package sends LockDelay 0 as "unset", which Consul
@@ -425,9 +427,10 @@ func (c *Consul) NewSession(ctx context.Context, opts SessionOptions) (Session, 
 		c:          c,
 		id:         id,
 		ttl:        opts.TTL,
+		lease:      HolderLease(opts.TTL, opts.Lease),
 		delay:      opts.LockDelay,
 		manual:     opts.ManualRenew,
-		validUntil: start.Add(opts.TTL),
+		validUntil: LeaseUntil(start, opts.TTL, opts.Lease),
 		renewed:    make(chan struct{}, 1),
 		lapsed:     make(chan struct{}),
 		done:       make(chan struct{}),
@@ -439,8 +442,9 @@ func (c *Consul) NewSession(ctx context.Context, opts SessionOptions) (Session, 
 	return s, nil
 }
 
-// EndSession implements Service. The TTL is read from the session before
-// it is destroyed; a session destroyed in between is gone all the same.
+// EndSession implements Service. The TTL and the holder's lease (in the
+// session's name) are read from the session before it is destroyed; a
+// session destroyed in between is gone all the same.
 func (c *Consul) EndSession(ctx context.Context, id string) (time.Duration, error) {
 	ctx, done, err := c.opCtx(ctx)
 	if err != nil {
@@ -461,13 +465,14 @@ func (c *Consul) EndSession(ctx context.Context, id string) (time.Duration, erro
 	if _, err := c.client.Session().Destroy(id, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
 		return 0, c.wrap("destroy session", id, ctx, err)
 	}
-	return ttl, nil
+	return nameLease(entry.Name, ttl), nil
 }
 
 type consulSession struct {
 	c          *Consul
 	id         string
 	ttl, delay time.Duration
+	lease      time.Duration // the holder's (HolderLease)
 	manual     bool
 	ctx        context.Context // ends when the session is done
 	cancel     context.CancelFunc
@@ -560,16 +565,19 @@ func (s *consulSession) renew(ctx context.Context) error {
 	if s.isLapsed {
 		return s.err
 	}
-	s.validUntil = start.Add(s.ttl)
+	if u := start.Add(s.lease); u.After(s.validUntil) {
+		s.validUntil = u
+	}
 	return nil
 }
 
-// run renews the session every TTL/3 (retrying sooner after a failure) and
-// lapses it when a full TTL passes without success.
+// run renews the session every RenewEvery (retrying sooner after a
+// failure) and lapses it when the holder's lease passes without success.
 func (s *consulSession) run() {
 	defer s.c.wg.Done()
-	retry := min(s.c.cfg.RetryInterval, s.ttl/10)
-	next := s.ttl / 3
+	every := RenewEvery(s.ttl, s.lease)
+	retry := min(s.c.cfg.RetryInterval, s.lease/10)
+	next := every
 	for {
 		s.mu.Lock()
 		until := time.Until(s.validUntil)
@@ -605,10 +613,18 @@ func (s *consulSession) run() {
 		if s.manual {
 			continue
 		}
-		if err := s.renew(s.ctx); err != nil {
+		// A renewal that hangs must not use up a short lease: give it up
+		// after a period and try again.
+		rctx, cancel := s.ctx, context.CancelFunc(func() {})
+		if s.lease < s.ttl {
+			rctx, cancel = context.WithTimeout(s.ctx, every)
+		}
+		err := s.renew(rctx)
+		cancel()
+		if err != nil {
 			next = retry
 		} else {
-			next = s.ttl / 3
+			next = every
 		}
 	}
 	// Lapsed: destroy the session so its locks are released (after the

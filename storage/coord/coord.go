@@ -113,12 +113,14 @@ type Service interface {
 	// session of a tablet server it has been unable to reach (the paper's
 	// master deleting the server's file): its locks are released, their
 	// keys stay and enter the session's lock-delay, and the holder learns
-	// of it when it next renews. It returns the session's TTL, because the
-	// holder may go on believing its lease valid for up to a TTL after
-	// EndSession returns (see "Lease lapse"): nobody may act on the locks
-	// it held before that has passed. It fails with ErrSessionGone if the
-	// session does not exist (expired, destroyed or never created).
-	EndSession(ctx context.Context, id string) (ttl time.Duration, err error)
+	// of it when it next renews. It returns the holder's lease — the
+	// session's SessionOptions.Lease, or its TTL without one (HolderLease)
+	// — because the holder may go on believing its lease valid for up to
+	// that long after EndSession returns (see "Lease lapse" and lease.go):
+	// nobody may act on the locks it held before FenceWait(lease) has
+	// passed. It fails with ErrSessionGone if the session does not exist
+	// (expired, destroyed or never created).
+	EndSession(ctx context.Context, id string) (lease time.Duration, err error)
 
 	// Close stops every background renewal and watch started through the
 	// service and releases its resources. It does not destroy sessions: a
@@ -141,6 +143,12 @@ type SessionOptions struct {
 	// ManualRenew turns off background renewal: the session lives only as
 	// long as the holder calls Renew. Tests use it to stop renewals.
 	ManualRenew bool
+	// Lease, when set and shorter than TTL, is the holder's own lease
+	// (lease.go): the session is renewed every Lease/4 and is Valid only
+	// until Lease after the start of the last successful renewal, after
+	// which it lapses; EndSession reports it, so that whoever ends the
+	// session waits FenceWait(Lease) instead of a TTL. Zero: the TTL.
+	Lease time.Duration
 }
 
 // Session is a lease on the service. Locks hang off it.

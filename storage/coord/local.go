@@ -133,7 +133,7 @@ func (l *Local) EndSession(ctx context.Context, id string) (time.Duration, error
 		return 0, ErrSessionGone
 	}
 	l.endSessionLocked(s, ErrSessionGone)
-	return s.ttl, nil
+	return HolderLease(s.ttl, s.lease), nil
 }
 
 func (l *Local) broadcastLocked() {
@@ -166,6 +166,7 @@ func (l *Local) NewSession(ctx context.Context, opts SessionOptions) (Session, e
 		l:      l,
 		id:     fmt.Sprintf("local-%d", l.nextID),
 		ttl:    opts.TTL,
+		lease:  HolderLease(opts.TTL, opts.Lease),
 		delay:  opts.LockDelay,
 		manual: opts.ManualRenew,
 		lapsed: make(chan struct{}),
@@ -485,6 +486,7 @@ type localSession struct {
 	l          *Local
 	id         string
 	ttl, delay time.Duration
+	lease      time.Duration // the holder's (HolderLease)
 	manual     bool
 
 	// Guarded by l.mu.
@@ -523,14 +525,16 @@ func (s *localSession) validLocked() bool {
 	return !s.manual || s.l.clock.Now().Before(s.deadline)
 }
 
-// armLocked (re)starts a manual session's expiry timer for a full TTL.
+// armLocked (re)starts a manual session's expiry timer for the holder's
+// lease (a full TTL without one): renewing takes no time here, so the
+// service ends the session exactly when its holder's lease runs out.
 func (s *localSession) armLocked() {
 	if s.stop != nil {
 		s.stop()
 	}
-	s.deadline = s.l.clock.Now().Add(s.ttl)
+	s.deadline = s.l.clock.Now().Add(s.lease)
 	deadline := s.deadline
-	s.stop = s.l.clock.AfterFunc(s.ttl, func() {
+	s.stop = s.l.clock.AfterFunc(s.lease, func() {
 		s.l.mu.Lock()
 		defer s.l.mu.Unlock()
 		// A Renew after this timer was set moved the deadline on.

@@ -158,8 +158,10 @@ type LoopOptions struct {
 //     The lock comes free when the lock service expires the server's
 //     session, or sooner when the master ends it (EndSession) after the
 //     server failed to answer List for UnreachableAfter; the master then
-//     waits a further session TTL (plus a tenth) before taking the key, as
-//     the server may believe its lease valid that long. A term that starts
+//     waits the server's own lease (the one EndSession reports: a tablet
+//     server's ServerLease, or its session TTL without one) plus a tenth
+//     before taking the key, as the server may believe its lease valid
+//     that long (see fenceUnreachable). A term that starts
 //     with a server's key already released waits the same, not knowing
 //     when its predecessor ended it.
 //   - Lists go to all servers at once; Loads and Unloads go out in

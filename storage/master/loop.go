@@ -135,7 +135,7 @@ func (t *term) run(ctx context.Context) error {
 		t.keys[e.Key] = e
 		if _, ok := coord.ServerID(e.Key); ok && e.Session == "" {
 			// A predecessor may have ended this session moments ago.
-			t.fenced[e.Key] = start.Add(fenceWait(t.serverTTL))
+			t.fenced[e.Key] = start.Add(coord.FenceWait(t.serverTTL))
 		}
 	}
 
@@ -196,11 +196,6 @@ func (t *term) run(ctx context.Context) error {
 		}
 	}
 }
-
-// fenceWait is how long after ending a session of the given TTL the master
-// waits before taking its keys: the TTL, plus a tenth for the holder's
-// clock running slow and the EndSession call's own latency.
-func fenceWait(ttl time.Duration) time.Duration { return ttl + ttl/10 }
 
 // apply folds a watch event into the picture of servers/.
 func (t *term) apply(ev coord.Event) {
@@ -274,10 +269,17 @@ func (t *term) detectDeaths(ctx context.Context) error {
 
 // fenceUnreachable ends the session of every server whose List has failed
 // for UnreachableAfter over at least three rounds, so that it can be
-// declared dead a TTL later instead of when the lock service expires the
-// session (up to twice the TTL on Consul) plus the lock-delay. It does
-// nothing unless some other server answered this round: a master that
-// reaches no server is more likely cut off itself.
+// declared dead once the server's own lease has surely run out —
+// coord.FenceWait of the lease EndSession reports: the tablet server's
+// ServerLease (a few seconds), or its TTL if it keeps none — instead of
+// when the lock service expires the session (up to twice the TTL on
+// Consul) plus the lock-delay. Why that wait is enough: no renewal of the
+// session can succeed after EndSession destroyed it, so the server's last
+// successful renewal started before EndSession returned, and the server
+// stops serving a lease after that start on its own monotonic clock
+// (coord's lease.go; the server refuses reads and writes once its session
+// is not Valid). It does nothing unless some other server answered this
+// round: a master that reaches no server is more likely cut off itself.
 func (t *term) fenceUnreachable(ctx context.Context, answered int) {
 	if t.c.opts.UnreachableAfter < 0 || answered == 0 {
 		return
@@ -295,7 +297,7 @@ func (t *term) fenceUnreachable(ctx context.Context, answered int) {
 		if t.lost() {
 			return
 		}
-		ttl, err := t.c.opts.Coord.EndSession(ctx, e.Session)
+		lease, err := t.c.opts.Coord.EndSession(ctx, e.Session)
 		switch {
 		case errors.Is(err, coord.ErrSessionGone):
 			// Expired meanwhile: the watch will show the key released, and
@@ -305,12 +307,13 @@ func (t *term) fenceUnreachable(ctx context.Context, answered int) {
 			t.c.opts.Logger.Warn("master: end session", "server", id, "err", err)
 			continue
 		}
-		t.fenced[key] = t.c.opts.Clock.Now().Add(fenceWait(ttl))
+		wait := coord.FenceWait(lease)
+		t.fenced[key] = t.c.opts.Clock.Now().Add(wait)
 		e.Session = ""
 		t.keys[key] = e
 		delete(t.unreachable, id)
 		t.c.opts.Logger.Info("master: server unreachable, session ended", "server", id,
-			"failing_for", now.Sub(f.since).String(), "attempts", f.count, "declare_dead_in", fenceWait(ttl).String())
+			"failing_for", now.Sub(f.since).String(), "attempts", f.count, "declare_dead_in", wait.String())
 	}
 }
 

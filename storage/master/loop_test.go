@@ -738,6 +738,57 @@ func TestLoopEndsSessionOfUnreachableServer(t *testing.T) {
 	}
 }
 
+// A server whose session carries a lease of its own shorter than the TTL
+// (coord.SessionOptions.Lease, a tablet server's ServerLease) has its
+// tablets moved coord.FenceWait of that lease after the master ended its
+// session: not before (it may still serve until then), and not a TTL
+// later.
+func TestLoopFencesUnreachableServerForItsOwnLease(t *testing.T) {
+	const lease = 6 * time.Second // FenceWait 6.6 s, past testLockDelay
+	c := newCluster(t, "s1", "s3")
+	sess, err := c.svc.NewSession(context.Background(), coord.SessionOptions{Name: "s2", Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sess.TryLock(context.Background(), coord.ServerKey("s2"), []byte("s2:7000")); err != nil {
+		t.Fatal(err)
+	}
+	c.sessions["s2"] = sess
+	c.startMaster("m1")
+	c.waitFor("all tablets served", 0, c.allServed)
+	held := 0
+	for _, ss := range c.servers.where() {
+		if slices.Contains(ss, "s2") {
+			held++
+		}
+	}
+	if held == 0 {
+		t.Fatal("s2 serves nothing: the test needs it to hold tablets")
+	}
+	n := c.servers.ncalls()
+	c.servers.kill("s2")
+	for !isDone(sess) {
+		c.clock.Advance(250 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+	}
+	ended := c.clock.Now()
+	for c.clock.Now().Sub(ended) < coord.FenceWait(lease) {
+		if calls := c.servers.callsSince(n); len(calls) > 0 {
+			t.Fatalf("calls %v after %v, within FenceWait(%v) = %v of ending s2's session", calls, c.clock.Now().Sub(ended), lease, coord.FenceWait(lease))
+		}
+		c.clock.Advance(250 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+	}
+	for !c.allServed() {
+		// A few rounds after the fence wait; the TTL's would be 11 s.
+		if c.clock.Now().Sub(ended) > coord.FenceWait(lease)+3*testTick {
+			t.Fatalf("s2's tablets not moved %v after its session ended: the master waited for the TTL, not the server's lease", c.clock.Now().Sub(ended))
+		}
+		c.clock.Advance(250 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // A master that reaches no server at all ends nobody's session: it is more
 // likely cut off itself.
 func TestLoopEndsNoSessionWhenNoServerAnswers(t *testing.T) {

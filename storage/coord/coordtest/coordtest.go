@@ -48,6 +48,7 @@ func Run(t *testing.T, newService func(t *testing.T) coord.Service) {
 		{"LockExisting", testLockExisting},
 		{"LockDelayAfterDestroy", testLockDelay},
 		{"EndSession", testEndSession},
+		{"HolderLease", testHolderLease},
 		{"LockLostOnDelete", testLockLostOnDelete},
 		{"SessionExpiry", testSessionExpiry},
 		{"SessionRenewedSurvivesTTL", testSessionRenewed},
@@ -530,6 +531,50 @@ func testLockDelay(e *env) {
 	}
 	if err := s1.Destroy(ctx); err != nil {
 		t.Fatalf("second Destroy: %v, want nil", err)
+	}
+}
+
+// testHolderLease: a session with SessionOptions.Lease shorter than its
+// TTL is valid only until Lease after its last renewal, and EndSession
+// reports that lease, not the TTL, as what the holder may still believe.
+func testHolderLease(e *env) {
+	t := e.t
+	ctx := e.ctx()
+	const lease = 2 * time.Second
+	s := e.session(coord.SessionOptions{Name: "short lease", Lease: lease, ManualRenew: true})
+	e.pass(lease / 2)
+	if err := s.Renew(ctx); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	e.pass(lease * 3 / 4)
+	if !s.Valid() {
+		t.Fatal("session with a holder's lease not valid 3/4 of the lease after a renewal")
+	}
+	// No more renewals: the lease lapses a lease after the last one, long
+	// before the TTL.
+	if !e.closedWithin(s.Lapsed(), lease) {
+		t.Fatalf("Lapsed not closed a holder's lease (%v) after the last renewal (TTL %v)", lease, TTL)
+	}
+	if s.Valid() {
+		t.Fatal("Valid after Lapsed")
+	}
+
+	holder := e.session(coord.SessionOptions{Name: "unreachable", Lease: lease})
+	l := e.lock(holder, coord.ServerKey("ts-short"), "ts:2")
+	got, err := e.svc.EndSession(ctx, holder.ID())
+	if err != nil {
+		t.Fatalf("EndSession: %v", err)
+	}
+	if got != lease {
+		t.Fatalf("EndSession returned %v, want the holder's lease %v", got, lease)
+	}
+	if !e.closedWithin(l.Lost(), coord.FenceWait(lease)) || holder.Valid() {
+		t.Fatalf("holder after EndSession: lock lost %v, valid %v; want lost and invalid within %v", isClosed(l.Lost()), holder.Valid(), coord.FenceWait(lease))
+	}
+	// A lease not shorter than the TTL is the TTL.
+	long := e.session(coord.SessionOptions{Name: "long lease", Lease: 3 * TTL})
+	if got, err = e.svc.EndSession(ctx, long.ID()); err != nil || got != TTL {
+		t.Fatalf("EndSession of a session whose Lease exceeds its TTL = %v, %v; want the TTL %v", got, err, TTL)
 	}
 }
 
