@@ -254,6 +254,7 @@ func (t *term) detectDeaths(ctx context.Context) error {
 		// state, a sort under way or done, stays.)
 		if _, known := t.dead[assign.ServerID(id)]; !known {
 			t.dead[assign.ServerID(id)] = assign.LogUnsorted
+			t.held[assign.ServerID(id)] = len(t.reports[assign.ServerID(id)])
 		}
 		if err := t.c.opts.Coord.Delete(ctx, key); err != nil {
 			// Still dead (we hold its lock); the delete is retried next

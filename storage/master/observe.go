@@ -60,6 +60,9 @@ type memory struct {
 	// locks and deleted their keys), until none of their tablets needs
 	// recovering.
 	dead map[assign.ServerID]assign.LogState
+	// held holds, for each server in dead, how many tablets its last
+	// report listed when it was declared dead (assign.DeadServer.Held).
+	held map[assign.ServerID]int
 	// inflight holds one request per tablet, kept as the assign package
 	// doc says.
 	inflight map[assign.TabletID]*request
@@ -72,6 +75,7 @@ func newMemory() memory {
 	return memory{
 		reports:     make(map[assign.ServerID][]assign.Served),
 		dead:        make(map[assign.ServerID]assign.LogState),
+		held:        make(map[assign.ServerID]int),
 		inflight:    make(map[assign.TabletID]*request),
 		unreachable: make(map[assign.ServerID]*failing),
 	}
@@ -191,7 +195,7 @@ func buildState(v roundView, m *memory) observation {
 	}
 	m.settle(*st)
 	for _, id := range slices.Sorted(maps.Keys(m.dead)) {
-		st.Dead = append(st.Dead, assign.DeadServer{ID: id, Log: m.dead[id]})
+		st.Dead = append(st.Dead, assign.DeadServer{ID: id, Log: m.dead[id], Held: m.held[id]})
 	}
 	for _, id := range slices.Sorted(maps.Keys(m.inflight)) {
 		in := m.inflight[id].InFlight
@@ -230,6 +234,7 @@ func (m *memory) settle(st assign.State) {
 		})
 		if !needed {
 			delete(m.dead, id)
+			delete(m.held, id)
 		}
 	}
 }

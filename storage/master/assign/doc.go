@@ -34,8 +34,11 @@
 //     the root is served, then user tablets once every METADATA tablet is.
 //   - Tablets of dead servers are reassigned with a hint to recover from the
 //     dead server's log; when Config.SortLogMin or more come from one server
-//     its log is sorted once first (SortLog) and its user tablets wait for
-//     the sort (the root and METADATA tablets do not).
+//     (unplaced in METADATA, or held when it died, DeadServer.Held, if more:
+//     the rows of its user tablets are unreadable while its METADATA
+//     tablets are down) its log is sorted once first (SortLog) and its user
+//     tablets wait for the sort (the root and METADATA tablets do not, and
+//     load meanwhile).
 //   - Draining servers give all their tablets away; servers that joined get
 //     tablets; every server is brought within Config.Tolerance of the mean
 //     tablet count and bytes by greedy moves (each the one that lowers the

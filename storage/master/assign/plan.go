@@ -430,14 +430,25 @@ func (t *tab) unplaced() bool {
 // assign places unassigned tablets in the paper's order.
 func (p *planner) assign() {
 	// Tablets per dead server waiting to be recovered decide whether its
-	// log is sorted first.
+	// log is sorted first: those METADATA shows unplaced, or, if more,
+	// those the server held when it died (its METADATA tablets dead with
+	// it, the rows of its user tablets are not readable yet: the sort
+	// starts now, alongside the METADATA tablets' loads, rather than
+	// after them).
 	waiting := make(map[ServerID]int)
+	for id, d := range p.dead {
+		waiting[id] = d.Held
+	}
+	shown := make(map[ServerID]int)
 	for _, t := range p.tablets {
 		if t.unplaced() && !t.merging {
 			if _, ok := p.dead[t.LastServer]; ok {
-				waiting[t.LastServer]++
+				shown[t.LastServer]++
 			}
 		}
+	}
+	for id, n := range shown {
+		waiting[id] = max(waiting[id], n)
 	}
 	sortFirst := make(map[ServerID]bool)
 	deadIDs := make([]ServerID, 0, len(p.dead))

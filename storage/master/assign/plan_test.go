@@ -211,6 +211,32 @@ func TestDeadServerLogSortedOnce(t *testing.T) {
 	}
 }
 
+// A dead server that held a METADATA tablet: the rows of its user tablets
+// are not readable (METADATA shows only the METADATA tablet), yet it held
+// many (DeadServer.Held, the master's record), so its log sort starts at
+// once, alongside the METADATA tablet's load, rather than after it.
+func TestDeadServerLogSortNotBehindMetadata(t *testing.T) {
+	st := State{Live: servers("s1", "s2"), Tablets: metaTablets(1)}
+	place(&st, "root")
+	st.Tablets[1].LastServer = "dead1" // meta0; its user rows unreadable
+	cfg := Config{NoMerge: true, SortLogMin: 5}
+	for _, tc := range []struct {
+		held     int
+		wantSort bool
+	}{{10, true}, {4, false}, {0, false}} {
+		st.Dead = []DeadServer{{ID: "dead1", Held: tc.held}}
+		acts := Plan(st, cfg)
+		k := kinds(acts)
+		if (k[SortLog] == 1) != tc.wantSort || k[Assign] != 1 || len(acts) != k[SortLog]+k[Assign] {
+			t.Fatalf("held %d: got %s", tc.held, describe(acts))
+		}
+		a := only(acts, Assign)[0]
+		if a.Tablet != "meta0" || a.RecoverFrom != "dead1" || a.SortedLog {
+			t.Errorf("held %d: %s; want meta0 recovered from dead1's unsorted log at once", tc.held, a)
+		}
+	}
+}
+
 func TestInFlight(t *testing.T) {
 	cfg := Config{NoMerge: true, LoadTimeout: 10 * time.Second}
 	mk := func() State {

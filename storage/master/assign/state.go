@@ -95,6 +95,11 @@ const (
 type DeadServer struct {
 	ID  ServerID
 	Log LogState
+	// Held is how many tablets the server reported serving when it was
+	// declared dead (the master's own record): with METADATA tablets
+	// among them, its user tablets' rows may be unreadable until those
+	// are served again, yet the log sort they will need can start at once.
+	Held int
 }
 
 // RequestKind tells in-flight requests apart.
