@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -26,6 +28,20 @@ type serverClient struct {
 	catalog meta.Catalog
 }
 
+// refused reports whether a TCP connection to addr is refused: nothing
+// listens there (the server's process is gone; a live one that is slow or
+// paused still has the kernel accept the connection). It dials afresh
+// rather than trust gRPC's reconnect back-off's last error.
+func refused(ctx context.Context, addr string) bool {
+	d := net.Dialer{Timeout: time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		_ = conn.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
 func (s *serverClient) tabletControl(server string) (clusterpb.TabletControlClient, error) {
 	cc, err := s.conns.get(meta.ServerAddr(server))
 	if err != nil {
@@ -41,12 +57,15 @@ func (s *serverClient) List(ctx context.Context, server string) ([]assign.Served
 	}
 	resp, err := c.ListTablets(ctx, &clusterpb.ListTabletsRequest{})
 	if err != nil {
+		if status.Code(err) == codes.Unavailable && refused(ctx, meta.ServerAddr(server)) {
+			return nil, fmt.Errorf("%w: nothing listens at its address: %v", master.ErrServerGone, err)
+		}
 		return nil, err
 	}
 	if resp.GetServerId() != server {
 		// Another process now listens on the address: the named server is
 		// gone and serves nothing.
-		return nil, fmt.Errorf("cluster: %s answers as %s", server, resp.GetServerId())
+		return nil, fmt.Errorf("cluster: %s answers as %s: %w", server, resp.GetServerId(), master.ErrServerGone)
 	}
 	out := make([]assign.Served, 0, len(resp.GetTablets()))
 	for _, t := range resp.GetTablets() {

@@ -25,6 +25,8 @@ type TabletServers interface {
 	// it is still unloading. The master relies on this: a tablet a live
 	// server does not report is one the master may assign elsewhere (a
 	// master that took over has no record of its predecessor's requests).
+	// An error wrapping ErrServerGone says the server certainly does not
+	// run (see LoopOptions.GoneAfter).
 	List(ctx context.Context, server string) ([]assign.Served, error)
 	// Load asks server to load t, recovering its writes after the redo
 	// point as rec says. An error does not mean the server will not load t
@@ -62,6 +64,12 @@ type Metadata interface {
 	// masters too.
 	SetLocation(ctx context.Context, tabletID, server string, epoch uint64) error
 }
+
+// ErrServerGone is what a TabletServers.List error wraps when the server
+// certainly does not run any more: its address refuses connections, or
+// another server answers there. Such a server's session is ended sooner
+// (LoopOptions.GoneAfter) than that of one merely not answering.
+var ErrServerGone = errors.New("master: the tablet server is gone")
 
 // KeyEpoch is the coord key holding the next unused assignment epoch (8
 // bytes big-endian). Masters reserve blocks of epochs from it with a
@@ -128,6 +136,13 @@ type LoopOptions struct {
 	// turns it off. The master does so only while some other server
 	// answers, so a master cut off from the servers does not end them all.
 	UnreachableAfter time.Duration
+	// GoneAfter replaces UnreachableAfter for a server whose List has
+	// failed with ErrServerGone every time (nothing listens at its
+	// address: a killed process), at least three times: default 1s. While
+	// a server's List fails, rounds come every Tick/4. A wrong verdict
+	// costs a reassignment, never safety: the server's own lease fences
+	// it. Negative: as UnreachableAfter.
+	GoneAfter time.Duration
 	// ServerTTL is the longest session TTL of any tablet server: a term
 	// that starts and finds a server's key released (by a predecessor's
 	// EndSession, perhaps, whose wait it cannot know) waits that long
@@ -253,6 +268,12 @@ func NewLoop(opts LoopOptions) (*Loop, error) {
 	}
 	if opts.UnreachableAfter == 0 {
 		opts.UnreachableAfter = 3 * time.Second
+	}
+	switch {
+	case opts.GoneAfter == 0:
+		opts.GoneAfter = time.Second
+	case opts.GoneAfter < 0:
+		opts.GoneAfter = opts.UnreachableAfter
 	}
 	if opts.LoadParallelism <= 0 {
 		opts.LoadParallelism = 8

@@ -159,7 +159,12 @@ func (t *term) run(ctx context.Context) error {
 			// step (root, then METADATA, then user tablets).
 			poke()
 		}
-		stop := t.c.opts.Clock.AfterFunc(t.c.opts.Tick, poke)
+		next := t.c.opts.Tick
+		if len(t.unreachable) > 0 {
+			// A server is failing: count its failures quickly.
+			next /= 4
+		}
+		stop := t.c.opts.Clock.AfterFunc(next, poke)
 		select {
 		case <-ctx.Done():
 			stop()
@@ -287,7 +292,7 @@ func (t *term) fenceUnreachable(ctx context.Context, answered int) {
 	}
 	now := t.c.opts.Clock.Now()
 	for id, f := range t.unreachable {
-		if f.count < 3 || now.Sub(f.since) < t.c.opts.UnreachableAfter {
+		if !f.due(now, t.c.opts.UnreachableAfter, t.c.opts.GoneAfter) {
 			continue
 		}
 		key := f.key
@@ -314,7 +319,7 @@ func (t *term) fenceUnreachable(ctx context.Context, answered int) {
 		t.keys[key] = e
 		delete(t.unreachable, id)
 		t.c.opts.Logger.Info("master: server unreachable, session ended", "server", id,
-			"failing_for", now.Sub(f.since).String(), "attempts", f.count, "declare_dead_in", wait.String())
+			"failing_for", now.Sub(f.since).String(), "attempts", f.count, "gone", f.gone == f.count, "declare_dead_in", wait.String())
 	}
 }
 

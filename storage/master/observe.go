@@ -86,6 +86,22 @@ type failing struct {
 	key   string
 	since time.Time
 	count int
+	// gone counts the failures that said the server is gone
+	// (ErrServerGone).
+	gone int
+}
+
+// due reports whether the master should end the failing server's session
+// now: after at least three failures over unreachableAfter, or over
+// goneAfter if every failure said the server is gone (nothing listens at
+// its address) — a surer sign than silence, which a server slow under
+// load also gives.
+func (f *failing) due(now time.Time, unreachableAfter, goneAfter time.Duration) bool {
+	after := unreachableAfter
+	if f.gone == f.count {
+		after = min(after, goneAfter)
+	}
+	return f.count >= 3 && now.Sub(f.since) >= after
 }
 
 // request is a load or unload in flight and when it was sent.
@@ -166,6 +182,9 @@ func buildState(v roundView, m *memory) observation {
 				m.unreachable[id] = f
 			}
 			f.count++
+			if errors.Is(a.Err, ErrServerGone) {
+				f.gone++
+			}
 			prev, known := m.reports[id]
 			if !known {
 				o.Skip = fmt.Errorf("master: list %s: %w", sid, a.Err)

@@ -231,3 +231,28 @@ func TestPendingSplits(t *testing.T) {
 		t.Fatalf("counts of dropped reports kept: %v", gone)
 	}
 }
+
+// A server whose List keeps failing has its session ended after three
+// failures over UnreachableAfter, or over GoneAfter when every failure
+// said nothing listens at its address.
+func TestFailingServerDue(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	const unreachable, gone = 3 * time.Second, time.Second
+	for _, c := range []struct {
+		count, gone int
+		after       time.Duration
+		want        bool
+	}{
+		{count: 3, gone: 3, after: time.Second, want: true},
+		{count: 3, gone: 3, after: 900 * time.Millisecond, want: false},
+		{count: 2, gone: 2, after: 2 * time.Second, want: false},                      // too few attempts
+		{count: 4, gone: 3, after: 2 * time.Second, want: false},                      // one failure was silence
+		{count: 4, gone: 0, after: 3 * time.Second, want: true},                       // silence, long enough
+		{count: 9, gone: 0, after: 2*time.Second + 900*time.Millisecond, want: false}, // silence, not long enough
+	} {
+		f := &failing{since: t0, count: c.count, gone: c.gone}
+		if got := f.due(t0.Add(c.after), unreachable, gone); got != c.want {
+			t.Errorf("%d failures (%d gone) over %v: due %v, want %v", c.count, c.gone, c.after, got, c.want)
+		}
+	}
+}
