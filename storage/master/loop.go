@@ -164,6 +164,13 @@ func (t *term) run(ctx context.Context) error {
 			// A server is failing: count its failures quickly.
 			next /= 4
 		}
+		now := t.c.opts.Clock.Now()
+		for _, until := range t.fenced {
+			// Declare a fenced server dead as soon as its wait is over.
+			if d := until.Sub(now); d > 0 && d < next {
+				next = d + time.Millisecond
+			}
+		}
 		stop := t.c.opts.Clock.AfterFunc(next, poke)
 		select {
 		case <-ctx.Done():
