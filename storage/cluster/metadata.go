@@ -70,6 +70,14 @@ const metadataScanTimeout = 3 * time.Second
 // live server's answer, short enough not to hold up the round.
 const metadataSuspectTimeout = 500 * time.Millisecond
 
+// metadataProbeAfter is how long a METADATA read waits for an answer
+// before checking whether its server's address refuses connections.
+const metadataProbeAfter = 200 * time.Millisecond
+
+// errMetadataServerGone: a METADATA read failed because nothing listens at
+// its server's address.
+var errMetadataServerGone = errors.New("cluster: nothing listens at the METADATA tablet's server")
+
 // metadataSuspectFull: every metadataSuspectFull-th read at a suspect
 // server has the full metadataScanTimeout.
 const metadataSuspectFull = 4
@@ -315,7 +323,22 @@ func (m *metadataStore) readTablet(ctx context.Context, server string, start, en
 	if failures%metadataSuspectFull != 0 {
 		timeout = metadataSuspectTimeout
 	}
-	es, err := m.scanEntriesWithin(ctx, timeout, start, end)
+	// A read that has not answered soon is checked on: if the server's
+	// address refuses connections (a killed server), the read fails now
+	// rather than at its timeout, so that the round — and the failure
+	// detection it carries — goes on.
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	probe := time.AfterFunc(metadataProbeAfter, func() {
+		if refused(rctx, meta.ServerAddr(server)) {
+			cancel(errMetadataServerGone)
+		}
+	})
+	es, err := m.scanEntriesWithin(rctx, timeout, start, end)
+	probe.Stop()
+	if err != nil && errors.Is(context.Cause(rctx), errMetadataServerGone) {
+		err = fmt.Errorf("%w: %v", errMetadataServerGone, err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err == nil {

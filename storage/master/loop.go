@@ -392,11 +392,10 @@ func (t *term) send(ctx context.Context, calls []call) {
 // the State of them; then servers unreachable for long have their sessions
 // ended (fenceUnreachable), even in a round that is skipped.
 func (t *term) observe(ctx context.Context) (assign.State, error) {
-	tablets, err := t.metadata(ctx)
-	if err != nil {
-		return assign.State{}, err
-	}
-	view := roundView{Tablets: tablets, Keys: t.keys, Lists: make(map[assign.ServerID]listAnswer)}
+	// The Lists go out alongside the METADATA read, which may take its
+	// timeout at a dead server holding METADATA tablets: failure
+	// detection must not wait for it.
+	view := roundView{Keys: t.keys, Lists: make(map[assign.ServerID]listAnswer)}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, sid := range view.toList(t.dead) {
@@ -409,7 +408,12 @@ func (t *term) observe(ctx context.Context) (assign.State, error) {
 			mu.Unlock()
 		})
 	}
+	tablets, err := t.metadata(ctx)
 	wg.Wait()
+	if err != nil {
+		return assign.State{}, err
+	}
+	view.Tablets = tablets
 	view.Now = t.c.opts.Clock.Now()
 	o := buildState(view, &t.memory)
 	t.released = o.Released
