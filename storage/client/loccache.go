@@ -466,6 +466,15 @@ func (c *LocationCache) readMetadata(ctx context.Context, src MetadataSource, ta
 			return meta.Location{}, false, false, err
 		}
 		if len(locs) == 0 {
+			if parent.IsRoot() {
+				// The root holds a row for every other METADATA tablet, and
+				// they cover the rest of METADATA without gaps (splits
+				// never leave one): no row at or after from means the
+				// master has not yet written METADATA's first tablet (a
+				// cluster just started). Going on at the root's end would
+				// look that very row up in the root again.
+				return meta.Location{}, false, false, fmt.Errorf("client: %s row %q: the root tablet has no row of a METADATA tablet at or after %q yet: %w", table, row, from, ErrUnassigned)
+			}
 			if len(parent.End) == 0 {
 				return meta.Location{}, false, false, fmt.Errorf("client: %s row %q: %w", table, row, ErrNoTablet)
 			}

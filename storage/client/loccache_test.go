@@ -685,3 +685,29 @@ func TestLocateRangeAcrossAMerge(t *testing.T) {
 		t.Fatalf("LocateRange over the merged layout = %v, want %v", ids, want)
 	}
 }
+
+// TestLocateBeforeMetadataExists: a cluster whose root tablet is served
+// but whose master has not yet written METADATA's first other tablet (the
+// root has no rows): a lookup of a user row is ErrUnassigned, which
+// callers retry, and does not recurse past the root; once the row is
+// written the same cache finds the row.
+func TestLocateBeforeMetadataExists(t *testing.T) {
+	ctx := context.Background()
+	h := newHierarchy()
+	h.put(meta.RootLocation("r1", 1))
+	c := NewLocationCache(LocationCacheOptions{})
+	_, err := c.Locate(ctx, h, tabA, []byte("a"))
+	if !errors.Is(err, ErrUnassigned) {
+		t.Fatalf("lookup before METADATA's first tablet: %v, want ErrUnassigned", err)
+	}
+	if !transientLocate(err) {
+		t.Fatalf("%v is not retried", err)
+	}
+	m1 := meta.Location{Table: meta.MetadataTable, Start: meta.RootTabletEnd(), TabletID: "M1", Server: "m1", Epoch: 2}
+	h.put(m1)
+	h.metaTabs = []meta.Location{m1}
+	h.put(loc(tabA, "", "", "a0", "u0", 10))
+	if l, err := c.Locate(ctx, h, tabA, []byte("a")); err != nil || l.TabletID != "a0" {
+		t.Fatalf("after METADATA's first tablet was written: %+v %v", l, err)
+	}
+}
