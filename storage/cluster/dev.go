@@ -294,7 +294,8 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	if d.server, err = StartTabletServer(ctx, ServerConfig{
 		Coord: d.kv, Store: d.store, LogDir: cfg.Dir, Cluster: "dev",
 		MemtableBytes: cfg.MemtableBytes, SplitBytes: cfg.SplitBytes,
-		BlockCacheBytes: cfg.BlockCacheBytes, ScanCacheBytes: cfg.ScanCacheBytes,
+		FileCommitWindow: cfg.SweepGrace / 2, // a file slower to commit could be swept
+		BlockCacheBytes:  cfg.BlockCacheBytes, ScanCacheBytes: cfg.ScanCacheBytes,
 		LockDelay: devLockDelay, Logger: d.log, TLS: cfg.TLS,
 		Limits: cfg.Limits, LogTruncateInterval: cfg.LogTruncateInterval, inProc: in,
 	}); err != nil {

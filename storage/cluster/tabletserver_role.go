@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,6 +87,10 @@ type ServerConfig struct {
 	// MemtableBytes and SplitBytes tune the tablets (defaults of
 	// tabletserver.HostOptions).
 	MemtableBytes, SplitBytes int64
+	// FileCommitWindow: a new SSTable not in a saved state this long after
+	// its writing began is written again (tablet.Options.FileCommitWindow);
+	// it must stay below the master's GCGrace. Default DefaultGCGrace/2.
+	FileCommitWindow time.Duration
 	// MetadataSplitBytes is the split size of METADATA's tablets other
 	// than the root, which never splits (default
 	// tabletserver.DefaultMetadataSplitBytes).
@@ -239,6 +244,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		StateStore:          tablet.NewBlobStateStore(cfg.Store, StatePrefix),
 		Limits:              cfg.Limits,
 		MemtableBytes:       cfg.MemtableBytes,
+		FileCommitWindow:    cmp.Or(cfg.FileCommitWindow, DefaultGCGrace/2),
 		SplitBytes:          cfg.SplitBytes,
 		MetadataSplitBytes:  cfg.MetadataSplitBytes,
 		LogTruncateInterval: cfg.LogTruncateInterval,

@@ -94,40 +94,25 @@ func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
 			groups = append(groups, g)
 		}
 	}
-	written := make(map[string]*tableFile)
+	var written map[string]*tableFile
 	abort := func() {
 		for _, f := range written {
 			f.unref()
 		}
 	}
-	for _, g := range groups {
-		f, err := t.writeGroupFile(ctx, v.schema, g, func(emit func(k, val []byte) error) error {
-			it := fz.mem.NewIterator()
-			for ok := it.First(); ok; ok = it.Next() {
-				key := it.Key()
-				if cell.KindOf(key) != cell.KindRowDelete {
-					k, err := cell.DecodeKey(key)
-					if err != nil {
-						return err
-					}
-					// A family no longer in the schema: its cells are
-					// shadowed by its drop.
-					if fg, ok := v.schema.GroupOf(k.Family); !ok || fg != g {
-						continue
-					}
-				}
-				if err := emit(key, it.Value()); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
+	for attempt := 1; ; attempt++ {
+		written = make(map[string]*tableFile)
+		if err := t.writeFrozenGroups(ctx, v, fz, groups, written); err != nil {
 			abort()
-			return 0, fmt.Errorf("tablet %s: minor compaction: %w", t.id, err)
+			return 0, err
 		}
-		if f != nil {
-			written[g] = f
+		err := t.checkCommitWindow(attempt, written)
+		if err == nil {
+			break
+		}
+		abort()
+		if !errors.Is(err, errSlowWrite) {
+			return 0, err
 		}
 	}
 
@@ -163,6 +148,73 @@ func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
 	abort() // the versions hold their own references
 	t.flushes.Add(1)
 	return fz.seq, nil
+}
+
+// writeFrozenGroups writes the frozen memtable fz as one SSTable per
+// locality group of groups (none for a group without entries) into
+// written; on an error the caller unrefs what written holds.
+func (t *Tablet) writeFrozenGroups(ctx context.Context, v *version, fz *frozenMem, groups []string, written map[string]*tableFile) error {
+	for _, g := range groups {
+		f, err := t.writeGroupFile(ctx, v.schema, g, func(emit func(k, val []byte) error) error {
+			it := fz.mem.NewIterator()
+			for ok := it.First(); ok; ok = it.Next() {
+				key := it.Key()
+				if cell.KindOf(key) != cell.KindRowDelete {
+					k, err := cell.DecodeKey(key)
+					if err != nil {
+						return err
+					}
+					// A family no longer in the schema: its cells are
+					// shadowed by its drop.
+					if fg, ok := v.schema.GroupOf(k.Family); !ok || fg != g {
+						continue
+					}
+				}
+				if err := emit(key, it.Value()); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("tablet %s: minor compaction: %w", t.id, err)
+		}
+		if f != nil {
+			written[g] = f
+		}
+	}
+	return nil
+}
+
+// commitAttempts bounds how often a flush or compaction writes its files
+// again because writing them took longer than Options.FileCommitWindow.
+const commitAttempts = 4
+
+// errSlowWrite: a new SSTable is older than the commit window (see
+// Options.FileCommitWindow); it must be written again under a fresh name.
+var errSlowWrite = errors.New("writing an SSTable took longer than the commit window")
+
+// checkCommitWindow returns errSlowWrite (wrapped) if a file of files is
+// older than the commit window — at the last of commitAttempts, an error
+// that is not errSlowWrite, so that the caller gives up.
+func (t *Tablet) checkCommitWindow(attempt int, files map[string]*tableFile) error {
+	if t.opts.FileCommitWindow <= 0 {
+		return nil
+	}
+	for _, f := range files {
+		created, ok := FileCreated(f.meta.Name)
+		if !ok {
+			continue
+		}
+		if age := time.Since(created); age >= t.opts.FileCommitWindow {
+			if attempt >= commitAttempts {
+				return fmt.Errorf("tablet %s: %d attempts, the last SSTable %s %v old (window %v): %s", t.id, attempt, f.meta.Name, age.Round(time.Millisecond), t.opts.FileCommitWindow, errSlowWrite.Error())
+			}
+			t.opts.Logger.Warn("SSTable written more slowly than the commit window: writing it again under a fresh name, so no sweep can have taken it", "tablet", t.id, "file", f.meta.Name, "age", age.String(), "window", t.opts.FileCommitWindow.String(), "attempt", attempt)
+			return fmt.Errorf("tablet %s: %s %v old: %w", t.id, f.meta.Name, age, errSlowWrite)
+		}
+	}
+	return nil
 }
 
 // writeGroupFile writes the entries src emits as a new SSTable of group g
@@ -321,27 +373,17 @@ func (t *Tablet) majorLocked(ctx context.Context, g string) error {
 	return t.rewriteLocked(ctx, g, math.MaxInt, true)
 }
 
-func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, major bool) error {
-	v, _, err := t.acquire()
-	if err != nil {
-		return err
-	}
-	defer v.unref()
-	gf := v.groups[g]
-	if gf == nil {
-		return nil
-	}
-	k = min(k, len(gf.files))
-	if k == 0 || (!major && k < 2) {
-		return nil
-	}
-	inputs := gf.files[:k]
+// rewriteFiles writes inputs (the newest files of group g) merged into
+// one new SSTable, resolved as a major compaction does when major is set;
+// nil when nothing is left.
+func (t *Tablet) rewriteFiles(ctx context.Context, v *version, g string, inputs []*tableFile, major bool) (*tableFile, error) {
 	srcs := make([]cell.Iterator, len(inputs))
 	for i, f := range inputs {
 		srcs[i] = f.r.NewIterator()
 	}
 	it := newMergingIter(t.lower, t.upper, srcs...)
 	var out *tableFile
+	var err error
 	if !major {
 		out, err = t.writeGroupFile(ctx, v.schema, g, func(emit func(k, v []byte) error) error {
 			for ok := it.First(); ok; ok = it.Next() {
@@ -381,7 +423,42 @@ func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, major bool)
 		if out != nil {
 			out.unref()
 		}
-		return fmt.Errorf("tablet %s: compaction of group %s: %w", t.id, g, err)
+		return nil, fmt.Errorf("tablet %s: compaction of group %s: %w", t.id, g, err)
+	}
+	return out, nil
+}
+
+func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, major bool) error {
+	v, _, err := t.acquire()
+	if err != nil {
+		return err
+	}
+	defer v.unref()
+	gf := v.groups[g]
+	if gf == nil {
+		return nil
+	}
+	k = min(k, len(gf.files))
+	if k == 0 || (!major && k < 2) {
+		return nil
+	}
+	inputs := gf.files[:k]
+	var out *tableFile
+	for attempt := 1; ; attempt++ {
+		if out, err = t.rewriteFiles(ctx, v, g, inputs, major); err != nil {
+			return err
+		}
+		if out == nil {
+			break
+		}
+		err := t.checkCommitWindow(attempt, map[string]*tableFile{g: out})
+		if err == nil {
+			break
+		}
+		out.unref()
+		if !errors.Is(err, errSlowWrite) {
+			return err
+		}
 	}
 
 	st := t.state.Clone()

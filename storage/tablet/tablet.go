@@ -66,6 +66,17 @@ type Options struct {
 	Limits cell.Limits
 	// MemtableBytes triggers a minor compaction; default 64 MiB.
 	MemtableBytes int64
+	// FileCommitWindow bounds how long after the time in its name (the
+	// start of its writing, FileCreated) a new SSTable may be committed
+	// to the tablet's saved state. The sweep deletes an unreferenced file
+	// once it is older than its grace, so a file written more slowly than
+	// that could be deleted by a sweep that read this tablet's references
+	// before the state naming it was saved: a flush or compaction whose
+	// files are older than the window when their state is about to be
+	// saved writes them again under fresh names (up to commitAttempts
+	// times). Set it below the sweep's grace, leaving room for saving a
+	// state; zero means no bound (the grace must then exceed every write).
+	FileCommitWindow time.Duration
 	// MaxSSTables per locality group triggers a merging compaction;
 	// default 8.
 	MaxSSTables int

@@ -96,6 +96,9 @@ type HostOptions struct {
 	// MemtableBytes is each tablet's minor compaction threshold (the
 	// tablet's default when zero).
 	MemtableBytes int64
+	// FileCommitWindow is the tablets' tablet.Options.FileCommitWindow:
+	// below the sweep's grace (zero: no bound).
+	FileCommitWindow time.Duration
 	// SplitBytes: a tablet whose stored size (SSTables plus memtables)
 	// passes it is split in the background; default 256 MiB.
 	SplitBytes int64
@@ -284,18 +287,19 @@ func (h *Host) tabletOptions(t meta.Table, id string, start, end []byte) tablet.
 	}
 	return tablet.Options{
 		ID: id, Start: start, End: end,
-		Schema:        t.Schema(),
-		Store:         h.opts.Store,
-		Dir:           tabletDir(t.ID),
-		Log:           h.opts.Log,
-		LogOptions:    h.opts.LogOptions,
-		Cache:         h.opts.Cache,
-		ScanCache:     h.opts.ScanCache,
-		StateStore:    h.opts.StateStore,
-		Limits:        h.opts.Limits,
-		MemtableBytes: h.opts.MemtableBytes,
-		Clock:         clock,
-		Logger:        h.log,
+		Schema:           t.Schema(),
+		Store:            h.opts.Store,
+		Dir:              tabletDir(t.ID),
+		Log:              h.opts.Log,
+		LogOptions:       h.opts.LogOptions,
+		Cache:            h.opts.Cache,
+		ScanCache:        h.opts.ScanCache,
+		StateStore:       h.opts.StateStore,
+		Limits:           h.opts.Limits,
+		MemtableBytes:    h.opts.MemtableBytes,
+		FileCommitWindow: h.opts.FileCommitWindow,
+		Clock:            clock,
+		Logger:           h.log,
 	}
 }
 
