@@ -55,7 +55,8 @@ func (w slowCloser) Close() error {
 // write than Options.FileCommitWindow (so that a sweep may already have
 // deleted it as an old unreferenced file) writes it again under a fresh
 // name and commits only that one; one that stays slow fails and commits
-// nothing.
+// nothing, and the next Flush writes both the memtable it left frozen and
+// the active one.
 func TestFileCommitWindow(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -97,6 +98,19 @@ func TestFileCommitWindow(t *testing.T) {
 				}
 				if len(st.Files()) != 0 {
 					t.Fatalf("a failed flush committed %v", st.Files())
+				}
+				// The failed flush left its memtable frozen; the next
+				// Flush writes it and then the active one, which holds
+				// a write acknowledged before the call.
+				store.slow.Store(0)
+				if err := tb.Apply(ctx, cell.RowMutation{Row: []byte("s"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("w"))}}); err != nil {
+					t.Fatal(err)
+				}
+				if err := tb.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if fs := tb.State().Files(); len(fs) != 2 {
+					t.Fatalf("after a flush following a failed one the files are %v, want two (the frozen memtable's and the active one's)", fs)
 				}
 				return
 			}

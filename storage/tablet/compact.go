@@ -26,7 +26,16 @@ func (t *Tablet) Flush(ctx context.Context) error {
 	if err := t.checkOpen(); err != nil {
 		return err
 	}
+	// A memtable left frozen by a flush that failed is flushed alone by
+	// flushLocked: then the active one too, so that every write
+	// acknowledged before the call is in SSTables (a backup's point).
+	t.writeMu.Lock()
+	leftover := t.frozen != nil
+	t.writeMu.Unlock()
 	_, err := t.flushLocked(ctx)
+	if err == nil && leftover {
+		_, err = t.flushLocked(ctx)
+	}
 	return err
 }
 
