@@ -163,7 +163,7 @@ SIGTERM or SIGINT stops it.`,
 func newTabletServerCommand() *cobra.Command {
 	var r roleFlags
 	var memtableBytes, splitBytes, metadataSplitBytes, blockCacheBytes, scanCacheBytes int64
-	var serverLease time.Duration
+	var serverLease, fileCommitWindow time.Duration
 	var tw tabletServerWorker
 	cmd := &cobra.Command{
 		Use:   "tabletserver",
@@ -190,7 +190,7 @@ back.`,
 				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
 				MemtableBytes: memtableBytes, SplitBytes: splitBytes, MetadataSplitBytes: metadataSplitBytes,
 				BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
-				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Lease: serverLease, Logger: log, TLS: r.transport, Auth: r.authConfig,
+				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Lease: serverLease, FileCommitWindow: fileCommitWindow, Logger: log, TLS: r.transport, Auth: r.authConfig,
 			})
 			if err != nil {
 				return err
@@ -226,6 +226,7 @@ back.`,
 	f.Int64Var(&blockCacheBytes, "block-cache-size", cluster.DefaultBlockCacheBytes, "SSTable block cache in bytes (negative: none)")
 	f.Int64Var(&scanCacheBytes, "scan-cache-size", cluster.DefaultScanCacheBytes, "scan cache in bytes (negative: none)")
 	f.DurationVar(&serverLease, "server-lease", cluster.DefaultServerLease, "the server's own lease, shorter than --session-ttl: it stops serving this long after the start of its last successful session renewal (renewing every quarter of it), and the master reassigns its tablets this long plus a tenth after ending its session (negative: the session TTL)")
+	f.DurationVar(&fileCommitWindow, "file-commit-window", cluster.DefaultGCGrace/2, "a new SSTable is written again under a fresh name when saving the tablet state that lists it starts later than this after its name's time; keep it below the master's --gc-grace, which spares files younger than that")
 	tw.register(cmd)
 	return cmd
 }

@@ -33,7 +33,8 @@ func TestClusterUndeleteAndRestoreByReference(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	c := newTestCluster(t, clusterOptions{masters: 1, servers: 2, memtableSize: 16 << 10,
-		extraMaster: []string{"--gc-interval", "300ms", "--gc-grace", "2s", "--undelete-retention", "12s"}})
+		extraMaster: []string{"--gc-interval", "300ms", "--gc-grace", "2s", "--undelete-retention", "12s"},
+		extraServer: []string{"--file-commit-window", "1s"}}) // below the grace: a slow flush rewrites its file rather than lose it to GC
 	addr := c.servers[0].addr
 	cl, admin := officialClients(t, ctx, addr)
 	conn, err := grpc.NewClient(addr, tlsconfig.DialOption(tlsFor(addr)))
