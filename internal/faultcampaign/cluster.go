@@ -253,7 +253,10 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		c.Masters = append(c.Masters, p)
 	}
 	for i := range cfg.Servers {
-		var args []string
+		// Below the master's 2 min --gc-grace: a flush or compaction
+		// slowed past it (MinIO paused) rewrites its file instead of
+		// saving a state that names a file GC may have collected.
+		args := []string{"--file-commit-window", "1m"}
 		if cfg.SplitSize > 0 {
 			args = append(args, "--split-size", fmt.Sprint(cfg.SplitSize))
 		}
