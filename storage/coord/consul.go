@@ -424,16 +424,17 @@ func (c *Consul) NewSession(ctx context.Context, opts SessionOptions) (Session, 
 		return nil, c.wrap("create session", opts.Name, ctx, err)
 	}
 	s := &consulSession{
-		c:          c,
-		id:         id,
-		ttl:        opts.TTL,
-		lease:      HolderLease(opts.TTL, opts.Lease),
-		delay:      opts.LockDelay,
-		manual:     opts.ManualRenew,
-		validUntil: LeaseUntil(start, opts.TTL, opts.Lease),
-		renewed:    make(chan struct{}, 1),
-		lapsed:     make(chan struct{}),
-		done:       make(chan struct{}),
+		c:           c,
+		id:          id,
+		ttl:         opts.TTL,
+		lease:       HolderLease(opts.TTL, opts.Lease),
+		delay:       opts.LockDelay,
+		manual:      opts.ManualRenew,
+		validUntil:  start.Add(opts.TTL),
+		holderUntil: LeaseUntil(start, opts.TTL, opts.Lease),
+		renewed:     make(chan struct{}, 1),
+		lapsed:      make(chan struct{}),
+		done:        make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(c.ctx)
 	c.wg.Add(2)
@@ -480,9 +481,12 @@ type consulSession struct {
 
 	mu         sync.Mutex
 	validUntil time.Time // monotonic; zero after a lapse
-	isLapsed   bool
-	isDone     bool
-	err        error
+	// holderUntil is when the holder's own lease ends (lease.go): Valid
+	// is false past it until a renewal succeeds again.
+	holderUntil time.Time
+	isLapsed    bool
+	isDone      bool
+	err         error
 
 	lapsed, done chan struct{}
 }
@@ -502,7 +506,8 @@ func (s *consulSession) Err() error {
 func (s *consulSession) Valid() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.isLapsed && time.Now().Before(s.validUntil)
+	now := time.Now()
+	return !s.isLapsed && now.Before(s.validUntil) && now.Before(s.holderUntil)
 }
 
 // lapse marks the lease lapsed; it reports whether this call did.
@@ -565,14 +570,17 @@ func (s *consulSession) renew(ctx context.Context) error {
 	if s.isLapsed {
 		return s.err
 	}
-	if u := start.Add(s.lease); u.After(s.validUntil) {
-		s.validUntil = u
+	s.validUntil = start.Add(s.ttl)
+	if u := start.Add(s.lease); u.After(s.holderUntil) {
+		s.holderUntil = u
 	}
 	return nil
 }
 
 // run renews the session every RenewEvery (retrying sooner after a
-// failure) and lapses it when the holder's lease passes without success.
+// failure) and lapses it when a full TTL passes without success. (The
+// holder's own lease, when shorter, makes Valid false sooner, until the
+// next success: see lease.go.)
 func (s *consulSession) run() {
 	defer s.c.wg.Done()
 	every := RenewEvery(s.ttl, s.lease)
@@ -713,7 +721,7 @@ func (s *consulSession) usable() error {
 	if s.isLapsed {
 		return s.err
 	}
-	if !time.Now().Before(s.validUntil) {
+	if now := time.Now(); !now.Before(s.validUntil) || !now.Before(s.holderUntil) {
 		return ErrSessionLapsed
 	}
 	return nil

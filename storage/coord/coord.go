@@ -145,9 +145,10 @@ type SessionOptions struct {
 	ManualRenew bool
 	// Lease, when set and shorter than TTL, is the holder's own lease
 	// (lease.go): the session is renewed every Lease/4 and is Valid only
-	// until Lease after the start of the last successful renewal, after
-	// which it lapses; EndSession reports it, so that whoever ends the
-	// session waits FenceWait(Lease) instead of a TTL. Zero: the TTL.
+	// until Lease after the start of the last successful renewal (again
+	// after a later success; it lapses only after a TTL); EndSession
+	// reports it, so that whoever ends the session waits FenceWait(Lease)
+	// instead of a TTL. Zero: the TTL.
 	Lease time.Duration
 }
 

@@ -17,8 +17,16 @@ import (
 //   - The holder renews every Lease/4 (sooner after a failure), and its
 //     session is Valid only until Lease after the START of the last
 //     renewal that succeeded, on its own monotonic clock (LeaseUntil).
-//     When that moment passes without a newer success the session lapses:
-//     Valid turns false at once, synchronously, and Lapsed closes.
+//     When that moment passes without a newer success Valid turns false
+//     at once, synchronously; the holder must then act on nothing its
+//     locks guard. Unlike a lapse this is not final: renewals go on, and
+//     one that succeeds makes the session Valid again — it proves the
+//     session was not destroyed before the service handled it, so the
+//     argument below holds for it too. Lapsed still closes, for good,
+//     only when a whole TTL passes without a success (the service may
+//     then expire the session). So a lock service that is down for
+//     longer than Lease but less than the TTL pauses the holder instead
+//     of ending it.
 //   - EndSession destroys the session in the service, and returns the
 //     holder's lease (HolderLease: Lease, or the TTL without one). This
 //     is the moment from which the holder provably cannot renew any more:

@@ -492,7 +492,10 @@ type localSession struct {
 	// Guarded by l.mu.
 	ended    bool
 	err      error
-	deadline time.Time // ManualRenew: when the lease runs out
+	deadline time.Time // ManualRenew: when the session expires (a TTL)
+	// holderUntil (ManualRenew): when the holder's own lease runs out;
+	// Valid is false past it until the next Renew.
+	holderUntil time.Time
 	stop     func() bool
 
 	lapsed, done chan struct{}
@@ -517,24 +520,29 @@ func (s *localSession) Valid() bool {
 }
 
 func (s *localSession) validLocked() bool {
+	return s.aliveLocked() && (!s.manual || s.l.clock.Now().Before(s.holderUntil))
+}
+
+// aliveLocked reports whether the session has not ended nor passed its
+// TTL (with a real clock the expiry timer can run late; the deadline is
+// the truth).
+func (s *localSession) aliveLocked() bool {
 	if s.ended {
 		return false
 	}
-	// With a real clock the expiry timer can run late; the deadline is
-	// the truth.
 	return !s.manual || s.l.clock.Now().Before(s.deadline)
 }
 
-// armLocked (re)starts a manual session's expiry timer for the holder's
-// lease (a full TTL without one): renewing takes no time here, so the
-// service ends the session exactly when its holder's lease runs out.
+// armLocked (re)starts a manual session's expiry timer for a full TTL,
+// and its holder's lease.
 func (s *localSession) armLocked() {
 	if s.stop != nil {
 		s.stop()
 	}
-	s.deadline = s.l.clock.Now().Add(s.lease)
+	s.deadline = s.l.clock.Now().Add(s.ttl)
+	s.holderUntil = s.l.clock.Now().Add(s.lease)
 	deadline := s.deadline
-	s.stop = s.l.clock.AfterFunc(s.lease, func() {
+	s.stop = s.l.clock.AfterFunc(s.ttl, func() {
 		s.l.mu.Lock()
 		defer s.l.mu.Unlock()
 		// A Renew after this timer was set moved the deadline on.
@@ -567,7 +575,7 @@ func (s *localSession) Renew(ctx context.Context) error {
 	if s.ended {
 		return s.err
 	}
-	if !s.validLocked() {
+	if !s.aliveLocked() {
 		// The deadline passed but the timer has not run yet.
 		s.l.endSessionLocked(s, ErrSessionGone)
 		return s.err
@@ -596,11 +604,14 @@ func (s *localSession) tryLockLocked(key string, value []byte, mustExist bool) (
 	if l.closed {
 		return nil, nil, ErrClosed
 	}
-	if !s.validLocked() {
+	if !s.aliveLocked() {
 		if !s.ended {
 			l.endSessionLocked(s, ErrSessionGone)
 		}
 		return nil, nil, s.err
+	}
+	if !s.validLocked() {
+		return nil, nil, ErrSessionLapsed // the holder's lease, until a Renew
 	}
 	if mustExist && l.kv[key] == nil {
 		return nil, nil, ErrNotFound

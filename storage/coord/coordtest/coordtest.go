@@ -535,7 +535,8 @@ func testLockDelay(e *env) {
 }
 
 // testHolderLease: a session with SessionOptions.Lease shorter than its
-// TTL is valid only until Lease after its last renewal, and EndSession
+// TTL is valid only until Lease after its last renewal — again after a
+// later renewal, lapsing only a TTL after the last — and EndSession
 // reports that lease, not the TTL, as what the holder may still believe.
 func testHolderLease(e *env) {
 	t := e.t
@@ -550,10 +551,24 @@ func testHolderLease(e *env) {
 	if !s.Valid() {
 		t.Fatal("session with a holder's lease not valid 3/4 of the lease after a renewal")
 	}
-	// No more renewals: the lease lapses a lease after the last one, long
-	// before the TTL.
-	if !e.closedWithin(s.Lapsed(), lease) {
-		t.Fatalf("Lapsed not closed a holder's lease (%v) after the last renewal (TTL %v)", lease, TTL)
+	// No renewal for a lease: not valid, but not lapsed either.
+	e.pass(lease/4 + lease/10)
+	if s.Valid() {
+		t.Fatalf("valid more than a holder's lease (%v) after the last renewal", lease)
+	}
+	if isClosed(s.Lapsed()) {
+		t.Fatal("lapsed a holder's lease after the last renewal, before the TTL")
+	}
+	// A renewal that succeeds makes it valid again.
+	if err := s.Renew(ctx); err != nil {
+		t.Fatalf("Renew after the holder's lease ran out, within the TTL: %v", err)
+	}
+	if !s.Valid() {
+		t.Fatal("not valid after a successful renewal")
+	}
+	// No more renewals: it lapses within a TTL.
+	if !e.closedWithin(s.Lapsed(), TTL+TTL/2) {
+		t.Fatal("Lapsed not closed a TTL after the last renewal")
 	}
 	if s.Valid() {
 		t.Fatal("Valid after Lapsed")
