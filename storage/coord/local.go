@@ -496,7 +496,7 @@ type localSession struct {
 	// holderUntil (ManualRenew): when the holder's own lease runs out;
 	// Valid is false past it until the next Renew.
 	holderUntil time.Time
-	stop     func() bool
+	stop        func() bool
 
 	lapsed, done chan struct{}
 }
