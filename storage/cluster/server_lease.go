@@ -17,8 +17,10 @@ import (
 // unreachable server's tablets 4.4 s after ending its session
 // (coord.FenceWait) instead of the 11 s a 10 s TTL needs. Three renewals
 // in a row may fail (a lock service slow under load) before the server
-// gives its tablets up; such a false lapse costs a reassignment, never
-// safety.
+// stops serving; it serves again once a renewal succeeds (the lock
+// service back within the TTL), and stops for good only when a whole TTL
+// passes or the master ended its session. A false verdict costs
+// availability or a reassignment, never safety.
 const DefaultServerLease = 4 * time.Second
 
 // leaseFence returns the interceptors that refuse every request while the
