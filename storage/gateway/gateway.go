@@ -136,7 +136,9 @@ const (
 // the Gateway invalidates the location, looks the rows up again and
 // retries, up to 20 attempts (about 9 s: a tablet moving or splitting is unserved for a moment) with a backoff doubling from 10 ms to 500 ms,
 // and never past the request's deadline: then the last not-serving status
-// (UNAVAILABLE for an unassigned tablet) is returned. A ReadRows retry resumes after the last row already sent;
+// is returned with its code made UNAVAILABLE (gaveUp: the official clients
+// retry that, not FAILED_PRECONDITION; UNAVAILABLE too for an unassigned
+// tablet). A ReadRows retry resumes after the last row already sent;
 // attempts that returned rows do not count. UNAVAILABLE from another
 // server (dead or unreachable: its tablets will move) is retried the same
 // way, except for a non-idempotent single-row write (ReadModifyWriteRow,
@@ -354,6 +356,33 @@ func retryable(loc meta.Location, err error) bool {
 	return loc.Server == "" || tabletpb.IsNotServing(err) || ownerGone(loc, err)
 }
 
+// gaveUp is the error returned once the retries of a sub-request that
+// kept answering "not serving" are spent (or the deadline allows no
+// more): the owner's status with its code made UNAVAILABLE, its message
+// and tabletpb.NotServing detail kept. FAILED_PRECONDITION is the servers'
+// signal to a client that looks locations up itself (Tabula's client,
+// another gateway); to the gateway's own callers — the official clients,
+// which do not retry FAILED_PRECONDITION — a tablet unserved for longer
+// than the retries (a move or a recovery still under way) is a transient
+// failure, retried as Cloud Bigtable's UNAVAILABLE is. Other errors are
+// returned as they are.
+func gaveUp(err error) error {
+	if !tabletpb.IsNotServing(err) {
+		return err
+	}
+	st := status.Convert(err).Proto()
+	st.Code = int32(codes.Unavailable)
+	return status.FromProto(st).Err()
+}
+
+// gaveUpStatus is gaveUp for a MutateRows entry's status.
+func gaveUpStatus(st *statuspb.Status) *statuspb.Status {
+	if st == nil || st.GetCode() != int32(codes.FailedPrecondition) || !tabletpb.IsNotServing(status.FromProto(st).Err()) {
+		return st
+	}
+	return status.Convert(gaveUp(status.FromProto(st).Err())).Proto()
+}
+
 // errNoTime is returned by backoff when the deadline would pass first.
 var errNoTime = errors.New("deadline before the next attempt")
 
@@ -422,13 +451,16 @@ func routeRow[R any](ctx context.Context, g *Gateway, method, tableName string, 
 				}
 			}
 		}
-		if err == nil || !retryable(loc, err) || attempt >= maxAttempts {
+		if err == nil || !retryable(loc, err) {
 			return resp, err
+		}
+		if attempt >= maxAttempts {
+			return resp, gaveUp(err)
 		}
 		g.opts.Locator.Invalidate(loc)
 		g.log.Debug("gateway retry", "method", method, "server", loc.Server, "tablet", loc.TabletID, "err", err)
 		if berr := g.backoff(ctx, attempt); berr != nil {
-			return zero, err
+			return zero, gaveUp(err)
 		}
 	}
 }
@@ -519,7 +551,7 @@ func (g *Gateway) MutateRows(req *bigtablepb.MutateRowsRequest, stream bigtablep
 	}
 	resp := &bigtablepb.MutateRowsResponse{Entries: make([]*bigtablepb.MutateRowsResponse_Entry, len(entries))}
 	for i, st := range statuses {
-		resp.Entries[i] = &bigtablepb.MutateRowsResponse_Entry{Index: int64(i), Status: st}
+		resp.Entries[i] = &bigtablepb.MutateRowsResponse_Entry{Index: int64(i), Status: gaveUpStatus(st)}
 	}
 	return stream.Send(resp)
 }

@@ -740,11 +740,16 @@ func TestGatewayRetriesStaleLocation(t *testing.T) {
 	}
 	wantStale("SampleRowKeys", 5)
 
-	// A location that stays stale: maxAttempts attempts, then the owner's answer.
+	// A location that stays stale: maxAttempts attempts, then the owner's
+	// answer as UNAVAILABLE (which the official clients retry), its
+	// not-serving detail kept.
 	c.loc.setStale(c.c.name, true)
 	calls := c.c.fault.calls.Load()
 	err = c.a.gw.checkRow(ctx, "zzz")
-	wantCode(t, err, codes.FailedPrecondition)
+	wantCode(t, err, codes.Unavailable)
+	if !hasNotServingDetail(err) {
+		t.Errorf("the answer after the retries lost its not-serving detail: %v", err)
+	}
 	if n := c.c.fault.calls.Load() - calls; n != maxAttempts {
 		t.Errorf("stale owner asked %d times, want %d", n, maxAttempts)
 	}
@@ -757,9 +762,20 @@ func TestGatewayRetriesStaleLocation(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	err = c.a.gw.checkRow(dctx, "zzz")
-	if n := c.c.fault.calls.Load() - calls; n >= maxAttempts || !tabletpb.IsNotServing(err) {
+	if n := c.c.fault.calls.Load() - calls; n >= maxAttempts || status.Code(err) != codes.Unavailable || !hasNotServingDetail(err) {
 		t.Errorf("with a deadline: %d attempts, err %v", n, err)
 	}
+}
+
+// hasNotServingDetail reports whether err's status carries a
+// tabletpb.NotServing detail, whatever its code.
+func hasNotServingDetail(err error) bool {
+	for _, d := range status.Convert(err).Details() {
+		if _, ok := d.(*tabletpb.NotServing); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // checkRow writes row through the gateway's MutateRow directly.

@@ -71,12 +71,12 @@ func (g *Gateway) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablepb.Bi
 		r.progressed = false
 		attempt++
 		if attempt >= maxAttempts {
-			return err
+			return gaveUp(err)
 		}
 		g.opts.Locator.Invalidate(loc)
 		g.log.Debug("gateway retry", "method", "ReadRows", "server", loc.Server, "tablet", loc.TabletID, "err", err)
 		if g.backoff(ctx, attempt) != nil {
-			return err
+			return gaveUp(err)
 		}
 	}
 }
@@ -306,7 +306,7 @@ func (g *Gateway) SampleRowKeys(req *bigtablepb.SampleRowKeysRequest, stream big
 		}
 	}
 	if err != nil {
-		return err
+		return gaveUp(err)
 	}
 	for _, r := range out {
 		if err := stream.Send(r); err != nil {
