@@ -699,6 +699,13 @@ func (s *consulSession) Renew(ctx context.Context) error {
 }
 
 func (s *consulSession) Destroy(ctx context.Context) error {
+	// Stop renewing first, whatever becomes of the call: a session whose
+	// destroy failed (Consul unreachable, or restarting) must not be kept
+	// alive by our own renewals once Consul is back — it would hold its
+	// locks for ever (two masters once waited minutes on the master lock
+	// of a session their predecessor had given up that way). Not renewed,
+	// it expires within its TTL.
+	s.finish(ErrSessionGone)
 	ctx, done, err := s.c.opCtx(ctx)
 	if err != nil {
 		return err
@@ -707,7 +714,6 @@ func (s *consulSession) Destroy(ctx context.Context) error {
 	if _, err := s.c.client.Session().Destroy(s.id, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
 		return s.c.wrap("destroy session", s.id, ctx, err)
 	}
-	s.finish(ErrSessionGone)
 	return nil
 }
 

@@ -262,3 +262,54 @@ func (p *proxy) serve() {
 		}()
 	}
 }
+
+// TestConsulDestroyWhileCutOff: a session destroyed while Consul cannot be
+// reached (the call fails) is not renewed any more once Consul is back,
+// so it expires and its lock is freed — a master that stepped down during
+// a Consul restart once kept its given-up session alive this way, and no
+// master could be elected for minutes.
+func TestConsulDestroyWhileCutOff(t *testing.T) {
+	t.Parallel()
+	p := newProxy(t, consulAddr(t))
+	c := newConsul(t, p.addr())
+	direct, err := coord.NewConsul(coord.ConsulConfig{Address: consulAddr(t), Prefix: c.Prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := c.NewSession(ctx, coord.SessionOptions{TTL: coordtest.TTL, LockDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryLock(ctx, coord.KeyMaster, []byte("me")); err != nil {
+		t.Fatal(err)
+	}
+	p.cut(true)
+	dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+	err = s.Destroy(dctx)
+	dcancel()
+	if err == nil {
+		t.Fatal("Destroy succeeded while Consul was unreachable: the test did not cut it off")
+	}
+	if s.Valid() {
+		t.Fatal("Valid after Destroy")
+	}
+	p.cut(false)
+	// Consul expires a session not renewed for a TTL within twice that.
+	deadline := time.Now().Add(2*coordtest.TTL + 5*time.Second)
+	for {
+		ent, err := direct.Get(ctx, coord.KeyMaster)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ent.Session == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lock of a session destroyed while Consul was cut off is still held %v later: the session is still being renewed", 2*coordtest.TTL+5*time.Second)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -213,7 +213,9 @@ type Session interface {
 
 	// Destroy ends the session: its locks are released (keys and values
 	// stay) and their keys enter lock-delay. Destroying an ended session
-	// is not an error.
+	// is not an error. The holder stops renewing the session whatever the
+	// outcome: when the service cannot be told (an error), the session
+	// expires within its TTL instead.
 	Destroy(ctx context.Context) error
 }
 
