@@ -478,6 +478,12 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 			}
 			return nil
 		}}
+	case assign.Record:
+		tb, ok := tablets[a.Tablet]
+		if !ok || t.released[a.Server] {
+			return call{}
+		}
+		return call{action: a, run: func(ctx context.Context) error { return t.record(ctx, tb, a.Server) }}
 	case assign.SortLog:
 		t.startSort(ctx, st, a.Server)
 	case assign.Merge:
@@ -520,6 +526,26 @@ func (t *term) load(ctx context.Context, tb assign.Tablet, server assign.ServerI
 	if err := t.c.opts.Metadata.SetLocation(rctx, string(tb.ID), string(server), epoch); err != nil {
 		return fmt.Errorf("set location of %s: %w", tb.ID, err)
 	}
+	return nil
+}
+
+// record writes server, which reports serving tb, as tb's location in
+// METADATA with a fresh epoch: the second half of a load whose first half
+// (the server loading it) succeeded (assign.Record).
+func (t *term) record(ctx context.Context, tb assign.Tablet, server assign.ServerID) error {
+	if t.lost() {
+		return errLost
+	}
+	epoch, err := t.ep.take(ctx)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := t.rpcCtx(ctx)
+	defer cancel()
+	if err := t.c.opts.Metadata.SetLocation(rctx, string(tb.ID), string(server), epoch); err != nil {
+		return fmt.Errorf("record location of %s at %s: %w", tb.ID, server, err)
+	}
+	t.c.opts.Logger.Info("master: recorded the location of a served tablet METADATA did not name", "tablet", tb.ID, "server", server, "was", tb.LastServer)
 	return nil
 }
 

@@ -29,6 +29,13 @@ const (
 	// METADATA still lacks after the read is the server's to drop (it
 	// serves only what METADATA records); Plan keeps asking meanwhile.
 	Rescan
+	// Record writes Server, which serves Tablet, as Tablet's location in
+	// METADATA (with a fresh epoch). METADATA names another server or none:
+	// the load's location write failed, or was dropped because the master
+	// that sent the load lost its lock first (a term ends between the two).
+	// Clients find tablets through METADATA, so until then the tablet's
+	// rows are unreachable although it is served.
+	Record
 )
 
 // String returns the kind's name: "assign", "unassign", …
@@ -44,6 +51,8 @@ func (k ActionKind) String() string {
 		return "merge"
 	case Rescan:
 		return "rescan"
+	case Record:
+		return "record"
 	}
 	return fmt.Sprintf("ActionKind(%d)", int(k))
 }
@@ -62,7 +71,7 @@ type Action struct {
 	Start, End  string
 	// Reason is for logs and the status page: "unassigned", "dead",
 	// "move", "timeout", "balance", "swap", "drain", "duplicate", "split",
-	// "unknown", "small".
+	// "unknown", "small", "unrecorded".
 	Reason string
 }
 
@@ -83,6 +92,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("merge %s/%s+%s", a.Table, a.Tablet, a.Right)
 	case Rescan:
 		return fmt.Sprintf("rescan %s [%q, %q) (%s)", a.Table, a.Start, a.End, a.Reason)
+	case Record:
+		return fmt.Sprintf("record %s at %s (%s)", a.Tablet, a.Server, a.Reason)
 	}
 	return a.Kind.String()
 }

@@ -20,8 +20,9 @@ import (
 //     action for its tablet; after that it is sent again to the same
 //     server (a load is never redirected while its target is alive).
 //   - Actions come in the order: resent and duplicate requests, rescans,
-//     log sorts, assignments (root, METADATA, user tablets), drain unloads,
-//     merges, balance unloads.
+//     log sorts, records of served tablets METADATA does not name,
+//     assignments (root, METADATA, user tablets), drain unloads, merges,
+//     balance unloads.
 func Plan(st State, cfg Config) []Action {
 	p := newPlanner(st, cfg.withDefaults())
 	p.inFlight(st.InFlight)
@@ -29,6 +30,7 @@ func Plan(st State, cfg Config) []Action {
 	p.unknownServed()
 	p.splits(st.Splits)
 	p.markConflicts()
+	p.record()
 	p.assign()
 	p.drain()
 	p.merge(len(st.Merges), st.MergeRequests)
@@ -324,6 +326,23 @@ func (p *planner) occupied() spanIndex {
 		occ = append(occ, span{u.served.Table, u.served.Start, u.served.End, u.served.ID})
 	}
 	return newSpanIndex(occ)
+}
+
+// record emits a Record for each tablet served by a live server while
+// METADATA names another one (the load's location write was lost), unless
+// a load of it is in flight (that load writes the location itself) or it
+// is being unloaded, split, merged, or its METADATA view is in doubt. A
+// tablet METADATA names no server for is left alone: a first load's write
+// lost that way is not handled yet.
+func (p *planner) record() {
+	for _, t := range p.tablets {
+		if t.holder == nil || t.LastServer == "" || t.holder.ID == t.LastServer || t.unloading || t.loadTo != nil ||
+			t.splitting || t.merging || t.shadowed || t.conflict || t.acted {
+			continue
+		}
+		t.acted = true
+		p.emit(Action{Kind: Record, Tablet: t.ID, Server: t.holder.ID, Reason: "unrecorded"})
+	}
 }
 
 // markConflicts flags tablets whose ranges overlap in METADATA as read: a

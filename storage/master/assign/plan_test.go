@@ -471,3 +471,36 @@ func TestPlanIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordServedTabletMetadataDoesNotName: a tablet a live server serves
+// while METADATA names another server (a load whose location write was
+// dropped when its master lost the lock, or failed) gets its location
+// recorded — clients find it through METADATA — and nothing else; not
+// when METADATA names one of the servers serving it, nor when it already
+// names the server.
+func TestRecordServedTabletMetadataDoesNotName(t *testing.T) {
+	st := State{Live: servers("s1", "s2"), Tablets: userTablets(2, 100)}
+	st.Tablets[0].LastServer = "s1" // moved to s2; the write of s2 was lost
+	st.Tablets[1].LastServer = "s2"
+	st.Live[0].Serving = nil
+	st.Live[1].Serving = []Served{{ID: "u000"}, {ID: "u001"}}
+	// (s1 serves nothing: u001, settled, moves there for balance.)
+	if got := describe(Plan(st, noMerge)); got != `
+  record u000 at s2 (unrecorded)
+  unassign u001 from s2 to s1 (balance)` {
+		t.Fatalf("got %s", got)
+	}
+	// Served by both, METADATA naming s1: s1 keeps it, s2 unloads it.
+	st.Live[0].Serving = []Served{{ID: "u000"}}
+	if got := describe(Plan(st, noMerge)); got != `
+  unassign u000 from s2 to  (duplicate)` {
+		t.Fatalf("served twice: got %s", got)
+	}
+	st.Live[0].Serving = nil
+	st.Tablets[0].LastServer = "s2"
+	for _, a := range Plan(st, noMerge) {
+		if a.Kind == Record {
+			t.Fatalf("recorded a location METADATA already holds: %s", a)
+		}
+	}
+}
