@@ -24,29 +24,14 @@ import (
 // listed, every listed backup restores to the table at its time, and a
 // table a killed restore left is either absent or whole.
 func TestDevBackupCrash(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "tabula")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildTabula(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
 	p := startDevProcess(t, ctx, bin, dir, 0)
 	c := dialDev(t, p.addr, devProject, devInstance)
-	if err := c.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "src", SplitKeys: []string{"k3", "k6"},
-		Families: map[string]bigtable.GCPolicy{"a": bigtable.NoGcPolicy(), "b": bigtable.MaxVersionsPolicy(2)}}); err != nil {
-		t.Fatal(err)
-	}
-	tbl := c.data.Open("src")
-	for i := range 2000 {
-		m := bigtable.NewMutation()
-		m.Set("a", "v", 1000, []byte(fmt.Sprintf("%d-%s", i, strings.Repeat("x", 500))))
-		m.Set("b", fmt.Sprint(i%5), 2000, []byte(fmt.Sprint(i)))
-		if err := tbl.Apply(ctx, fmt.Sprintf("k%04d", (i*7919)%2000), m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fillCrashTable(t, ctx, c, "src", []string{"k3", "k6"}, 500)
 	want := dumpTable(t, ctx, c.data, "src")
 	expire := time.Now().Add(7 * time.Hour)
 
@@ -177,4 +162,36 @@ func listBackups(t *testing.T, ctx context.Context, admin *bigtable.AdminClient)
 		out = append(out, b.Name)
 	}
 	return out
+}
+
+// buildTabula builds the tabula binary into a temporary directory and
+// returns its path.
+func buildTabula(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "tabula")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// fillCrashTable creates table with families a (every version) and b (two
+// versions) split at splits, and writes 2000 rows k0000…k1999 in a
+// scattered order: a:v with a value of about valueBytes, b:<i%5> with i.
+func fillCrashTable(t *testing.T, ctx context.Context, c *devClients, table string, splits []string, valueBytes int) *bigtable.Table {
+	t.Helper()
+	if err := c.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: table, SplitKeys: splits,
+		Families: map[string]bigtable.GCPolicy{"a": bigtable.NoGcPolicy(), "b": bigtable.MaxVersionsPolicy(2)}}); err != nil {
+		t.Fatal(err)
+	}
+	tbl := c.data.Open(table)
+	for i := range 2000 {
+		m := bigtable.NewMutation()
+		m.Set("a", "v", 1000, []byte(fmt.Sprintf("%d-%s", i, strings.Repeat("x", valueBytes))))
+		m.Set("b", fmt.Sprint(i%5), 2000, []byte(fmt.Sprint(i)))
+		if err := tbl.Apply(ctx, fmt.Sprintf("k%04d", (i*7919)%2000), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tbl
 }

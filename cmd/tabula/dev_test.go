@@ -245,11 +245,7 @@ func TestDevInstanceAgnostic(t *testing.T) {
 // created before the crash must be there. A last round stops the
 // server with SIGTERM, which must exit 0 and lose nothing either.
 func TestDevCrash(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "tabula")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildTabula(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -2,16 +2,11 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"cloud.google.com/go/bigtable"
 	"cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,29 +18,14 @@ import (
 // lost nor half: after each kill it is either listed and whole, or absent
 // and UndeleteTable brings it back whole.
 func TestDevUndeleteCrash(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "tabula")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildTabula(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
 	p := startDevProcess(t, ctx, bin, dir, 0)
 	c := dialDev(t, p.addr, devProject, devInstance)
-	if err := c.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", SplitKeys: []string{"k0700", "k1400"},
-		Families: map[string]bigtable.GCPolicy{"a": bigtable.NoGcPolicy(), "b": bigtable.MaxVersionsPolicy(2)}}); err != nil {
-		t.Fatal(err)
-	}
-	tbl := c.data.Open("t")
-	for i := range 2000 {
-		m := bigtable.NewMutation()
-		m.Set("a", "v", 1000, []byte(fmt.Sprintf("%d-%s", i, strings.Repeat("x", 300))))
-		m.Set("b", fmt.Sprint(i%5), 2000, []byte(fmt.Sprint(i)))
-		if err := tbl.Apply(ctx, fmt.Sprintf("k%04d", (i*7919)%2000), m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fillCrashTable(t, ctx, c, "t", []string{"k0700", "k1400"}, 300)
 	want := dumpTable(t, ctx, c.data, "t")
 	name := "projects/" + devProject + "/instances/" + devInstance + "/tables/t"
 	undelete := func(c *devClients) error {

@@ -65,19 +65,7 @@ func TestConsulConformance(t *testing.T) {
 // destroyed, so its lock is released without waiting for Consul's own expiry.
 func TestConsulLapseWhenCutOff(t *testing.T) {
 	t.Parallel()
-	p := newProxy(t, consulAddr(t))
-	c := newConsul(t, p.addr())
-	direct, err := coord.NewConsul(coord.ConsulConfig{Address: consulAddr(t), Prefix: c.Prefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := c.NewSession(ctx, coord.SessionOptions{TTL: coordtest.TTL, LockDelay: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, direct, s, ctx := sessionBehindProxy(t)
 	l, err := s.TryLock(ctx, coord.KeyMaster, []byte("me"))
 	if err != nil {
 		t.Fatal(err)
@@ -270,25 +258,13 @@ func (p *proxy) serve() {
 // master could be elected for minutes.
 func TestConsulDestroyWhileCutOff(t *testing.T) {
 	t.Parallel()
-	p := newProxy(t, consulAddr(t))
-	c := newConsul(t, p.addr())
-	direct, err := coord.NewConsul(coord.ConsulConfig{Address: consulAddr(t), Prefix: c.Prefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := c.NewSession(ctx, coord.SessionOptions{TTL: coordtest.TTL, LockDelay: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, direct, s, ctx := sessionBehindProxy(t)
 	if _, err := s.TryLock(ctx, coord.KeyMaster, []byte("me")); err != nil {
 		t.Fatal(err)
 	}
 	p.cut(true)
 	dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
-	err = s.Destroy(dctx)
+	err := s.Destroy(dctx)
 	dcancel()
 	if err == nil {
 		t.Fatal("Destroy succeeded while Consul was unreachable: the test did not cut it off")
@@ -312,4 +288,25 @@ func TestConsulDestroyWhileCutOff(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// sessionBehindProxy returns a session (coordtest.TTL, 1 s lock-delay) of
+// a client that reaches Consul through a proxy the test can cut, a client
+// that reaches it directly, and a context of a minute.
+func sessionBehindProxy(t *testing.T) (*proxy, *coord.Consul, coord.Session, context.Context) {
+	t.Helper()
+	p := newProxy(t, consulAddr(t))
+	c := newConsul(t, p.addr())
+	direct, err := coord.NewConsul(coord.ConsulConfig{Address: consulAddr(t), Prefix: c.Prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	s, err := c.NewSession(ctx, coord.SessionOptions{TTL: coordtest.TTL, LockDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, direct, s, ctx
 }
