@@ -63,8 +63,8 @@ func lossyGWCluster(t *testing.T) (ctx context.Context, tbl *bigtable.Table, b *
 		return lossyConn{ClientConnInterface: cc, lose: lose, delivered: delivered}, nil
 	}
 	loc := &fakeLocator{}
-	a := newGWNode(t, ctx, loc, dial, tabletserver.DataOptions{})
-	b = newGWNode(t, ctx, loc, dial, tabletserver.DataOptions{})
+	a := newGWNode(t, ctx, loc, dial, tabletserver.DataOptions{}, nil)
+	b = newGWNode(t, ctx, loc, dial, tabletserver.DataOptions{}, nil)
 	loc.low, loc.high = a.name, b.name
 	return ctx, gwClient(t, ctx, a.addr).Open(gwTable), b, lose, delivered
 }
@@ -151,4 +151,71 @@ func TestGatewayExactlyOnceWhenResponseLost(t *testing.T) {
 	if !b.has(t, ctx, "w") {
 		t.Error("row w not on its owner B")
 	}
+}
+
+// scriptedLease answers Valid from a script, then true once it is spent.
+type scriptedLease struct {
+	mu     sync.Mutex
+	script []bool
+}
+
+func (l *scriptedLease) Valid() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.script) == 0 {
+		return true
+	}
+	v := l.script[0]
+	l.script = l.script[1:]
+	return v
+}
+
+func (l *scriptedLease) play(script ...bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.script = script
+}
+
+// TestGatewayLocalUnackedWriteNotRetried is the double append a fault
+// campaign found during a lock-service restart: the gateway's own server
+// applied an append, its lease lapsed before the acknowledgement, and the
+// gateway took the UNAVAILABLE for a dead owner and ran the append again
+// on the same server. Now the caller gets the unknown outcome and the
+// append is applied once; a write refused before it was applied is still
+// retried.
+func TestGatewayLocalUnackedWriteNotRetried(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	lease := &scriptedLease{}
+	loc := &fakeLocator{}
+	dial := func(addr string) (grpc.ClientConnInterface, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	a := newGWNode(t, ctx, loc, dial, tabletserver.DataOptions{}, lease)
+	loc.low, loc.high = a.name, a.name
+	tbl := gwClient(t, ctx, a.addr).Open(gwTable)
+
+	rmw := bigtable.NewReadModifyWrite()
+	rmw.Increment("f", "n", 1)
+	lease.play(true, false) // valid before the apply, lapsed before the ack
+	_, err := tbl.ApplyReadModifyWrite(ctx, "a", rmw)
+	wantCode(t, err, codes.Unavailable, "may have been applied")
+	if got := readCounter(t, ctx, tbl, "a"); got != 1 {
+		t.Fatalf("counter after one increment whose lease lapsed before the ack = %d, want 1", got)
+	}
+
+	lease.play(false) // lapsed before the apply: nothing changed, retried
+	if _, err := tbl.ApplyReadModifyWrite(ctx, "a", rmw); err != nil {
+		t.Fatalf("increment refused before the apply was not retried: %v", err)
+	}
+	if got := readCounter(t, ctx, tbl, "a"); got != 2 {
+		t.Fatalf("counter = %d, want 2", got)
+	}
+
+	// A conditional mutation is not idempotent either.
+	set := bigtable.NewMutation()
+	set.Set("f", "v", ts(5), []byte("1"))
+	cas := bigtable.NewCondMutation(bigtable.ChainFilters(bigtable.ColumnFilter("v"), bigtable.LatestNFilter(1)), nil, set)
+	lease.play(true, false)
+	wantCode(t, tbl.Apply(ctx, "a", cas), codes.Unavailable, "may have been applied")
 }

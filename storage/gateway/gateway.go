@@ -144,7 +144,10 @@ const (
 // way, except for a non-idempotent single-row write (ReadModifyWriteRow,
 // CheckAndMutateRow, a MutateRow with AddToCell, MergeToCell or a
 // server-timestamp SetCell) that may have reached the owner: that one is
-// returned, an unknown outcome, and never applied twice. Every other error (of the
+// returned, an unknown outcome, and never applied twice. So is such a
+// write that this server applied itself when its lease lapsed before the
+// acknowledgement (only tabletserver.WriteRefused, nothing applied, is
+// retried). Every other error (of the
 // owners, of Dial, of the connection) is returned unchanged; errors of the
 // Locator that are not gRPC statuses become UNAVAILABLE.
 //
@@ -441,6 +444,14 @@ func routeRow[R any](ctx context.Context, g *Gateway, method, tableName string, 
 			err = unassigned(loc)
 		case g.route(method, loc):
 			resp, err = local(ctx)
+			// This server's lease may have lapsed after it applied the
+			// write and before it acknowledged it (a lock-service restart):
+			// the same unknown outcome as a remote owner gone after the
+			// request left. Only a write refused before it was applied is
+			// retried.
+			if err != nil && !idempotent && status.Code(err) == codes.Unavailable && !tabletserver.WriteRefused(err) {
+				return resp, err
+			}
 		default:
 			var conn grpc.ClientConnInterface
 			if conn, err = g.conn(loc); err == nil {

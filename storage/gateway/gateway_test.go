@@ -234,9 +234,9 @@ func newGWCluster(t *testing.T) *gwCluster {
 	})
 	// B sends every row in its own response, so that a scan can fail
 	// between rows; samples are dense.
-	c.a = newGWNode(t, ctx, c.loc, dial, tabletserver.DataOptions{SampleBytes: 1})
-	c.b = newGWNode(t, ctx, c.loc, dial, tabletserver.DataOptions{SampleBytes: 1, ResponseBytes: 1})
-	c.c = newGWNode(t, ctx, c.loc, dial, tabletserver.DataOptions{})
+	c.a = newGWNode(t, ctx, c.loc, dial, tabletserver.DataOptions{SampleBytes: 1}, nil)
+	c.b = newGWNode(t, ctx, c.loc, dial, tabletserver.DataOptions{SampleBytes: 1, ResponseBytes: 1}, nil)
+	c.c = newGWNode(t, ctx, c.loc, dial, tabletserver.DataOptions{}, nil)
 	c.c.fault.refuse.Store(true)
 	c.loc.low, c.loc.high = c.a.name, c.b.name
 	c.client = gwClient(t, ctx, c.a.addr)
@@ -262,7 +262,8 @@ func gwClient(t *testing.T, ctx context.Context, addr string) *bigtable.Client {
 	return client
 }
 
-func newGWNode(t *testing.T, ctx context.Context, loc Locator, dial func(string) (grpc.ClientConnInterface, error), do tabletserver.DataOptions) *gwNode {
+// newGWNode starts a node; lease, when not nil, is its host's lease.
+func newGWNode(t *testing.T, ctx context.Context, loc Locator, dial func(string) (grpc.ClientConnInterface, error), do tabletserver.DataOptions, lease tabletserver.Lease) *gwNode {
 	t.Helper()
 	logOpts := commitlog.Options{Dir: filepath.Join(t.TempDir(), "log")}
 	lg, err := commitlog.Open(ctx, logOpts)
@@ -271,7 +272,7 @@ func newGWNode(t *testing.T, ctx context.Context, loc Locator, dial func(string)
 	}
 	reg := prometheus.NewRegistry()
 	host, err := tabletserver.NewHost(ctx, tabletserver.HostOptions{Store: blob.NewMemory(), Log: lg, LogOptions: logOpts,
-		Cache: sstable.NewCache(8 << 20), Logger: quietLogger(), Registerer: reg})
+		Cache: sstable.NewCache(8 << 20), Logger: quietLogger(), Registerer: reg, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}

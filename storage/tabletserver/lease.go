@@ -47,6 +47,15 @@ func (e *leaseError) Is(target error) bool { return target == ErrLeaseLapsed }
 
 func (e *leaseError) GRPCStatus() *status.Status { return status.New(codes.Unavailable, e.Error()) }
 
+// WriteRefused reports whether err is a write the Host refused before
+// applying it because its lease had lapsed: nothing changed, so the write
+// may be sent again (to the tablet's next server). A write whose lease
+// lapsed only after it was applied matches ErrLeaseLapsed but not this.
+func WriteRefused(err error) bool {
+	var le *leaseError
+	return errors.As(err, &le) && !le.unacked
+}
+
 var (
 	errLeaseRefused = &leaseError{}
 	errLeaseUnacked = &leaseError{unacked: true}
