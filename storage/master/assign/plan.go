@@ -329,14 +329,14 @@ func (p *planner) occupied() spanIndex {
 }
 
 // record emits a Record for each tablet served by a live server while
-// METADATA names another one (the load's location write was lost), unless
-// a load of it is in flight (that load writes the location itself) or it
-// is being unloaded, split, merged, or its METADATA view is in doubt. A
-// tablet METADATA names no server for is left alone: a first load's write
-// lost that way is not handled yet.
+// METADATA names another one or none (the load's location write was lost:
+// its master died or lost the lock between the load and the write — for a
+// first load, METADATA names no server), unless a load of it is in flight
+// (that load writes the location itself) or it is being unloaded, split,
+// merged, or its METADATA view is in doubt.
 func (p *planner) record() {
 	for _, t := range p.tablets {
-		if t.holder == nil || t.LastServer == "" || t.holder.ID == t.LastServer || t.unloading || t.loadTo != nil ||
+		if t.holder == nil || t.holder.ID == t.LastServer || t.unloading || t.loadTo != nil ||
 			t.splitting || t.merging || t.shadowed || t.conflict || t.acted {
 			continue
 		}

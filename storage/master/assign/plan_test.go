@@ -61,6 +61,19 @@ func place(st *State, ids ...TabletID) {
 	}
 }
 
+// recorded sets each tablet's LastServer, where it has none, to a server
+// serving it: the location its load wrote to METADATA.
+func recorded(st *State) {
+	for ti := range st.Tablets {
+		t := &st.Tablets[ti]
+		for _, s := range st.Live {
+			if t.LastServer == "" && slices.ContainsFunc(s.Serving, func(x Served) bool { return x.ID == t.ID }) {
+				t.LastServer = s.ID
+			}
+		}
+	}
+}
+
 func kinds(acts []Action) map[ActionKind]int {
 	m := make(map[ActionKind]int)
 	for _, a := range acts {
@@ -111,6 +124,7 @@ func TestStartupOrder(t *testing.T) {
 	// METADATA served: every user tablet, spread evenly.
 	st.Live[1].Serving = append(st.Live[1].Serving, Served{ID: "meta0"})
 	st.Live[2].Serving = append(st.Live[2].Serving, Served{ID: "meta1"})
+	recorded(&st)
 	acts = Plan(st, noMerge)
 	if len(acts) != 12 || kinds(acts)[Assign] != 12 {
 		t.Fatalf("round 3: want 12 assigns, got %s", describe(acts))
@@ -384,6 +398,7 @@ func TestBalancePrefersNotSplitting(t *testing.T) {
 	st := State{Live: servers("s1", "s2"), Tablets: userTablets(6, 100)}
 	st.Live[0].Serving = []Served{{ID: "u000", Splitting: true}, {ID: "u001", Splitting: true}, {ID: "u002", Splitting: true}, {ID: "u003"}, {ID: "u004"}}
 	st.Live[1].Serving = []Served{{ID: "u005"}}
+	recorded(&st)
 	acts := Plan(st, noMerge)
 	if got := describe(acts); got != `
   unassign u003 from s1 to s2 (balance)
@@ -434,6 +449,7 @@ func TestMerge(t *testing.T) {
 		{ID: "c", Table: "t3", End: "k", Size: 1}, {ID: "d", Table: "t3", Start: "k", Size: 1},
 	}}
 	st.Live[0].Serving = []Served{{ID: "a"}, {ID: "b"}, {ID: "c"}}
+	recorded(&st)
 	if got := describe(Plan(st, Config{MaxMoves: 1})); got != "\n  assign d to s1 (unassigned)" {
 		t.Errorf("got %s", got)
 	}
@@ -502,5 +518,19 @@ func TestRecordServedTabletMetadataDoesNotName(t *testing.T) {
 		if a.Kind == Record {
 			t.Fatalf("recorded a location METADATA already holds: %s", a)
 		}
+	}
+	// A first load whose location write was lost: METADATA names no
+	// server. Left alone, clients would be told "not assigned" forever
+	// while s2 serves it.
+	st.Tablets[0].LastServer = ""
+	got := Plan(st, noMerge)
+	var rec []Action
+	for _, a := range got {
+		if a.Kind == Record {
+			rec = append(rec, a)
+		}
+	}
+	if len(rec) != 1 || rec[0].Tablet != "u000" || rec[0].Server != "s2" {
+		t.Fatalf("first load's lost location: got %s, want u000 recorded at s2", describe(got))
 	}
 }

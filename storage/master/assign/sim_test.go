@@ -550,6 +550,7 @@ func TestBalanceConverges(t *testing.T) {
 			st.Tablets[i].Size = (1 + rng.Int64N(4)) << 20
 			sv := &st.Live[rng.IntN(crowded)]
 			sv.Serving = append(sv.Serving, Served{ID: st.Tablets[i].ID})
+			st.Tablets[i].LastServer = sv.ID
 		}
 		st, rounds := converge(t, st, cfg)
 		var total int64
@@ -607,6 +608,11 @@ func converge(t *testing.T, st State, cfg Config) (State, int) {
 						st.Live[i].Serving = append(st.Live[i].Serving, Served{ID: a.Tablet})
 					}
 				}
+				for i := range st.Tablets { // the load records its location
+					if st.Tablets[i].ID == a.Tablet {
+						st.Tablets[i].LastServer = a.Server
+					}
+				}
 			default:
 				t.Fatalf("round %d: unexpected %s", rounds, a)
 			}
@@ -625,6 +631,7 @@ func TestSplitTableSpreadsOverThreeServers(t *testing.T) {
 		for i := range st.Tablets {
 			st.Tablets[i].Size = int64(60+i%7*10) << 20 // splits leave similar sizes
 			st.Live[0].Serving = append(st.Live[0].Serving, Served{ID: st.Tablets[i].ID})
+			st.Tablets[i].LastServer = "s1"
 		}
 		st, rounds := converge(t, st, noMerge)
 		mean := float64(n+2) / 3
