@@ -792,6 +792,14 @@ func (s *tableNameStream) RecvMsg(m any) error {
 	return nil
 }
 
+// streamWorkers is how many requests a server handles on long-lived
+// goroutines at once (grpc.NumStreamWorkers); more run on fresh goroutines.
+// With 4 per core, 32 concurrent point reads on 2 cores ran three quarters
+// of their calls on fresh goroutines, and growing their stacks
+// (runtime.newstack) took a tenth of the server's CPU (BENCHMARKS.md, "The
+// point-read path"). Idle workers cost a small stack each.
+const streamWorkers = 256
+
 // newGRPCServer returns the gRPC server of a tablet server role (the
 // cluster's and `tabula dev`'s): messages up to the request limit, the
 // interceptors given (the Host's first), and more options.
@@ -803,8 +811,10 @@ func newGRPCServer(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServ
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		// Handle requests on long-lived workers rather than a goroutine
-		// each: a fresh goroutine grows its stack for every write, which
-		// cost a tenth of the server's CPU on single-row writes.
-		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
+		// each: a fresh goroutine grows its stack for every request, which
+		// cost a tenth of the server's CPU on single-row writes and point
+		// reads. gRPC falls back to a fresh goroutine when every worker is
+		// busy, so there must be as many as requests in flight.
+		grpc.NumStreamWorkers(uint32(max(streamWorkers, 4*runtime.GOMAXPROCS(0)))),
 	}, opts...)...)
 }
