@@ -23,6 +23,17 @@ const DevCoordFile = "coord.json"
 // (master.NewBlobCatalog).
 const legacyCatalogPrefix = "catalog"
 
+// legacyCatalogGuard is an object in the older dev's catalog, written once
+// the catalog has moved, that no older dev can read as a table: it is not
+// JSON, so an older binary's catalog listing fails and it refuses to start
+// (naming this object) instead of finding no tables and collecting every
+// table's files as garbage.
+const legacyCatalogGuard = legacyCatalogPrefix + "/moved-to-coord.json"
+
+// legacyCatalogGuardText is legacyCatalogGuard's content.
+const legacyCatalogGuardText = "This directory's table catalog moved to " + DevCoordFile + ". " +
+	"Start it with the tabula binary that moved it, or a newer one: an older one would take every table's files for garbage.\n"
+
 // openDevCoord opens dir's lock service, creating its file on the first
 // start, and moves into it the catalog an older dev kept in store
 // (migrateDevCatalog).
@@ -51,7 +62,17 @@ func openDevCoord(ctx context.Context, dir string, store blob.Store, log *slog.L
 // store, so a crash at any point leaves every table in one catalog or the
 // other and the next start finishes the move. A store with no legacy
 // catalog moves nothing.
+//
+// Once every entry has moved it writes legacyCatalogGuard, which keeps an
+// older binary from starting on the directory; a store holding the guard
+// has nothing left to move.
 func migrateDevCatalog(ctx context.Context, store blob.Store, to meta.Catalog) (int, error) {
+	switch _, err := store.Get(ctx, legacyCatalogGuard); {
+	case err == nil:
+		return 0, nil
+	case !blob.IsNotExist(err):
+		return 0, err
+	}
 	from := master.NewBlobCatalog(store, legacyCatalogPrefix)
 	tables, err := from.List(ctx, "")
 	if err != nil {
@@ -64,6 +85,9 @@ func migrateDevCatalog(ctx context.Context, store blob.Store, to meta.Catalog) (
 		if err := from.Delete(ctx, t.ID); err != nil && !errors.Is(err, meta.ErrTableNotFound) {
 			return 0, fmt.Errorf("table %s: %w", t.ID, err)
 		}
+	}
+	if err := store.Put(ctx, legacyCatalogGuard, []byte(legacyCatalogGuardText)); err != nil {
+		return 0, fmt.Errorf("writing %s: %w", legacyCatalogGuard, err)
 	}
 	return len(tables), nil
 }

@@ -163,8 +163,14 @@ func TestMigrateDevCatalogResumes(t *testing.T) {
 	if got, err := to.Get(ctx, b.ID); err != nil || got.Families["g"].Name != b.Families["g"].Name || len(got.Tablets) != 1 || got.Tablets[0].ID != "b-0" {
 		t.Errorf("b after the move: %+v (%v)", got, err)
 	}
-	if left, err := old.List(ctx, ""); err != nil || len(left) != 0 {
-		t.Errorf("left in the store: %v (%v)", left, err)
+	if objs, err := store.List(ctx, legacyCatalogPrefix+"/"); err != nil || len(objs) != 1 || objs[0].Name != legacyCatalogGuard {
+		t.Errorf("left in the store: %v (%v), want only %s", objs, err, legacyCatalogGuard)
+	}
+	// What an older dev does at start: list its catalog. The guard makes
+	// that fail, so it refuses to start rather than collect every table's
+	// files as garbage.
+	if left, err := old.List(ctx, ""); err == nil || !strings.Contains(err.Error(), legacyCatalogGuard) {
+		t.Errorf("an older dev's catalog listing: %v, %v; want an error naming %s", left, err, legacyCatalogGuard)
 	}
 	if n, err := migrateDevCatalog(ctx, store, to); err != nil || n != 0 {
 		t.Errorf("second migrate: %d, %v; want nothing moved", n, err)
