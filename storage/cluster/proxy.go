@@ -30,10 +30,13 @@ func (proxyCodec) Marshal(v any) (mem.BufferSlice, error) {
 		return mem.BufferSlice{mem.SliceBuffer(f.data)}, nil
 	}
 	if _, ok := v.(proto.Message); !ok {
-		return nil, status.Errorf(codes.Internal, "cluster: cannot encode %T", v)
+		if _, relayed := v.(*tabletserver.EncodedReadRows); !relayed {
+			return nil, status.Errorf(codes.Internal, "cluster: cannot encode %T", v)
+		}
 	}
 	// The tablet server's codec: ReadRows responses encoded without
-	// copying their values (tabletserver.ServerCodec), the rest as proto.
+	// copying their values (tabletserver.ServerCodec), the gateway's
+	// relayed ones as received, the rest as proto.
 	return tabletserver.Codec().Marshal(v)
 }
 

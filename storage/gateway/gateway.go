@@ -78,8 +78,9 @@ const ForwardedKey = "x-tabula-forwarded"
 
 // isForwarded reports whether the request of ctx came from a Gateway.
 func isForwarded(ctx context.Context) bool {
-	md, ok := metadata.FromIncomingContext(ctx)
-	return ok && len(md.Get(ForwardedKey)) > 0
+	// Not FromIncomingContext: it copies every header of the request
+	// (4% of an entry server's CPU under point reads).
+	return len(metadata.ValueFromIncomingContext(ctx, ForwardedKey)) > 0
 }
 
 // forwardContext marks the outgoing request of ctx as forwarded. The
@@ -99,7 +100,10 @@ const (
 // rows of the tablets this server holds through the local DataService and
 // forwarding the rest to their owners, so that a client that knows one
 // server's address (BIGTABLE_EMULATOR_HOST) reaches the whole cluster.
-// Register it in place of the DataService, with the same server options.
+// Register it in place of the DataService, with the same server options,
+// tabletserver.ServerCodec (or Codec) among them: forwarded reads are
+// relayed in their wire form (tabletserver.EncodedReadRows), which only that
+// codec sends.
 //
 // Routing, per method (Cloud Bigtable's semantics are kept; the owners
 // implement them):

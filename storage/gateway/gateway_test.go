@@ -292,7 +292,7 @@ func newGWNode(t *testing.T, ctx context.Context, loc Locator, dial func(string)
 		t.Fatal(err)
 	}
 	fault := &faultServer{BigtableServer: gw}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes),
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), tabletserver.ServerCodec(),
 		grpc.UnaryInterceptor(host.UnaryInterceptor()), grpc.StreamInterceptor(host.StreamInterceptor()))
 	bigtablepb.RegisterBigtableServer(srv, fault)
 	go srv.Serve(lis)

@@ -10,6 +10,9 @@ import (
 
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -116,6 +119,10 @@ func (g *Gateway) readTablet(ctx context.Context, loc meta.Location, sub *bigtab
 		}
 		return err
 	}
+	if sub.GetRequestStatsView() != bigtablepb.ReadRowsRequest_REQUEST_STATS_FULL {
+		return g.relayTablet(ctx, loc, sub, r)
+	}
+	// The owner's request stats are summed, not relayed: decoded.
 	c, err := g.client(loc)
 	if err != nil {
 		return err
@@ -139,6 +146,66 @@ func (g *Gateway) readTablet(ctx context.Context, loc meta.Location, sub *bigtab
 		}
 		if r.done() {
 			return nil // the owner stops too: its limit was ours
+		}
+	}
+}
+
+// readRowsStream describes the ReadRows method for a raw client stream.
+var readRowsStream = &grpc.StreamDesc{StreamName: "ReadRows", ServerStreams: true}
+
+// relayTablet runs one sub-request on loc's server, passing its responses
+// to the caller as they came over the wire (tabletserver.EncodedReadRows):
+// the cells are neither decoded nor encoded again, only scanned for the
+// rows they commit.
+func (g *Gateway) relayTablet(ctx context.Context, loc meta.Location, sub *bigtablepb.ReadRowsRequest, r *readRelay) error {
+	conn, err := g.conn(loc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(forwardContext(ctx))
+	defer cancel()
+	st, err := conn.NewStream(ctx, readRowsStream, bigtablepb.Bigtable_ReadRows_FullMethodName, grpc.ForceCodecV2(tabletserver.RelayCodec()))
+	if err != nil {
+		return err
+	}
+	if err := st.SendMsg(sub); err != nil {
+		return recvErr(st, err)
+	}
+	if err := st.CloseSend(); err != nil {
+		return err
+	}
+	var msg tabletserver.EncodedReadRows
+	defer msg.Release()
+	for {
+		if err := st.RecvMsg(&msg); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		if err := r.relayEncoded(&msg); err != nil {
+			return err
+		}
+		if r.done() {
+			return nil // the owner stops too: its limit was ours
+		}
+	}
+}
+
+// recvErr returns the status of a stream whose SendMsg failed: io.EOF
+// there means the server ended the call, and RecvMsg tells how.
+func recvErr(st grpc.ClientStream, err error) error {
+	if err != io.EOF {
+		return err
+	}
+	var msg tabletserver.EncodedReadRows
+	defer msg.Release()
+	for {
+		if err := st.RecvMsg(&msg); err != nil {
+			if err == io.EOF {
+				return status.Error(codes.Internal, "gateway: the owner ended ReadRows before reading the request")
+			}
+			return err
 		}
 	}
 }
@@ -228,6 +295,142 @@ func (r *readRelay) relay(resp *bigtablepb.ReadRowsResponse) error {
 	if last != nil {
 		r.last = bytes.Clone(last)
 		r.progressed = true
+	}
+	return nil
+}
+
+// relayEncoded sends an owner's encoded response to the caller, counting
+// the rows it commits like relay. A response carrying request stats (sent
+// though not asked for) or not parsing is decoded and goes through relay.
+func (r *readRelay) relayEncoded(msg *tabletserver.EncodedReadRows) error {
+	if r.sendErr != nil {
+		return r.sendErr
+	}
+	sc, err := scanEncodedReadRows(msg.Bytes(), r.cur)
+	if err != nil || sc.stats {
+		var resp bigtablepb.ReadRowsResponse
+		err := proto.Unmarshal(msg.Bytes(), &resp) // copies what it decodes
+		msg.Release()
+		if err != nil {
+			return status.Errorf(codes.Internal, "gateway: undecodable ReadRows response from the owner: %v", err)
+		}
+		return r.relay(&resp)
+	}
+	if !sc.content {
+		msg.Release()
+		return nil
+	}
+	// Keys alias the message's buffer, which sending gives away.
+	r.cur = bytes.Clone(sc.cur)
+	last := bytes.Clone(sc.last)
+	if err := r.out.SendMsg(msg); err != nil {
+		msg.Release()
+		r.sendErr = err
+		return err
+	}
+	r.rows += sc.rows
+	if last != nil {
+		r.last = last
+		r.progressed = true
+	}
+	return nil
+}
+
+// encodedScan is what relayEncoded needs of a ReadRowsResponse.
+type encodedScan struct {
+	rows    int64  // rows committed
+	last    []byte // key of the last row committed, or last_scanned_row_key
+	cur     []byte // key of the row the chunks are at, at the end
+	stats   bool   // request_stats present
+	content bool   // chunks or last_scanned_row_key present
+}
+
+// scanEncodedReadRows reads the wire form of a ReadRowsResponse (fields
+// chunks = 1, last_scanned_row_key = 2, request_stats = 3; in a chunk
+// row_key = 1 and commit_row = 9) without decoding its cells; cur is the
+// key of the row the previous response ended in. The keys returned alias b.
+func scanEncodedReadRows(b []byte, cur []byte) (encodedScan, error) {
+	sc := encodedScan{cur: cur}
+	var lastScanned []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return sc, protowire.ParseError(n)
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			chunk, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return sc, protowire.ParseError(n)
+			}
+			b = b[n:]
+			sc.content = true
+			if err := scanChunk(chunk, &sc); err != nil {
+				return sc, err
+			}
+		case num == 2 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return sc, protowire.ParseError(n)
+			}
+			b = b[n:]
+			if len(v) > 0 {
+				lastScanned = v
+			}
+		default:
+			if num == 3 {
+				sc.stats = true
+			}
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return sc, protowire.ParseError(n)
+			}
+			b = b[n:]
+		}
+	}
+	if lastScanned != nil {
+		sc.content = true
+		sc.last = lastScanned // after every row of the response
+	}
+	return sc, nil
+}
+
+// scanChunk notes a CellChunk's row key and commit.
+func scanChunk(b []byte, sc *encodedScan) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			b = b[n:]
+			if len(v) > 0 {
+				sc.cur = v
+			}
+		case num == 9 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			b = b[n:]
+			if v != 0 {
+				sc.rows++
+				sc.last = sc.cur
+			}
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			b = b[n:]
+		}
 	}
 	return nil
 }

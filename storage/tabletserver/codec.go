@@ -46,15 +46,65 @@ func fallbackCodec() encoding.CodecV2 { return encoding.GetCodecV2("proto") }
 func (readRowsCodec) Name() string { return "proto" }
 
 func (readRowsCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if e, ok := v.(*EncodedReadRows); ok {
+		// The data is freed when this returns: keep a reference (one
+		// buffer, not a copy, when the message came in one).
+		e.Release()
+		e.buf = data.MaterializeToBuffer(mem.DefaultBufferPool())
+		return nil
+	}
 	return fallbackCodec().Unmarshal(data, v)
 }
 
 func (readRowsCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if r, ok := v.(*bigtablepb.ReadRowsResponse); ok && fastEncodable(r) {
-		return encodeReadRows(r)
+	switch m := v.(type) {
+	case *bigtablepb.ReadRowsResponse:
+		if fastEncodable(m) {
+			return encodeReadRows(m)
+		}
+	case *EncodedReadRows:
+		if m.buf == nil {
+			return nil, fmt.Errorf("tabletserver: EncodedReadRows sent twice or never received")
+		}
+		// gRPC frees the buffers it is given once written: the
+		// message's reference goes with them.
+		b := m.buf
+		m.buf = nil
+		return mem.BufferSlice{b}, nil
 	}
 	return fallbackCodec().Marshal(v)
 }
+
+// EncodedReadRows is one google.bigtable.v2.ReadRowsResponse in its wire
+// form: what a gateway relays from a tablet's owner to its caller without
+// decoding the cells and encoding them again. Receive it with RelayCodec
+// on a client stream (RecvMsg); send it with SendMsg on a server stream of
+// a server using ServerCodec or Codec, which hand its bytes to gRPC as they
+// are. Sending gives the bytes away (Bytes is empty afterwards); a message
+// that is not sent must be Released. Not safe for concurrent use.
+type EncodedReadRows struct{ buf mem.Buffer }
+
+// Bytes returns the message's wire form, valid until it is sent, received
+// into again or released; nil when it holds nothing.
+func (e *EncodedReadRows) Bytes() []byte {
+	if e.buf == nil {
+		return nil
+	}
+	return e.buf.ReadOnlyData()
+}
+
+// Release frees the bytes held, if any.
+func (e *EncodedReadRows) Release() {
+	if e.buf != nil {
+		e.buf.Free()
+		e.buf = nil
+	}
+}
+
+// RelayCodec is the client codec (grpc.ForceCodecV2) of a stream whose
+// ReadRowsResponses are received as EncodedReadRows; every other message
+// is protobuf.
+func RelayCodec() encoding.CodecV2 { return readRowsCodec{} }
 
 // fastEncodable reports whether r holds only what encodeReadRows writes
 // as proto.Marshal would: no unknown fields anywhere (a relayed response

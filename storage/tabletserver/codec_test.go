@@ -163,3 +163,48 @@ func TestReadRowsCodecFallback(t *testing.T) {
 		t.Fatal("a label of invalid UTF-8 was encoded")
 	}
 }
+
+// TestEncodedReadRowsRelaysBytes: a response received as EncodedReadRows
+// (in one buffer or several, as gRPC may hand it over) is sent as exactly
+// the bytes received, once; sending it again is an error, not a resend.
+func TestEncodedReadRowsRelaysBytes(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range 50 {
+		want, err := proto.Marshal(randomResponse(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in mem.BufferSlice
+		for rest := want; len(rest) > 0; {
+			n := min(len(rest), 1+r.IntN(64<<10))
+			if i%2 == 0 {
+				n = len(rest) // one buffer: kept, not copied
+			}
+			in = append(in, mem.SliceBuffer(bytes.Clone(rest[:n])))
+			rest = rest[n:]
+		}
+		var msg EncodedReadRows
+		if err := RelayCodec().Unmarshal(in, &msg); err != nil {
+			t.Fatal(err)
+		}
+		in.Free() // what gRPC does once Unmarshal returns
+		if !bytes.Equal(msg.Bytes(), want) {
+			t.Fatalf("response %d: received bytes differ", i)
+		}
+		out, err := Codec().Marshal(&msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := out.Materialize(); !bytes.Equal(got, want) {
+			t.Fatalf("response %d: sent bytes differ", i)
+		}
+		out.Free()
+		if msg.Bytes() != nil {
+			t.Fatalf("response %d: still holds its bytes after being sent", i)
+		}
+		if _, err := Codec().Marshal(&msg); err == nil {
+			t.Fatalf("response %d: sent twice", i)
+		}
+		msg.Release() // a no-op after sending
+	}
+}
