@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -58,7 +59,8 @@ func NewLocal(dir string) (Store, error) {
 }
 
 type localStore struct {
-	root string // absolute
+	root  string     // absolute
+	casMu sync.Mutex // serialises PutIfVersion's read and write
 }
 
 // path maps a validated object name to its file.
@@ -85,6 +87,38 @@ func (l *localStore) Put(ctx context.Context, name string, data []byte) error {
 		return &OpError{Op: "put", Name: name, Err: err}
 	}
 	return w.commit("put")
+}
+
+func (l *localStore) GetVersion(ctx context.Context, name string) ([]byte, Version, error) {
+	data, err := l.Get(ctx, name)
+	if err != nil {
+		return nil, "", err
+	}
+	return data, contentVersion(data), nil
+}
+
+// PutIfVersion compares and swaps among this Store's PutIfVersion
+// callers (a Put between its read and its write is not seen): the local
+// store belongs to one process (tabula dev locks its directory), whose
+// conditional writers all go through here.
+func (l *localStore) PutIfVersion(ctx context.Context, name string, data []byte, v Version) (Version, error) {
+	l.casMu.Lock()
+	defer l.casMu.Unlock()
+	cur, err := l.Get(ctx, name)
+	switch {
+	case IsNotExist(err):
+		if v != "" {
+			return "", versionMismatch(name)
+		}
+	case err != nil:
+		return "", err
+	case contentVersion(cur) != v:
+		return "", versionMismatch(name)
+	}
+	if err := l.Put(ctx, name, data); err != nil {
+		return "", err
+	}
+	return contentVersion(data), nil
 }
 
 func (l *localStore) Create(ctx context.Context, name string) (Writer, error) {

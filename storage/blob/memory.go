@@ -46,6 +46,32 @@ func (m *memStore) store(name string, data []byte) {
 	m.mu.Unlock()
 }
 
+func (m *memStore) GetVersion(ctx context.Context, name string) ([]byte, Version, error) {
+	data, err := m.Get(ctx, name)
+	if err != nil {
+		return nil, "", err
+	}
+	return data, contentVersion(data), nil
+}
+
+func (m *memStore) PutIfVersion(ctx context.Context, name string, data []byte, v Version) (Version, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if err := ValidateName(name); err != nil {
+		return "", err
+	}
+	data = append([]byte{}, data...) // never nil: stored objects are not
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, ok := m.objects[name]
+	if ok != (v != "") || (ok && contentVersion(cur) != v) {
+		return "", versionMismatch(name)
+	}
+	m.objects[name] = data
+	return contentVersion(data), nil
+}
+
 func (m *memStore) Create(ctx context.Context, name string) (Writer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -162,6 +162,40 @@ func (s *s3Store) Put(ctx context.Context, name string, data []byte) error {
 	return s.mapErr("put", name, err)
 }
 
+func (s *s3Store) GetVersion(ctx context.Context, name string) ([]byte, Version, error) {
+	data, info, err := s.get(ctx, name)
+	if err != nil {
+		return nil, "", err
+	}
+	return data, Version(info.ETag), nil
+}
+
+// PutIfVersion is a conditional PUT (If-Match: the ETag, or If-None-Match:
+// * for an absent object); the service decides atomically. Objects this
+// large go up in one PUT whatever PartSize says: a multipart upload's
+// completion is not conditional.
+func (s *s3Store) PutIfVersion(ctx context.Context, name string, data []byte, v Version) (Version, error) {
+	if err := ValidateName(name); err != nil {
+		return "", err
+	}
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true}
+	if v == "" {
+		opts.SetMatchETagExcept("*")
+	} else {
+		opts.SetMatchETag(string(v))
+	}
+	info, err := s.core.Client.PutObject(ctx, s.bucket, name, bytes.NewReader(data), int64(len(data)), opts)
+	if err != nil {
+		// If-Match on an absent object answers NoSuchKey.
+		if resp := minio.ToErrorResponse(err); resp.StatusCode == http.StatusPreconditionFailed || resp.Code == "PreconditionFailed" ||
+			IsNotExist(s.mapErr("put", name, err)) {
+			return "", versionMismatch(name)
+		}
+		return "", s.mapErr("put", name, err)
+	}
+	return Version(info.ETag), nil
+}
+
 func (s *s3Store) Create(ctx context.Context, name string) (Writer, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
@@ -186,19 +220,25 @@ func (s *s3Store) Open(ctx context.Context, name string) (Object, error) {
 }
 
 func (s *s3Store) Get(ctx context.Context, name string) ([]byte, error) {
+	data, _, err := s.get(ctx, name)
+	return data, err
+}
+
+// get reads a whole object with one GET, which also gives its ETag.
+func (s *s3Store) get(ctx context.Context, name string) ([]byte, minio.ObjectInfo, error) {
 	if err := ValidateName(name); err != nil {
-		return nil, err
+		return nil, minio.ObjectInfo{}, err
 	}
 	body, info, _, err := s.core.GetObject(ctx, s.bucket, name, minio.GetObjectOptions{})
 	if err != nil {
-		return nil, s.mapErr("get", name, err)
+		return nil, info, s.mapErr("get", name, err)
 	}
 	defer body.Close()
 	data := make([]byte, info.Size)
 	if _, err := io.ReadFull(body, data); err != nil {
-		return nil, &OpError{Op: "get", Name: name, Err: err}
+		return nil, info, &OpError{Op: "get", Name: name, Err: err}
 	}
-	return data, nil
+	return data, info, nil
 }
 
 func (s *s3Store) List(ctx context.Context, prefix string) ([]Attrs, error) {

@@ -65,6 +65,11 @@ func (e *SplitError) Is(target error) bool { return target == ErrSplit }
 // rows, so that no key divides it.
 var ErrCannotSplit = errors.New("tablet has no split key (fewer than two rows)")
 
+// ErrStateConflict is matched by the StateStore of NewBlobStateStore's
+// Save when the state changed since this store loaded or saved it:
+// another server wrote it (the tablet was reassigned). Nothing was saved.
+var ErrStateConflict = errors.New("tablet state changed by another writer")
+
 // ErrStateNotFound is matched by StateStore.Load for a tablet that has no
 // saved state.
 var ErrStateNotFound = errors.New("tablet state not found")

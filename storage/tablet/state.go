@@ -3,8 +3,11 @@ package tablet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
@@ -31,15 +34,40 @@ func ValidateID(id string) error {
 	return nil
 }
 
+// savedState is a state as NewBlobStateStore writes it: the state's
+// fields and a random number of the save (ignored when loading).
+type savedState struct {
+	tabletdesc.State
+	Nonce uint64 `json:"save_nonce"`
+}
+
 type blobStateStore struct {
 	store  blob.Store
 	prefix string
+
+	mu       sync.Mutex
+	versions map[string]blob.Version // of each state this store last loaded or saved ("": found absent)
+	saving   map[string]*sync.Mutex  // one Save of a tablet at a time
 }
 
 // NewBlobStateStore returns a StateStore keeping each state as the JSON
 // object <prefix>/<id>.tablet in store (Put is atomic).
+//
+// When store is a blob.Versioned (every store of package blob is), a Save
+// replaces the state only if it is still the one this StateStore loaded or
+// last saved (a conditional write), and otherwise fails with an error
+// matching ErrStateConflict: another server has taken the tablet over and
+// written since, and a server that lost its lease while a Save was in
+// flight must not overwrite it. Opening a tablet saves its state before
+// the tablet serves, so the old owner's late write either lands before
+// that save (which then fails: the load is retried and reads it) or is
+// refused; a state Load found absent is created only if it still is. A
+// state this StateStore has not loaded (a split's children, a restored
+// table's tablets, written by whoever creates them) is written
+// unconditionally, as it is by a store without versions.
 func NewBlobStateStore(store blob.Store, prefix string) StateStore {
-	return &blobStateStore{store: store, prefix: strings.TrimSuffix(prefix, "/")}
+	return &blobStateStore{store: store, prefix: strings.TrimSuffix(prefix, "/"),
+		versions: make(map[string]blob.Version), saving: make(map[string]*sync.Mutex)}
 }
 
 func (b *blobStateStore) name(id string) string {
@@ -53,8 +81,21 @@ func (b *blobStateStore) Load(ctx context.Context, id string) (tabletdesc.State,
 	if err := ValidateID(id); err != nil {
 		return tabletdesc.State{}, err
 	}
-	data, err := b.store.Get(ctx, b.name(id))
+	var data []byte
+	var err error
+	var version blob.Version
+	if vs, ok := b.store.(blob.Versioned); ok {
+		data, version, err = vs.GetVersion(ctx, b.name(id))
+	} else {
+		data, err = b.store.Get(ctx, b.name(id))
+	}
 	if blob.IsNotExist(err) {
+		if _, ok := b.store.(blob.Versioned); ok {
+			// Known absent: the Save creating it expects no state.
+			b.mu.Lock()
+			b.versions[id] = ""
+			b.mu.Unlock()
+		}
 		return tabletdesc.State{}, fmt.Errorf("tablet %s: %w", id, ErrStateNotFound)
 	}
 	if err != nil {
@@ -67,6 +108,11 @@ func (b *blobStateStore) Load(ctx context.Context, id string) (tabletdesc.State,
 	if st.ID != id {
 		return tabletdesc.State{}, fmt.Errorf("tablet %s: state %s holds tablet %q", id, b.name(id), st.ID)
 	}
+	if version != "" {
+		b.mu.Lock()
+		b.versions[id] = version
+		b.mu.Unlock()
+	}
 	return st, nil
 }
 
@@ -74,9 +120,44 @@ func (b *blobStateStore) Save(ctx context.Context, st tabletdesc.State) error {
 	if err := ValidateID(st.ID); err != nil {
 		return err
 	}
-	data, err := json.Marshal(st)
+	// Every save's bytes differ (Nonce), so that its version does too:
+	// a store's version may be a hash of the content (an S3 ETag is), and
+	// two servers can save byte-identical states (a takeover that
+	// replayed nothing), which would let the stale one's write pass.
+	data, err := json.Marshal(savedState{State: st, Nonce: rand.Uint64()})
 	if err != nil {
 		return err
 	}
-	return b.store.Put(ctx, b.name(st.ID), data)
+	vs, ok := b.store.(blob.Versioned)
+	if !ok {
+		return b.store.Put(ctx, b.name(st.ID), data)
+	}
+	b.mu.Lock()
+	l := b.saving[st.ID]
+	if l == nil {
+		l = new(sync.Mutex)
+		b.saving[st.ID] = l
+	}
+	b.mu.Unlock()
+	l.Lock()
+	defer l.Unlock()
+	b.mu.Lock()
+	version, known := b.versions[st.ID]
+	b.mu.Unlock()
+	if !known {
+		return b.store.Put(ctx, b.name(st.ID), data)
+	}
+	next, err := vs.PutIfVersion(ctx, b.name(st.ID), data, version)
+	if errors.Is(err, blob.ErrVersionMismatch) {
+		// The version stays the stale one: every later Save fails too,
+		// until a Load reads what the other writer left.
+		return fmt.Errorf("tablet %s: state %s: %w (%v)", st.ID, b.name(st.ID), ErrStateConflict, err)
+	}
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.versions[st.ID] = next
+	b.mu.Unlock()
+	return nil
 }

@@ -307,6 +307,54 @@ func TestPartialCrashRecovery(t *testing.T) {
 	getRow(t, b, tbl.ID, "after")
 }
 
+// TestPartialLateStateSaveFenced is the window the lease check cannot
+// close: A checked its lease, then stalled (a long pause) while the master
+// gave its tablets to B, and A's state writes land afterwards. The states
+// are written conditionally, so A's are refused (ErrStateConflict) and B's
+// stay; B keeps serving every write.
+func TestPartialLateStateSaveFenced(t *testing.T) {
+	store := blob.NewMemory()
+	a, aLog := newPartialHost(t, store, true, func(o *HostOptions) { o.MemtableBytes = 64 << 20 })
+	b, _ := newPartialHost(t, store, false, nil)
+	tbl := partialTable("late")
+	loadAll(t, a, tbl, ReplayLog{}, 0, 1, 2)
+	var rows []string
+	for i := range 30 {
+		row := fmt.Sprintf("%c%02d", 'a'+i%26, i)
+		rows = append(rows, row)
+		if err := putRow(a, tbl.ID, row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loadAll(t, b, tbl, ReplayLog{Log: commitlog.Options{Dir: aLog.Dir}}, 0, 1, 2)
+	states := func() string {
+		var out []string
+		for _, ref := range tbl.Tablets {
+			st, err := tablet.NewBlobStateStore(store, "state").Load(context.Background(), ref.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%+v", st))
+		}
+		return strings.Join(out, "\n")
+	}
+	before := states()
+	// A, its lease still valid as far as it knows, flushes its tablets.
+	if err := a.Close(); !errors.Is(err, tablet.ErrStateConflict) {
+		t.Fatalf("A's late flush after B took its tablets: %v, want ErrStateConflict", err)
+	}
+	if after := states(); after != before {
+		t.Fatalf("A overwrote the tablet states B wrote:\n%s\nbecame\n%s", before, after)
+	}
+	for _, row := range rows {
+		getRow(t, b, tbl.ID, row)
+	}
+	if err := putRow(b, tbl.ID, "after"); err != nil {
+		t.Fatal(err)
+	}
+	getRow(t, b, tbl.ID, "after")
+}
+
 // TestPartialCrashRecoverySorted is TestPartialCrashRecovery with A's log
 // in the object store and sorted before B loads A's tablets from the
 // sorted copy, as the master has it done when it recovers many tablets of

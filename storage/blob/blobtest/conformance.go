@@ -48,6 +48,8 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) blob.Store) {
 		{"ConcurrentPutGet", testConcurrentPutGet},
 		{"ConcurrentOverwrite", testConcurrentOverwrite},
 		{"ConcurrentWriters", testConcurrentWriters},
+		{"PutIfVersion", testPutIfVersion},
+		{"ConcurrentPutIfVersion", testConcurrentPutIfVersion},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newStore(t)) })
@@ -562,4 +564,96 @@ func testConcurrentWriters(t *testing.T, s blob.Store) {
 		t.Fatalf("after concurrent writers the object (%d bytes, %s) is none of theirs", len(got), head(got))
 	}
 	mustList(t, s, "", "same/name")
+}
+
+func versioned(t *testing.T, s blob.Store) blob.Versioned {
+	t.Helper()
+	v, ok := s.(blob.Versioned)
+	if !ok {
+		t.Fatalf("%T does not implement blob.Versioned", s)
+	}
+	return v
+}
+
+// testPutIfVersion: the compare-and-swap of whole objects. A write at the
+// version read succeeds and gives a new version; one at a stale version,
+// or expecting absence of an object that exists, or expecting an object
+// that was deleted, fails with ErrVersionMismatch and changes nothing.
+func testPutIfVersion(t *testing.T, s blob.Store) {
+	ctx := t.Context()
+	vs := versioned(t, s)
+	const name = "state/t1.tablet"
+	_, _, err := vs.GetVersion(ctx, name)
+	mustNotExist(t, "GetVersion of an absent object", err)
+	if _, err := vs.PutIfVersion(ctx, name, []byte("one"), "stale"); !errors.Is(err, blob.ErrVersionMismatch) {
+		t.Fatalf("PutIfVersion of an absent object at a version: %v, want ErrVersionMismatch", err)
+	}
+	mustNotExist(t, "Get after a refused PutIfVersion", func() error { _, err := s.Get(ctx, name); return err }())
+	v1, err := vs.PutIfVersion(ctx, name, []byte("one"), "")
+	if err != nil || v1 == "" {
+		t.Fatalf("PutIfVersion creating: %q, %v", v1, err)
+	}
+	if _, err := vs.PutIfVersion(ctx, name, []byte("other"), ""); !errors.Is(err, blob.ErrVersionMismatch) {
+		t.Fatalf("PutIfVersion expecting absence of an existing object: %v, want ErrVersionMismatch", err)
+	}
+	data, got, err := vs.GetVersion(ctx, name)
+	if err != nil || string(data) != "one" || got != v1 {
+		t.Fatalf("GetVersion = %q, %q, %v; want \"one\" at %q", data, got, err, v1)
+	}
+	v2, err := vs.PutIfVersion(ctx, name, []byte("two"), v1)
+	if err != nil || v2 == "" || v2 == v1 {
+		t.Fatalf("PutIfVersion at the version read: %q, %v (previous %q)", v2, err, v1)
+	}
+	// The writer that read v1 and comes late is refused.
+	if _, err := vs.PutIfVersion(ctx, name, []byte("late"), v1); !errors.Is(err, blob.ErrVersionMismatch) {
+		t.Fatalf("PutIfVersion at a stale version: %v, want ErrVersionMismatch", err)
+	}
+	mustGet(t, s, name, []byte("two"))
+	// An unconditional Put changes the version too.
+	mustPut(t, s, name, []byte("three"))
+	if _, err := vs.PutIfVersion(ctx, name, []byte("late"), v2); !errors.Is(err, blob.ErrVersionMismatch) {
+		t.Fatalf("PutIfVersion after a Put: %v, want ErrVersionMismatch", err)
+	}
+	if err := s.Delete(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vs.PutIfVersion(ctx, name, []byte("late"), v2); !errors.Is(err, blob.ErrVersionMismatch) {
+		t.Fatalf("PutIfVersion of a deleted object: %v, want ErrVersionMismatch", err)
+	}
+	mustNotExist(t, "Get after a refused PutIfVersion of a deleted object", func() error { _, err := s.Get(ctx, name); return err }())
+}
+
+// testConcurrentPutIfVersion: writers that all read the same version race
+// to replace it; exactly one wins.
+func testConcurrentPutIfVersion(t *testing.T, s blob.Store) {
+	ctx := t.Context()
+	vs := versioned(t, s)
+	const name = "state/race.tablet"
+	v0, err := vs.PutIfVersion(ctx, name, []byte("base"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers = 8
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var won []string
+	for i := range writers {
+		wg.Go(func() {
+			data := fmt.Sprintf("writer %d", i)
+			_, err := vs.PutIfVersion(ctx, name, []byte(data), v0)
+			switch {
+			case err == nil:
+				mu.Lock()
+				won = append(won, data)
+				mu.Unlock()
+			case !errors.Is(err, blob.ErrVersionMismatch):
+				t.Errorf("writer %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(won) != 1 {
+		t.Fatalf("%d writers won the same version: %q, want exactly 1", len(won), won)
+	}
+	mustGet(t, s, name, []byte(won[0]))
 }
