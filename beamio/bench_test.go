@@ -3,7 +3,9 @@ package beamio
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,11 +14,12 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
 
+	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
 )
 
-// The benchmark table: benchRows rows of ~1 KiB over eight tablets.
+// The read benchmark's table: benchRows rows of ~1 KiB in eight tablets.
 const (
 	benchRows      = 120_000
 	benchValueSize = 1000
@@ -33,15 +36,18 @@ func benchRow(i int) cell.RowMutation {
 		cell.Set("f", []byte("v"), 1_000_000, v), cell.Set("f", []byte("n"), 1_000_000, []byte(fmt.Sprint(i)))}}
 }
 
-func benchTable(b *testing.B) string {
-	const table = "bench"
+// benchTable loads the benchmark table on the benchmarks' server and
+// returns its name and the server.
+func benchTable(b *testing.B) (string, *devtest.Server) {
+	const table, tablets = "bench", 8
+	srv := benchServer(b)
 	benchOnce.Do(func() {
 		var splits []string
-		for i := 1; i < 8; i++ {
-			splits = append(splits, fmt.Sprintf("b%07d", i*benchRows/8))
+		for i := 1; i < tablets; i++ {
+			splits = append(splits, fmt.Sprintf("b%07d", i*benchRows/tablets))
 		}
-		dev.CreateTable(b, table, []string{"f"}, splits...)
-		c, err := client.Dial(dev.Addr, client.Options{})
+		srv.CreateTable(b, table, []string{"f"}, splits...)
+		c, err := client.Dial(srv.Addr, client.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -56,7 +62,15 @@ func benchTable(b *testing.B) string {
 			}
 		}
 	})
-	return table
+	c, err := client.Dial(srv.Addr, client.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	if tabs, err := c.Tablets(context.Background(), table); err != nil || len(tabs) != tablets {
+		b.Fatalf("the benchmark table has %d tablets (%v), want %d", len(tabs), err, tablets)
+	}
+	return table, srv
 }
 
 func rowBytes(r cell.Row) int64 {
@@ -102,14 +116,16 @@ func init() {
 
 // BenchmarkRead compares beamio.Read on prism (one worker process, the
 // runner's own parallelism) with a plain client scan of the same rows:
-// the whole table (~120 MB) and its first third (~40 MB, where the
-// pipeline's fixed costs weigh more). Each iteration runs the scan and
-// the read of each size back to back, so that they share the machine's
-// load (it is shared and noisy); rates and ratios are of their summed
-// times.
+// the whole table (~120 MB, eight tablets) and its first third (~40 MB,
+// where the pipeline's fixed costs weigh more). Each iteration runs the
+// scan and the read of each size back to back, so that they share the
+// machine's load (it is shared and noisy); each iteration's ratios are
+// logged, the reported rates and ratios are of the summed times, and
+// x-min is the iterations' lowest. The *-cpu-s/op figures are the whole
+// process's CPU (the in-process server included) during each part.
 func BenchmarkRead(b *testing.B) {
-	table := benchTable(b)
-	c, err := client.Dial(dev.Addr, client.Options{})
+	table, srv := benchTable(b)
+	c, err := client.Dial(srv.Addr, client.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -121,44 +137,59 @@ func BenchmarkRead(b *testing.B) {
 		rows int64
 	}{{"40MB", third, benchRows / 3}, {"120MB", nil, benchRows}}
 	type tally struct {
-		rows, bytes int64
-		elapsed     time.Duration
+		rows, bytes  int64
+		elapsed, cpu time.Duration
 	}
 	scans := make([]tally, len(sizes))
 	reads := make([]tally, len(sizes))
-	for range b.N {
+	xMin := make([]float64, len(sizes))
+	for i := range xMin {
+		xMin[i] = math.Inf(1)
+	}
+	for it := range b.N {
 		for i, sz := range sizes {
-			start := time.Now()
+			start, cpu := time.Now(), cpuTime(b)
+			var bytes int64
 			sc := c.Scan(context.Background(), table, client.ScanOptions{End: sz.end})
 			for sc.Next() {
 				scans[i].rows++
-				scans[i].bytes += rowBytes(sc.Row())
+				bytes += rowBytes(sc.Row())
 			}
 			if err := sc.Err(); err != nil {
 				b.Fatal(err)
 			}
-			scans[i].elapsed += time.Since(start)
+			scanTime := time.Since(start)
+			scans[i].elapsed += scanTime
+			scans[i].cpu += cpuTime(b) - cpu
+			scans[i].bytes += bytes
 
-			cfg := ReadConfig{Table: Table{Addr: dev.Addr, Table: table}, BundleBytes: 8 << 20}
+			cfg := ReadConfig{Table: Table{Addr: srv.Addr, Table: table}, BundleBytes: 8 << 20}
 			if sz.end != nil {
 				cfg.Ranges = []RowRange{{End: sz.end}}
 			}
-			start = time.Now()
+			start, cpu = time.Now(), cpuTime(b)
 			p, s := beam.NewPipelineWithRoot()
 			stats.Sum(s, beam.ParDo(s, &tallyRowsFn{}, Read(s, cfg)))
 			pr, err := ptest.RunWithMetrics(p)
 			if err != nil {
 				b.Fatal(err)
 			}
-			reads[i].elapsed += time.Since(start)
+			readTime := time.Since(start)
+			reads[i].elapsed += readTime
+			reads[i].cpu += cpuTime(b) - cpu
+			var readBytes int64
 			for _, m := range pr.Metrics().AllMetrics().Counters() {
 				switch {
 				case m.Namespace() == "bench" && m.Name() == "rows":
 					reads[i].rows += m.Result()
 				case m.Namespace() == "bench" && m.Name() == "bytes":
-					reads[i].bytes += m.Result()
+					readBytes += m.Result()
 				}
 			}
+			reads[i].bytes += readBytes
+			x := (float64(readBytes) / readTime.Seconds()) / (float64(bytes) / scanTime.Seconds())
+			xMin[i] = min(xMin[i], x)
+			b.Logf("iteration %d, %s: scan %v, read %v: %.2f× the scan's MB/s", it, sz.name, scanTime.Round(time.Millisecond), readTime.Round(time.Millisecond), x)
 		}
 	}
 	for i, sz := range sizes {
@@ -172,7 +203,20 @@ func BenchmarkRead(b *testing.B) {
 		b.ReportMetric(readRate/1e6, sz.name+"-read-MB/s")
 		b.ReportMetric(float64(reads[i].rows)/reads[i].elapsed.Seconds(), sz.name+"-read-rows/s")
 		b.ReportMetric(readRate/scanRate, sz.name+"-x-scan")
+		b.ReportMetric(xMin[i], sz.name+"-x-min")
+		b.ReportMetric(scans[i].cpu.Seconds()/float64(b.N), sz.name+"-scan-cpu-s/op")
+		b.ReportMetric(reads[i].cpu.Seconds()/float64(b.N), sz.name+"-read-cpu-s/op")
 	}
+}
+
+// cpuTime is the process's user and system CPU time so far (the
+// benchmark's, the in-process server's and prism's together).
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // genMutationsFn makes the benchmark's rows inside the pipeline (a

@@ -83,11 +83,10 @@ func malformedResponse(what string) error {
 }
 
 // addEncoded feeds the chunks of an encoded ReadRowsResponse to the
-// merger and returns the rows they complete. Fields other than the chunks
-// (last_scanned_row_key, request stats, fields of later versions) are
-// skipped.
-func (m *chunkMerger) addEncoded(b []byte) ([]cell.Row, error) {
-	var out []cell.Row
+// merger and returns out with the rows they complete appended. Fields
+// other than the chunks (last_scanned_row_key, request stats, fields of
+// later versions) are skipped.
+func (m *chunkMerger) addEncoded(b []byte, out []cell.Row) ([]cell.Row, error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {

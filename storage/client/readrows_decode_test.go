@@ -17,9 +17,11 @@ import (
 // randomRows is a stream of ReadRowsResponses as a server sends them:
 // rows of cells, families and qualifiers sent when they change, values
 // split over chunks, labels, a reset row, last_scanned_row_key, and
-// fields this client does not know.
-func randomRows(r *rand.Rand) []*bigtablepb.ReadRowsResponse {
+// fields this client does not know; and the rows it holds, as the
+// generator made them.
+func randomRows(r *rand.Rand) ([]*bigtablepb.ReadRowsResponse, []cell.Row) {
 	var out []*bigtablepb.ReadRowsResponse
+	var rows []cell.Row
 	resp := &bigtablepb.ReadRowsResponse{}
 	for row := range 1 + r.IntN(20) {
 		key := []byte(fmt.Sprintf("row%05d", row))
@@ -27,6 +29,7 @@ func randomRows(r *rand.Rand) []*bigtablepb.ReadRowsResponse {
 		for pass := 0; pass < 1+boolInt(reset); pass++ {
 			cells := 1 + r.IntN(5)
 			fam, qual := "", ""
+			kept := cell.Row{Key: key}
 			for i := range cells {
 				ch := &bigtablepb.ReadRowsResponse_CellChunk{TimestampMicros: r.Int64N(1e12)}
 				if i == 0 {
@@ -50,6 +53,7 @@ func randomRows(r *rand.Rand) []*bigtablepb.ReadRowsResponse {
 				for j := range v {
 					v[j] = byte(r.IntN(256))
 				}
+				kept.Cells = append(kept.Cells, cell.Cell{Family: f, Qualifier: []byte(q), Timestamp: ch.TimestampMicros, Value: v})
 				pieces := 1 + r.IntN(3)
 				if len(v) < pieces {
 					pieces = 1
@@ -77,11 +81,14 @@ func randomRows(r *rand.Rand) []*bigtablepb.ReadRowsResponse {
 					}
 				}
 			}
+			if !reset || pass == 1 {
+				rows = append(rows, kept)
+			}
 		}
 	}
 	resp.LastScannedRowKey = []byte("zzz")
 	out = append(out, resp)
-	return out
+	return out, rows
 }
 
 func boolInt(b bool) int {
@@ -96,7 +103,7 @@ func boolInt(b bool) int {
 func TestAddEncodedMatchesAdd(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	for i := range 500 {
-		stream := randomRows(r)
+		stream, _ := randomRows(r)
 		var a, b chunkMerger
 		var want, got []cell.Row
 		for _, resp := range stream {
@@ -111,7 +118,7 @@ func TestAddEncodedMatchesAdd(t *testing.T) {
 			}
 			// Field 99, a varint: from a newer server.
 			buf = protowire.AppendVarint(protowire.AppendTag(buf, 99, protowire.VarintType), 7)
-			if rows, err = b.addEncoded(buf); err != nil {
+			if rows, err = b.addEncoded(buf, nil); err != nil {
 				t.Fatal(err)
 			}
 			got = append(got, rows...)
@@ -125,11 +132,62 @@ func TestAddEncodedMatchesAdd(t *testing.T) {
 	}
 }
 
+// TestMergedRowsStayIntact: one merger decoding stream after stream (as
+// a scan does, tablet after tablet) returns every row as it was sent,
+// checked after all of them were decoded: rows share the merger's cell
+// slabs, and no later row, reset row or stream may overwrite an earlier
+// row's cells.
+func TestMergedRowsStayIntact(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 1))
+	var m chunkMerger
+	var want, got []cell.Row
+	for range 300 {
+		stream, rows := randomRows(r)
+		want = append(want, rows...)
+		for _, resp := range stream {
+			buf, err := proto.Marshal(resp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err = m.addEncoded(buf, got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := m.end(); err != nil {
+			t.Fatal(err)
+		}
+		m.reset()
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d rows, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !sameRow(got[i], want[i]) {
+			t.Fatalf("row %d:\n got %v\nwant %v", i, got[i], want[i])
+		}
+	}
+}
+
+// sameRow compares rows' contents (an empty value equals a nil one).
+func sameRow(a, b cell.Row) bool {
+	if string(a.Key) != string(b.Key) || len(a.Cells) != len(b.Cells) {
+		return false
+	}
+	for i, c := range a.Cells {
+		d := b.Cells[i]
+		if c.Family != d.Family || string(c.Qualifier) != string(d.Qualifier) || c.Timestamp != d.Timestamp || string(c.Value) != string(d.Value) {
+			return false
+		}
+	}
+	return true
+}
+
 // TestAddEncodedMalformed: truncated or garbled responses are errors,
 // never panics.
 func TestAddEncodedMalformed(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 4))
-	resp := randomRows(r)[0]
+	stream, _ := randomRows(r)
+	resp := stream[0]
 	buf, err := proto.Marshal(resp)
 	if err != nil {
 		t.Fatal(err)
@@ -137,13 +195,13 @@ func TestAddEncodedMalformed(t *testing.T) {
 	failed := 0
 	for n := range len(buf) {
 		var m chunkMerger
-		if _, err := m.addEncoded(buf[:n]); err != nil {
+		if _, err := m.addEncoded(buf[:n], nil); err != nil {
 			failed++
 		}
 		garbled := append([]byte(nil), buf...)
 		garbled[r.IntN(len(garbled))] = byte(r.IntN(256))
 		m.reset()
-		_, _ = m.addEncoded(garbled)
+		_, _ = m.addEncoded(garbled, nil)
 	}
 	if failed == 0 {
 		t.Fatal("no truncation of the response was refused")

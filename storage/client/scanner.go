@@ -50,13 +50,17 @@ type ScanOptions struct {
 // twice or skipped. A Scanner is not safe for concurrent use; Close it (or
 // read it to the end) to release its stream.
 type Scanner struct {
-	c        *Client
-	p        *dataPlane
-	id       meta.TableID
-	name     string
-	opts     ScanOptions
-	filter   *bigtablepb.RowFilter
-	lo, hi   []byte // the rows still to scan: [lo, hi), nil hi unbounded
+	c      *Client
+	p      *dataPlane
+	id     meta.TableID
+	name   string
+	opts   ScanOptions
+	filter *bigtablepb.RowFilter
+	lo, hi []byte // the rows still to scan: [lo, hi), nil hi unbounded
+	// after, when set, is the last row returned: lo is past it (kept
+	// as the key and settled into lo only when a stream opens or ends,
+	// not once per row).
+	after    []byte
 	returned int64
 
 	ctx       context.Context    // the caller's
@@ -66,7 +70,8 @@ type Scanner struct {
 	loc       meta.Location     // the tablet the stream reads
 	retry     retrier
 	merger    chunkMerger
-	queue     []cell.Row // rows received, not returned yet
+	queue     []cell.Row // rows received; those from next on not returned yet
+	next      int
 	row       cell.Row
 	err       error
 	done      bool
@@ -138,25 +143,37 @@ func (s *Scanner) Close() {
 
 // finished reports whether no rows remain in [lo, hi).
 func (s *Scanner) finished() bool {
+	s.settleLo()
 	return s.exhausted || (tabletdesc.KeyRange{Start: s.lo, End: s.hi}).Empty() || s.opts.Limit > 0 && s.returned >= s.opts.Limit
+}
+
+// settleLo moves lo past the last row returned.
+func (s *Scanner) settleLo() {
+	if s.after != nil {
+		s.lo = append(bytes.Clone(s.after), 0)
+		s.after = nil
+	}
 }
 
 // Next moves to the next row, reporting false at the end of the scan or
 // on an error (see Err).
 func (s *Scanner) Next() bool {
 	for !s.done {
-		if len(s.queue) > 0 {
-			s.row, s.queue = s.queue[0], s.queue[1:]
+		if s.next < len(s.queue) {
+			s.row = s.queue[s.next]
+			s.queue[s.next] = cell.Row{} // the queue is reused; its rows are the caller's
+			s.next++
 			// Resume after this row if the stream breaks.
 			if s.opts.Reverse {
 				s.hi = s.row.Key
 			} else {
-				s.lo = append(bytes.Clone(s.row.Key), 0)
+				s.after = s.row.Key
 			}
 			s.returned++
 			s.retry = retrier{idempotent: true}
 			return true
 		}
+		s.queue, s.next = s.queue[:0], 0
 		if s.finished() {
 			s.Close()
 			return false
@@ -197,18 +214,16 @@ func (s *Scanner) Next() bool {
 			loc := s.loc
 			s.closeStream()
 			s.merger.reset()
-			s.queue = nil // empty here (drained before each Recv); resume from the last row returned
+			s.queue = s.queue[:0] // empty here (drained before each Recv); resume from the last row returned
 			if rerr := s.retry.retry(s.ctx, s.p, loc, err); rerr != nil {
 				s.fail(rerr)
 			}
 			continue
 		}
-		rows, err := s.merger.addEncoded(resp.buf)
-		if err != nil {
+		if s.queue, err = s.merger.addEncoded(resp.buf, s.queue); err != nil {
 			s.fail(err)
 			continue
 		}
-		s.queue = append(s.queue, rows...)
 	}
 	return false
 }
@@ -216,6 +231,7 @@ func (s *Scanner) Next() bool {
 // open starts the stream over the part of [lo, hi) in the first (last,
 // when reversed) tablet it overlaps.
 func (s *Scanner) open() error {
+	s.settleLo()
 	var locs []meta.Location
 	var err error
 	if s.opts.Reverse {
@@ -269,16 +285,46 @@ func (s *Scanner) open() error {
 }
 
 // chunkMerger assembles ReadRows chunks into rows.
+//
+// The cells of the rows it assembles are carved out of slabs (each row's
+// clipped to its length), and a family name that repeats from row to row
+// is the same string: a scan allocates per response, not per row or cell.
 type chunkMerger struct {
-	cur        cell.Row
+	cur        cell.Row // its Cells are slab[rowStart:] until it commits
 	inRow      bool
 	partial    cell.Cell // a cell whose value is still arriving, when hasPartial
 	hasPartial bool
 	family     string
 	qual       []byte
+
+	// Kept across rows and resets:
+	slab     []cell.Cell // the cells of the current row and free room after them
+	rowStart int         // where the current row's cells start in slab
+	lastFam  string      // the last family name seen, reused when it repeats
 }
 
-func (m *chunkMerger) reset() { *m = chunkMerger{} }
+// slabCells is the number of cells a fresh slab holds (at least).
+const slabCells = 512
+
+// reset drops the row being assembled (its cells' room in the slab is
+// reused).
+func (m *chunkMerger) reset() {
+	m.slab = m.slab[:m.rowStart]
+	m.cur, m.inRow, m.partial, m.hasPartial, m.family, m.qual = cell.Row{}, false, cell.Cell{}, false, "", nil
+}
+
+// appendCell adds c to the current row's cells in the slab, moving the
+// row's cells to a fresh slab when this one is full (rows committed
+// before keep the old one).
+func (m *chunkMerger) appendCell(c cell.Cell) {
+	if len(m.slab) == cap(m.slab) {
+		row := m.slab[m.rowStart:]
+		fresh := make([]cell.Cell, len(row), max(slabCells, 2*len(row)+1))
+		copy(fresh, row)
+		m.slab, m.rowStart = fresh, 0
+	}
+	m.slab = append(m.slab, c)
+}
 
 // end checks that the stream did not stop inside a row.
 func (m *chunkMerger) end() error {
@@ -325,7 +371,10 @@ func (m *chunkMerger) addChunk(c *wireChunk, out []cell.Row) ([]cell.Row, error)
 		return nil, status.Error(codes.Internal, "client: ReadRows chunk without a row key")
 	}
 	if c.hasFamily && string(c.family) != m.family {
-		m.family = string(c.family)
+		if string(c.family) != m.lastFam {
+			m.lastFam = string(c.family)
+		}
+		m.family = m.lastFam
 	}
 	if c.hasQualifier {
 		m.qual = clip(c.qualifier)
@@ -346,11 +395,15 @@ func (m *chunkMerger) addChunk(c *wireChunk, out []cell.Row) ([]cell.Row, error)
 		if m.partial.Value == nil {
 			m.partial.Value = []byte{}
 		}
-		m.cur.Cells = append(m.cur.Cells, m.partial)
+		m.appendCell(m.partial)
 		m.partial, m.hasPartial = cell.Cell{}, false
 	}
 	if c.commit {
+		if n := len(m.slab); n > m.rowStart {
+			m.cur.Cells = m.slab[m.rowStart:n:n]
+		}
 		out = append(out, m.cur)
+		m.rowStart = len(m.slab)
 		m.reset()
 	}
 	return out, nil

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -258,7 +259,27 @@ func planShards(ctx context.Context, read beamio.ReadConfig, shards int) ([][]ke
 			return nil, err
 		}
 	}
-	return GroupShards(pieces, shards), nil
+	groups := GroupShards(pieces, shards)
+	for i, g := range groups {
+		groups[i] = Coalesce(g)
+	}
+	return groups, nil
+}
+
+// Coalesce merges ranges (in key order) that adjoin — one ends where the
+// next starts — into one, their Bytes summed: a shard's pieces of the
+// same tablets are read as one scan, which crosses tablets by itself,
+// instead of one stream per piece.
+func Coalesce(ranges []keyrange.Restriction) []keyrange.Restriction {
+	var out []keyrange.Restriction
+	for _, r := range ranges {
+		if n := len(out); n > 0 && !out[n-1].Unbounded() && bytes.Equal(out[n-1].End, r.Start) {
+			out[n-1].End, out[n-1].Bytes = r.End, out[n-1].Bytes+r.Bytes
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // GroupShards groups pieces (in key order) into n contiguous groups of
@@ -511,7 +532,7 @@ func (f *writeShardFn) write(ctx context.Context, spec shardSpec, cols []rowfile
 		return "", rowfile.Stats{}, err
 	}
 	name := rowfile.ShardName(f.Prefix, spec.Index, f.Shards, format.Ext())
-	w, err := loc.CreateShard(ctx, name, rowfile.WriterOptions{Format: format, Codec: rowfile.Codec(f.Codec), Columns: cols})
+	w, err := loc.CreateShard(ctx, name, shardWriterOptions(format, rowfile.Codec(f.Codec), cols))
 	if err != nil {
 		return "", rowfile.Stats{}, err
 	}
@@ -530,6 +551,12 @@ func (f *writeShardFn) write(ctx context.Context, spec shardSpec, cols []rowfile
 		return "", rowfile.Stats{}, err
 	}
 	return name, w.Stats(), nil
+}
+
+// shardWriterOptions are the options of an export's shard writers (the
+// benchmark's in-memory reference writes with the same).
+func shardWriterOptions(format rowfile.Format, codec rowfile.Codec, cols []rowfile.Column) rowfile.WriterOptions {
+	return rowfile.WriterOptions{Format: format, Codec: codec, Columns: cols}
 }
 
 // scanAhead reads ranges with read.Scan in a goroutine and calls write

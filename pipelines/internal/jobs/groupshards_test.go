@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/tabuladb/tabula/beamio/keyrange"
@@ -49,6 +50,36 @@ func TestGroupShards(t *testing.T) {
 	for i, g := range got {
 		if len(g) != 1 {
 			t.Fatalf("unsized: shard %d has %v", i, g)
+		}
+	}
+}
+
+func TestCoalesce(t *testing.T) {
+	piece := func(s, e string, b int64) keyrange.Restriction {
+		return keyrange.Restriction{Start: []byte(s), End: []byte(e), Bytes: b}
+	}
+	str := func(rs []keyrange.Restriction) string {
+		var out string
+		for _, r := range rs {
+			out += fmt.Sprintf("[%s,%s)%d ", r.Start, r.End, r.Bytes)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		in   []keyrange.Restriction
+		want string
+	}{
+		{nil, ""},
+		{[]keyrange.Restriction{piece("a", "b", 1)}, "[a,b)1 "},
+		// Adjoining pieces become one; a gap keeps them apart.
+		{[]keyrange.Restriction{piece("a", "b", 1), piece("b", "c", 2), piece("d", "e", 4), piece("e", "", 8)}, "[a,c)3 [d,)12 "},
+		// From the start of the table.
+		{[]keyrange.Restriction{piece("", "b", 1), piece("b", "c", 2)}, "[,c)3 "},
+		// Nothing adjoins a range running to the end of the table.
+		{[]keyrange.Restriction{piece("x", "", 1), piece("", "b", 2)}, "[x,)1 [,b)2 "},
+	} {
+		if got := str(Coalesce(c.in)); got != c.want {
+			t.Errorf("Coalesce(%s) = %s, want %s", str(c.in), got, c.want)
 		}
 	}
 }
