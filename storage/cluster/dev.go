@@ -555,9 +555,23 @@ func (h *devTableHost) OpenTable(ctx context.Context, t meta.Table) error {
 	if err := h.cluster.OpenTable(ctx, t); err != nil {
 		return err
 	}
+	if t.Restoring {
+		// Its tablets are not assigned before the flag is cleared;
+		// the creator waits then (WaitServing).
+		return nil
+	}
 	h.d.master.loop.Poke()
 	return h.d.waitServed(ctx, t.ID)
 }
+
+// WaitServing waits for the tablets of t, a restored table, to be served
+// (master.ServingWaiter).
+func (h *devTableHost) WaitServing(ctx context.Context, t meta.Table) error {
+	h.d.master.loop.Poke()
+	return h.d.waitServed(ctx, t.ID)
+}
+
+var _ master.ServingWaiter = (*devTableHost)(nil)
 
 func (h *devTableHost) DropTable(ctx context.Context, t meta.Table) error {
 	err := h.cluster.DropTable(ctx, t)
@@ -734,7 +748,8 @@ func tableNameOf(m any) string {
 }
 
 // notFoundIfMissing turns err, a "not serving" answer to a request for
-// table name, into NOT_FOUND when the catalog has no such table.
+// table name, into NOT_FOUND when the catalog has no such table or its
+// entry is Restoring.
 func notFoundIfMissing(ctx context.Context, catalog meta.Catalog, instance, name string, err error) error {
 	if name == "" || !tabletpb.IsNotServing(err) {
 		return err
@@ -746,7 +761,8 @@ func notFoundIfMissing(ctx context.Context, catalog meta.Catalog, instance, name
 	if instance != "" {
 		id.Instance = instance
 	}
-	if _, gerr := catalog.Get(ctx, id); errors.Is(gerr, meta.ErrTableNotFound) {
+	if t, gerr := catalog.Get(ctx, id); errors.Is(gerr, meta.ErrTableNotFound) || (gerr == nil && t.Restoring) {
+		// A table being restored exists once its operation is done.
 		return status.Errorf(codes.NotFound, "table %q not found", name)
 	}
 	return err

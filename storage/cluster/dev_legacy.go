@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,12 +11,10 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/storage/blob"
-	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tablet"
-	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
@@ -85,111 +82,17 @@ func flushLegacyLog(ctx context.Context, dir string, store blob.Store, states ta
 const neverInterval = time.Duration(1 << 62)
 
 // adoptLegacyTables gives every table of catalog whose METADATA rows do
-// not cover its rows the rows of the tablets that are missing: all of an
-// older dev's tables, which had none, and a table whose creation (a
-// RestoreTable, say) was cut short between its catalog entry and its last
-// row. The tablets are the leaves of the split records in the states under
-// the catalog's initial tablets (legacyTablets); a row is written,
-// unassigned, for each whose range no row has, and the master then assigns
-// them. It waits for METADATA to be served.
+// not cover its rows the rows of the tablets that are missing — all of an
+// older dev's tables, which had none — and finishes the creations a crash
+// cut short (repairTables, which the master also runs whenever it becomes
+// the active one). It waits for METADATA to be served.
 func (d *Dev) adoptLegacyTables(ctx context.Context, catalog meta.Catalog) error {
 	if err := d.waitServed(ctx, meta.MetadataTable); err != nil {
 		return err
 	}
-	tables, err := catalog.List(ctx, "")
-	if err != nil {
-		return err
-	}
-	md := d.master.md
-	for _, t := range tables {
-		rows, err := md.tableRows(ctx, t.ID)
-		if err != nil {
-			return fmt.Errorf("dev: reading the METADATA rows of %s: %w", t.ID, err)
-		}
-		if locationsCover(rows) {
-			continue
-		}
-		tablets, err := legacyTablets(ctx, d.states, t.Tablets)
-		if err != nil {
-			return fmt.Errorf("dev: the tablets of %s: %w", t.ID, err)
-		}
-		added := 0
-		for _, st := range tablets {
-			if overlapsAny(rows, st.Start, st.End) {
-				continue
-			}
-			rm, err := meta.StateMutation(t.ID, st, cell.ServerTimestamp)
-			if err != nil {
-				return err
-			}
-			if err := md.cl.Apply(ctx, meta.MetadataTableName, rm); err != nil {
-				return fmt.Errorf("dev: writing the METADATA row of %s's tablet %s: %w", t.ID, st.ID, err)
-			}
-			added++
-		}
-		d.log.Info("table given the METADATA rows it lacked", "table", t.ID.String(), "had", len(rows), "added", added)
+	if _, err := repairTables(ctx, catalog, d.master.md, d.states, repairAll, d.log); err != nil {
+		return fmt.Errorf("dev: %w", err)
 	}
 	d.master.loop.Poke()
 	return nil
-}
-
-// locationsCover reports whether rows, a table's METADATA rows in key
-// order, cover all its rows without gaps.
-func locationsCover(rows []meta.Location) bool {
-	if len(rows) == 0 || len(rows[0].Start) != 0 {
-		return false
-	}
-	for i := 1; i < len(rows); i++ {
-		if !bytes.Equal(rows[i-1].End, rows[i].Start) {
-			return false
-		}
-	}
-	return len(rows[len(rows)-1].End) == 0
-}
-
-// overlapsAny reports whether [start, end) (nil end: unbounded) overlaps
-// the range of one of rows.
-func overlapsAny(rows []meta.Location, start, end []byte) bool {
-	for _, r := range rows {
-		startsBeforeEnd := len(end) == 0 || bytes.Compare(r.Start, end) < 0
-		endsAfterStart := len(r.End) == 0 || bytes.Compare(r.End, start) > 0
-		if startsBeforeEnd && endsAfterStart {
-			return true
-		}
-	}
-	return false
-}
-
-// legacyTablets returns the tablets that serve refs' rows now: each ref,
-// or, when its saved state records a split, its children's (recursively),
-// in key order. A ref without a saved state was never written.
-func legacyTablets(ctx context.Context, states tablet.StateStore, refs []meta.TabletRef) ([]tabletdesc.State, error) {
-	var out []tabletdesc.State
-	var walk func(id string, start, end []byte) error
-	walk = func(id string, start, end []byte) error {
-		st, err := states.Load(ctx, id)
-		if errors.Is(err, tablet.ErrStateNotFound) {
-			out = append(out, tabletdesc.State{ID: id, Start: start, End: end})
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if len(st.SplitInto) == 0 {
-			out = append(out, tabletdesc.State{ID: id, Start: st.Start, End: st.End})
-			return nil
-		}
-		for _, c := range st.SplitInto {
-			if err := walk(c, nil, nil); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for _, r := range refs {
-		if err := walk(r.ID, r.Start, r.End); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }

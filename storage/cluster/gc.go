@@ -34,6 +34,14 @@ func (m *Master) registerMetrics() {
 	}))
 }
 
+// RestoreAbandonedAfter is how long after its creation the garbage
+// collector's rounds finish a table left Restoring: longer than a
+// RestoreTable may run (master.PendingMarkerTTL/2), so that its creator is
+// certainly gone; a new active master finishes them at once.
+const RestoreAbandonedAfter = master.PendingMarkerTTL / 2
+
+// gcLoop, every GCInterval while this master leads, finishes abandoned
+// restores and collects garbage.
 func (m *Master) gcLoop(ctx context.Context) {
 	t := time.NewTicker(m.cfg.GCInterval)
 	defer t.Stop()
@@ -45,6 +53,12 @@ func (m *Master) gcLoop(ctx context.Context) {
 		}
 		if !m.Leading() {
 			continue
+		}
+		// A creation a standby master was carrying out when it died
+		// leaves a Restoring entry no change of leadership repairs.
+		abandoned := repairScope{minAge: RestoreAbandonedAfter, now: time.Now()}
+		if _, err := repairTables(ctx, m.catalog(), m.md, m.states, abandoned, m.log); err != nil && ctx.Err() == nil {
+			m.log.Warn("repairing abandoned restores", "err", err)
 		}
 		if _, _, err := m.collectGarbage(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("garbage collection", "err", err)

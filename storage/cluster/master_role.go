@@ -236,9 +236,9 @@ func newMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	m.md.states = m.states // to finish splits a crash cut short
 	catalog := m.catalog()
 	servers := &serverClient{conns: m.conns, catalog: catalog}
-	var md master.Metadata = m.md
+	md := loopMetadata{metadataStore: m.md, catalog: catalog}
 	if cfg.inProc != nil {
-		md = boundedMetadata{metadataStore: m.md, timeout: cfg.inProc.metadataReadTimeout}
+		md.timeout = cfg.inProc.metadataReadTimeout
 	}
 	if m.loop, err = master.NewLoop(master.LoopOptions{
 		Coord:     cfg.Coord,
@@ -257,10 +257,15 @@ func newMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 		Lease:         cfg.MasterLease,
 		ProbeMaster:   m.probeMaster,
 		TakeoverAfter: cfg.TakeoverAfter,
+		// Creations a predecessor's crash cut short (table_repair.go).
+		Repair: func(ctx context.Context) error {
+			_, err := repairTables(ctx, catalog, m.md, m.states, repairRestores, m.log)
+			return err
+		},
 	}); err != nil {
 		return nil, err
 	}
-	m.tableHost = &clusterTableHost{kv: cfg.Coord, md: m.md, servers: servers}
+	m.tableHost = &clusterTableHost{kv: cfg.Coord, catalog: catalog, md: m.md, servers: servers}
 	adminOpts := master.Options{
 		Catalog: catalog,
 		Host:    m.tableHost,
@@ -393,18 +398,32 @@ func (m *Master) probeMaster(ctx context.Context, addr string) error {
 	return err
 }
 
-// boundedMetadata is the loop's view of METADATA in `tabula dev`: each
-// round's read is bounded by timeout. At a restart METADATA names the
-// previous run's server, whose address answers nothing; a read of a tablet
-// there is retried until its deadline, and the rounds that recover the
-// root, then METADATA, then the tables each begin with one.
-type boundedMetadata struct {
+// loopMetadata is the assignment loop's view of METADATA: the tablets of
+// tables being restored are left out until their creation is finished
+// (withoutRestoring), and in `tabula dev` each round's read is bounded by
+// timeout: at a restart METADATA names the previous run's server, whose
+// address answers nothing; a read of a tablet there is retried until its
+// deadline, and the rounds that recover the root, then METADATA, then the
+// tables each begin with one.
+type loopMetadata struct {
 	*metadataStore
-	timeout time.Duration
+	catalog meta.Catalog
+	timeout time.Duration // 0: none
 }
 
-func (b boundedMetadata) Tablets(ctx context.Context) ([]assign.Tablet, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.timeout)
-	defer cancel()
-	return b.metadataStore.Tablets(ctx)
+func (l loopMetadata) Tablets(ctx context.Context) ([]assign.Tablet, error) {
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	ts, err := l.metadataStore.Tablets(ctx)
+	if err != nil || !anyUnassigned(ts) {
+		return ts, err
+	}
+	restoring, err := restoringTables(ctx, l.catalog)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: reading the catalog for tables being restored: %w", err)
+	}
+	return withoutRestoring(ts, restoring), nil
 }

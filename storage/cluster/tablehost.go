@@ -15,7 +15,6 @@ import (
 	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/meta"
-	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // clusterTableHost is the admin API's master.TableHost in a cluster: a new
@@ -24,6 +23,7 @@ import (
 // changes and row-range drops go to every live server.
 type clusterTableHost struct {
 	kv      coord.KV
+	catalog meta.Catalog
 	md      *metadataStore
 	servers *serverClient
 }
@@ -35,17 +35,16 @@ func (a *clusterTableHost) OpenTable(ctx context.Context, t meta.Table) error {
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "reading METADATA: %v", err)
 	}
-	if len(rows) > 0 {
+	if locationsCover(rows) {
 		return a.UpdateSchema(ctx, t)
 	}
-	for _, ref := range t.Tablets {
-		rm, err := meta.StateMutation(t.ID, tabletdesc.State{ID: ref.ID, Start: ref.Start, End: ref.End}, cell.ServerTimestamp)
-		if err != nil {
-			return err
-		}
-		if err := a.md.cl.Apply(ctx, meta.MetadataTableName, rm); err != nil {
-			return status.Errorf(codes.Unavailable, "writing METADATA: %v", err)
-		}
+	// A new table, or one whose creation was cut short (the master
+	// repairing it may write the same rows now): the rows its tablets
+	// lack, each only if absent (planRepair, as repairTables).
+	p := planRepair(t, rows, refTablets(t))
+	p.Finish = false // the creator clears Restoring itself
+	if err := applyRepair(ctx, a.catalog, a.md, p); err != nil {
+		return status.Errorf(codes.Unavailable, "writing METADATA: %v", err)
 	}
 	return nil
 }

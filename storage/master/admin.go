@@ -312,6 +312,11 @@ func (s *AdminService) get(ctx context.Context, n tableName) (meta.Table, error)
 	if errors.Is(err, meta.ErrTableNotFound) {
 		return meta.Table{}, status.Errorf(codes.NotFound, "table %q not found", n.String())
 	}
+	if err == nil && t.Restoring {
+		// Half created (meta.Table.Restoring): it exists once its
+		// RestoreTable (or UndeleteTable) is done.
+		return meta.Table{}, status.Errorf(codes.NotFound, "table %q not found (it is being restored; it exists once its restore operation is done)", n.String())
+	}
 	return t, toStatus(err)
 }
 
@@ -510,8 +515,8 @@ func (s *AdminService) ListTables(ctx context.Context, req *adminpb.ListTablesRe
 	}
 	resp := &adminpb.ListTablesResponse{}
 	for _, t := range tables {
-		if req.GetPageToken() != "" && t.ID.Table <= req.GetPageToken() {
-			continue
+		if t.Restoring || (req.GetPageToken() != "" && t.ID.Table <= req.GetPageToken()) {
+			continue // a table being restored exists once its operation is done
 		}
 		if req.GetPageSize() > 0 && len(resp.Tables) == int(req.GetPageSize()) {
 			resp.NextPageToken = resp.Tables[len(resp.Tables)-1].Name[strings.LastIndex(resp.Tables[len(resp.Tables)-1].Name, "/")+1:]

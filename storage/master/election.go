@@ -112,6 +112,14 @@ type LoopOptions struct {
 	// TakeoverAfter: see ProbeMaster. Default 2s; negative turns the
 	// takeover off.
 	TakeoverAfter time.Duration
+	// Repair, if set, is called at the start of every term (each time this
+	// master becomes the active one), after each round until it returns
+	// nil once: the repairs of work a predecessor's crash cut short that
+	// need METADATA served (a RestoreTable killed between its catalog
+	// entry and its last METADATA row, storage/cluster's repairTables).
+	// Its errors are logged; it runs in the loop's goroutine, so it must
+	// be quick when there is nothing to repair.
+	Repair func(ctx context.Context) error
 	// AutoMerge lets the planner merge adjacent tablets both smaller than
 	// Plan.MergeBelow (see merge.go).
 	AutoMerge bool

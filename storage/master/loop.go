@@ -146,6 +146,7 @@ func (t *term) run(ctx context.Context) error {
 		default:
 		}
 	}
+	repaired := t.c.opts.Repair == nil
 	for {
 		progressed, err := t.round(ctx)
 		if err != nil {
@@ -153,6 +154,18 @@ func (t *term) run(ctx context.Context) error {
 				return cmpErr(ctx, err)
 			}
 			log.Warn("master: round", "err", err)
+		}
+		if !repaired && !t.lost() {
+			rctx, cancel := t.rpcCtx(ctx)
+			if err := t.c.opts.Repair(rctx); err != nil {
+				// METADATA may not be served yet (a cold start): the
+				// next round tries again.
+				log.Warn("master: repairing what a predecessor left unfinished", "err", err)
+			} else {
+				repaired = true
+				progressed = true // rows may have been written: assign them now
+			}
+			cancel()
 		}
 		if progressed {
 			// Requests were sent: the reports may already allow the next

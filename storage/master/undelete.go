@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
@@ -478,15 +479,69 @@ func (s *AdminService) createByReference(ctx context.Context, n tableName, t met
 			report(int32(done * 99 / total))
 		}
 	}
+	t.Restoring = true
 	if err := s.opts.Catalog.Create(ctx, t); err != nil {
 		if errors.Is(err, meta.ErrTableExists) {
 			return meta.Table{}, status.Errorf(codes.AlreadyExists, "table %q already exists", n.String())
 		}
 		return meta.Table{}, err
 	}
+	// The entry is the commit point, but it says Restoring: the table
+	// stays hidden while its tablets are made known (METADATA rows in a
+	// cluster), so a crash now leaves no half table in sight; the master
+	// finishes the creation when it next leads (storage/cluster's
+	// repairTables).
 	if err := s.opts.Host.OpenTable(ctx, t); err != nil {
-		// The table is in the catalog: the next Start opens it.
-		return t, fmt.Errorf("created %s, but opening its tablets failed: %w", n, err)
+		return t, fmt.Errorf("created %s, but opening its tablets failed (the master finishes it): %w", n, err)
+	}
+	t, err := FinishRestoring(ctx, s.opts.Catalog, n.id)
+	if err != nil {
+		return t, fmt.Errorf("created %s, but clearing its restoring state failed (the master finishes it): %w", n, err)
+	}
+	if w, ok := s.opts.Host.(ServingWaiter); ok {
+		if err := w.WaitServing(ctx, t); err != nil {
+			return t, fmt.Errorf("created %s, but its tablets are not served yet: %w", n, err)
+		}
 	}
 	return t, nil
+}
+
+// ServingWaiter is a TableHost that serves a new table's tablets only
+// some time after OpenTable (a cluster's master assigns them):
+// createByReference waits for them once the table's entry is no longer
+// Restoring, so that a restored table is readable when its operation is
+// done.
+type ServingWaiter interface {
+	// WaitServing returns once every tablet of t is served, or with ctx's
+	// error.
+	WaitServing(ctx context.Context, t meta.Table) error
+}
+
+// finishRestoringAttempts bounds the compare-and-sets of FinishRestoring
+// that concurrent writers of the entry may make fail.
+const finishRestoringAttempts = 5
+
+// FinishRestoring clears the Restoring flag of table id's catalog entry —
+// the table becomes visible — and returns the entry. The caller has made
+// every tablet of the table known to the TableHost (in a cluster: written
+// every METADATA row). An entry already cleared is returned as it is;
+// meta.ErrTableNotFound if there is none. Two callers may race (a creator
+// and a master repairing it): both succeed.
+func FinishRestoring(ctx context.Context, catalog meta.Catalog, id meta.TableID) (meta.Table, error) {
+	var err error
+	for range finishRestoringAttempts {
+		var t meta.Table
+		if t, err = catalog.Get(ctx, id); err != nil || !t.Restoring {
+			return t, err
+		}
+		t.Restoring = false
+		t.Generation++
+		if err = catalog.Update(ctx, t); err == nil {
+			return t, nil
+		}
+		if !errors.Is(err, coord.ErrConflict) {
+			return meta.Table{}, err
+		}
+	}
+	return meta.Table{}, err
 }

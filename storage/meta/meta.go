@@ -120,6 +120,13 @@ type Table struct {
 	// (`tabula grant`); enforced by the servers' guard when
 	// authentication is on.
 	ACL acl.Policy `json:"acl,omitzero"`
+	// Restoring marks a table whose creation by reference (RestoreTable,
+	// UndeleteTable) has not finished: its entry exists, but some of its
+	// tablets may not be known to METADATA yet. Such a table is hidden —
+	// the admin API answers NOT_FOUND, its tablets are not assigned — until
+	// the creator, or the master repairing a creation a crash cut short,
+	// has written every tablet's METADATA row and cleared the flag.
+	Restoring bool `json:"restoring,omitempty"`
 }
 
 // Schema returns the part of the table's schema its tablets need.
