@@ -146,7 +146,26 @@ func (t *term) run(ctx context.Context) error {
 		default:
 		}
 	}
+	// The repairs (LoopOptions.Repair) are tried before the first round —
+	// after a failover METADATA is served, and they are done before the
+	// new master plans anything — and after each round until they succeed
+	// (at a cold start METADATA is served only after some rounds).
 	repaired := t.c.opts.Repair == nil
+	repair := func(timeout time.Duration) bool {
+		if repaired || t.lost() {
+			return false
+		}
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		if err := t.c.opts.Repair(rctx); err != nil {
+			log.Warn("master: repairing what a predecessor left unfinished (tried again after the next round)", "err", err)
+			return false
+		}
+		repaired = true
+		return true
+	}
+	// Before the first round only a Tick: METADATA may not be served.
+	repair(t.c.opts.Tick)
 	for {
 		progressed, err := t.round(ctx)
 		if err != nil {
@@ -155,17 +174,8 @@ func (t *term) run(ctx context.Context) error {
 			}
 			log.Warn("master: round", "err", err)
 		}
-		if !repaired && !t.lost() {
-			rctx, cancel := t.rpcCtx(ctx)
-			if err := t.c.opts.Repair(rctx); err != nil {
-				// METADATA may not be served yet (a cold start): the
-				// next round tries again.
-				log.Warn("master: repairing what a predecessor left unfinished", "err", err)
-			} else {
-				repaired = true
-				progressed = true // rows may have been written: assign them now
-			}
-			cancel()
+		if repair(t.c.opts.RPCTimeout) {
+			progressed = true // rows may have been written: assign them now
 		}
 		if progressed {
 			// Requests were sent: the reports may already allow the next

@@ -378,7 +378,13 @@ func (s *AdminService) UndeleteTable(ctx context.Context, req *adminpb.UndeleteT
 	start := s.opts.Now()
 	unlock := s.locks.lock(n.id)
 	defer unlock()
-	if _, err := s.opts.Catalog.Get(ctx, n.id); err == nil {
+	if t, err := s.opts.Catalog.Get(ctx, n.id); err == nil {
+		if t.Restoring {
+			// A creation a crash cut short (its master's successor has
+			// not finished it yet): if it was an undelete of this table,
+			// finishing it is this call's answer.
+			return s.finishCutShortUndelete(ctx, n, t, start)
+		}
 		return nil, status.Errorf(codes.AlreadyExists, "name: table %q exists; only a deleted table can be undeleted", n.String())
 	} else if !errors.Is(err, meta.ErrTableNotFound) {
 		return nil, toStatus(err)
@@ -415,6 +421,34 @@ func (s *AdminService) UndeleteTable(ctx context.Context, req *adminpb.UndeleteT
 		s.opts.Logger.Warn("deleting the record of an undeleted table (it expires by itself)", "table", n.id, "err", err)
 	}
 	s.opts.Logger.Info("table undeleted", "table", n.id, "tablets", len(t.Tablets), "deleted", rec.Deleted)
+	return s.doneOperation(n.String(),
+		&adminpb.UndeleteTableMetadata{Name: n.String(), StartTime: timestamppb.New(start), EndTime: timestamppb.New(s.opts.Now())},
+		tableProto(n.String(), t, adminpb.Table_SCHEMA_VIEW))
+}
+
+// finishCutShortUndelete finishes t, a Restoring entry of table n found
+// by UndeleteTable, and answers as UndeleteTable: done with the table when
+// a live record of n's deletion remains (an undelete cut short after its
+// entry and before it deleted the record — a RestoreTable cannot take the
+// name of a restorable table), which it then deletes; ALREADY_EXISTS
+// otherwise.
+func (s *AdminService) finishCutShortUndelete(ctx context.Context, n tableName, t meta.Table, start time.Time) (*longrunningpb.Operation, error) {
+	ctx = context.WithoutCancel(ctx)
+	t, err := s.completeCreation(ctx, n, t)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	rec, live, err := s.restorable(ctx, n.id)
+	if err != nil {
+		return nil, err
+	}
+	if !live || rec.Table.ID == (meta.TableID{}) {
+		return nil, status.Errorf(codes.AlreadyExists, "name: table %q exists; only a deleted table can be undeleted", n.String())
+	}
+	if err := s.backupStore().Delete(ctx, rec.object); err != nil && !blob.IsNotExist(err) {
+		s.opts.Logger.Warn("deleting the record of an undeleted table (it expires by itself)", "table", n.id, "err", err)
+	}
+	s.opts.Logger.Info("table undeleted (an undelete cut short, finished)", "table", n.id, "tablets", len(t.Tablets), "deleted", rec.Deleted)
 	return s.doneOperation(n.String(),
 		&adminpb.UndeleteTableMetadata{Name: n.String(), StartTime: timestamppb.New(start), EndTime: timestamppb.New(s.opts.Now())},
 		tableProto(n.String(), t, adminpb.Table_SCHEMA_VIEW))
@@ -491,6 +525,16 @@ func (s *AdminService) createByReference(ctx context.Context, n tableName, t met
 	// cluster), so a crash now leaves no half table in sight; the master
 	// finishes the creation when it next leads (storage/cluster's
 	// repairTables).
+	return s.completeCreation(ctx, n, t)
+}
+
+// completeCreation finishes the creation of t, a Restoring entry (one
+// createByReference just wrote, or one a crash left): it opens the
+// table's tablets on the Host (in a cluster: writes the METADATA rows
+// missing, each only if absent), clears the mark (FinishRestoring) and,
+// with a ServingWaiter, waits for the tablets to be served. Every step may
+// be repeated, also concurrently with the creator or the master's repair.
+func (s *AdminService) completeCreation(ctx context.Context, n tableName, t meta.Table) (meta.Table, error) {
 	if err := s.opts.Host.OpenTable(ctx, t); err != nil {
 		return t, fmt.Errorf("created %s, but opening its tablets failed (the master finishes it): %w", n, err)
 	}

@@ -195,3 +195,83 @@ func TestDeleteFinishesAnInterruptedDeletion(t *testing.T) {
 		t.Fatalf("the record after finishing: %q live %v, %v; want %q kept", got.object, live, err, droppedName(id, rec.Deleted))
 	}
 }
+
+// flushingHost is a BackupHost whose tables flush to states without files.
+type flushingHost struct{ *fakeTableHost }
+
+func (h flushingHost) FlushTableStates(_ context.Context, t meta.Table) ([]tabletdesc.State, error) {
+	var out []tabletdesc.State
+	for _, r := range t.Tablets {
+		out = append(out, tabletdesc.State{ID: r.ID, Start: r.Start, End: r.End})
+	}
+	return out, nil
+}
+
+// TestUndeleteCutShortIsHiddenThenFinished: an undelete whose tablets
+// failed to open after its catalog entry was written (a kill there) leaves
+// the entry Restoring — GetTable NOT_FOUND, not in ListTables — and the
+// next UndeleteTable finishes it (the table comes back, the record goes);
+// once finished, UndeleteTable is ALREADY_EXISTS.
+func TestUndeleteCutShortIsHiddenThenFinished(t *testing.T) {
+	ctx := context.Background()
+	store := blob.NewMemory()
+	host := flushingHost{newFakeTableHost()}
+	catalog := NewBlobCatalog(store, "catalog")
+	svc, err := NewAdminService(Options{Catalog: catalog, Host: host, Store: store, States: tablet.NewBlobStateStore(store, "states"),
+		UndeleteRetention: time.Hour, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "projects/p/instances/i/tables/t"
+	if _, err := svc.CreateTable(ctx, &adminpb.CreateTableRequest{Parent: "projects/p/instances/i", TableId: "t",
+		InitialSplits: []*adminpb.CreateTableRequest_Split{{Key: []byte("m")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.DeleteTable(ctx, &adminpb.DeleteTableRequest{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	undelete := func() error {
+		_, err := svc.UndeleteTable(ctx, &adminpb.UndeleteTableRequest{Name: name})
+		return err
+	}
+	visible := func() bool {
+		t.Helper()
+		_, gerr := svc.GetTable(ctx, &adminpb.GetTableRequest{Name: name})
+		list, err := svc.ListTables(ctx, &adminpb.ListTablesRequest{Parent: "projects/p/instances/i"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (gerr == nil) != (len(list.GetTables()) == 1) {
+			t.Fatalf("GetTable %v but ListTables %v", gerr, list.GetTables())
+		}
+		if gerr != nil {
+			wantCode(t, "GetTable of a hidden table", gerr, codes.NotFound)
+		}
+		return gerr == nil
+	}
+	host.fail["OpenTable"] = errors.New("killed")
+	if err := undelete(); err == nil {
+		t.Fatal("undelete with tablets that fail to open succeeded")
+	}
+	id := meta.TableID{Instance: "i", Table: "t"}
+	if e, err := catalog.Get(ctx, id); err != nil || !e.Restoring || len(e.Tablets) != 2 {
+		t.Fatalf("the entry left: %+v (%v), want Restoring with 2 tablets", e, err)
+	}
+	if visible() {
+		t.Fatal("a half-undeleted table is visible")
+	}
+	delete(host.fail, "OpenTable")
+	if err := undelete(); err != nil {
+		t.Fatalf("undelete finishing the one cut short: %v", err)
+	}
+	if !visible() {
+		t.Fatal("the finished table is not visible")
+	}
+	if e, err := catalog.Get(ctx, id); err != nil || e.Restoring {
+		t.Fatalf("the finished entry: Restoring %v (%v)", e.Restoring, err)
+	}
+	if _, live, err := svc.restorable(ctx, id); err != nil || live {
+		t.Fatalf("the record of the deletion stays after the undelete (live %v, %v)", live, err)
+	}
+	wantCode(t, "undelete of an existing table", undelete(), codes.AlreadyExists)
+}
