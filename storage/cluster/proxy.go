@@ -30,7 +30,7 @@ func (proxyCodec) Marshal(v any) (mem.BufferSlice, error) {
 		return mem.BufferSlice{mem.SliceBuffer(f.data)}, nil
 	}
 	if _, ok := v.(proto.Message); !ok {
-		if _, relayed := v.(*tabletserver.EncodedReadRows); !relayed {
+		if !tabletserver.IsRaw(v) {
 			return nil, status.Errorf(codes.Internal, "cluster: cannot encode %T", v)
 		}
 	}
@@ -47,7 +47,7 @@ func (proxyCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		f.data = data.Materialize()
 		return nil
 	}
-	if _, ok := v.(proto.Message); !ok {
+	if _, ok := v.(proto.Message); !ok && !tabletserver.IsRaw(v) {
 		return status.Errorf(codes.Internal, "cluster: cannot decode into %T", v)
 	}
 	return tabletserver.Codec().Unmarshal(data, v)

@@ -265,13 +265,16 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		s.log.Info("tablet server started", "addr", s.addr, "name", s.name)
 		return s, nil
 	}
-	if s.gateway, err = gateway.New(s.data, gateway.Options{
-		Self: s.addr, Locator: gateway.ClientLocator{Cache: s.cache, Source: s.src}, Dial: s.conns.get, Registerer: s.registry, Logger: s.log,
-	}); err != nil {
-		return nil, err
-	}
 	guard, err := newGuard(cfg.Auth, NewCoordCatalog(cfg.Coord), "", relayedToMaster, false, s.log, s.registry)
 	if err != nil {
+		return nil, err
+	}
+	if s.gateway, err = gateway.New(s.data, gateway.Options{
+		Self: s.addr, Locator: gateway.ClientLocator{Cache: s.cache, Source: s.src}, Dial: s.conns.get, Registerer: s.registry, Logger: s.log,
+		// The shared point-read stream carries one identity: only
+		// without authentication.
+		PointReads: guard == nil,
+	}); err != nil {
 		return nil, err
 	}
 	fenceUnary, fenceStream := leaseFence(s.sess)
@@ -287,7 +290,16 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 			grpc.UnknownServiceHandler(forwardUnknown(s.masterConn, cfg.Auth.serverToken() != "")),
 		}, tlsconfig.ServerOptions(cfg.TLS.Server)...)...,
 	)
-	s.register(s.grpc, authview.Wrap(s.gateway, authview.Options{Catalog: NewCoordCatalog(cfg.Coord)}))
+	data := authview.Wrap(s.gateway, authview.Options{Catalog: NewCoordCatalog(cfg.Coord)})
+	s.register(s.grpc, data)
+	if guard == nil {
+		gateway.RegisterPointReads(s.grpc, data.ReadRows, func() error {
+			if s.sess.Valid() {
+				return nil
+			}
+			return status.Error(codes.Unavailable, tabletserver.ErrLeaseLapsed.Error()+": this tablet server no longer serves")
+		})
+	}
 	clusterpb.RegisterLocatorServer(s.grpc, &locatorService{kv: cfg.Coord})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)

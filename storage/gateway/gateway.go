@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +54,12 @@ type Options struct {
 	// connections are cached and owned by the caller: the Gateway never
 	// closes them. Required.
 	Dial func(addr string) (grpc.ClientConnInterface, error)
+	// PointReads forwards point reads (ReadRows of a few row keys) over
+	// one long-lived stream per owner instead of a stream each; the
+	// owners must have registered RegisterPointReads (an owner that has
+	// not gets streams of its own). Only without per-call credentials:
+	// the shared stream carries one identity.
+	PointReads bool
 	// Registerer receives the gateway's metrics; nil: not registered.
 	Registerer prometheus.Registerer
 	// Logger; default the local DataService's.
@@ -165,6 +172,9 @@ type Gateway struct {
 	log       *slog.Logger
 	metrics   gatewayMetrics
 	forwarded atomic.Int64
+
+	prMu sync.Mutex
+	pr   map[string]*pointReadsClient // by owner address
 }
 
 type gatewayMetrics struct {

@@ -287,7 +287,7 @@ func newGWNode(t *testing.T, ctx context.Context, loc Locator, dial func(string)
 	}
 	addr := lis.Addr().String()
 	ds := tabletserver.NewDataService(host, do)
-	gw, err := New(ds, Options{Self: addr, Locator: loc, Dial: dial, Registerer: reg, Logger: quietLogger()})
+	gw, err := New(ds, Options{Self: addr, Locator: loc, Dial: dial, Registerer: reg, Logger: quietLogger(), PointReads: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,6 +295,9 @@ func newGWNode(t *testing.T, ctx context.Context, loc Locator, dial func(string)
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), tabletserver.ServerCodec(),
 		grpc.UnaryInterceptor(host.UnaryInterceptor()), grpc.StreamInterceptor(host.StreamInterceptor()))
 	bigtablepb.RegisterBigtableServer(srv, fault)
+	if !withoutPointReads {
+		RegisterPointReads(srv, fault.ReadRows, nil)
+	}
 	go srv.Serve(lis)
 	t.Cleanup(func() {
 		srv.Stop()

@@ -119,6 +119,12 @@ func (g *Gateway) readTablet(ctx context.Context, loc meta.Location, sub *bigtab
 		}
 		return err
 	}
+	if g.opts.PointReads && pointReadable(sub) {
+		err := g.readPointRows(ctx, loc, sub, r)
+		if !errors.Is(err, errPointReadsDown) {
+			return err
+		}
+	}
 	if sub.GetRequestStatsView() != bigtablepb.ReadRowsRequest_REQUEST_STATS_FULL {
 		return g.relayTablet(ctx, loc, sub, r)
 	}

@@ -46,11 +46,16 @@ func fallbackCodec() encoding.CodecV2 { return encoding.GetCodecV2("proto") }
 func (readRowsCodec) Name() string { return "proto" }
 
 func (readRowsCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if e, ok := v.(*EncodedReadRows); ok {
+	switch m := v.(type) {
+	case *EncodedReadRows:
 		// The data is freed when this returns: keep a reference (one
 		// buffer, not a copy, when the message came in one).
-		e.Release()
-		e.buf = data.MaterializeToBuffer(mem.DefaultBufferPool())
+		m.Release()
+		m.buf = data.MaterializeToBuffer(mem.DefaultBufferPool())
+		return nil
+	case *RawFrame:
+		m.Release()
+		m.bufs = mem.BufferSlice{data.MaterializeToBuffer(mem.DefaultBufferPool())}
 		return nil
 	}
 	return fallbackCodec().Unmarshal(data, v)
@@ -62,6 +67,13 @@ func (readRowsCodec) Marshal(v any) (mem.BufferSlice, error) {
 		if fastEncodable(m) {
 			return encodeReadRows(m)
 		}
+	case *RawFrame:
+		if m.bufs == nil {
+			return nil, fmt.Errorf("tabletserver: RawFrame sent twice or never set")
+		}
+		b := m.bufs
+		m.bufs = nil
+		return b, nil
 	case *EncodedReadRows:
 		if m.buf == nil {
 			return nil, fmt.Errorf("tabletserver: EncodedReadRows sent twice or never received")
@@ -99,6 +111,58 @@ func (e *EncodedReadRows) Release() {
 		e.buf.Free()
 		e.buf = nil
 	}
+}
+
+// RawFrame is a message of an internal stream whose two ends encode it
+// themselves (the gateway's point-read stream): the codecs of this package
+// receive it as one buffer and send its buffers as they are. Sending gives
+// them away; a frame that is not sent must be Released.
+type RawFrame struct{ bufs mem.BufferSlice }
+
+// SetFrame makes f the concatenation of parts, taking their references.
+func (f *RawFrame) SetFrame(parts mem.BufferSlice) {
+	f.Release()
+	f.bufs = parts
+}
+
+// Bytes returns a received frame's bytes, valid until it is released.
+func (f *RawFrame) Bytes() []byte {
+	if len(f.bufs) == 0 {
+		return nil
+	}
+	return f.bufs[0].ReadOnlyData()
+}
+
+// Release frees the frame's buffers, if any.
+func (f *RawFrame) Release() {
+	if f.bufs != nil {
+		f.bufs.Free()
+		f.bufs = nil
+	}
+}
+
+// IsRaw reports whether v is a message the codecs of this package pass
+// through as bytes (EncodedReadRows, RawFrame), for a codec of its own
+// around them.
+func IsRaw(v any) bool {
+	switch v.(type) {
+	case *EncodedReadRows, *RawFrame:
+		return true
+	}
+	return false
+}
+
+// NewEncodedReadRows returns an EncodedReadRows holding a copy of b, the
+// wire form of a ReadRowsResponse.
+func NewEncodedReadRows(b []byte) *EncodedReadRows {
+	return &EncodedReadRows{buf: mem.Copy(b, mem.DefaultBufferPool())}
+}
+
+// MarshalReadRows encodes resp as the server codec sends it (values of
+// valueAliasBytes or more not copied: resp's values must stay unmodified
+// until the buffers are freed).
+func MarshalReadRows(resp *bigtablepb.ReadRowsResponse) (mem.BufferSlice, error) {
+	return readRowsCodec{}.Marshal(resp)
 }
 
 // RelayCodec is the client codec (grpc.ForceCodecV2) of a stream whose
