@@ -46,6 +46,7 @@ package commitlog
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
@@ -164,6 +165,10 @@ type Stats struct {
 	Flushes        int64
 	FlushedRecords int64
 	FlushedBytes   int64
+	// FlushTime is the time the completed flushes took, each from the
+	// start of its write (or PUT) to its end: FlushTime/Flushes is the
+	// mean time a group commit waits for the disk or the store.
+	FlushTime time.Duration
 }
 
 // ReplayResult summarises a replay.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
@@ -62,6 +63,9 @@ type batch struct {
 	watermark int64
 	putDone   chan struct{}
 	putErr    error
+	// took is how long the flush itself took (set before done or
+	// putDone is closed).
+	took time.Duration
 }
 
 // backend makes batches durable: a local directory or an object store.
@@ -326,7 +330,9 @@ func (l *Log) flusher() {
 			if l.beforeFlush != nil {
 				l.beforeFlush()
 			}
+			start := time.Now()
 			err = l.backend.flush(b)
+			b.took = time.Since(start)
 		}
 
 		l.mu.Lock()
@@ -335,9 +341,7 @@ func (l *Log) flusher() {
 			close(l.failedCh)
 		}
 		if err == nil {
-			l.stats.Flushes++
-			l.stats.FlushedRecords += int64(b.records)
-			l.stats.FlushedBytes += int64(len(b.buf))
+			l.countFlushLocked(b)
 		}
 		if cap(b.buf) <= 2*l.opts.MaxBatchBytes && len(l.free) < 4 {
 			l.free = append(l.free, b.buf[:0])
@@ -419,7 +423,9 @@ func (l *Log) flushPipelined(k int) {
 			l.beforeFlush()
 		}
 		go func() {
+			start := time.Now()
 			b.putErr = l.backend.flush(b)
+			b.took = time.Since(start)
 			close(b.putDone)
 		}()
 	}
@@ -461,9 +467,7 @@ func (l *Log) acknowledge(order <-chan *batch, slots <-chan struct{}, done chan<
 			close(l.failedCh)
 		}
 		if err == nil {
-			l.stats.Flushes++
-			l.stats.FlushedRecords += int64(b.records)
-			l.stats.FlushedBytes += int64(len(b.buf))
+			l.countFlushLocked(b)
 		}
 		l.inFlight[0] = nil
 		l.inFlight = l.inFlight[1:]
@@ -477,6 +481,14 @@ func (l *Log) acknowledge(order <-chan *batch, slots <-chan struct{}, done chan<
 		close(b.done)
 		<-slots
 	}
+}
+
+// countFlushLocked adds the completed flush of b to the stats; l.mu held.
+func (l *Log) countFlushLocked(b *batch) {
+	l.stats.Flushes++
+	l.stats.FlushedRecords += int64(b.records)
+	l.stats.FlushedBytes += int64(len(b.buf))
+	l.stats.FlushTime += b.took
 }
 
 // segmentName is the file name (local) or object path element of a segment.

@@ -384,3 +384,23 @@ func TestPipelinedSmallBatchesWait(t *testing.T) {
 		})
 	}
 }
+
+// TestStatsFlushTime: Stats.FlushTime adds up the flushes themselves —
+// here PUTs held 2 ms each — with one flush at a time and several in
+// flight, and no more than the time the writes took.
+func TestStatsFlushTime(t *testing.T) {
+	for _, k := range []int{1, 3} {
+		t.Run(fmt.Sprint("in-flight=", k), func(t *testing.T) {
+			const hold = 2 * time.Millisecond
+			store := &gatedStore{Store: blob.NewMemory(), gate: func(int) { time.Sleep(hold) }}
+			l := openLog(t, Options{Store: store, Prefix: "logs", FlushConcurrency: k})
+			start := time.Now()
+			writeAll(t, l, records(31, 4)) // one at a time: 4 flushes
+			elapsed := time.Since(start)
+			st := l.Stats()
+			if st.Flushes != 4 || st.FlushTime < 4*hold || st.FlushTime > elapsed {
+				t.Fatalf("stats %+v after %v: want 4 flushes of at least %v each, in all at most the elapsed time", st, elapsed, hold)
+			}
+		})
+	}
+}

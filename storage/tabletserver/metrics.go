@@ -50,7 +50,7 @@ func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
 		}),
 		lease: newLeaseMetrics(h),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, &tabletCollector{h: h}}
+	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, &tabletCollector{h: h}, &commitLogCollector{h: h}}
 	m.collectors = append(m.collectors, m.lease.collectors()...)
 	if reg == nil {
 		return m, nil
