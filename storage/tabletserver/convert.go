@@ -125,13 +125,16 @@ func convertMutations(field string, t meta.Table, in []*bigtablepb.Mutation) ([]
 	out := make([]cell.Mutation, 0, len(in))
 	millis := t.Granularity == meta.GranularityMillis
 	for i, m := range in {
-		f := fmt.Sprintf("%s[%d]", field, i)
+		// The field's name, built only for an error (or an
+		// aggregate): formatting it for every mutation was about 2% of
+		// a single-row write's server CPU.
+		f := func() string { return fmt.Sprintf("%s[%d]", field, i) }
 		switch m := m.GetMutation().(type) {
 		case *bigtablepb.Mutation_SetCell_:
 			sc := m.SetCell
 			ts := sc.GetTimestampMicros()
 			if millis && ts != cell.ServerTimestamp && ts%1000 != 0 {
-				return nil, &cell.InvalidArgumentError{Field: f + ".set_cell.timestamp_micros",
+				return nil, &cell.InvalidArgumentError{Field: f() + ".set_cell.timestamp_micros",
 					Reason: fmt.Sprintf("timestamp %d is not a multiple of 1000: the table's granularity is MILLIS", ts)}
 			}
 			out = append(out, cell.Set(sc.GetFamilyName(), nonNil(sc.GetColumnQualifier()), ts, nonNil(sc.GetValue())))
@@ -144,22 +147,22 @@ func convertMutations(field string, t meta.Table, in []*bigtablepb.Mutation) ([]
 			if end != 0 && start >= end {
 				// Cloud Bigtable (and its emulator) refuse an empty
 				// or inverted range rather than delete nothing.
-				return nil, &cell.InvalidArgumentError{Field: f + ".delete_from_column.time_range",
+				return nil, &cell.InvalidArgumentError{Field: f() + ".delete_from_column.time_range",
 					Reason: fmt.Sprintf("inverted or empty range [%d, %d)", start, end)}
 			}
 			if millis && (start%1000 != 0 || end%1000 != 0) {
-				return nil, &cell.InvalidArgumentError{Field: f + ".delete_from_column.time_range",
+				return nil, &cell.InvalidArgumentError{Field: f() + ".delete_from_column.time_range",
 					Reason: fmt.Sprintf("[%d, %d) is not in whole milliseconds: the table's granularity is MILLIS", start, end)}
 			}
 			out = append(out, cell.DeleteColumn(dc.GetFamilyName(), nonNil(dc.GetColumnQualifier()), start, end))
 		case *bigtablepb.Mutation_AddToCell_:
-			mu, err := convertAggregate(f+".add_to_cell", millis, cell.AddToCell, m.AddToCell.GetFamilyName(), m.AddToCell.GetColumnQualifier(), m.AddToCell.GetTimestamp(), m.AddToCell.GetInput())
+			mu, err := convertAggregate(f()+".add_to_cell", millis, cell.AddToCell, m.AddToCell.GetFamilyName(), m.AddToCell.GetColumnQualifier(), m.AddToCell.GetTimestamp(), m.AddToCell.GetInput())
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, mu)
 		case *bigtablepb.Mutation_MergeToCell_:
-			mu, err := convertAggregate(f+".merge_to_cell", millis, cell.MergeToCell, m.MergeToCell.GetFamilyName(), m.MergeToCell.GetColumnQualifier(), m.MergeToCell.GetTimestamp(), m.MergeToCell.GetInput())
+			mu, err := convertAggregate(f()+".merge_to_cell", millis, cell.MergeToCell, m.MergeToCell.GetFamilyName(), m.MergeToCell.GetColumnQualifier(), m.MergeToCell.GetTimestamp(), m.MergeToCell.GetInput())
 			if err != nil {
 				return nil, err
 			}
@@ -169,9 +172,9 @@ func convertMutations(field string, t meta.Table, in []*bigtablepb.Mutation) ([]
 		case *bigtablepb.Mutation_DeleteFromRow_:
 			out = append(out, cell.DeleteRow())
 		case nil:
-			return nil, &cell.InvalidArgumentError{Field: f, Reason: "no mutation set"}
+			return nil, &cell.InvalidArgumentError{Field: f(), Reason: "no mutation set"}
 		default:
-			return nil, &cell.InvalidArgumentError{Field: f, Reason: fmt.Sprintf("mutation %T is not supported", m)}
+			return nil, &cell.InvalidArgumentError{Field: f(), Reason: fmt.Sprintf("mutation %T is not supported", m)}
 		}
 	}
 	return out, nil
