@@ -130,8 +130,16 @@ func (s *ScriptService) ListTablets(ctx context.Context, req *scriptpb.ListTable
 		return nil, err
 	}
 	resp := &scriptpb.ListTabletsResponse{}
-	for _, ti := range s.host.TableTablets(t.ID) {
-		resp.Tablets = append(resp.Tablets, &scriptpb.Tablet{Id: ti.ID, StartKey: ti.Start, EndKey: ti.End})
+	st, err := s.host.table(t.ID)
+	if err != nil {
+		return resp, nil // closed meanwhile: no tablets, as TableTablets says
+	}
+	// Only IDs and ranges: not TableTablets, whose sizes sample every
+	// tablet's files (the answer has no sizes, and clients list a
+	// table's tablets before each read they plan).
+	for _, tb := range st.list() {
+		r := tb.Range()
+		resp.Tablets = append(resp.Tablets, &scriptpb.Tablet{Id: tb.ID(), StartKey: r.Start, EndKey: r.End})
 	}
 	return resp, nil
 }
