@@ -15,6 +15,11 @@ const DefaultCacheTTL = time.Second
 // (the catalog); ErrTableNotFound (wrapped) for a table that does not exist.
 type LookupFunc func(ctx context.Context, table string) (TableInfo, error)
 
+// Lookup calls f: a LookupFunc is Tables without a cache.
+func (f LookupFunc) Lookup(ctx context.Context, table string) (TableInfo, error) {
+	return f(ctx, table)
+}
+
 // NewCache returns Tables over fetch that keeps each answer (a missing
 // table too) for ttl (DefaultCacheTTL if zero), so that checks cost a map
 // lookup, not a catalog read. Errors other than ErrTableNotFound are not

@@ -75,6 +75,11 @@ type Config struct {
 	Superusers []string
 	// Tables gives the tables' grants and families. Required.
 	Tables Tables
+	// Deleted, when set, gives the grants of deleted tables that are
+	// still restorable (as recorded when each was deleted): UndeleteTable
+	// of a table not in Tables is decided by the deleted table's own
+	// grants, so its admins (not only superusers) may bring it back.
+	Deleted Tables
 	// Relayed names method prefixes this server does not serve but relays
 	// to another server that runs its own guard (a cluster tablet server
 	// relays the admin API to the master): they are authenticated here and
@@ -350,6 +355,9 @@ func (g *Guard) check(ctx context.Context, c *call, r rule, req any) error {
 		return g.checkLocationRead(ctx, c, table, rows, req)
 	}
 	info, err := g.cfg.Tables.Lookup(ctx, table)
+	if errors.Is(err, ErrTableNotFound) && r.deleted && g.cfg.Deleted != nil {
+		info, err = g.cfg.Deleted.Lookup(ctx, table)
+	}
 	if errors.Is(err, ErrTableNotFound) {
 		// Nobody but a superuser has a grant on a table that does not
 		// exist; saying NOT_FOUND would tell strangers which tables do.

@@ -39,6 +39,9 @@ type rule struct {
 	filterResponse func(ctx context.Context, g *Guard, c *call, resp any) any
 	// change marks grant and schema changes (audited when they succeed).
 	change bool
+	// deleted: a table not found is looked up among the deleted ones
+	// (Config.Deleted) — UndeleteTable's.
+	deleted bool
 }
 
 // table returns the table a request names.
@@ -89,7 +92,7 @@ var rules = map[string]rule{
 	adminPrefix + "GetTable":                 {check: needSome(acl.Read)},
 	adminPrefix + "UpdateTable":              {check: needTable(acl.Admin), change: true},
 	adminPrefix + "DeleteTable":              {check: needTable(acl.Admin), change: true},
-	adminPrefix + "UndeleteTable":            {check: needTable(acl.Admin), change: true},
+	adminPrefix + "UndeleteTable":            {check: needTable(acl.Admin), change: true, deleted: true},
 	adminPrefix + "CreateAuthorizedView":     {check: needTable(acl.Admin), change: true},
 	adminPrefix + "ListAuthorizedViews":      {check: needSome(acl.Read)},
 	adminPrefix + "GetAuthorizedView":        {check: needSome(acl.Read)},

@@ -197,3 +197,48 @@ func TestLocationRows(t *testing.T) {
 		}
 	}
 }
+
+// TestUndeleteByDeletedTablesGrants: UndeleteTable of a table that does
+// not exist is decided by the deleted table's own grants (Config.Deleted):
+// its admins may, its readers and strangers may not; without a deleted
+// table (or without Config.Deleted) nobody but a superuser may. Other
+// RPCs on a table that does not exist never consult the deleted grants.
+func TestUndeleteByDeletedTablesGrants(t *testing.T) {
+	a, ctx := aliceCalls(t) // alice, in group readers
+	const gone = "projects/p/instances/i/tables/gone"
+	const never = "projects/p/instances/i/tables/never"
+	deleted := LookupFunc(func(_ context.Context, name string) (TableInfo, error) {
+		if name == gone {
+			return TableInfo{Policy: acl.Policy{Grants: []acl.Grant{{Member: "user:alice", Perms: acl.Admin}}}, Families: []string{"f"}}, nil
+		}
+		return TableInfo{}, ErrTableNotFound
+	})
+	readerOnly := LookupFunc(func(_ context.Context, name string) (TableInfo, error) {
+		return TableInfo{Policy: acl.Policy{Grants: []acl.Grant{{Member: "group:readers", Perms: acl.Read}}}}, nil
+	})
+	for _, c := range []struct {
+		name    string
+		deleted Tables
+		method  string
+		req     any
+		want    codes.Code
+	}{
+		{"undelete, admin of the deleted table", deleted, "UndeleteTable", &adminpb.UndeleteTableRequest{Name: gone}, codes.OK},
+		{"undelete, no deleted table", deleted, "UndeleteTable", &adminpb.UndeleteTableRequest{Name: never}, codes.PermissionDenied},
+		{"undelete, reader of the deleted table", readerOnly, "UndeleteTable", &adminpb.UndeleteTableRequest{Name: gone}, codes.PermissionDenied},
+		{"undelete without deleted grants", nil, "UndeleteTable", &adminpb.UndeleteTableRequest{Name: gone}, codes.PermissionDenied},
+		{"another RPC on the deleted table", deleted, "DeleteTable", &adminpb.DeleteTableRequest{Name: gone}, codes.PermissionDenied},
+	} {
+		g, err := New(Config{Authenticator: a, Superusers: []string{"user:root"}, Tables: NoTables{}, Deleted: c.deleted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, call, err := g.begin(ctx, adminPrefix+c.method)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.check(cctx, call, g.rule(adminPrefix+c.method), c.req); status.Code(err) != c.want {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+}

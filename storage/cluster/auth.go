@@ -14,6 +14,7 @@ import (
 
 	"github.com/tabuladb/tabula/security/auth"
 	"github.com/tabuladb/tabula/security/guard"
+	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/meta"
 )
 
@@ -80,6 +81,29 @@ func catalogTables(cat meta.Catalog, instance string) guard.LookupFunc {
 	}
 }
 
+// deletedTables is the guard's view of the deleted tables still
+// restorable (guard.Config.Deleted): each one's grants as recorded at its
+// deletion, read from the master's records. instance as catalogTables.
+func deletedTables(admin *master.AdminService, instance string) guard.LookupFunc {
+	return func(ctx context.Context, name string) (guard.TableInfo, error) {
+		id, err := meta.ParseTableName(name)
+		if err != nil {
+			return guard.TableInfo{}, fmt.Errorf("%w: %v", guard.ErrTableNotFound, err)
+		}
+		if instance != "" {
+			id.Instance = instance
+		}
+		t, err := admin.DeletedTable(ctx, id)
+		if errors.Is(err, meta.ErrTableNotFound) {
+			return guard.TableInfo{}, fmt.Errorf("%w: %s", guard.ErrTableNotFound, id)
+		}
+		if err != nil {
+			return guard.TableInfo{}, err
+		}
+		return guard.TableInfo{Policy: t.ACL, Families: slices.Sorted(maps.Keys(t.Families))}, nil
+	}
+}
+
 // metadataRows tells the guard whose rows a METADATA key is
 // (guard.LocationRows): a user table's (its name in any project: the
 // catalog ignores projects), or METADATA's own ("").
@@ -115,14 +139,23 @@ func guardOptions(g *guard.Guard) []grpc.ServerOption {
 //
 // terminal is guard.Config.Terminal: true for the master, whose calls to
 // tablet servers while it serves an admin call are the control plane's.
-func newGuard(cfg *AuthConfig, cat meta.Catalog, instance string, relayed []string, terminal bool, log *slog.Logger, reg prometheus.Registerer) (*guard.Guard, error) {
+// admin, the admin API the guard protects (nil where it is relayed), gives
+// the grants of deleted tables (guard.Config.Deleted).
+func newGuard(cfg *AuthConfig, cat meta.Catalog, instance string, relayed []string, terminal bool, admin *master.AdminService, log *slog.Logger, reg prometheus.Registerer) (*guard.Guard, error) {
 	if cfg == nil {
 		return nil, nil
+	}
+	var deleted guard.Tables
+	if admin != nil {
+		// Uncached: read only by UndeleteTable of a table not in the
+		// catalog.
+		deleted = deletedTables(admin, instance)
 	}
 	return guard.New(guard.Config{
 		Authenticator: cfg.Authenticator,
 		Superusers:    cfg.Superusers,
 		Tables:        guard.NewCache(catalogTables(cat, instance), cfg.CacheTTL),
+		Deleted:       deleted,
 		Relayed:       relayed,
 		Terminal:      terminal,
 		// Clients (MapReduce's splits, Beam's reads, storage/client's

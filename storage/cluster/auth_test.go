@@ -145,16 +145,24 @@ func (e *authEnv) connect(t *testing.T) {
 	}
 }
 
-func startAuthDev(t *testing.T) *authEnv {
+func startAuthDev(t *testing.T) *authEnv { return startAuthDevWith(t, nil) }
+
+// startAuthDevWith is startAuthDev with the DevConfig changed by tweak
+// (nil: none).
+func startAuthDevWith(t *testing.T, tweak func(*DevConfig)) *authEnv {
 	t.Helper()
 	dir := t.TempDir()
 	env, a := newAuthEnv(t, dir)
-	d, err := StartDev(context.Background(), DevConfig{
+	cfg := DevConfig{
 		Dir: filepath.Join(dir, "data"), Addr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewJSONHandler(env.logs, nil)),
 		// A short cache, so that grant changes show at once in the test.
 		Auth: &AuthConfig{Authenticator: a, Superusers: []string{"user:root"}, CacheTTL: time.Millisecond},
-	})
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	d, err := StartDev(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -827,4 +835,59 @@ func forgeSignature(token string) string {
 		c = 'B'
 	}
 	return token[:i] + string(c) + token[i+1:]
+}
+
+// TestAuthUndeleteByTableAdmin: UndeleteTable is decided by the deleted
+// table's own grants: a principal with admin on it (through a group)
+// brings it back whole with its grants, its reader and a stranger are
+// PERMISSION_DENIED and change nothing, and nobody but a superuser may
+// undelete a name never deleted (no grant to find).
+func TestAuthUndeleteByTableAdmin(t *testing.T) {
+	env := startAuthDevWith(t, func(c *DevConfig) { c.UndeleteRetention = time.Hour })
+	ctx := context.Background()
+	env.createTable(t, "t")
+	if _, err := env.admin("admin").DeleteTable(ctx, &adminpb.DeleteTableRequest{Name: tablePath("t")}); err != nil {
+		t.Fatalf("the table's admin deletes it: %v", err)
+	}
+	undelete := func(who, table string) error {
+		_, err := env.admin(who).UndeleteTable(ctx, &adminpb.UndeleteTableRequest{Name: tablePath(table)})
+		return err
+	}
+	for _, who := range []string{"reader", "nobody", "writer"} {
+		if err := undelete(who, "t"); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("%s undeletes: %v, want PERMISSION_DENIED", who, err)
+		}
+	}
+	if _, err := env.admin("root").GetTable(ctx, &adminpb.GetTableRequest{Name: tablePath("t")}); status.Code(err) != codes.NotFound {
+		t.Fatalf("a refused undelete brought the table back: %v", err)
+	}
+	if err := undelete("admin", "never"); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("undelete of a name never deleted by a non-superuser: %v, want PERMISSION_DENIED", err)
+	}
+	if err := undelete("admin", "t"); err != nil {
+		t.Fatalf("the table's admin undeletes it: %v", err)
+	}
+	// Back whole, with its grants: its reader reads it.
+	time.Sleep(5 * time.Millisecond) // the test's cache TTL is 1 ms
+	s, err := env.data("reader").ReadRows(ctx, &bigtablepb.ReadRowsRequest{TableName: tablePath("t")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells := 0
+	for {
+		resp, err := s.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the reader reads the undeleted table: %v", err)
+		}
+		cells += len(resp.GetChunks())
+	}
+	if cells != 3 {
+		t.Fatalf("the undeleted table has %d cells, want 3", cells)
+	}
+	if err := undelete("admin", "t"); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("undelete of an existing table: %v, want ALREADY_EXISTS", err)
+	}
 }

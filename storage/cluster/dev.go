@@ -324,7 +324,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		stream = append(stream, agnosticStream(DevAgnosticInstance))
 	}
 	// After the instance mapping: the guard checks the names the services see.
-	guard, err := newGuard(cfg.Auth, catalog, in.instance, nil, false, d.log, reg)
+	guard, err := newGuard(cfg.Auth, catalog, in.instance, nil, false, d.master.admin, d.log, reg)
 	if err != nil {
 		return nil, err
 	}

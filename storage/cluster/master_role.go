@@ -152,7 +152,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 		// the loops (run) once it does.
 		return m, nil
 	}
-	guard, err := newGuard(cfg.Auth, m.catalog(), "", nil, true, m.log, m.registry)
+	guard, err := newGuard(cfg.Auth, m.catalog(), "", nil, true, m.admin, m.log, m.registry)
 	if err != nil {
 		return nil, err
 	}

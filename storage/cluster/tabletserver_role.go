@@ -265,7 +265,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		s.log.Info("tablet server started", "addr", s.addr, "name", s.name)
 		return s, nil
 	}
-	guard, err := newGuard(cfg.Auth, NewCoordCatalog(cfg.Coord), "", relayedToMaster, false, s.log, s.registry)
+	guard, err := newGuard(cfg.Auth, NewCoordCatalog(cfg.Coord), "", relayedToMaster, false, nil, s.log, s.registry)
 	if err != nil {
 		return nil, err
 	}

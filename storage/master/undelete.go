@@ -182,6 +182,22 @@ func (s *AdminService) restorable(ctx context.Context, id meta.TableID) (Dropped
 	return newest, false, nil
 }
 
+// DeletedTable returns the entry table id had when it was deleted (its
+// schema and grants), from the newest record of its deletion that is
+// still within its retention: the access guard decides UndeleteTable by
+// the deleted table's own grants. meta.ErrTableNotFound (wrapped) when no
+// such record exists.
+func (s *AdminService) DeletedTable(ctx context.Context, id meta.TableID) (meta.Table, error) {
+	rec, live, err := s.restorable(ctx, id)
+	if err != nil {
+		return meta.Table{}, err
+	}
+	if !live || rec.Table.ID == (meta.TableID{}) {
+		return meta.Table{}, fmt.Errorf("%w: no restorable deletion of %s", meta.ErrTableNotFound, id)
+	}
+	return rec.Table, nil
+}
+
 // deleteDropped deletes every record of a table's deletions.
 func (s *AdminService) deleteDropped(ctx context.Context, id meta.TableID) error {
 	objs, err := s.backupStore().List(ctx, droppedDir(id))
