@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +109,10 @@ func TestDevHidesAndFinishesHalfRestoredTable(t *testing.T) {
 		if _, err := data.Open("half").ReadRow(ctx, key); status.Code(err) != codes.NotFound {
 			t.Fatalf("reading %s of a half-restored table: %v, want NOT_FOUND", key, err)
 		}
+	}
+	// The name is taken: restoring into it again is ALREADY_EXISTS, saying why.
+	if err := admin.RestoreTable(ctx, "half", "c", "bk"); status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), "being restored") {
+		t.Fatalf("RestoreTable into a half-restored table's name: %v, want ALREADY_EXISTS saying it is being restored", err)
 	}
 	for _, table := range d.host.Tables() {
 		if table == half.ID && len(d.host.TableTablets(table)) > 0 {

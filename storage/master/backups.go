@@ -497,8 +497,8 @@ func (s *AdminService) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.opts.Catalog.Get(ctx, tn.id); err == nil {
-		return nil, status.Errorf(codes.AlreadyExists, "table %q already exists", tn.String())
+	if t, err := s.opts.Catalog.Get(ctx, tn.id); err == nil {
+		return nil, alreadyExists(tn, t)
 	}
 	if err := s.checkNameFree(ctx, "table_id", tn); err != nil {
 		return nil, err
@@ -538,13 +538,23 @@ func (s *AdminService) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 	return proto.Clone(progress(0, false)).(*longrunningpb.Operation), nil
 }
 
+// alreadyExists is RestoreTable's answer for name n whose entry t exists:
+// ALREADY_EXISTS, saying so when t is still being restored (hidden until
+// its creator or the next active master finishes it).
+func alreadyExists(n tableName, t meta.Table) error {
+	if t.Restoring {
+		return status.Errorf(codes.AlreadyExists, "table %q already exists: it is being restored (hidden until its restore is done)", n.String())
+	}
+	return status.Errorf(codes.AlreadyExists, "table %q already exists", n.String())
+}
+
 // restore does RestoreTable's work (see there): the new table's tablets
 // reference the backup's SSTables (createByReference).
 func (s *AdminService) restore(ctx context.Context, tn tableName, m BackupManifest, report func(pct int32)) (meta.Table, error) {
 	unlock := s.locks.lock(tn.id)
 	defer unlock()
-	if _, err := s.opts.Catalog.Get(ctx, tn.id); err == nil {
-		return meta.Table{}, status.Errorf(codes.AlreadyExists, "table %q already exists", tn.String())
+	if t, err := s.opts.Catalog.Get(ctx, tn.id); err == nil {
+		return meta.Table{}, alreadyExists(tn, t)
 	}
 	if err := s.checkNameFree(ctx, "table_id", tn); err != nil {
 		return meta.Table{}, err
