@@ -180,6 +180,20 @@ func (f *Filter) Apply(row cell.Row) []LabeledCell {
 	return res
 }
 
+// ApplyAppend is Apply with the output appended to dst and returned (dst
+// unchanged when no cell passes). A caller that is done with the output
+// before its next call reuses one buffer (ApplyAppend(buf[:0], row)), and
+// then a filter that passes every cell allocates nothing.
+func (f *Filter) ApplyAppend(dst []LabeledCell, row cell.Row) []LabeledCell {
+	if f.pass {
+		for _, c := range row.Cells {
+			dst = append(dst, LabeledCell{Cell: c})
+		}
+		return dst
+	}
+	return append(dst, f.Apply(row)...)
+}
+
 // Match reports whether the filter outputs any cell for row: the predicate of
 // CheckAndMutateRow and of a condition filter.
 func (f *Filter) Match(row cell.Row) bool {

@@ -49,6 +49,12 @@ func runApply(t *testing.T, row cell.Row, cases []applyCase) {
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("Apply:\n got %q\nwant %q", got, tt.want)
 			}
+			// ApplyAppend appends the same output after what dst holds.
+			sentinel := LabeledCell{Cell: c("s", "s", 1, "sentinel")}
+			appended := f.ApplyAppend([]LabeledCell{sentinel}, row)
+			if got := format(appended[1:]); len(appended) == 0 || format(appended[:1])[0] != format([]LabeledCell{sentinel})[0] || !slices.Equal(got, tt.want) {
+				t.Errorf("ApplyAppend after a cell:\n got %q\nwant the cell, then %q", format(appended), tt.want)
+			}
 			if f.Match(row) != (len(tt.want) > 0) {
 				t.Errorf("Match = %v, want %v", f.Match(row), len(tt.want) > 0)
 			}

@@ -64,11 +64,15 @@ func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablep
 	w := &chunkWriter{send: stream.Send, chunkBytes: s.opts.ChunkBytes, respBytes: s.opts.ResponseBytes}
 	limit := req.GetRowsLimit()
 	var stats bigtablepb.ReadIterationStats
+	// The filtered cells of the row at hand: one buffer for the request
+	// (the chunks keep the cells' bytes, not the slice).
+	var filtered []filter.LabeledCell
 	for _, r := range ranges {
 		emit := func(row cell.Row) error {
 			stats.RowsSeenCount++
 			stats.CellsSeenCount += int64(len(row.Cells))
-			cells := f.Apply(row)
+			filtered = f.ApplyAppend(filtered[:0], row)
+			cells := filtered
 			if len(cells) == 0 {
 				return w.skip(row.Key)
 			}
