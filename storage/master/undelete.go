@@ -540,9 +540,31 @@ func (s *AdminService) createByReference(ctx context.Context, n tableName, t met
 	// stays hidden while its tablets are made known (METADATA rows in a
 	// cluster), so a crash now leaves no half table in sight; the master
 	// finishes the creation when it next leads (storage/cluster's
-	// repairTables).
-	return s.completeCreation(ctx, n, t)
+	// repairTables). A failure here (METADATA unavailable a moment) is
+	// retried a few times first: the entry stays hidden until it is done.
+	wait := completionRetryFirst
+	for attempt := 1; ; attempt++ {
+		done, err := s.completeCreation(ctx, n, t)
+		if err == nil || attempt == completionAttempts || ctx.Err() != nil {
+			return done, err
+		}
+		s.opts.Logger.Warn("finishing a table created by reference (retried)", "table", n.id, "attempt", attempt, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return done, err
+		}
+		wait *= 2
+	}
 }
+
+// completionAttempts bounds createByReference's attempts to finish a
+// creation whose entry is written; the waits between them start at
+// completionRetryFirst and double (about 3 s in all).
+const (
+	completionAttempts   = 5
+	completionRetryFirst = 200 * time.Millisecond
+)
 
 // completeCreation finishes the creation of t, a Restoring entry (one
 // createByReference just wrote, or one a crash left): it opens the

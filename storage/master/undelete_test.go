@@ -275,3 +275,49 @@ func TestUndeleteCutShortIsHiddenThenFinished(t *testing.T) {
 	}
 	wantCode(t, "undelete of an existing table", undelete(), codes.AlreadyExists)
 }
+
+// flakyOpenHost fails OpenTable failures times, then opens.
+type flakyOpenHost struct {
+	flushingHost
+	failures int
+}
+
+func (h *flakyOpenHost) OpenTable(ctx context.Context, t meta.Table) error {
+	if h.failures > 0 {
+		h.failures--
+		return errors.New("METADATA unavailable a moment")
+	}
+	return h.flushingHost.OpenTable(ctx, t)
+}
+
+// TestCreationByReferenceRetried: tablets that fail to open a moment after
+// the entry is written do not fail the call: the creation is retried and
+// the table comes back whole in the one UndeleteTable.
+func TestCreationByReferenceRetried(t *testing.T) {
+	ctx := context.Background()
+	store := blob.NewMemory()
+	host := &flakyOpenHost{flushingHost: flushingHost{newFakeTableHost()}}
+	catalog := NewBlobCatalog(store, "catalog")
+	svc, err := NewAdminService(Options{Catalog: catalog, Host: host, Store: store, States: tablet.NewBlobStateStore(store, "states"),
+		UndeleteRetention: time.Hour, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "projects/p/instances/i/tables/t"
+	if _, err := svc.CreateTable(ctx, &adminpb.CreateTableRequest{Parent: "projects/p/instances/i", TableId: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.DeleteTable(ctx, &adminpb.DeleteTableRequest{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	host.failures = 2
+	if _, err := svc.UndeleteTable(ctx, &adminpb.UndeleteTableRequest{Name: name}); err != nil {
+		t.Fatalf("undelete with two transient failures: %v", err)
+	}
+	if host.failures != 0 {
+		t.Fatalf("%d failures left: not retried", host.failures)
+	}
+	if _, err := svc.GetTable(ctx, &adminpb.GetTableRequest{Name: name}); err != nil {
+		t.Fatalf("the undeleted table: %v", err)
+	}
+}
