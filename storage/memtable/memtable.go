@@ -122,8 +122,15 @@ func (m *Memtable) Add(key, value []byte) {
 		m.prev[level] = m.head
 	}
 
-	n := &node{next: make([]atomic.Pointer[node], h)}
-	n.key, n.value = m.copyEntry(key, value)
+	n, kbuf, nodeBytes := newNode(h, len(key))
+	if kbuf != nil {
+		copy(kbuf, key)
+		n.key = kbuf
+		_, n.value = m.copyEntry(nil, value)
+	} else {
+		n.key, n.value = m.copyEntry(key, value)
+		nodeBytes += int64(len(key))
+	}
 	for level := 0; level < h; level++ {
 		n.next[level].Store(m.prev[level].next[level].Load())
 	}
@@ -138,7 +145,57 @@ func (m *Memtable) Add(key, value []byte) {
 		m.height.Store(int32(h))
 	}
 	m.length.Add(1)
-	m.size.Add(int64(len(key)+len(value)) + nodeOverhead + int64(h)*towerSlot)
+	m.size.Add(int64(len(value)) + nodeBytes)
+}
+
+// Nodes of the common heights are allocated with their tower and, for a
+// key of up to inlineKey bytes, the key's bytes in one object: a search
+// walks from node to node reading each one's next pointer and key, and
+// with all three in adjacent memory a step costs one cache miss instead
+// of three (random inserts into a large memtable are bound by those
+// misses).
+const inlineKey = 56
+
+type (
+	node1 struct {
+		n     node
+		tower [1]atomic.Pointer[node]
+		kbuf  [inlineKey]byte
+	}
+	node2 struct {
+		n     node
+		tower [2]atomic.Pointer[node]
+		kbuf  [inlineKey]byte
+	}
+	node4 struct {
+		n     node
+		tower [4]atomic.Pointer[node]
+		kbuf  [inlineKey]byte
+	}
+)
+
+// newNode returns a node with a tower of height h and, when the key fits
+// the node's object, a buffer of keyLen bytes for it (capacity clipped, so
+// that appending to a Key cannot overwrite the rest of the object); else
+// a nil buffer, and the key goes to the arena. bytes is the memory the
+// node takes, its key buffer and tower included.
+func newNode(h, keyLen int) (n *node, kbuf []byte, bytes int64) {
+	inline := keyLen <= inlineKey
+	switch {
+	case h == 1 && inline:
+		x := &node1{}
+		x.n.next = x.tower[:]
+		return &x.n, x.kbuf[:keyLen:keyLen], int64(unsafe.Sizeof(*x))
+	case h == 2 && inline:
+		x := &node2{}
+		x.n.next = x.tower[:]
+		return &x.n, x.kbuf[:keyLen:keyLen], int64(unsafe.Sizeof(*x))
+	case h <= 4 && inline:
+		x := &node4{}
+		x.n.next = x.tower[:h:h]
+		return &x.n, x.kbuf[:keyLen:keyLen], int64(unsafe.Sizeof(*x))
+	}
+	return &node{next: make([]atomic.Pointer[node], h)}, nil, nodeOverhead + int64(h)*towerSlot
 }
 
 // copyEntry copies key and value into the arena. The returned slices have

@@ -395,3 +395,32 @@ func BenchmarkAddAscending(b *testing.B) {
 		}
 	}
 }
+
+// TestInlineAndArenaKeys: keys that fit a node's own buffer (up to
+// inlineKey bytes) and longer ones that go to the arena, at every tower
+// height, read back exactly and in order; appending to a returned key
+// (inline or not) never changes another entry.
+func TestInlineAndArenaKeys(t *testing.T) {
+	m := New()
+	var md model
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range 3000 {
+		k := make([]byte, 1+i%(inlineKey+9)) // 1 to inlineKey+9 bytes
+		for j := range k {
+			k[j] = byte(r.IntN(256))
+		}
+		k = append(k, byte(i>>8), byte(i)) // unique
+		if md.seekGE(k) < len(md) && bytes.Equal(md[md.seekGE(k)].key, k) {
+			continue
+		}
+		v := []byte(fmt.Sprint("v", i))
+		m.Add(k, v)
+		md = slices.Insert(md, md.seekGE(k), entry{k, v})
+	}
+	it := m.NewIterator()
+	for ok := it.First(); ok; ok = it.Next() {
+		_ = append(it.Key(), "ZZZZZZZZ"...)
+		_ = append(it.Value(), "ZZZZZZZZ"...)
+	}
+	checkAll(t, m.NewIterator(), md)
+}
