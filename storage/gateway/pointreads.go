@@ -152,14 +152,37 @@ func RegisterPointReads(srv grpc.ServiceRegistrar, readRows func(*bigtablepb.Rea
 // servePointReads serves one entry server's stream until it ends.
 func servePointReads(ss grpc.ServerStream, readRows func(*bigtablepb.ReadRowsRequest, bigtablepb.Bigtable_ReadRowsServer) error, fence func() error) error {
 	ctx, cancelAll := context.WithCancel(ss.Context())
-	defer cancelAll()
 	var (
 		sendMu  sync.Mutex
 		callsMu sync.Mutex
 		calls   = map[uint64]context.CancelFunc{}
 		wg      sync.WaitGroup
 	)
-	defer wg.Wait()
+	defer func() {
+		cancelAll() // first: a call blocked sending to a gone caller returns
+		wg.Wait()
+	}()
+	// Calls run on goroutines kept for the stream's life, a new one only
+	// when all are busy: a fresh goroutine per call grows its stack every
+	// time (runtime.newstack), as gRPC's own per-stream goroutines did.
+	work := make(chan func())
+	dispatch := func(f func()) {
+		select {
+		case work <- f:
+		default:
+			go func() {
+				f()
+				for {
+					select {
+					case f := <-work:
+						f()
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
+		}
+	}
 	send := func(f *tabletserver.RawFrame) error {
 		sendMu.Lock()
 		defer sendMu.Unlock()
@@ -227,7 +250,8 @@ func servePointReads(ss grpc.ServerStream, readRows func(*bigtablepb.ReadRowsReq
 			calls[f.id] = cancel
 			callsMu.Unlock()
 			wg.Add(1)
-			go serve(f.id, req, cctx, cancel)
+			id := f.id
+			dispatch(func() { serve(id, req, cctx, cancel) })
 		case frameCancel:
 			in.Release()
 			callsMu.Lock()
