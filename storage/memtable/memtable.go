@@ -57,6 +57,8 @@ type Memtable struct {
 	height atomic.Int32 // levels in use, 1..maxHeight
 	size   atomic.Int64
 	length atomic.Int64
+	// payload is the bytes of the keys and values added (PayloadBytes).
+	payload atomic.Int64
 
 	// Writer-only state: touched by Add alone, which is never concurrent
 	// with itself.
@@ -146,6 +148,7 @@ func (m *Memtable) Add(key, value []byte) {
 	}
 	m.length.Add(1)
 	m.size.Add(int64(len(value)) + nodeBytes)
+	m.payload.Add(int64(len(key) + len(value)))
 }
 
 // Nodes of the common heights are allocated with their tower and, for a
@@ -240,6 +243,11 @@ func (m *Memtable) randomHeight() int {
 // Size is the approximate memory the memtable holds, in bytes: keys, values
 // and node overhead. It is safe to call concurrently with Add.
 func (m *Memtable) Size() int64 { return m.size.Load() }
+
+// PayloadBytes is the sum of the lengths of the keys and values added —
+// Size without the memtable's own overhead. It is safe to call
+// concurrently with Add.
+func (m *Memtable) PayloadBytes() int64 { return m.payload.Load() }
 
 // Len is the number of entries. It is safe to call concurrently with Add.
 func (m *Memtable) Len() int { return int(m.length.Load()) }

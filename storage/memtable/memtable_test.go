@@ -188,6 +188,9 @@ func TestSizeGrows(t *testing.T) {
 	if prev < payload {
 		t.Fatalf("Size = %d, below the %d bytes of keys and values", prev, payload)
 	}
+	if got := m.PayloadBytes(); got != payload {
+		t.Fatalf("PayloadBytes = %d, want the %d bytes of keys and values", got, payload)
+	}
 	// Overhead is per node and bounded: well under 200 bytes per entry.
 	if prev > payload+200*1000 {
 		t.Fatalf("Size = %d for %d payload bytes: overhead too high", prev, payload)

@@ -35,6 +35,38 @@ func (t *Tablet) SampleKeys() ([]KeySample, error) {
 	return t.sampleKeys(v), nil
 }
 
+// OwnBytes is the tablet's own bytes as SampleKeys weighs them — the last
+// sample's Offset: the SSTable data blocks whose last key is in the
+// tablet's range, and the keys and values in its memtables — computed
+// without walking the memtables (SampleKeys visits every entry; the
+// master lists every tablet's bytes every few seconds while it is being
+// written).
+func (t *Tablet) OwnBytes() (int64, error) {
+	v, _, err := t.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer v.unref()
+	var n int64
+	for _, g := range v.groups {
+		for _, f := range g.files {
+			for _, ie := range f.r.Index() {
+				k, err := cell.DecodeKey(ie.LastKey)
+				if err != nil || !t.Contains(k.Row) {
+					continue
+				}
+				n += ie.Length
+			}
+		}
+	}
+	for _, m := range []*memtable.Memtable{v.mem, v.frozen} {
+		if m != nil {
+			n += m.PayloadBytes()
+		}
+	}
+	return n, nil
+}
+
 func (t *Tablet) sampleKeys(v *version) []KeySample {
 	var raw []KeySample // Offset holds the sample's own weight here
 	for _, g := range v.groups {

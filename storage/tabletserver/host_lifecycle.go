@@ -221,11 +221,7 @@ func cmpString(a, b string) int {
 // last key sample, which counts only the SSTable blocks in its range and
 // its memtables (a split child shares its parent's files by reference).
 func tabletBytes(tb *tablet.Tablet) (int64, error) {
-	samples, err := tb.SampleKeys()
-	if err != nil || len(samples) == 0 {
-		return 0, err
-	}
-	return samples[len(samples)-1].Offset, nil
+	return tb.OwnBytes()
 }
 
 // storedBytes is the size of a tablet's files and memtables, shared files
