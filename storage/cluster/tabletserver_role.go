@@ -158,6 +158,7 @@ type TabletServer struct {
 
 	stopOnce sync.Once
 	done     chan struct{}
+	stopping chan struct{} // closed when shutdown begins
 	err      error
 }
 
@@ -185,7 +186,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	s := &TabletServer{cfg: cfg, start: time.Now(), done: make(chan struct{}), conns: newConns(cfg.TLS.Client, cfg.Auth.serverDialOptions()...), registry: prometheus.NewRegistry()}
+	s := &TabletServer{cfg: cfg, start: time.Now(), done: make(chan struct{}), stopping: make(chan struct{}), conns: newConns(cfg.TLS.Client, cfg.Auth.serverDialOptions()...), registry: prometheus.NewRegistry()}
 	in := cfg.inProc
 	if in != nil {
 		s.registry = in.registry
@@ -298,7 +299,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 				return nil
 			}
 			return status.Error(codes.Unavailable, tabletserver.ErrLeaseLapsed.Error()+": this tablet server no longer serves")
-		})
+		}, s.stopping)
 	}
 	clusterpb.RegisterLocatorServer(s.grpc, &locatorService{kv: cfg.Coord})
 	hs := health.NewServer()
@@ -402,6 +403,7 @@ func (s *TabletServer) Close() error {
 }
 
 func (s *TabletServer) shutdown(clean bool) {
+	close(s.stopping) // ends the long-lived point-read streams, which GracefulStop would wait for
 	if s.grpc != nil {
 		if clean {
 			done := make(chan struct{})

@@ -295,12 +295,16 @@ func newGWNode(t *testing.T, ctx context.Context, loc Locator, dial func(string)
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), tabletserver.ServerCodec(),
 		grpc.UnaryInterceptor(host.UnaryInterceptor()), grpc.StreamInterceptor(host.StreamInterceptor()))
 	bigtablepb.RegisterBigtableServer(srv, fault)
+	stopping := make(chan struct{})
 	if !withoutPointReads {
-		RegisterPointReads(srv, fault.ReadRows, nil)
+		RegisterPointReads(srv, fault.ReadRows, nil, stopping)
 	}
 	go srv.Serve(lis)
 	t.Cleanup(func() {
-		srv.Stop()
+		// As a tablet server stops: the point-read streams other nodes
+		// keep open here would hold GracefulStop forever.
+		close(stopping)
+		srv.GracefulStop()
 		if err := host.Close(); err != nil {
 			t.Errorf("host close: %v", err)
 		}

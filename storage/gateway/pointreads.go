@@ -138,10 +138,24 @@ var pointReadsDesc = grpc.StreamDesc{StreamName: "Read", ServerStreams: true, Cl
 // stream: each call is answered by readRows (the server's registered data
 // API — a Gateway, which serves a forwarded request locally) with the
 // stream's context and metadata; fence, when not nil, is asked before each
-// call (a server whose lease lapsed answers its error). srv must use
-// tabletserver.ServerCodec or Codec.
-func RegisterPointReads(srv grpc.ServiceRegistrar, readRows func(*bigtablepb.ReadRowsRequest, bigtablepb.Bigtable_ReadRowsServer) error, fence func() error) {
-	h := func(_ any, ss grpc.ServerStream) error { return servePointReads(ss, readRows, fence) }
+// call (a server whose lease lapsed answers its error). Closing stopping
+// ends every stream (UNAVAILABLE, after the calls under way are cancelled):
+// close it before the server's GracefulStop, which waits for streams and
+// the entries never end theirs. srv must use tabletserver.ServerCodec or
+// Codec.
+func RegisterPointReads(srv grpc.ServiceRegistrar, readRows func(*bigtablepb.ReadRowsRequest, bigtablepb.Bigtable_ReadRowsServer) error, fence func() error, stopping <-chan struct{}) {
+	h := func(_ any, ss grpc.ServerStream) error {
+		ended := make(chan error, 1)
+		go func() { ended <- servePointReads(ss, readRows, fence) }()
+		select {
+		case err := <-ended:
+			return err
+		case <-stopping:
+			// Returning ends the stream: its context is cancelled, which
+			// ends the calls and the receive loop.
+			return status.Error(codes.Unavailable, "gateway: tablet server shutting down")
+		}
+	}
 	srv.RegisterService(&grpc.ServiceDesc{
 		ServiceName: pointReadsService,
 		HandlerType: (*any)(nil),
