@@ -439,7 +439,9 @@ func (f *readFn) ProcessElement(ctx context.Context, rt *keyrange.Tracker, _ []b
 		emit(Row(r))
 		return true
 	}
-	ended, err := f.Spec.scan(ctx, c, rest, claim)
+	ended, err := readAhead(ctx, func(ctx context.Context, fn func(cell.Row) bool) (bool, error) {
+		return f.Spec.scan(ctx, c, rest, fn)
+	}, claim)
 	if err != nil {
 		return err
 	}

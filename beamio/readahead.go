@@ -1,0 +1,81 @@
+package beamio
+
+import (
+	"context"
+
+	"github.com/tabuladb/tabula/storage/cell"
+)
+
+// Read-ahead: a read's rows are received and decoded in a goroutine of
+// their own and handed over in batches, so that reading the next rows
+// overlaps with what the pipeline does with the previous ones (emitting
+// them into the fused stages after the read), on another core when there
+// is one.
+const (
+	aheadRows    = 256 // rows per batch
+	aheadBatches = 4   // batches buffered: at most ~5 × aheadRows rows ahead
+)
+
+// scanFunc reads rows and hands each to fn until fn returns false; ended
+// reports that the read reached its end instead.
+type scanFunc func(ctx context.Context, fn func(cell.Row) bool) (ended bool, err error)
+
+// readAhead runs scan in a goroutine and calls fn with each of its rows,
+// in order, here. fn returning false stops the read (ended false, nil
+// error: the goroutine is cancelled and waited for); otherwise readAhead
+// returns what scan returned, once fn has had every row scan delivered
+// before it ended. A cancelled ctx is an error, never a silent stop.
+func readAhead(ctx context.Context, scan scanFunc, fn func(cell.Row) bool) (ended bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan []cell.Row, aheadBatches)
+	done := make(chan struct{})
+	var scanEnded bool
+	var scanErr error
+	go func() {
+		defer close(done)
+		defer close(batches)
+		cur := make([]cell.Row, 0, aheadRows)
+		send := func() bool {
+			select {
+			case batches <- cur:
+				cur = make([]cell.Row, 0, aheadRows)
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		scanEnded, scanErr = scan(ctx, func(r cell.Row) bool {
+			cur = append(cur, r)
+			return len(cur) < aheadRows || send()
+		})
+		if len(cur) > 0 && !send() {
+			scanEnded = false
+		}
+	}()
+	stopped := false
+	for rows := range batches {
+		if stopped {
+			continue // draining: the goroutine stops at its next send
+		}
+		for _, r := range rows {
+			if !fn(r) {
+				stopped = true
+				cancel()
+				break
+			}
+		}
+	}
+	<-done
+	if stopped {
+		return false, nil
+	}
+	if scanErr == nil && !scanEnded {
+		// The scan stopped without fn asking: only a cancelled ctx
+		// (a send that could not complete) does that.
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+	}
+	return scanEnded, scanErr
+}

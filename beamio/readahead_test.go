@@ -1,0 +1,89 @@
+package beamio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/tabuladb/tabula/storage/cell"
+)
+
+// rowsScan is a scanFunc over n rows that fails with err after them (nil:
+// ends), noting whether it saw its context cancelled.
+func rowsScan(n int, err error, cancelled *bool) scanFunc {
+	return func(ctx context.Context, fn func(cell.Row) bool) (bool, error) {
+		for i := range n {
+			if !fn(cell.Row{Key: []byte(fmt.Sprintf("r%06d", i))}) {
+				if cancelled != nil {
+					*cancelled = ctx.Err() != nil
+				}
+				return false, nil
+			}
+		}
+		if err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+}
+
+func TestReadAhead(t *testing.T) {
+	for _, n := range []int{0, 1, aheadRows - 1, aheadRows, aheadRows + 1, 10*aheadRows + 7} {
+		var got int
+		ended, err := readAhead(context.Background(), rowsScan(n, nil, nil), func(r cell.Row) bool {
+			if want := fmt.Sprintf("r%06d", got); string(r.Key) != want {
+				t.Fatalf("%d rows: row %d is %s, want %s", n, got, r.Key, want)
+			}
+			got++
+			return true
+		})
+		if err != nil || !ended || got != n {
+			t.Fatalf("%d rows: got %d, ended %v, err %v", n, got, ended, err)
+		}
+	}
+}
+
+// TestReadAheadStops: fn returning false stops the read there, and the
+// scan goroutine is cancelled and done by the time readAhead returns.
+func TestReadAheadStops(t *testing.T) {
+	var cancelled bool
+	got := 0
+	ended, err := readAhead(context.Background(), rowsScan(100*aheadRows, nil, &cancelled), func(cell.Row) bool {
+		got++
+		return got < 3*aheadRows/2
+	})
+	if ended || err != nil || got != 3*aheadRows/2 {
+		t.Fatalf("stopped after %d rows (want %d), ended %v, err %v", got, 3*aheadRows/2, ended, err)
+	}
+	if !cancelled {
+		t.Fatal("the scan was not cancelled when fn stopped")
+	}
+}
+
+// TestReadAheadError: a scan's error comes after every row it delivered.
+func TestReadAheadError(t *testing.T) {
+	boom := errors.New("boom")
+	got := 0
+	ended, err := readAhead(context.Background(), rowsScan(aheadRows+5, boom, nil), func(cell.Row) bool { got++; return true })
+	if !errors.Is(err, boom) || ended || got != aheadRows+5 {
+		t.Fatalf("got %d rows, ended %v, err %v; want %d rows and boom", got, ended, err, aheadRows+5)
+	}
+}
+
+// TestReadAheadCancelled: a cancelled context is an error, not a read
+// that stopped quietly.
+func TestReadAheadCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	got := 0
+	ended, err := readAhead(ctx, rowsScan(100*aheadRows, nil, nil), func(cell.Row) bool {
+		got++
+		if got == aheadRows {
+			cancel()
+		}
+		return true
+	})
+	if !errors.Is(err, context.Canceled) || ended {
+		t.Fatalf("after cancelling: ended %v, err %v (%d rows)", ended, err, got)
+	}
+}
