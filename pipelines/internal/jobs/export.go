@@ -538,12 +538,18 @@ func (f *writeShardFn) write(ctx context.Context, spec shardSpec, cols []rowfile
 	}
 	// The scan runs ahead of the writer (encoding and compressing the
 	// pages), in batches of rows, so that both use a core.
-	if err := scanAhead(ctx, f.read, f.c, spec.Ranges, func(row cell.Row) error {
+	var writeErr error
+	err = f.read.ScanAhead(ctx, f.c, spec.Ranges, func(row cell.Row) bool {
 		if err := w.Write(row); err != nil {
-			return fmt.Errorf("%s: row %q: %w", name, row.Key, err)
+			writeErr = fmt.Errorf("%s: row %q: %w", name, row.Key, err)
+			return false
 		}
-		return nil
-	}); err != nil {
+		return true
+	})
+	if err == nil {
+		err = writeErr
+	}
+	if err != nil {
 		w.Abort()
 		return "", rowfile.Stats{}, err
 	}
@@ -557,54 +563,6 @@ func (f *writeShardFn) write(ctx context.Context, spec shardSpec, cols []rowfile
 // benchmark's in-memory reference writes with the same).
 func shardWriterOptions(format rowfile.Format, codec rowfile.Codec, cols []rowfile.Column) rowfile.WriterOptions {
 	return rowfile.WriterOptions{Format: format, Codec: codec, Columns: cols}
-}
-
-// scanAhead reads ranges with read.Scan in a goroutine and calls write
-// with each row, in order, here; the first error of either ends both.
-func scanAhead(ctx context.Context, read beamio.ReadConfig, c *client.Client, ranges []keyrange.Restriction, write func(cell.Row) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	const batch = 256
-	batches := make(chan []cell.Row, 4)
-	scanErr := make(chan error, 1)
-	go func() {
-		defer close(batches)
-		var cur []cell.Row
-		send := func() bool {
-			select {
-			case batches <- cur:
-				cur = make([]cell.Row, 0, batch)
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}
-		for _, r := range ranges {
-			err := read.Scan(ctx, c, r, func(row cell.Row) bool {
-				cur = append(cur, row)
-				return len(cur) < batch || send()
-			})
-			if err != nil {
-				scanErr <- err
-				return
-			}
-		}
-		if len(cur) > 0 {
-			send()
-		}
-		scanErr <- nil
-	}()
-	for rows := range batches {
-		for _, row := range rows {
-			if err := write(row); err != nil {
-				return err
-			}
-		}
-	}
-	if err := <-scanErr; err != nil {
-		return err
-	}
-	return ctx.Err()
 }
 
 var exportFiles = beam.NewCounter("pipelines", "export_files")
