@@ -40,7 +40,7 @@ func benchRow(i int) cell.RowMutation {
 // returns its name and the server.
 func benchTable(b *testing.B) (string, *devtest.Server) {
 	const table, tablets = "bench", 8
-	srv := benchServer(b)
+	srv := benchDev.Get(b)
 	benchOnce.Do(func() {
 		var splits []string
 		for i := 1; i < tablets; i++ {

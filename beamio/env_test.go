@@ -1,9 +1,7 @@
 package beamio
 
 import (
-	"context"
 	"os"
-	"sync"
 	"testing"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
@@ -25,34 +23,11 @@ func TestMain(m *testing.M) {
 	cfg := cluster.DevConfig{SplitBytes: testSplitBytes, MemtableBytes: 256 << 10}
 	os.Exit(devtest.Main(cfg, &dev, func() int {
 		code := ptest.MainRetWithDefault(m, "prism")
-		if benchDev != nil {
-			benchDev.Close()
-		}
+		benchDev.Close()
 		return code
 	}))
 }
 
-// benchDev is the benchmarks' server, started by the first benchmark
-// that needs it: tabula dev's defaults but for a 4 MiB memtable, so that
-// a benchmark table keeps the tablets it is created with and lies mostly
-// in SSTables, as a table on disk does. (The shared server splits
-// tablets at 1 MiB for the split test: a 90 MB benchmark table became
-// 130–160 tablets of 1 MB, and went on splitting while measured.)
-var (
-	benchDev     *devtest.Server
-	benchDevOnce sync.Once
-)
-
-func benchServer(b *testing.B) *devtest.Server {
-	benchDevOnce.Do(func() {
-		s, err := devtest.Start(context.Background(), cluster.DevConfig{MemtableBytes: 4 << 20})
-		if err != nil {
-			b.Fatal(err)
-		}
-		benchDev = s
-	})
-	if benchDev == nil {
-		b.Fatal("the benchmarks' server did not start")
-	}
-	return benchDev
-}
+// benchDev is the benchmarks' server (the shared one splits tablets at
+// 1 MiB), started by the first benchmark that asks for it.
+var benchDev = devtest.NewLazy(devtest.BenchConfig)

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,6 +112,45 @@ func Main(cfg cluster.DevConfig, shared **Server, run func() int) int {
 	defer s.Close()
 	*shared = s
 	return run()
+}
+
+// Lazy is a server started by the first test or benchmark that asks for
+// it (Get) and stopped by Close (from TestMain): for benchmarks that need
+// a server of their own configuration, which plain test runs never start.
+type Lazy struct {
+	cfg  cluster.DevConfig
+	once sync.Once
+	s    *Server
+	err  error
+}
+
+// BenchConfig is the configuration of a benchmark's own server: tabula
+// dev's defaults but for a 4 MiB memtable, so that a benchmark table keeps
+// the tablets it is created with and lies mostly in SSTables, as a table on
+// disk does. (A test binary's shared server may split tablets small for a
+// split test: a 90 MB benchmark table became 130–160 tablets of 1 MB there,
+// and went on splitting while measured.)
+var BenchConfig = cluster.DevConfig{MemtableBytes: 4 << 20}
+
+// NewLazy returns a Lazy server of cfg, not started.
+func NewLazy(cfg cluster.DevConfig) *Lazy { return &Lazy{cfg: cfg} }
+
+// Get starts the server on the first call and returns it; it fails tb if
+// the server did not start (then and on every later call).
+func (l *Lazy) Get(tb testing.TB) *Server {
+	tb.Helper()
+	l.once.Do(func() { l.s, l.err = Start(context.Background(), l.cfg) })
+	if l.err != nil {
+		tb.Fatalf("starting the server: %v", l.err)
+	}
+	return l.s
+}
+
+// Close stops the server if Get started it.
+func (l *Lazy) Close() {
+	if l.s != nil {
+		_ = l.s.Close()
+	}
 }
 
 // StartT starts a server for one test, stopped when the test ends; it

@@ -36,7 +36,7 @@ func benchRow(i int) cell.RowMutation {
 // tablets) on the benchmarks' server and returns its rows as a scan
 // returns them, for the in-memory reference, and the server.
 func benchTable(b *testing.B) ([]cell.Row, *devtest.Server) {
-	srv := benchServer(b)
+	srv := benchDev.Get(b)
 	const tablets = 6
 	benchOnce.Do(func() {
 		var splits []string
