@@ -335,7 +335,11 @@ func (n *Nemesis) split(ctx context.Context, f *Fault) error {
 			}
 		}
 	}
-	resp, err := ops.SplitTablet(ctx, &adminextpb.SplitTabletRequest{Table: n.fullName(n.Table), RowKey: []byte(row), SplitKey: []byte(key)})
+	var resp *adminextpb.SplitTabletResponse
+	err = retryAdmin(ctx, f, "split", codes.OK, func(ctx context.Context) (err error) {
+		resp, err = ops.SplitTablet(ctx, &adminextpb.SplitTabletRequest{Table: n.fullName(n.Table), RowKey: []byte(row), SplitKey: []byte(key)})
+		return err
+	})
 	if refused(err) {
 		f.addNote("refused: " + firstLine(err.Error(), 200))
 		return nil
@@ -359,7 +363,11 @@ func (n *Nemesis) merge(ctx context.Context, f *Fault) error {
 	f.Target = "tablet of " + row
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	resp, err := ops.MergeTablets(ctx, &adminextpb.MergeTabletsRequest{Table: n.fullName(n.Table), RowKey: []byte(row)})
+	var resp *adminextpb.MergeTabletsResponse
+	err = retryAdmin(ctx, f, "merge", codes.OK, func(ctx context.Context) (err error) {
+		resp, err = ops.MergeTablets(ctx, &adminextpb.MergeTabletsRequest{Table: n.fullName(n.Table), RowKey: []byte(row)})
+		return err
+	})
 	if refused(err) {
 		f.addNote("refused: " + firstLine(err.Error(), 200))
 		return nil
@@ -383,7 +391,12 @@ func (n *Nemesis) compact(ctx context.Context, f *Fault) error {
 	defer cancel()
 	var notes []string
 	for i := 0; i < len(n.Rows); i += 2 {
-		resp, err := ops.CompactTablet(ctx, &adminextpb.CompactTabletRequest{Table: n.fullName(n.Table), RowKey: []byte(n.Rows[i]), Major: true})
+		// A tablet moving or recovering answers UNAVAILABLE for a moment.
+		var resp *adminextpb.CompactTabletResponse
+		err := retryAdmin(ctx, f, "compact", codes.OK, func(ctx context.Context) (err error) {
+			resp, err = ops.CompactTablet(ctx, &adminextpb.CompactTabletRequest{Table: n.fullName(n.Table), RowKey: []byte(n.Rows[i]), Major: true})
+			return err
+		})
 		switch {
 		case refused(err):
 			notes = append(notes, "refused: "+firstLine(err.Error(), 120))
