@@ -62,29 +62,19 @@ func (c *AuthConfig) serverToken() string {
 // families. instance, when set, maps every instance to it (tabula dev
 // --instance-agnostic).
 func catalogTables(cat meta.Catalog, instance string) guard.LookupFunc {
-	return func(ctx context.Context, name string) (guard.TableInfo, error) {
-		id, err := meta.ParseTableName(name)
-		if err != nil {
-			return guard.TableInfo{}, fmt.Errorf("%w: %v", guard.ErrTableNotFound, err)
-		}
-		if instance != "" {
-			id.Instance = instance
-		}
-		t, err := cat.Get(ctx, id)
-		if errors.Is(err, meta.ErrTableNotFound) {
-			return guard.TableInfo{}, fmt.Errorf("%w: %s", guard.ErrTableNotFound, id)
-		}
-		if err != nil {
-			return guard.TableInfo{}, err
-		}
-		return guard.TableInfo{Policy: t.ACL, Families: slices.Sorted(maps.Keys(t.Families))}, nil
-	}
+	return tableLookup(cat.Get, instance)
 }
 
 // deletedTables is the guard's view of the deleted tables still
 // restorable (guard.Config.Deleted): each one's grants as recorded at its
 // deletion, read from the master's records. instance as catalogTables.
 func deletedTables(admin *master.AdminService, instance string) guard.LookupFunc {
+	return tableLookup(admin.DeletedTable, instance)
+}
+
+// tableLookup is the guard's lookup of a table's grants and families
+// through get, which answers meta.ErrTableNotFound for an unknown table.
+func tableLookup(get func(context.Context, meta.TableID) (meta.Table, error), instance string) guard.LookupFunc {
 	return func(ctx context.Context, name string) (guard.TableInfo, error) {
 		id, err := meta.ParseTableName(name)
 		if err != nil {
@@ -93,7 +83,7 @@ func deletedTables(admin *master.AdminService, instance string) guard.LookupFunc
 		if instance != "" {
 			id.Instance = instance
 		}
-		t, err := admin.DeletedTable(ctx, id)
+		t, err := get(ctx, id)
 		if errors.Is(err, meta.ErrTableNotFound) {
 			return guard.TableInfo{}, fmt.Errorf("%w: %s", guard.ErrTableNotFound, id)
 		}
