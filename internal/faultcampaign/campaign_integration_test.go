@@ -173,8 +173,8 @@ func TestCampaign(t *testing.T) {
 	if got := strings.Count(dom, `<rect class="fault"`); got != len(res.Faults) {
 		fail("timeline has %d fault bands, want %d", got, len(res.Faults))
 	}
-	if got := len(regexp.MustCompile(`<circle class="(ok|failed|unknown)"`).FindAllString(dom, -1)); got < s.OK/2 {
-		fail("timeline has %d operation dots for %d operations", got, s.Ops)
+	if got, want := len(regexp.MustCompile(`<circle class="(ok|failed|unknown)"`).FindAllString(dom, -1)), timelineDots(len(res.Events)); got != want || want == 0 {
+		fail("timeline has %d operation dots for %d operations, want %d", got, len(res.Events), want)
 	}
 	for _, k := range AllKinds {
 		if !strings.Contains(dom, `data-kind="`+k+`"`) {

@@ -187,10 +187,7 @@ func (r *Result) WriteHTML(w io.Writer) error {
 			Label: fmt.Sprintf("%s %s %.1f–%.1f s, unavailable %.1f s", f.Kind, f.Target, f.Start.Seconds(), f.Healed.Seconds(), f.Unavailable.Seconds()),
 			Color: kindColors[f.Kind]})
 	}
-	step := 1
-	if n := len(r.Events); n > 20000 {
-		step = n / 20000
-	}
+	step := dotStep(len(r.Events))
 	for i := 0; i < len(r.Events); i += step {
 		e := r.Events[i]
 		class, lat := "ok", e.Return-e.Call
@@ -210,6 +207,20 @@ func (r *Result) WriteHTML(w io.Writer) error {
 		p.LatAxis = append(p.LatAxis, tick{Pos: y(time.Duration(ms * float64(time.Millisecond))), Label: fmtMs(ms)})
 	}
 	return reportTmpl.Execute(w, p)
+}
+
+// maxDots bounds the timeline's dots: a long campaign's 50,000
+// operations would make a page the browser draws slowly.
+const maxDots = 20000
+
+// dotStep is the timeline's sampling of n operations: every step-th one
+// is a dot.
+func dotStep(n int) int { return max(1, n/maxDots) }
+
+// timelineDots is the number of dots the timeline draws for n operations.
+func timelineDots(n int) int {
+	step := dotStep(n)
+	return (n + step - 1) / step
 }
 
 func niceStep(total float64) float64 {

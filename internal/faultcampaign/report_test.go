@@ -81,6 +81,27 @@ func TestWriteHTML(t *testing.T) {
 	}
 }
 
+// A long campaign's timeline is sampled: at most about maxDots dots,
+// every operation's when there are fewer.
+func TestWriteHTMLSamplesLongTimelines(t *testing.T) {
+	for _, n := range []int{maxDots, maxDots + 1, 2*maxDots + 1, 53512} {
+		r := sampleResult()
+		ev := r.Events[0]
+		r.Events = make([]Event, n)
+		for i := range r.Events {
+			r.Events[i] = ev
+		}
+		var b bytes.Buffer
+		if err := r.WriteHTML(&b); err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Count(b.String(), "<circle ")
+		if got != timelineDots(n) || got > maxDots+maxDots/2 || (n <= maxDots && got != n) {
+			t.Errorf("%d operations: %d dots, timelineDots says %d", n, got, timelineDots(n))
+		}
+	}
+}
+
 func TestLongestGap(t *testing.T) {
 	s := time.Second
 	evs := []Event{{Return: 1 * s}, {Return: 2 * s}, {Return: 9 * s}, {Return: 10 * s}, {Return: 4 * s, Failed: true}}
