@@ -73,7 +73,13 @@ func TestClusterUndeleteMasterCrash(t *testing.T) {
 	readable := func() bool {
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
-			if _, err := cl.Open("t").ReadRow(ctx, "r0000"); err == nil {
+			// Each read bounded too: the official client retries
+			// UNAVAILABLE (tablets left unserved by a deletion cut
+			// short) until its context ends.
+			rctx, cancel := context.WithDeadline(ctx, deadline)
+			_, err := cl.Open("t").ReadRow(rctx, "r0000")
+			cancel()
+			if err == nil {
 				return true
 			}
 			time.Sleep(300 * time.Millisecond)
