@@ -75,15 +75,20 @@ func (it *iterator) First() bool {
 	if !it.usable() || len(it.r.index) == 0 {
 		return false
 	}
-	return it.firstFrom(0)
+	return it.firstFrom(0, true)
 }
 
 // firstFrom moves to the first entry of block i or, should that block be
-// empty, of a later one.
-func (it *iterator) firstFrom(i int) bool {
+// empty, of a later one. sequential says the caller will walk the block
+// (First, Next), so its bytes are pulled into the CPU's cache at once
+// (warm) rather than one entry header at a time.
+func (it *iterator) firstFrom(i int, sequential bool) bool {
 	for ; i < len(it.r.index); i++ {
 		if !it.load(i) {
 			return false
+		}
+		if sequential {
+			warm(it.bi.b.data)
 		}
 		ok, err := it.bi.first()
 		if ok || err != nil {
@@ -124,7 +129,7 @@ func (it *iterator) SeekGE(key []byte) bool {
 	}
 	// The block's last key is >= key, so only a block that disagrees with
 	// the index ends here; carry on with the next block rather than guess.
-	return it.firstFrom(i + 1)
+	return it.firstFrom(i+1, false)
 }
 
 // SeekLT moves to the last entry whose key is < key.
@@ -170,7 +175,7 @@ func (it *iterator) Next() bool {
 	if ok || err != nil {
 		return it.settle(ok, err)
 	}
-	return it.firstFrom(it.blockIdx + 1)
+	return it.firstFrom(it.blockIdx+1, true)
 }
 
 // Key is the current entry's encoded internal key.
@@ -199,4 +204,22 @@ func (it *iterator) Close() error {
 	it.bi = blockIter{}
 	it.blockIdx = -1
 	return it.err
+}
+
+// warmSink keeps warm's loads from being optimised away.
+var warmSink byte
+
+// warm reads one byte of every cache line of data. A block walked entry by
+// entry costs a cache miss per entry otherwise: the next entry's offset is
+// only known once the current entry's lengths are read, so the misses come
+// one after the other (a scan of 1 KB values spent a tenth of its server
+// CPU waiting on them). The loads here are independent of each other, so
+// the CPU and its prefetcher overlap them, and the entries' headers and
+// values are in cache when the walk reaches them.
+func warm(data []byte) {
+	var x byte
+	for i := 0; i < len(data); i += 64 {
+		x ^= data[i]
+	}
+	warmSink = x
 }
