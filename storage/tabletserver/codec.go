@@ -64,6 +64,8 @@ func (readRowsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		m.Release()
 		m.bufs = mem.BufferSlice{data.MaterializeToBuffer(mem.DefaultBufferPool())}
 		return nil
+	case *bigtablepb.MutateRowsRequest:
+		return unmarshalMutateRows(data, m) // mutatecodec.go
 	}
 	return fallbackCodec().Unmarshal(data, v)
 }

@@ -122,7 +122,12 @@ func prefixField(prefix string, err error) error {
 // Limits and families are checked by the tablet. field names the list in
 // the request ("mutations", "true_mutations").
 func convertMutations(field string, t meta.Table, in []*bigtablepb.Mutation) ([]cell.Mutation, error) {
-	out := make([]cell.Mutation, 0, len(in))
+	return appendMutations(make([]cell.Mutation, 0, len(in)), field, t, in)
+}
+
+// appendMutations is convertMutations appending to out: a bulk write
+// converts all its rows' mutations into one slice.
+func appendMutations(out []cell.Mutation, field string, t meta.Table, in []*bigtablepb.Mutation) ([]cell.Mutation, error) {
 	millis := t.Granularity == meta.GranularityMillis
 	for i, m := range in {
 		// The field's name, built only for an error (or an

@@ -134,6 +134,15 @@ func (s *DataService) fail(method string, err error) error {
 	return err
 }
 
+// countMutations is the number of mutations in entries.
+func countMutations(entries []*bigtablepb.MutateRowsRequest_Entry) int {
+	n := 0
+	for _, e := range entries {
+		n += len(e.GetMutations())
+	}
+	return n
+}
+
 // checkEntries refuses a MutateRows request with no entries or more than
 // limit mutations in all: the whole request fails, before any entry is
 // applied or routed.
@@ -198,31 +207,44 @@ func (s *DataService) MutateRows(req *bigtablepb.MutateRowsRequest, stream bigta
 	}
 	statuses := make([]error, len(entries))
 	rms := make([]cell.RowMutation, len(entries))
+	// All rows' mutations in one slice, each row's a full slice of its
+	// own part (appending to one cannot overwrite the next).
+	all := make([]cell.Mutation, 0, countMutations(entries))
 	for i, e := range entries {
-		muts, err := convertMutations("mutations", t, e.GetMutations())
+		start := len(all)
+		out, err := appendMutations(all, "mutations", t, e.GetMutations())
 		if err != nil {
 			statuses[i] = err
 			continue
 		}
-		rms[i] = cell.RowMutation{Row: e.GetRowKey(), Mutations: muts}
+		all = out
+		rms[i] = cell.RowMutation{Row: e.GetRowKey(), Mutations: all[start:len(all):len(all)]}
 	}
 	if err := s.host.applyBatch(ctx, t.ID, rms, statuses); err != nil {
 		return s.fail("MutateRows", err)
 	}
+	written := 0
 	for i, err := range statuses {
 		if err != nil {
 			statuses[i] = prefixField(fmt.Sprintf("entries[%d]", i), err)
 		} else {
-			s.host.metrics.bytesWritten.Add(float64(rms[i].Size()))
+			written += rms[i].Size()
 		}
 	}
+	s.host.metrics.bytesWritten.Add(float64(written))
+	// The entries in one slice, and one OK status shared by all that
+	// succeeded (the client wants a status on every entry): the encoder
+	// only reads them.
 	resp := &bigtablepb.MutateRowsResponse{Entries: make([]*bigtablepb.MutateRowsResponse_Entry, len(entries))}
+	slab := make([]bigtablepb.MutateRowsResponse_Entry, len(entries))
+	ok := &statuspb.Status{}
 	for i, err := range statuses {
-		st := &statuspb.Status{} // OK: the client wants a status on every entry
+		st := ok
 		if err != nil {
 			st = status.Convert(s.fail("MutateRows", err)).Proto()
 		}
-		resp.Entries[i] = &bigtablepb.MutateRowsResponse_Entry{Index: int64(i), Status: st}
+		slab[i].Index, slab[i].Status = int64(i), st
+		resp.Entries[i] = &slab[i]
 	}
 	return stream.Send(resp)
 }
