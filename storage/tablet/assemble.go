@@ -136,7 +136,17 @@ func resolveRow(entries []entry, p resolveParams) ([]cellVersion, error) {
 type resolver struct {
 	out, colVers []cellVersion
 	markers      []colMarker
+
+	// slabCells: assemble carves rows' cells from slabs shared by
+	// consecutive rows (a scan's), instead of one allocation a row.
+	slabCells bool
+	cells     []cell.Cell // the row being filtered, reused
+	slab      []cell.Cell // the unused rest of the current slab
 }
+
+// cellSlabCells is the number of cells a slab of resolver.slab holds (at
+// least).
+const cellSlabCells = 256
 
 // resolve is resolveRow with rs's buffers.
 func (rs *resolver) resolve(entries []entry, p resolveParams) ([]cellVersion, error) {
@@ -328,7 +338,12 @@ func shadowedByColumn(ms []colMarker, seq uint64, ts int64) bool {
 // readRowEntries), with their capacity clipped so that a caller appending
 // to one gets a copy instead of writing over its neighbour.
 func filterVersions(vs []cellVersion, ro ReadOptions) []cell.Cell {
-	var cells []cell.Cell
+	return appendFilteredVersions(nil, vs, ro)
+}
+
+// appendFilteredVersions is filterVersions appending to cells (nil: a
+// slice of its own, allocated once).
+func appendFilteredVersions(cells []cell.Cell, vs []cellVersion, ro ReadOptions) []cell.Cell {
 	count := 0
 	for i, v := range vs {
 		if i == 0 || v.key.Family != vs[i-1].key.Family || !bytes.Equal(v.key.Qualifier, vs[i-1].key.Qualifier) {
@@ -341,7 +356,7 @@ func filterVersions(vs []cellVersion, ro ReadOptions) []cell.Cell {
 			continue
 		}
 		count++
-		if cells == nil {
+		if cap(cells) == 0 {
 			// Most rows keep most of their versions: one allocation.
 			cells = make([]cell.Cell, 0, len(vs)-i)
 		}
@@ -372,9 +387,32 @@ func (rs *resolver) assemble(row []byte, entries []entry, p resolveParams, ro Re
 	if err != nil {
 		return cell.Row{}, false, err
 	}
-	cells := filterVersions(vs, ro)
+	var cells []cell.Cell
+	if rs.slabCells {
+		rs.cells = appendFilteredVersions(rs.cells[:0], vs, ro)
+		cells = rs.carve(rs.cells)
+	} else {
+		cells = filterVersions(vs, ro)
+	}
 	if len(cells) == 0 {
 		return cell.Row{}, false, nil
 	}
 	return cell.Row{Key: row[:len(row):len(row)], Cells: cells}, true, nil
+}
+
+// carve returns a copy of cells in the slab, its capacity clipped to its
+// length (nil when cells is empty). A row's cells keep the whole slab
+// alive with them.
+func (rs *resolver) carve(cells []cell.Cell) []cell.Cell {
+	n := len(cells)
+	if n == 0 {
+		return nil
+	}
+	if len(rs.slab) < n {
+		rs.slab = make([]cell.Cell, max(cellSlabCells, n))
+	}
+	out := rs.slab[:n:n]
+	copy(out, cells)
+	rs.slab = rs.slab[n:]
+	return out
 }

@@ -652,22 +652,29 @@ func (h *harness) scan() {
 	if so.Limit > 0 && len(want) > so.Limit {
 		want = want[:so.Limit]
 	}
-	var got []string
+	// The rows are kept and compared once every tablet was scanned: a
+	// row a scan returned must stay intact while the scan goes on (rows
+	// share the scan's key and cell slabs).
+	var rows []cell.Row
 	for _, tb := range order {
 		tso := so
 		if so.Limit > 0 {
-			if len(got) >= so.Limit {
+			if len(rows) >= so.Limit {
 				break
 			}
-			tso.Limit = so.Limit - len(got)
+			tso.Limit = so.Limit - len(rows)
 		}
 		err := tb.Scan(h.ctx, tso, func(r cell.Row) error {
-			got = append(got, rowString(h.norm(r)))
+			rows = append(rows, r)
 			return nil
 		})
 		if err != nil {
 			h.fatalf("scan: %v", err)
 		}
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, rowString(h.norm(r)))
 	}
 	if !slices.Equal(got, want) {
 		h.fatalf("scan %+v:\n got  %q\n want %q", so, got, want)

@@ -48,7 +48,7 @@ type paperEngine struct {
 	log *commitlog.Log
 }
 
-func openPaperEngine(b *testing.B, dir string) *paperEngine {
+func openPaperEngine(b testing.TB, dir string) *paperEngine {
 	b.Helper()
 	ctx := context.Background()
 	store, err := blob.NewLocal(filepath.Join(dir, "store"))

@@ -146,7 +146,10 @@ type ScanOptions struct {
 // Scan calls fn for every row in range that has cells left after deletes,
 // garbage collection and so.ReadOptions, in key order (descending with
 // Reverse), all at one snapshot. It stops at the first error fn returns and
-// returns it. fn may call the tablet's other methods.
+// returns it. fn may call the tablet's other methods. A row is fn's to keep:
+// it is never modified afterwards (its key, cells and values share buffers
+// with other rows, and its Cells' capacity is its length, so appending to
+// them copies).
 func (t *Tablet) Scan(ctx context.Context, so ScanOptions, fn func(cell.Row) error) error {
 	lower, upper := t.lower, t.upper
 	if len(so.Start) > 0 && bytes.Compare(so.Start, t.rng.Start) > 0 {
@@ -182,6 +185,11 @@ func (t *Tablet) Scan(ctx context.Context, so ScanOptions, fn func(cell.Row) err
 		n++
 		return so.Limit > 0 && n >= so.Limit, nil
 	}
+	// Rows' keys and cells are carved from slabs shared by consecutive
+	// rows: two allocations per row (its keys' buffer and its cells)
+	// were half of a scan's garbage.
+	rs.slabCells = true
+	keys := keySlab{size: keySlabBytes}
 	var es []entry
 	if !so.Reverse {
 		ok := it.First()
@@ -189,7 +197,7 @@ func (t *Tablet) Scan(ctx context.Context, so ScanOptions, fn func(cell.Row) err
 			if err := ctx.Err(); err != nil {
 				return errors.Join(err, it.Close())
 			}
-			es, ok = readRowEntries(it, es[:0])
+			es, ok = keys.readRowEntries(it, es[:0])
 			done, err := emit(es)
 			if err != nil || done {
 				return errors.Join(err, it.Close())
@@ -213,7 +221,7 @@ func (t *Tablet) Scan(ctx context.Context, so ScanOptions, fn func(cell.Row) err
 		if !it.SeekGE(pos) {
 			break
 		}
-		es, _ = readRowEntries(it, es[:0])
+		es, _ = keys.readRowEntries(it, es[:0])
 		done, err := emit(es)
 		if err != nil || done {
 			return errors.Join(err, it.Close())
@@ -233,17 +241,34 @@ func (t *Tablet) Scan(ctx context.Context, so ScanOptions, fn func(cell.Row) err
 // storage/sstable's iterator), so a value stays valid — and unchanged —
 // after the iterator moves, for as long as it is referenced.
 func readRowEntries(it *mergingIter, dst []entry) ([]entry, bool) {
-	var buf []byte // the free tail of the current key buffer
+	var keys keySlab // the row's own: compactions keep rows' entries
+	return keys.readRowEntries(it, dst)
+}
+
+// keySlab is the buffer keys are copied into, shared by the rows of a
+// scan: a row's keys stay valid (and unchanged) for as long as they are
+// referenced, and keep the whole slab alive with them.
+type keySlab struct {
+	buf  []byte // the free tail of the current buffer
+	size int    // of a new buffer; 0: keyBufBytes
+}
+
+// readRowEntries is readRowEntries with the keys copied into s.
+func (s *keySlab) readRowEntries(it *mergingIter, dst []entry) ([]entry, bool) {
 	var prefix []byte
 	for {
 		k := it.Key()
-		if len(buf)+len(k) > cap(buf) {
+		if len(s.buf)+len(k) > cap(s.buf) {
 			// A new buffer; the keys already copied keep the old one.
-			buf = make([]byte, 0, max(keyBufBytes, len(k)))
+			size := s.size
+			if size == 0 {
+				size = keyBufBytes
+			}
+			s.buf = make([]byte, 0, max(size, len(k)))
 		}
-		off := len(buf)
-		buf = append(buf, k...)
-		key := buf[off:len(buf):len(buf)]
+		off := len(s.buf)
+		s.buf = append(s.buf, k...)
+		key := s.buf[off:len(s.buf):len(s.buf)]
 		if prefix == nil {
 			prefix = key[:max(cell.RowPrefixLen(key), 0)]
 		}
@@ -258,8 +283,12 @@ func readRowEntries(it *mergingIter, dst []entry) ([]entry, bool) {
 }
 
 // keyBufBytes is the size of the buffers readRowEntries copies keys into:
-// a typical row's keys fit in one.
-const keyBufBytes = 512
+// a typical row's keys fit in one. A scan's slabs (keySlabBytes) hold
+// those of many rows.
+const (
+	keyBufBytes  = 512
+	keySlabBytes = 8 << 10
+)
 
 // newIter merges the memtables and the SSTables of the given groups,
 // clipped to [lower, upper).
