@@ -66,6 +66,11 @@ func (readRowsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	case *bigtablepb.MutateRowsRequest:
 		return unmarshalMutateRows(data, m) // mutatecodec.go
+	case *bigtablepb.ReadRowsRequest: // request_decode.go
+		if len(data) == 1 {
+			return unmarshalReadRowsRequest(data[0].ReadOnlyData(), m)
+		}
+		return unmarshalReadRowsRequest(data.Materialize(), m)
 	}
 	return fallbackCodec().Unmarshal(data, v)
 }
