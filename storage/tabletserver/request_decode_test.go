@@ -18,7 +18,7 @@ func randomReadRowsRequest(r *rand.Rand) *bigtablepb.ReadRowsRequest {
 	if r.IntN(2) == 0 {
 		req.Rows = &bigtablepb.RowSet{}
 		for range r.IntN(4) {
-			req.Rows.RowKeys = append(req.Rows.RowKeys, []byte("row"+string(rune('a'+r.IntN(26))))[:r.IntN(5)])
+			req.Rows.RowKeys = append(req.Rows.RowKeys, []byte("row" + string(rune('a'+r.IntN(26))))[:r.IntN(5)])
 		}
 		for range r.IntN(3) {
 			rr := &bigtablepb.RowRange{}
