@@ -18,6 +18,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cluster"
 	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/master"
+	"github.com/tabuladb/tabula/storage/pacing"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
@@ -162,7 +163,7 @@ SIGTERM or SIGINT stops it.`,
 
 func newTabletServerCommand() *cobra.Command {
 	var r roleFlags
-	var memtableBytes, splitBytes, metadataSplitBytes, blockCacheBytes, scanCacheBytes int64
+	var memtableBytes, splitBytes, metadataSplitBytes, blockCacheBytes, scanCacheBytes, compactionRate int64
 	var serverLease, fileCommitWindow time.Duration
 	var tw tabletServerWorker
 	cmd := &cobra.Command{
@@ -188,7 +189,7 @@ back.`,
 			defer svc.Close()
 			s, err := cluster.StartTabletServer(ctx, cluster.ServerConfig{
 				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
-				MemtableBytes: memtableBytes, SplitBytes: splitBytes, MetadataSplitBytes: metadataSplitBytes,
+				MemtableBytes: memtableBytes, SplitBytes: splitBytes, CompactionRate: compactionRate, MetadataSplitBytes: metadataSplitBytes,
 				BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
 				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Lease: serverLease, FileCommitWindow: fileCommitWindow, Logger: log, TLS: r.transport, Auth: r.authConfig,
 			})
@@ -221,6 +222,7 @@ back.`,
 	r.register(cmd)
 	f := cmd.Flags()
 	f.Int64Var(&memtableBytes, "memtable-size", 64<<20, "memtable size in bytes that triggers a minor compaction")
+	f.Int64Var(&compactionRate, "compaction-rate", pacing.DefaultMinRate, compactionRateHelp)
 	f.Int64Var(&splitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
 	f.Int64Var(&metadataSplitBytes, "metadata-split-size", tabletserver.DefaultMetadataSplitBytes, "METADATA tablet size in bytes past which a METADATA tablet other than the root splits")
 	f.Int64Var(&blockCacheBytes, "block-cache-size", cluster.DefaultBlockCacheBytes, "SSTable block cache in bytes (negative: none)")

@@ -15,6 +15,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/cluster"
 	"github.com/tabuladb/tabula/storage/master"
+	"github.com/tabuladb/tabula/storage/pacing"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
@@ -77,6 +78,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.StringVar(&cfg.Addr, "addr", defaultAddr, "gRPC listen address host:port (port 0 picks a free port)")
 	f.StringVar(&cfg.HTTPAddr, "http", "", "HTTP listen address for /metrics, /debug/pprof/ and /healthz (off when empty)")
 	f.Int64Var(&cfg.MemtableBytes, "memtable-size", 64<<20, "memtable size in bytes that triggers a minor compaction")
+	f.Int64Var(&cfg.CompactionRate, "compaction-rate", pacing.DefaultMinRate, compactionRateHelp)
 	f.Int64Var(&cfg.SplitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
 	f.Int64Var(&cfg.BlockCacheBytes, "block-cache-size", cluster.DefaultBlockCacheBytes, "SSTable block cache in bytes (negative: none)")
 	f.Int64Var(&cfg.ScanCacheBytes, "scan-cache-size", cluster.DefaultScanCacheBytes, "scan cache in bytes (negative: none)")
@@ -113,3 +115,7 @@ func runDev(ctx context.Context, cfg cluster.DevConfig, out io.Writer) error {
 		return errors.Join(err, d.Close())
 	}
 }
+
+// compactionRateHelp documents --compaction-rate (tabula dev and tabula
+// tabletserver).
+const compactionRateHelp = "bytes per second the tablets' own flushes and merging compactions write at while requests are served (faster under pressure, unpaced when idle; negative: never paced)"

@@ -31,6 +31,7 @@ import (
 	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/gateway"
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/pacing"
 	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletserver"
@@ -87,6 +88,12 @@ type ServerConfig struct {
 	// MemtableBytes and SplitBytes tune the tablets (defaults of
 	// tabletserver.HostOptions).
 	MemtableBytes, SplitBytes int64
+	// CompactionRate is the rate, in bytes per second, at which the
+	// tablets' own flushes and merging compactions write while requests
+	// are served and nothing presses them (pacing.Config.MinRate; they
+	// speed up under pressure and run unpaced when the server is idle).
+	// Zero means pacing.DefaultMinRate; negative turns pacing off.
+	CompactionRate int64
 	// FileCommitWindow: a new SSTable not in a saved state this long after
 	// its writing began is written again (tablet.Options.FileCommitWindow);
 	// it must stay below the master's GCGrace. Default DefaultGCGrace/2.
@@ -245,6 +252,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		StateStore:          tablet.NewBlobStateStore(cfg.Store, StatePrefix),
 		Limits:              cfg.Limits,
 		MemtableBytes:       cfg.MemtableBytes,
+		Pacer:               newPacer(cfg.CompactionRate),
 		FileCommitWindow:    cmp.Or(cfg.FileCommitWindow, DefaultGCGrace/2),
 		SplitBytes:          cfg.SplitBytes,
 		MetadataSplitBytes:  cfg.MetadataSplitBytes,
@@ -521,4 +529,13 @@ func (s *TabletServer) httpHandler() http.Handler {
 		}
 		return nil
 	})
+}
+
+// newPacer returns the Pacer of ServerConfig.CompactionRate: nil (no
+// pacing) when it is negative.
+func newPacer(rate int64) *pacing.Pacer {
+	if rate < 0 {
+		return nil
+	}
+	return pacing.New(pacing.Config{MinRate: float64(rate)})
 }

@@ -21,7 +21,7 @@ import (
 // and the files replace the frozen memtable. Writes go on into a fresh
 // memtable meanwhile.
 func (t *Tablet) Flush(ctx context.Context) error {
-	t.maintMu.Lock()
+	t.lockMaint()
 	defer t.maintMu.Unlock()
 	if err := t.checkOpen(); err != nil {
 		return err
@@ -195,6 +195,24 @@ func (t *Tablet) writeFrozenGroups(ctx context.Context, v *version, fz *frozenMe
 	return nil
 }
 
+// paceChunk is how many bytes of entries a paced file write hands to the
+// Pacer at a time: small enough that a paced write yields within a few
+// milliseconds, large enough that pacing costs nothing measurable.
+const paceChunk = 256 << 10
+
+type pacingKey struct{}
+
+// withPacing marks ctx as the background loop's: the files written under
+// it are paced by Options.Pacer.
+func withPacing(ctx context.Context) context.Context {
+	return context.WithValue(ctx, pacingKey{}, true)
+}
+
+func isPaced(ctx context.Context) bool {
+	paced, _ := ctx.Value(pacingKey{}).(bool)
+	return paced
+}
+
 // commitAttempts bounds how often a flush or compaction writes its files
 // again because writing them took longer than Options.FileCommitWindow.
 const commitAttempts = 4
@@ -239,14 +257,36 @@ func (t *Tablet) writeGroupFile(ctx context.Context, schema tabletdesc.Schema, g
 	sw := sstable.NewWriter(bw, sstable.WriterOptions{BlockSize: lg.BlockSize, Compression: sstableCompression(lg.Compression), LocalityGroup: g})
 	var last []byte
 	n := 0
+	paced, unpaid := isPaced(ctx) && t.opts.Pacer != nil, 0
+	pressure := t.pressure
+	if w := t.opts.FileCommitWindow; paced && w > 0 {
+		// Pacing must never make the file miss its commit window
+		// (written again, at last failing): it runs unpaced from half
+		// the window on.
+		started := time.Now()
+		pressure = func() float64 {
+			return max(t.pressure(), float64(time.Since(started))/float64(w/2))
+		}
+	}
 	err = src(func(k, v []byte) error {
 		if last != nil && bytes.Equal(k, last) {
 			return nil
 		}
 		last = append(last[:0], k...)
 		n++
+		if paced {
+			if unpaid += len(k) + len(v); unpaid >= paceChunk {
+				if err := t.opts.Pacer.Pace(ctx, unpaid, pressure); err != nil {
+					return err
+				}
+				unpaid = 0
+			}
+		}
 		return sw.Add(k, v)
 	})
+	if err == nil && paced {
+		err = t.opts.Pacer.Pace(ctx, unpaid, pressure)
+	}
 	if err != nil || n == 0 {
 		_ = bw.Abort()
 		return nil, err
@@ -271,7 +311,7 @@ func (t *Tablet) writeGroupFile(ctx context.Context, schema tabletdesc.Schema, g
 // the GC policies collect at this time, and cells of families no longer in
 // the schema.
 func (t *Tablet) Compact(ctx context.Context, major bool) error {
-	t.maintMu.Lock()
+	t.lockMaint()
 	defer t.maintMu.Unlock()
 	if err := t.checkOpen(); err != nil {
 		return err

@@ -160,7 +160,7 @@ func (t *Tablet) SplitBetweenRows(ctx context.Context) (SplitResult, error) {
 
 // split is SplitAt with choose picking the key when key is nil.
 func (t *Tablet) split(ctx context.Context, key []byte, choose func(context.Context, *version) ([]byte, error)) (SplitResult, error) {
-	t.maintMu.Lock()
+	t.lockMaint()
 	defer t.maintMu.Unlock()
 	if err := t.checkOpen(); err != nil {
 		return SplitResult{}, err
@@ -196,7 +196,7 @@ func (t *Tablet) split(ctx context.Context, key []byte, choose func(context.Cont
 	close(t.stop)
 	t.maintMu.Unlock()
 	<-t.bgDone // the background loop may wait for maintMu
-	t.maintMu.Lock()
+	t.lockMaint()
 	t.release()
 	return res, nil
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/memtable"
+	"github.com/tabuladb/tabula/storage/pacing"
 	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
@@ -80,6 +82,13 @@ type Options struct {
 	// MaxSSTables per locality group triggers a merging compaction;
 	// default 8.
 	MaxSSTables int
+	// Pacer slows the flushes and merging compactions the tablet starts
+	// on its own while its server serves foreground requests (see
+	// package pacing); nil means unpaced. Work someone waits for —
+	// Flush, Compact, splits, Close, a caller blocked on the tablet's
+	// maintenance — is never slowed: a paced write in progress turns
+	// unpaced as soon as such a caller arrives.
+	Pacer *pacing.Pacer
 
 	// Clock returns the current time in microseconds (server timestamps,
 	// MaxAge policies); default the system clock.
@@ -190,6 +199,9 @@ type Tablet struct {
 	// saved State; it changes only under maintMu.
 	maintMu sync.Mutex
 	state   tabletdesc.State
+	// maintWaiters counts callers waiting for maintMu (lockMaint): while
+	// there are any, background work holding it is not paced.
+	maintWaiters atomic.Int32
 
 	kick     chan struct{}
 	stop     chan struct{}
@@ -391,7 +403,7 @@ func (t *Tablet) notServing(row []byte, reason string) error {
 
 // State returns a copy of the tablet's last saved state.
 func (t *Tablet) State() tabletdesc.State {
-	t.maintMu.Lock()
+	t.lockMaint()
 	defer t.maintMu.Unlock()
 	return t.state.Clone()
 }
@@ -804,7 +816,7 @@ func (t *Tablet) SetSchema(ctx context.Context, s tabletdesc.Schema) error {
 		return err
 	}
 	s = s.Clone()
-	t.maintMu.Lock()
+	t.lockMaint()
 	defer t.maintMu.Unlock()
 	t.writeMu.Lock()
 	t.mu.Lock()
@@ -901,8 +913,41 @@ func (t *Tablet) background() {
 	}
 }
 
+// lockMaint locks maintMu for a caller that is not the background loop,
+// counted in maintWaiters while it waits so that paced background work
+// holding the lock speeds up (pressure).
+func (t *Tablet) lockMaint() {
+	t.maintWaiters.Add(1)
+	t.maintMu.Lock()
+	t.maintWaiters.Add(-1)
+}
+
+// pressure is how urgently the tablet's background work must finish, for
+// Options.Pacer: 1 or more (unpaced) when a caller waits for maintMu or
+// the tablet is closing; else the larger of the active memtable's fill
+// (it reaches 1 at MemtableBytes: the next flush is due and cannot start
+// before this work ends) and the SSTable pile-up (1 at twice MaxSSTables
+// in a group: reads then look at that many files).
+func (t *Tablet) pressure() float64 {
+	if t.maintWaiters.Load() > 0 || t.closed.Load() {
+		return math.Inf(1)
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.cur == nil {
+		return math.Inf(1)
+	}
+	p := float64(t.cur.mem.Size()) / float64(t.opts.MemtableBytes)
+	for _, g := range t.cur.groups {
+		p = max(p, float64(len(g.files)-t.opts.MaxSSTables)/float64(t.opts.MaxSSTables))
+	}
+	return p
+}
+
 // maintain flushes a full memtable and merges groups over MaxSSTables.
+// The files it writes are paced (Options.Pacer).
 func (t *Tablet) maintain(ctx context.Context) error {
+	ctx = withPacing(ctx)
 	t.maintMu.Lock()
 	defer t.maintMu.Unlock()
 	if t.closed.Load() || t.failed.Load() != nil {
@@ -937,7 +982,7 @@ func (t *Tablet) Close() error {
 	}
 	close(t.stop)
 	<-t.bgDone
-	t.maintMu.Lock()
+	t.lockMaint()
 	defer t.maintMu.Unlock()
 	t.writeMu.Lock()
 	if t.stopErr == nil {
@@ -971,7 +1016,7 @@ func (t *Tablet) abandon() {
 	}
 	close(t.stop)
 	<-t.bgDone
-	t.maintMu.Lock()
+	t.lockMaint()
 	defer t.maintMu.Unlock()
 	t.writeMu.Lock()
 	t.stopErr = t.notServing(nil, "crashed")

@@ -62,6 +62,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/pacing"
 	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tablet"
 )
@@ -113,6 +114,10 @@ type HostOptions struct {
 	// still need older records (those of a crashed run) must be opened
 	// before the first truncation: tabula dev opens every table at start.
 	LogTruncateInterval time.Duration
+	// Pacer slows the tablets' background flushes and merging
+	// compactions while requests are served (tablet.Options.Pacer); the
+	// Host's interceptors mark the requests. Nil means unpaced.
+	Pacer *pacing.Pacer
 	// Logger receives events and background errors; default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the Host's and the DataService's metrics; nil
@@ -298,6 +303,7 @@ func (h *Host) tabletOptions(t meta.Table, id string, start, end []byte) tablet.
 		Limits:           h.opts.Limits,
 		MemtableBytes:    h.opts.MemtableBytes,
 		FileCommitWindow: h.opts.FileCommitWindow,
+		Pacer:            h.opts.Pacer,
 		Clock:            clock,
 		Logger:           h.log,
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/pacing"
 )
 
 // metrics are the server's Prometheus metrics: request counters and
@@ -87,24 +89,51 @@ func (m *metrics) observe(fullMethod string, start time.Time, err error) {
 // UnaryInterceptor returns the interceptor that counts and times unary
 // requests; install it (and StreamInterceptor) on the grpc.Server that
 // serves the DataService and the admin API.
+// Every request counts as foreground work for HostOptions.Pacer while it
+// runs.
 func (h *Host) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
+		h.opts.Pacer.Begin()
 		resp, err := handler(ctx, req)
+		h.opts.Pacer.End()
 		h.metrics.observe(info.FullMethod, start, err)
 		return resp, err
 	}
 }
 
 // StreamInterceptor returns the interceptor that counts and times
-// streaming requests.
+// streaming requests. A server-streaming request counts as foreground
+// work for HostOptions.Pacer while it runs; a bidirectional stream, which
+// may stay open and idle for as long as its peer lives (the gateway's
+// shared point-read streams), counts only at each message it receives.
 func (h *Host) StreamInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
-		err := handler(srv, ss)
+		var err error
+		if p := h.opts.Pacer; p != nil && info.IsClientStream {
+			err = handler(srv, &pacedStream{ServerStream: ss, pacer: p})
+		} else {
+			p.Begin()
+			err = handler(srv, ss)
+			p.End()
+		}
 		h.metrics.observe(info.FullMethod, start, err)
 		return err
 	}
+}
+
+// pacedStream marks foreground work at every message a client-streaming
+// request receives.
+type pacedStream struct {
+	grpc.ServerStream
+	pacer *pacing.Pacer
+}
+
+func (s *pacedStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	s.pacer.Touch()
+	return err
 }
 
 // tabletCollector reports the tablets' gauges, summed per table, at
@@ -119,10 +148,12 @@ var (
 	descCompactions = prometheus.NewDesc("tabula_compactions_total", "Compactions by the open tablets since they opened.", []string{"table", "kind"}, nil)
 	descCache       = prometheus.NewDesc("tabula_cache_requests_total", "Block and scan cache lookups.", []string{"cache", "result"}, nil)
 	descCacheBytes  = prometheus.NewDesc("tabula_block_cache_bytes", "Bytes of SSTable blocks in the block cache.", nil, nil)
+	descBgBytes     = prometheus.NewDesc("tabula_background_write_bytes_total", "Bytes the tablets' own flushes and merging compactions wrote, by whether the pacer charged them at a finite rate (paced) or not (unpaced: the server idle or the work pressed).", []string{"pacing"}, nil)
+	descBgWaited    = prometheus.NewDesc("tabula_background_paced_seconds_total", "Time the tablets' own flushes and merging compactions waited in the pacer while requests were served.", nil, nil)
 )
 
 func (c *tabletCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTablets, descMemtable, descSSTables, descSSTBytes, descCompactions, descCache, descCacheBytes} {
+	for _, d := range []*prometheus.Desc{descTablets, descMemtable, descSSTables, descSSTBytes, descCompactions, descCache, descCacheBytes, descBgBytes, descBgWaited} {
 		ch <- d
 	}
 }
@@ -162,6 +193,12 @@ func (c *tabletCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCache, prometheus.CounterValue, float64(s.Hits), "block", "hit")
 		ch <- prometheus.MustNewConstMetric(descCache, prometheus.CounterValue, float64(s.Misses), "block", "miss")
 		ch <- prometheus.MustNewConstMetric(descCacheBytes, prometheus.GaugeValue, float64(s.Bytes))
+	}
+	if p := c.h.opts.Pacer; p != nil {
+		s := p.Stats()
+		ch <- prometheus.MustNewConstMetric(descBgBytes, prometheus.CounterValue, float64(s.PacedBytes), "paced")
+		ch <- prometheus.MustNewConstMetric(descBgBytes, prometheus.CounterValue, float64(s.Bytes-s.PacedBytes), "unpaced")
+		ch <- prometheus.MustNewConstMetric(descBgWaited, prometheus.CounterValue, s.Waited.Seconds())
 	}
 	if sc := c.h.opts.ScanCache; sc != nil {
 		s := sc.Stats()
