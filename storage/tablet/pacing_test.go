@@ -151,15 +151,23 @@ func TestBackgroundFlushUnpacedWhenIdle(t *testing.T) {
 // pressure; closing makes it unbounded.
 func TestPressure(t *testing.T) {
 	tb := openPacedTablet(t, nil)
-	if pr := tb.pressure(); pr != 0 {
+	if pr := tb.pressure(); pr > 0 {
 		t.Fatalf("empty tablet: pressure %v", pr)
 	}
 	val := make([]byte, 256<<10)
-	if err := tb.Apply(context.Background(), cell.RowMutation{Row: []byte("a"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, val)}}); err != nil {
+	for i, want := range []float64{-0.5, 0} {
+		if err := tb.Apply(context.Background(), cell.RowMutation{Row: fmt.Appendf(nil, "a%d", i), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, val)}}); err != nil {
+			t.Fatal(err)
+		}
+		if pr := tb.pressure(); pr < want || pr >= want+0.1 {
+			t.Fatalf("memtable %d/4 full: pressure %v, want about %v", i+1, pr, want)
+		}
+	}
+	if err := tb.Apply(context.Background(), cell.RowMutation{Row: []byte("a2"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, val)}}); err != nil {
 		t.Fatal(err)
 	}
-	if pr := tb.pressure(); pr < 0.25 || pr >= 0.5 {
-		t.Fatalf("a quarter-full memtable: pressure %v, want about 0.25", pr)
+	if pr := tb.pressure(); pr < 0.5 || pr >= 0.6 {
+		t.Fatalf("memtable 3/4 full: pressure %v, want about 0.5", pr)
 	}
 	// 12 SSTables in the group: (12 - 8) / 8 = 0.5.
 	for i := range 12 {

@@ -925,9 +925,11 @@ func (t *Tablet) lockMaint() {
 // pressure is how urgently the tablet's background work must finish, for
 // Options.Pacer: 1 or more (unpaced) when a caller waits for maintMu or
 // the tablet is closing; else the larger of the active memtable's fill
-// (it reaches 1 at MemtableBytes: the next flush is due and cannot start
-// before this work ends) and the SSTable pile-up (1 at twice MaxSSTables
-// in a group: reads then look at that many files).
+// past half its size (0 at MemtableBytes/2, 1 at MemtableBytes: the next
+// flush is due and cannot start before this work ends; a memtable that
+// writes left half full is no reason to hurry) and the SSTable pile-up
+// (1 at twice MaxSSTables in a group: reads then look at that many
+// files).
 func (t *Tablet) pressure() float64 {
 	if t.maintWaiters.Load() > 0 || t.closed.Load() {
 		return math.Inf(1)
@@ -937,7 +939,7 @@ func (t *Tablet) pressure() float64 {
 	if t.cur == nil {
 		return math.Inf(1)
 	}
-	p := float64(t.cur.mem.Size()) / float64(t.opts.MemtableBytes)
+	p := 2*float64(t.cur.mem.Size())/float64(t.opts.MemtableBytes) - 1
 	for _, g := range t.cur.groups {
 		p = max(p, float64(len(g.files)-t.opts.MaxSSTables)/float64(t.opts.MaxSSTables))
 	}
