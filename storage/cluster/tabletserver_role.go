@@ -265,7 +265,10 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	}); err != nil {
 		return nil, err
 	}
-	s.data = tabletserver.NewDataService(s.host, tabletserver.DataOptions{Logger: s.log})
+	// Both servers this data API is registered on use the tablet
+	// server's codec (newGRPCServer's, or proxyCodec around it), which
+	// sends encoded responses as they are.
+	s.data = tabletserver.NewDataService(s.host, tabletserver.DataOptions{Logger: s.log, EncodedResponses: true})
 	if in != nil {
 		// StartDev serves the services on its one gRPC server, the data
 		// API straight from this Host, which serves every tablet there

@@ -56,6 +56,11 @@ type DataOptions struct {
 	// Rand is the source of row_sample_filter's coin flips; default
 	// math/rand/v2.
 	Rand func() float64
+	// EncodedResponses: ReadRows writes its responses straight into
+	// their wire form and sends them as RawFrames (readrows_encode.go).
+	// Only for a server whose codec is ServerCodec or Codec (or passes
+	// RawFrames to it): gRPC's proto codec refuses them.
+	EncodedResponses bool
 }
 
 // DataService implements google.bigtable.v2.Bigtable over a Host's

@@ -73,6 +73,9 @@ func newTestEnv(t testing.TB, ho HostOptions, do DataOptions) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The server's codec is ServerCodec: scans are written in wire form
+	// (readrows_encode.go), as in the cluster's servers.
+	do.EncodedResponses = true
 	ds := NewDataService(host, do)
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes), ServerCodec(),
 		grpc.UnaryInterceptor(host.UnaryInterceptor()), grpc.StreamInterceptor(host.StreamInterceptor()))

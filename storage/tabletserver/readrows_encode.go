@@ -1,0 +1,290 @@
+package tabletserver
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/storage/filter"
+)
+
+// A scan's responses are written here straight into their wire form when
+// the stream is gRPC's own and the server's codec sends RawFrames as they
+// are (DataOptions.EncodedResponses): no CellChunk messages, wrappers and
+// chunk lists built only to be encoded and dropped — a fifth of a scan's
+// server CPU, and most of its garbage. The bytes are those encodeReadRows
+// writes for the messages chunkWriter builds otherwise
+// (TestEncodedResponsesMatchMessages); in-process streams (the gateway's,
+// tests') get the messages.
+
+// grpcReadRowsStream is the type of the stream gRPC's generated handler
+// passes to ReadRows (unexported in bigtablepb), found once by calling the
+// handler with a stand-in.
+var grpcReadRowsStream = func() reflect.Type {
+	p := &streamProbe{}
+	for _, sd := range bigtablepb.Bigtable_ServiceDesc.Streams {
+		if sd.StreamName == "ReadRows" {
+			_ = sd.Handler(p, probeStream{})
+		}
+	}
+	return p.t
+}()
+
+type streamProbe struct {
+	bigtablepb.UnimplementedBigtableServer
+	t reflect.Type
+}
+
+func (p *streamProbe) ReadRows(_ *bigtablepb.ReadRowsRequest, s bigtablepb.Bigtable_ReadRowsServer) error {
+	p.t = reflect.TypeOf(s)
+	return nil
+}
+
+type probeStream struct{ grpc.ServerStream }
+
+func (probeStream) RecvMsg(any) error { return nil }
+
+// rawSender returns the function sending an encoded response on stream
+// when stream is gRPC's own; nil otherwise.
+func rawSender(stream bigtablepb.Bigtable_ReadRowsServer) func(mem.BufferSlice) error {
+	if grpcReadRowsStream == nil || reflect.TypeOf(stream) != grpcReadRowsStream {
+		return nil
+	}
+	ss, ok := stream.(grpc.ServerStream)
+	if !ok {
+		return nil
+	}
+	return func(b mem.BufferSlice) error {
+		var f RawFrame
+		f.SetFrame(b)
+		err := ss.SendMsg(&f)
+		f.Release() // a no-op once sent
+		return err
+	}
+}
+
+// wireResponse is a ReadRowsResponse being encoded: a buffer of
+// everything but the values handed to gRPC as they are (valueAliasBytes or
+// more), which sit between its spans.
+type wireResponse struct {
+	bufp   *[]byte // the pooled buffer buf started in; nil when none
+	buf    []byte
+	pieces []aliasedValue
+}
+
+type aliasedValue struct {
+	headerEnd int
+	value     []byte
+}
+
+// wireChunk is a CellChunk's fields, as chunkWriter.cells sets them.
+type wireChunkFields struct {
+	rowKey    []byte
+	hasFamily bool
+	family    string
+	hasQual   bool
+	qualifier []byte
+	timestamp int64
+	labels    []string
+	value     []byte
+	valueSize int32
+	commit    bool
+}
+
+// start readies r for a response of about size bytes.
+func (r *wireResponse) start(size int) {
+	if r.buf != nil {
+		return
+	}
+	r.bufp = mem.DefaultBufferPool().Get(size)
+	r.buf = (*r.bufp)[:0]
+}
+
+// chunk appends c, as encodeReadRows encodes a chunk.
+func (r *wireResponse) chunk(c *wireChunkFields) {
+	n := 0
+	if len(c.rowKey) > 0 {
+		n += bytesFieldSize(fieldRowKey, len(c.rowKey))
+	}
+	if c.hasFamily {
+		n += bytesFieldSize(fieldFamilyName, wrapperSize(len(c.family)))
+	}
+	if c.hasQual {
+		n += bytesFieldSize(fieldQualifier, wrapperSize(len(c.qualifier)))
+	}
+	if c.timestamp != 0 {
+		n += protowire.SizeTag(fieldTimestampMicros) + protowire.SizeVarint(uint64(c.timestamp))
+	}
+	for _, l := range c.labels {
+		n += bytesFieldSize(fieldLabels, len(l))
+	}
+	if len(c.value) > 0 {
+		n += bytesFieldSize(fieldValue, len(c.value))
+	}
+	if c.valueSize != 0 {
+		n += protowire.SizeTag(fieldValueSize) + protowire.SizeVarint(uint64(int64(c.valueSize)))
+	}
+	if c.commit {
+		n += protowire.SizeTag(fieldCommitRow) + 1
+	}
+	buf := protowire.AppendTag(r.buf, fieldChunks, protowire.BytesType)
+	buf = protowire.AppendVarint(buf, uint64(n))
+	if len(c.rowKey) > 0 {
+		buf = protowire.AppendTag(buf, fieldRowKey, protowire.BytesType)
+		buf = protowire.AppendBytes(buf, c.rowKey)
+	}
+	if c.hasFamily {
+		buf = protowire.AppendTag(buf, fieldFamilyName, protowire.BytesType)
+		buf = protowire.AppendVarint(buf, uint64(wrapperSize(len(c.family))))
+		if len(c.family) > 0 {
+			buf = protowire.AppendTag(buf, fieldWrapperValue, protowire.BytesType)
+			buf = protowire.AppendString(buf, c.family)
+		}
+	}
+	if c.hasQual {
+		buf = protowire.AppendTag(buf, fieldQualifier, protowire.BytesType)
+		buf = protowire.AppendVarint(buf, uint64(wrapperSize(len(c.qualifier))))
+		if len(c.qualifier) > 0 {
+			buf = protowire.AppendTag(buf, fieldWrapperValue, protowire.BytesType)
+			buf = protowire.AppendBytes(buf, c.qualifier)
+		}
+	}
+	if c.timestamp != 0 {
+		buf = protowire.AppendTag(buf, fieldTimestampMicros, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, uint64(c.timestamp))
+	}
+	for _, l := range c.labels {
+		buf = protowire.AppendTag(buf, fieldLabels, protowire.BytesType)
+		buf = protowire.AppendString(buf, l)
+	}
+	if v := c.value; len(v) > 0 {
+		buf = protowire.AppendTag(buf, fieldValue, protowire.BytesType)
+		buf = protowire.AppendVarint(buf, uint64(len(v)))
+		if len(v) < valueAliasBytes {
+			buf = append(buf, v...)
+		} else {
+			r.pieces = append(r.pieces, aliasedValue{headerEnd: len(buf), value: v})
+		}
+	}
+	if c.valueSize != 0 {
+		buf = protowire.AppendTag(buf, fieldValueSize, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, uint64(int64(c.valueSize)))
+	}
+	if c.commit {
+		buf = protowire.AppendTag(buf, fieldCommitRow, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, protowire.EncodeBool(true))
+	}
+	r.buf = buf
+}
+
+// finish appends the last_scanned_row_key and request_stats fields (when
+// set) and returns the response's buffers, r reset. Buffers gRPC frees
+// go back to its pool unless values were aliased between their spans.
+func (r *wireResponse) finish(lastScanned []byte, stats *bigtablepb.RequestStats) (mem.BufferSlice, error) {
+	buf := r.buf
+	if len(lastScanned) > 0 {
+		buf = protowire.AppendTag(buf, fieldLastScannedRowKey, protowire.BytesType)
+		buf = protowire.AppendBytes(buf, lastScanned)
+	}
+	if stats != nil {
+		b, err := proto.Marshal(stats)
+		if err != nil {
+			return nil, fmt.Errorf("encode request_stats: %w", err)
+		}
+		buf = protowire.AppendTag(buf, fieldRequestStats, protowire.BytesType)
+		buf = protowire.AppendBytes(buf, b)
+	}
+	bufp, pieces := r.bufp, r.pieces
+	*r = wireResponse{pieces: pieces[:0]}
+	pool := mem.DefaultBufferPool()
+	pooled := bufp != nil && sameArray(buf, *bufp)
+	if len(pieces) == 0 {
+		if pooled {
+			*bufp = buf
+			return mem.BufferSlice{mem.NewBuffer(bufp, pool)}, nil
+		}
+		if bufp != nil {
+			pool.Put(bufp)
+		}
+		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+	}
+	// The spans alias buf, which cannot go back to the pool when gRPC
+	// frees them: a pooled buffer buf outgrew can.
+	if !pooled && bufp != nil {
+		pool.Put(bufp)
+	}
+	out := make(mem.BufferSlice, 0, 2*len(pieces)+1)
+	start := 0
+	for _, p := range pieces {
+		out = append(out, mem.SliceBuffer(buf[start:p.headerEnd]), mem.SliceBuffer(p.value))
+		start = p.headerEnd
+	}
+	if start < len(buf) {
+		out = append(out, mem.SliceBuffer(buf[start:]))
+	}
+	return out, nil
+}
+
+// encodeCells is chunkWriter.cells writing wire bytes: the same chunks,
+// the same accounting.
+func (w *chunkWriter) encodeCells(key []byte, cells []filter.LabeledCell) {
+	w.wire.start(w.respBytes + 64<<10)
+	var fam string
+	var qual []byte
+	for i := range cells {
+		c := &cells[i]
+		last := i == len(cells)-1
+		ch := wireChunkFields{timestamp: c.Timestamp, labels: c.Labels}
+		n := len(c.Qualifier)
+		switch {
+		case i == 0:
+			ch.rowKey = key
+			ch.hasFamily, ch.family = true, c.Family
+			ch.hasQual, ch.qualifier = true, c.Qualifier
+			n += len(key) + len(c.Family)
+		case c.Family != fam:
+			ch.hasFamily, ch.family = true, c.Family
+			ch.hasQual, ch.qualifier = true, c.Qualifier
+			n += len(c.Family)
+		case !bytes.Equal(c.Qualifier, qual):
+			ch.hasQual, ch.qualifier = true, c.Qualifier
+		}
+		fam, qual = c.Family, c.Qualifier
+		v := c.Value
+		if len(v) <= w.chunkBytes {
+			ch.value = v
+			ch.commit = last
+			w.wire.chunk(&ch)
+			w.account(n + len(v))
+			continue
+		}
+		ch.value = v[:w.chunkBytes]
+		ch.valueSize = int32(len(v))
+		w.wire.chunk(&ch)
+		w.account(n + w.chunkBytes)
+		for off := w.chunkBytes; off < len(v); off += w.chunkBytes {
+			end := min(off+w.chunkBytes, len(v))
+			piece := wireChunkFields{value: v[off:end]}
+			if end < len(v) {
+				piece.valueSize = int32(len(v))
+			} else {
+				piece.commit = last
+			}
+			w.wire.chunk(&piece)
+			w.account(end - off)
+		}
+	}
+}
+
+// account counts a chunk of n bytes (as add does).
+func (w *chunkWriter) account(n int) {
+	w.size += n + chunkOverhead
+	w.total += int64(n)
+	w.pending = true
+}

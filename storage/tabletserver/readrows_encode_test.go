@@ -1,0 +1,118 @@
+package tabletserver
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc/mem"
+
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/filter"
+)
+
+// TestEncodedResponsesMatchMessages: a chunkWriter writing wire bytes
+// sends, response for response, the bytes the messages a chunkWriter
+// builds otherwise encode to — rows of every shape (families and
+// qualifiers changing or not, empty qualifiers and values, zero
+// timestamps, labels, values split over chunks, values aliased), rows
+// filtered out (last_scanned_row_key), request stats at the end.
+func TestEncodedResponsesMatchMessages(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 11))
+	for round := range 100 {
+		chunkBytes, respBytes := 1+r.IntN(3000), 1+r.IntN(20000)
+		var msgs, wire [][]byte
+		a := &chunkWriter{chunkBytes: chunkBytes, respBytes: respBytes, send: func(resp *bigtablepb.ReadRowsResponse) error {
+			b, err := MarshalReadRows(resp)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, b.Materialize())
+			return nil
+		}}
+		b := &chunkWriter{chunkBytes: chunkBytes, respBytes: respBytes, raw: func(bs mem.BufferSlice) error {
+			wire = append(wire, bs.Materialize())
+			bs.Free()
+			return nil
+		}}
+		for i := range 1 + r.IntN(1000) {
+			key := fmt.Appendf(nil, "row%06d", i)
+			if r.IntN(3) == 0 {
+				for _, w := range []*chunkWriter{a, b} {
+					if err := w.skip(key); err != nil {
+						t.Fatal(err)
+					}
+				}
+				continue
+			}
+			cells := randomLabeledCells(r)
+			for _, w := range []*chunkWriter{a, b} {
+				if err := w.row(key, cells); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if r.IntN(2) == 0 {
+			stats := &bigtablepb.RequestStats{StatsView: &bigtablepb.RequestStats_FullReadStatsView{FullReadStatsView: &bigtablepb.FullReadStatsView{
+				ReadIterationStats: &bigtablepb.ReadIterationStats{RowsSeenCount: r.Int64N(100)}}}}
+			a.stats, b.stats = stats, stats
+		}
+		for _, w := range []*chunkWriter{a, b} {
+			if err := w.flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(msgs) == 0 || len(msgs) != len(wire) {
+			t.Fatalf("round %d: %d responses as messages, %d in wire form", round, len(msgs), len(wire))
+		}
+		for i := range msgs {
+			if !bytes.Equal(msgs[i], wire[i]) {
+				t.Fatalf("round %d: response %d differs:\nmessages % x\nwire     % x", round, i, msgs[i], wire[i])
+			}
+		}
+		if a.total != b.total {
+			t.Fatalf("round %d: %d bytes counted from messages, %d from wire", round, a.total, b.total)
+		}
+	}
+}
+
+func randomLabeledCells(r *rand.Rand) []filter.LabeledCell {
+	var cells []filter.LabeledCell
+	for range 1 + r.IntN(6) {
+		c := filter.LabeledCell{Cell: cell.Cell{
+			Family:    []string{"f", "g", "family"}[r.IntN(3)],
+			Qualifier: [][]byte{nil, []byte("q"), []byte("qual")}[r.IntN(3)],
+			Timestamp: []int64{0, 1, 1_000_000, r.Int64N(1 << 50)}[r.IntN(4)],
+		}}
+		switch r.IntN(8) {
+		case 0:
+		case 1:
+			c.Value = bytes.Repeat([]byte{byte(r.IntN(256))}, valueAliasBytes+r.IntN(5000))
+		default:
+			c.Value = bytes.Repeat([]byte{byte(r.IntN(256))}, r.IntN(2000))
+		}
+		if r.IntN(5) == 0 {
+			c.Labels = []string{"l", "label"}[:1+r.IntN(2)]
+		}
+		cells = append(cells, c)
+	}
+	return cells
+}
+
+// TestRawSenderOnlyForGRPCStreams: responses go out in wire form only on
+// the stream gRPC's generated handler makes, never on an in-process one
+// (the gateway's, a test's), whose receivers read the messages.
+func TestRawSenderOnlyForGRPCStreams(t *testing.T) {
+	if grpcReadRowsStream == nil {
+		t.Fatal("the generated ReadRows stream type was not found")
+	}
+	if rawSender(&fakeStream[bigtablepb.ReadRowsResponse]{}) != nil {
+		t.Fatal("an in-process stream was given the wire form")
+	}
+	if got := grpcReadRowsStream.String(); got == reflect.TypeOf(&fakeStream[bigtablepb.ReadRowsResponse]{}).String() {
+		t.Fatalf("probe found %s", got)
+	}
+}
