@@ -46,7 +46,7 @@ func unmarshalMutateRows(data mem.BufferSlice, m *bigtablepb.MutateRowsRequest) 
 func decodeMutateRows(b []byte, m *bigtablepb.MutateRowsRequest) bool {
 	proto.Reset(m)
 	nEntries, nMuts, ok := countMutateRows(b)
-	if !ok {
+	if !ok || nEntries > maxFastMutations || nMuts > maxFastMutations {
 		return false
 	}
 	s := mutateRowsSlabs{
@@ -96,6 +96,14 @@ func decodeMutateRows(b []byte, m *bigtablepb.MutateRowsRequest) bool {
 	}
 	return true
 }
+
+// maxFastMutations bounds the entries and the mutations the fast path
+// allocates its slabs for: Cloud Bigtable's (and the default Limits') limit
+// of a request's mutations. A request past it — which the server refuses
+// anyway — goes to proto.Unmarshal, so that a request of a quarter
+// gigabyte of empty mutations cannot make the slabs take many times its
+// size before it is refused.
+const maxFastMutations = 100_000
 
 // countMutateRows returns the entries of a MutateRowsRequest and their
 // mutations, for sizing the slabs; false if the message is not one the

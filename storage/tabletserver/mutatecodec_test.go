@@ -150,7 +150,17 @@ func TestMutateRowsDecoderAliasesItsOwnCopy(t *testing.T) {
 func FuzzMutateRowsDecoder(f *testing.F) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for i := range 20 {
-		wire, _ := proto.Marshal(randomMutateRows(r, i%2 == 1))
+		req := randomMutateRows(r, i%2 == 1)
+		// Small seeds: the fuzzer mutates kilobytes much faster than
+		// the megabytes of the large values.
+		req.Entries = req.Entries[:min(len(req.Entries), 4)]
+		for _, e := range req.Entries {
+			if sc := e.GetMutations(); len(sc) > 0 && sc[0].GetSetCell() != nil {
+				v := &sc[0].GetSetCell().Value
+				*v = (*v)[:min(len(*v), 16)]
+			}
+		}
+		wire, _ := proto.Marshal(req)
 		f.Add(wire)
 	}
 	f.Add([]byte{0x12, 0x05, 0x12, 0x03, 0x0a, 0x01, 0xff}) // family not UTF-8
@@ -202,5 +212,41 @@ func BenchmarkMutateRowsUnmarshal(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestMutateRowsDecoderBoundsItsSlabs checks that a request of more
+// entries or mutations than a request may carry goes to protobuf's decoder
+// — decoded the same — instead of sizing the fast path's slabs by it.
+func TestMutateRowsDecoderBoundsItsSlabs(t *testing.T) {
+	sc := &bigtablepb.Mutation{Mutation: &bigtablepb.Mutation_SetCell_{SetCell: &bigtablepb.Mutation_SetCell{FamilyName: "f"}}}
+	for _, c := range []struct {
+		name             string
+		entries, perRow  int
+		wantFastDecoding bool
+	}{
+		{"at the limit", 1000, maxFastMutations / 1000, true},
+		{"mutations past it", 1000, maxFastMutations/1000 + 1, false},
+		{"entries past it", maxFastMutations + 1, 0, false},
+	} {
+		req := &bigtablepb.MutateRowsRequest{TableName: "t"}
+		for range c.entries {
+			e := &bigtablepb.MutateRowsRequest_Entry{RowKey: []byte("r")}
+			for range c.perRow {
+				e.Mutations = append(e.Mutations, sc)
+			}
+			req.Entries = append(req.Entries, e)
+		}
+		wire, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := decodeMutateRows(wire, &bigtablepb.MutateRowsRequest{}); got != c.wantFastDecoding {
+			t.Errorf("%s: fast path %v, want %v", c.name, got, c.wantFastDecoding)
+		}
+		got := &bigtablepb.MutateRowsRequest{}
+		if err := unmarshalMutateRows(mem.BufferSlice{mem.SliceBuffer(wire)}, got); err != nil || !proto.Equal(got, req) {
+			t.Errorf("%s: decoded differently from the request (err %v)", c.name, err)
+		}
 	}
 }
