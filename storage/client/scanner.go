@@ -379,19 +379,24 @@ func (m *chunkMerger) addChunk(c *wireChunk, out []cell.Row) ([]cell.Row, error)
 	if c.hasQualifier {
 		m.qual = clip(c.qualifier)
 	}
-	if !m.hasPartial {
+	if !m.hasPartial && c.valueSize == 0 {
+		// The whole value in one chunk (the common case): straight into
+		// the slab, aliasing the chunk — no copy, and no pass through
+		// partial (each store of a cell there cost write barriers while
+		// the collector runs, which during a scan it mostly does).
+		v := clip(c.value)
+		if v == nil {
+			v = []byte{}
+		}
+		m.appendCell(cell.Cell{Family: m.family, Qualifier: m.qual, Timestamp: c.timestamp, Value: v})
+	} else if !m.hasPartial {
 		m.partial = cell.Cell{Family: m.family, Qualifier: m.qual, Timestamp: c.timestamp}
 		m.hasPartial = true
-		if c.valueSize == 0 {
-			// The whole value in one chunk (the common case): no copy.
-			m.partial.Value = clip(c.value)
-		} else {
-			m.partial.Value = append(make([]byte, 0, max(int(c.valueSize), len(c.value))), c.value...)
-		}
+		m.partial.Value = append(make([]byte, 0, max(int(c.valueSize), len(c.value))), c.value...)
 	} else {
 		m.partial.Value = append(m.partial.Value, c.value...)
 	}
-	if c.valueSize == 0 {
+	if c.valueSize == 0 && m.hasPartial {
 		if m.partial.Value == nil {
 			m.partial.Value = []byte{}
 		}
