@@ -26,7 +26,14 @@ import (
 // grpcReadRowsStream is the type of the stream gRPC's generated handler
 // passes to ReadRows (unexported in bigtablepb), found once by calling the
 // handler with a stand-in.
-var grpcReadRowsStream = func() reflect.Type {
+// nil if the handler does anything the stand-in does not support (scans
+// then send messages).
+var grpcReadRowsStream = func() (t reflect.Type) {
+	defer func() {
+		if recover() != nil {
+			t = nil
+		}
+	}()
 	p := &streamProbe{}
 	for _, sd := range bigtablepb.Bigtable_ServiceDesc.Streams {
 		if sd.StreamName == "ReadRows" {
