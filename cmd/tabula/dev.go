@@ -80,7 +80,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.Int64Var(&cfg.MemtableBytes, "memtable-size", 64<<20, "memtable size in bytes that triggers a minor compaction")
 	f.Int64Var(&cfg.CompactionRate, "compaction-rate", pacing.DefaultMinRate, compactionRateHelp)
 	f.Int64Var(&cfg.SplitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
-	f.Int64Var(&cfg.BlockCacheBytes, "block-cache-size", cluster.DefaultBlockCacheBytes, "SSTable block cache in bytes (negative: none)")
+	f.Int64Var(&cfg.BlockCacheBytes, "block-cache-size", 0, blockCacheHelp)
 	f.Int64Var(&cfg.ScanCacheBytes, "scan-cache-size", cluster.DefaultScanCacheBytes, "scan cache in bytes (negative: none)")
 	f.BoolVar(&cfg.InstanceAgnostic, "instance-agnostic", false, "serve every project and instance from one namespace")
 	f.DurationVar(&cfg.LogTruncateInterval, "log-truncate-interval", tabletserver.DefaultLogTruncateInterval, "how often the commit log drops what every tablet has flushed")
@@ -119,3 +119,7 @@ func runDev(ctx context.Context, cfg cluster.DevConfig, out io.Writer) error {
 // compactionRateHelp documents --compaction-rate (tabula dev and tabula
 // tabletserver).
 const compactionRateHelp = "bytes per second the tablets' own flushes and merging compactions write at while requests are served (faster under pressure, unpaced when idle; negative: never paced)"
+
+// blockCacheHelp documents --block-cache-size (tabula dev and tabula
+// tabletserver).
+const blockCacheHelp = "SSTable block cache in bytes (0: an eighth of the machine's memory, 256 MiB to 4 GiB; negative: none)"

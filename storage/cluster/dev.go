@@ -48,8 +48,10 @@ import (
 // Defaults of DevConfig (the cache sizes are the tablet server's too: see
 // ServerConfig).
 const (
-	// DefaultBlockCacheBytes sizes the SSTable block cache of a server.
-	DefaultBlockCacheBytes = 256 << 20
+	// MinBlockCacheBytes and MaxBlockCacheBytes bound the default size
+	// of a server's SSTable block cache (DefaultBlockCacheBytes).
+	MinBlockCacheBytes = 256 << 20
+	MaxBlockCacheBytes = 4 << 30
 	// DefaultScanCacheBytes sizes the scan cache (recently read cells).
 	DefaultScanCacheBytes = 64 << 20
 	// DefaultStopTimeout bounds a graceful stop.
@@ -215,7 +217,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		cfg.Addr = "127.0.0.1:0"
 	}
 	if cfg.BlockCacheBytes == 0 {
-		cfg.BlockCacheBytes = DefaultBlockCacheBytes
+		cfg.BlockCacheBytes = DefaultBlockCacheBytes()
 	}
 	if cfg.ScanCacheBytes == 0 {
 		cfg.ScanCacheBytes = DefaultScanCacheBytes

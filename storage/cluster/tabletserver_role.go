@@ -103,7 +103,7 @@ type ServerConfig struct {
 	// tabletserver.DefaultMetadataSplitBytes).
 	MetadataSplitBytes int64
 	// BlockCacheBytes and ScanCacheBytes size the caches shared by the
-	// server's tablets; default DefaultBlockCacheBytes and
+	// server's tablets; default DefaultBlockCacheBytes() and
 	// DefaultScanCacheBytes (as `tabula dev`), negative disables.
 	BlockCacheBytes, ScanCacheBytes int64
 	// SessionTTL and LockDelay configure the server's session; defaults
@@ -185,7 +185,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		cfg.Lease = DefaultServerLease
 	}
 	if cfg.BlockCacheBytes == 0 {
-		cfg.BlockCacheBytes = DefaultBlockCacheBytes
+		cfg.BlockCacheBytes = DefaultBlockCacheBytes()
 	}
 	if cfg.ScanCacheBytes == 0 {
 		cfg.ScanCacheBytes = DefaultScanCacheBytes
