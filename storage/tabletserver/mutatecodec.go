@@ -60,16 +60,11 @@ func decodeMutateRows(b []byte, m *bigtablepb.MutateRowsRequest) bool {
 		m.Entries = make([]*bigtablepb.MutateRowsRequest_Entry, 0, nEntries)
 	}
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType {
+		num, v, rest, ok := nextBytesField(b)
+		if !ok {
 			return false
 		}
-		b = b[n:]
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+		b = rest
 		switch num {
 		case 1, 3, 5:
 			if !utf8.Valid(v) {
@@ -110,31 +105,21 @@ const maxFastMutations = 100_000
 // fast path takes (checked again, field by field, when decoding).
 func countMutateRows(b []byte) (entries, muts int, ok bool) {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType {
+		num, v, rest, ok := nextBytesField(b)
+		if !ok {
 			return 0, 0, false
 		}
-		b = b[n:]
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return 0, 0, false
-		}
-		b = b[n:]
+		b = rest
 		if num != 2 {
 			continue
 		}
 		entries++
 		for len(v) > 0 {
-			num, typ, n := protowire.ConsumeTag(v)
-			if n < 0 || typ != protowire.BytesType {
+			num, _, rest, ok := nextBytesField(v)
+			if !ok {
 				return 0, 0, false
 			}
-			v = v[n:]
-			_, n = protowire.ConsumeBytes(v)
-			if n < 0 {
-				return 0, 0, false
-			}
-			v = v[n:]
+			v = rest
 			if num == 2 {
 				muts++
 			}
@@ -163,16 +148,11 @@ type mutateRowsSlabs struct {
 func (s *mutateRowsSlabs) decodeEntry(b []byte, e *bigtablepb.MutateRowsRequest_Entry) bool {
 	first := s.used
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType {
+		num, v, rest, ok := nextBytesField(b)
+		if !ok {
 			return false
 		}
-		b = b[n:]
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+		b = rest
 		switch num {
 		case 1:
 			e.RowKey = v
@@ -199,18 +179,13 @@ func (s *mutateRowsSlabs) decodeEntry(b []byte, e *bigtablepb.MutateRowsRequest_
 func (s *mutateRowsSlabs) decodeMutation(b []byte, mu *bigtablepb.Mutation, i int) bool {
 	seen := false
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num != 1 || typ != protowire.BytesType || seen {
+		num, v, rest, ok := nextBytesField(b)
+		if !ok || num != 1 || seen {
 			// Another kind of mutation, a second SetCell (protobuf
 			// merges the two) or another field.
 			return false
 		}
-		b = b[n:]
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+		b = rest
 		sc := &s.setCells[i]
 		if !s.decodeSetCell(v, sc) {
 			return false
@@ -272,4 +247,20 @@ func (s *mutateRowsSlabs) decodeSetCell(b []byte, sc *bigtablepb.Mutation_SetCel
 		}
 	}
 	return true
+}
+
+// nextBytesField splits off the first field of b, a message's encoding:
+// its number, its bytes and what follows; ok is false unless b starts
+// with a well-formed length-delimited field (the only wire type the fast
+// decoders accept where they use it).
+func nextBytesField(b []byte) (num protowire.Number, v, rest []byte, ok bool) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || typ != protowire.BytesType {
+		return 0, nil, nil, false
+	}
+	v, m := protowire.ConsumeBytes(b[n:])
+	if m < 0 {
+		return 0, nil, nil, false
+	}
+	return num, v, b[n+m:], true
 }

@@ -133,16 +133,11 @@ func decodeReadRowsRequest(b []byte, req *bigtablepb.ReadRowsRequest) bool {
 // decodeRowSet appends the row keys and ranges encoded in b to rs.
 func decodeRowSet(b []byte, rs *bigtablepb.RowSet) bool {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ != protowire.BytesType {
+		num, v, rest, ok := nextBytesField(b)
+		if !ok {
 			return false
 		}
-		b = b[n:]
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+		b = rest
 		switch num {
 		case rowSetRowKeys:
 			// Copied: the request's buffer is gRPC's, recycled once
