@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/tabuladb/tabula/internal/ctxtime"
 )
 
 // ConsulConfig configures NewConsul. Zero fields take the defaults.
@@ -294,7 +296,7 @@ func (c *Consul) watch(ctx context.Context, prefix string, exact bool) (<-chan E
 				if err == nil {
 					break
 				}
-				if !sleepCtx(wctx, c.cfg.RetryInterval) {
+				if ctxtime.Sleep(wctx, c.cfg.RetryInterval) != nil {
 					return
 				}
 			}
@@ -375,17 +377,6 @@ func (c *Consul) deliverDiff(ctx context.Context, out chan<- Event, seen map[str
 func (c *Consul) blocking(ctx context.Context, index uint64) (*api.QueryOptions, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.WaitTime+c.cfg.WaitTime/16+5*time.Second)
 	return (&api.QueryOptions{WaitIndex: index, WaitTime: c.cfg.WaitTime}).WithContext(ctx), cancel
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // NewSession implements Service. Sessions have the "release" behaviour
@@ -646,7 +637,7 @@ func (s *consulSession) run() {
 			s.finish(ErrSessionLapsed)
 			return
 		}
-		if !sleepCtx(s.ctx, s.c.cfg.RetryInterval) {
+		if ctxtime.Sleep(s.ctx, s.c.cfg.RetryInterval) != nil {
 			if s.c.ctx.Err() != nil {
 				s.finish(ErrClosed)
 			}
@@ -665,7 +656,7 @@ func (s *consulSession) monitor() {
 		entry, meta, err := s.c.client.Session().Info(s.id, opts)
 		cancel()
 		if err != nil {
-			if !sleepCtx(s.ctx, s.c.cfg.RetryInterval) {
+			if ctxtime.Sleep(s.ctx, s.c.cfg.RetryInterval) != nil {
 				break
 			}
 			continue
@@ -863,7 +854,7 @@ func (s *consulSession) Lock(ctx context.Context, key string, value []byte) (Loc
 		// In lock-delay nothing in Consul changes when the delay ends,
 		// so poll; after a failed query, pause before the next attempt.
 		if !held || err != nil {
-			sleepCtx(ctx, min(500*time.Millisecond, s.c.cfg.RetryInterval))
+			_ = ctxtime.Sleep(ctx, min(500*time.Millisecond, s.c.cfg.RetryInterval))
 		}
 		if ctx.Err() != nil {
 			if uerr := s.usable(); uerr != nil {
@@ -914,7 +905,7 @@ func (h *consulLock) watch() {
 			return
 		}
 		if err != nil {
-			if !sleepCtx(h.ctx, h.s.c.cfg.RetryInterval) {
+			if ctxtime.Sleep(h.ctx, h.s.c.cfg.RetryInterval) != nil {
 				return
 			}
 			continue

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tabuladb/tabula/internal/ctxtime"
 	"github.com/tabuladb/tabula/internal/fanout"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletserver"
@@ -411,14 +412,7 @@ func (g *Gateway) backoff(ctx context.Context, attempt int) error {
 		return errNoTime
 	}
 	g.metrics.retries.Inc()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return ctxtime.Sleep(ctx, d)
 }
 
 // invalidf is the INVALID_ARGUMENT of a request field, worded as the

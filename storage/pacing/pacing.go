@@ -25,6 +25,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tabuladb/tabula/internal/ctxtime"
 )
 
 // Config tunes a Pacer. Zero values take the documented defaults.
@@ -84,20 +86,9 @@ func New(cfg Config) *Pacer {
 		cfg.Now = time.Now
 	}
 	if cfg.Sleep == nil {
-		cfg.Sleep = sleep
+		cfg.Sleep = ctxtime.Sleep
 	}
 	return &Pacer{cfg: cfg}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // Begin marks the start of a foreground request; End its end. Every Begin

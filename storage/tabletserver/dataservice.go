@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tabuladb/tabula/internal/ctxtime"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/filter"
 	"github.com/tabuladb/tabula/storage/meta"
@@ -496,7 +497,7 @@ func (s *DataService) SampleRowKeys(req *bigtablepb.SampleRowKeysRequest, stream
 		if !errors.Is(err, tabletdesc.ErrNotServing) || attempt >= notServingRetries {
 			break
 		}
-		if err := sleepCtx(stream.Context(), notServingBackoff); err != nil {
+		if err := ctxtime.Sleep(stream.Context(), notServingBackoff); err != nil {
 			return s.fail("SampleRowKeys", err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tabuladb/tabula/internal/ctxtime"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
@@ -120,7 +121,7 @@ func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn f
 		} else if err = fn(tb); !errors.Is(err, tabletdesc.ErrNotServing) {
 			return err
 		}
-		if err := sleepCtx(ctx, backoff); err != nil {
+		if err := ctxtime.Sleep(ctx, backoff); err != nil {
 			return err
 		}
 		backoff = min(2*backoff, 100*time.Millisecond)
@@ -132,17 +133,6 @@ func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn f
 		ns.Row = row
 	}
 	return err
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // readRow reads one row through the routing, as withTablet does.
@@ -202,7 +192,7 @@ func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, rev
 		if retries > notServingRetries {
 			return err
 		}
-		if err := sleepCtx(ctx, backoff); err != nil {
+		if err := ctxtime.Sleep(ctx, backoff); err != nil {
 			return err
 		}
 		backoff = min(2*backoff, 100*time.Millisecond)

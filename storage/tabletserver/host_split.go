@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tabuladb/tabula/internal/ctxtime"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
@@ -53,7 +54,7 @@ func (h *Host) background() {
 		case <-h.kick:
 			// Writes kick often; a check every 50 ms is plenty.
 			if time.Since(lastCheck) < 50*time.Millisecond {
-				if sleepCtx(ctx, 50*time.Millisecond) != nil {
+				if ctxtime.Sleep(ctx, 50*time.Millisecond) != nil {
 					return
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tabuladb/tabula/internal/ctxtime"
 	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
@@ -495,7 +496,7 @@ func (h *Host) reportSplit(ctx context.Context, table meta.TableID, parent strin
 		defer h.reports.Done()
 		backoff := onSplitFirstBackoff
 		for {
-			if sleepCtx(h.bgCtx, backoff) != nil {
+			if ctxtime.Sleep(h.bgCtx, backoff) != nil {
 				return
 			}
 			err := h.opts.OnSplit(h.bgCtx, table, parent, children)

@@ -411,17 +411,23 @@ func TestMetrics(t *testing.T) {
 	if n := counterValue(t, e.host.metrics.rowsRead); n != 1 {
 		t.Fatalf("rows read %v", n)
 	}
+	checkExported(t, e, "tabula_requests_total", "tabula_request_duration_seconds", "tabula_tablets", "tabula_memtable_bytes",
+		"tabula_compactions_total", "tabula_cache_requests_total", "tabula_written_bytes_total", "tabula_read_bytes_total")
+}
+
+// checkExported fails t unless e's registry exports every metric named.
+func checkExported(t *testing.T, e *testEnv, names ...string) {
+	t.Helper()
 	mfs, err := e.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := map[string]bool{}
+	exported := map[string]bool{}
 	for _, mf := range mfs {
-		names[mf.GetName()] = true
+		exported[mf.GetName()] = true
 	}
-	for _, n := range []string{"tabula_requests_total", "tabula_request_duration_seconds", "tabula_tablets", "tabula_memtable_bytes",
-		"tabula_compactions_total", "tabula_cache_requests_total", "tabula_written_bytes_total", "tabula_read_bytes_total"} {
-		if !names[n] {
+	for _, n := range names {
+		if !exported[n] {
 			t.Errorf("metric %s not exported", n)
 		}
 	}

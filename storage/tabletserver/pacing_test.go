@@ -65,17 +65,5 @@ func TestInterceptorsMarkForegroundWork(t *testing.T) {
 		t.Fatalf("bidirectional stream: busy before a message %v (want false), after one %v (want true), err %v", before, after, err)
 	}
 
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := map[string]bool{}
-	for _, mf := range mfs {
-		names[mf.GetName()] = true
-	}
-	for _, n := range []string{"tabula_background_write_bytes_total", "tabula_background_paced_seconds_total"} {
-		if !names[n] {
-			t.Errorf("metric %s not exported", n)
-		}
-	}
+	checkExported(t, e, "tabula_background_write_bytes_total", "tabula_background_paced_seconds_total")
 }
