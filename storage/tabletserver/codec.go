@@ -244,167 +244,39 @@ func wrapperSize(n int) int {
 	return bytesFieldSize(fieldWrapperValue, n)
 }
 
-// chunkSize is the encoded size of c's fields, without its value.
-func chunkSize(c *bigtablepb.ReadRowsResponse_CellChunk) (withoutValue int) {
-	n := 0
-	if len(c.RowKey) > 0 {
-		n += bytesFieldSize(fieldRowKey, len(c.RowKey))
-	}
-	if c.FamilyName != nil {
-		n += bytesFieldSize(fieldFamilyName, wrapperSize(len(c.FamilyName.Value)))
-	}
-	if c.Qualifier != nil {
-		n += bytesFieldSize(fieldQualifier, wrapperSize(len(c.Qualifier.Value)))
-	}
-	if c.TimestampMicros != 0 {
-		n += protowire.SizeTag(fieldTimestampMicros) + protowire.SizeVarint(uint64(c.TimestampMicros))
-	}
-	for _, l := range c.Labels {
-		n += bytesFieldSize(fieldLabels, len(l))
-	}
-	if c.ValueSize != 0 {
-		n += protowire.SizeTag(fieldValueSize) + protowire.SizeVarint(uint64(int64(c.ValueSize)))
-	}
-	switch c.RowStatus.(type) {
-	case *bigtablepb.ReadRowsResponse_CellChunk_ResetRow:
-		n += protowire.SizeTag(fieldResetRow) + 1
-	case *bigtablepb.ReadRowsResponse_CellChunk_CommitRow:
-		n += protowire.SizeTag(fieldCommitRow) + 1
-	}
-	return n
-}
-
 // encodeReadRows encodes r as proto.Marshal would, values of
-// valueAliasBytes or more as buffers of their own.
+// valueAliasBytes or more as buffers of their own (wireResponse).
 func encodeReadRows(r *bigtablepb.ReadRowsResponse) (mem.BufferSlice, error) {
 	// The header buffer: everything but the aliased values.
 	est := 16 + len(r.LastScannedRowKey)
 	aliased := false
 	for _, c := range r.Chunks {
-		est += 24 + chunkSize(c)
-		if len(c.Value) < valueAliasBytes {
-			est += len(c.Value)
-		} else {
+		f := chunkFieldsOf(c)
+		est += 24 + f.size()
+		if len(c.Value) >= valueAliasBytes {
+			est -= len(c.Value)
 			aliased = true
 		}
 	}
-	var stats []byte
 	if r.RequestStats != nil {
-		var err error
-		if stats, err = proto.Marshal(r.RequestStats); err != nil {
-			return nil, fmt.Errorf("encode request_stats: %w", err)
-		}
-		est += bytesFieldSize(fieldRequestStats, len(stats))
+		est += bytesFieldSize(fieldRequestStats, proto.Size(r.RequestStats))
 	}
-	// A header that values will be aliased between never goes back to
-	// gRPC's pool (see below), so it is allocated to its size: the pool
-	// would hand out a buffer of its next size class, 1 MiB for a
-	// scan's ~100 KB header, and miss every time.
-	pool := mem.DefaultBufferPool()
-	var bufp *[]byte
+	var w wireResponse
 	if aliased {
-		b := make([]byte, 0, est)
-		bufp = &b
+		// A header that values will be aliased between never goes
+		// back to gRPC's pool (see wireResponse.finish), so it is
+		// allocated to its size: the pool would hand out a buffer of
+		// its next size class, 1 MiB for a scan's ~100 KB header, and
+		// miss every time.
+		w.buf = make([]byte, 0, est)
 	} else {
-		bufp = pool.Get(est)
+		w.start(est)
 	}
-	buf := (*bufp)[:0]
-	// Pieces of the output in order: header spans of buf (end offsets)
-	// alternating with aliased values.
-	type piece struct {
-		headerEnd int
-		value     []byte
-	}
-	var pieces []piece
 	for _, c := range r.Chunks {
-		n := chunkSize(c)
-		if len(c.Value) > 0 {
-			n += bytesFieldSize(fieldValue, len(c.Value))
-		}
-		buf = protowire.AppendTag(buf, fieldChunks, protowire.BytesType)
-		buf = protowire.AppendVarint(buf, uint64(n))
-		if len(c.RowKey) > 0 {
-			buf = protowire.AppendTag(buf, fieldRowKey, protowire.BytesType)
-			buf = protowire.AppendBytes(buf, c.RowKey)
-		}
-		if c.FamilyName != nil {
-			buf = protowire.AppendTag(buf, fieldFamilyName, protowire.BytesType)
-			buf = protowire.AppendVarint(buf, uint64(wrapperSize(len(c.FamilyName.Value))))
-			if v := c.FamilyName.Value; len(v) > 0 {
-				buf = protowire.AppendTag(buf, fieldWrapperValue, protowire.BytesType)
-				buf = protowire.AppendString(buf, v)
-			}
-		}
-		if c.Qualifier != nil {
-			buf = protowire.AppendTag(buf, fieldQualifier, protowire.BytesType)
-			buf = protowire.AppendVarint(buf, uint64(wrapperSize(len(c.Qualifier.Value))))
-			if v := c.Qualifier.Value; len(v) > 0 {
-				buf = protowire.AppendTag(buf, fieldWrapperValue, protowire.BytesType)
-				buf = protowire.AppendBytes(buf, v)
-			}
-		}
-		if c.TimestampMicros != 0 {
-			buf = protowire.AppendTag(buf, fieldTimestampMicros, protowire.VarintType)
-			buf = protowire.AppendVarint(buf, uint64(c.TimestampMicros))
-		}
-		for _, l := range c.Labels {
-			buf = protowire.AppendTag(buf, fieldLabels, protowire.BytesType)
-			buf = protowire.AppendString(buf, l)
-		}
-		if v := c.Value; len(v) > 0 {
-			buf = protowire.AppendTag(buf, fieldValue, protowire.BytesType)
-			buf = protowire.AppendVarint(buf, uint64(len(v)))
-			if len(v) < valueAliasBytes {
-				buf = append(buf, v...)
-			} else {
-				pieces = append(pieces, piece{headerEnd: len(buf), value: v})
-			}
-		}
-		if c.ValueSize != 0 {
-			buf = protowire.AppendTag(buf, fieldValueSize, protowire.VarintType)
-			buf = protowire.AppendVarint(buf, uint64(int64(c.ValueSize)))
-		}
-		switch s := c.RowStatus.(type) {
-		case *bigtablepb.ReadRowsResponse_CellChunk_ResetRow:
-			buf = protowire.AppendTag(buf, fieldResetRow, protowire.VarintType)
-			buf = protowire.AppendVarint(buf, protowire.EncodeBool(s.ResetRow))
-		case *bigtablepb.ReadRowsResponse_CellChunk_CommitRow:
-			buf = protowire.AppendTag(buf, fieldCommitRow, protowire.VarintType)
-			buf = protowire.AppendVarint(buf, protowire.EncodeBool(s.CommitRow))
-		}
+		f := chunkFieldsOf(c)
+		w.chunk(&f)
 	}
-	if len(r.LastScannedRowKey) > 0 {
-		buf = protowire.AppendTag(buf, fieldLastScannedRowKey, protowire.BytesType)
-		buf = protowire.AppendBytes(buf, r.LastScannedRowKey)
-	}
-	if r.RequestStats != nil {
-		buf = protowire.AppendTag(buf, fieldRequestStats, protowire.BytesType)
-		buf = protowire.AppendBytes(buf, stats)
-	}
-	pooled := sameArray(buf, *bufp)
-	if len(pieces) == 0 {
-		if pooled {
-			*bufp = buf
-			return mem.BufferSlice{mem.NewBuffer(bufp, pool)}, nil
-		}
-		pool.Put(bufp)
-		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
-	}
-	// The header spans below alias buf, so buf cannot go back to the
-	// pool when gRPC frees them; a pooled buffer buf outgrew can.
-	if !pooled && !aliased {
-		pool.Put(bufp)
-	}
-	out := make(mem.BufferSlice, 0, 2*len(pieces)+1)
-	start := 0
-	for _, p := range pieces {
-		out = append(out, mem.SliceBuffer(buf[start:p.headerEnd]), mem.SliceBuffer(p.value))
-		start = p.headerEnd
-	}
-	if start < len(buf) {
-		out = append(out, mem.SliceBuffer(buf[start:]))
-	}
-	return out, nil
+	return w.finish(r.LastScannedRowKey, r.RequestStats)
 }
 
 // sameArray reports whether a and b share their backing array's start.

@@ -90,7 +90,8 @@ type aliasedValue struct {
 	value     []byte
 }
 
-// wireChunk is a CellChunk's fields, as chunkWriter.cells sets them.
+// wireChunkFields are a CellChunk's fields: what chunkWriter.cells sets,
+// or a CellChunk message's (chunkFieldsOf).
 type wireChunkFields struct {
 	rowKey    []byte
 	hasFamily bool
@@ -102,19 +103,29 @@ type wireChunkFields struct {
 	value     []byte
 	valueSize int32
 	commit    bool
+	// reset is a reset_row field (a CellChunk message's: the server's
+	// own chunks never reset); commit and reset are the oneof's two
+	// fields, and a message's commit_row or reset_row set to false is
+	// still written (resetValue, commitFalse).
+	reset, resetValue, commitFalse bool
 }
 
-// start readies r for a response of about size bytes.
-func (r *wireResponse) start(size int) {
-	if r.buf != nil {
-		return
+// chunkFieldsOf returns c's fields.
+func chunkFieldsOf(c *bigtablepb.ReadRowsResponse_CellChunk) wireChunkFields {
+	f := wireChunkFields{rowKey: c.RowKey, hasFamily: c.FamilyName != nil, family: c.FamilyName.GetValue(),
+		hasQual: c.Qualifier != nil, qualifier: c.Qualifier.GetValue(), timestamp: c.TimestampMicros,
+		labels: c.Labels, value: c.Value, valueSize: c.ValueSize}
+	switch s := c.RowStatus.(type) {
+	case *bigtablepb.ReadRowsResponse_CellChunk_ResetRow:
+		f.reset, f.resetValue = true, s.ResetRow
+	case *bigtablepb.ReadRowsResponse_CellChunk_CommitRow:
+		f.commit, f.commitFalse = s.CommitRow, !s.CommitRow
 	}
-	r.bufp = mem.DefaultBufferPool().Get(size)
-	r.buf = (*r.bufp)[:0]
+	return f
 }
 
-// chunk appends c, as encodeReadRows encodes a chunk.
-func (r *wireResponse) chunk(c *wireChunkFields) {
+// size is the encoded size of c's fields, value included.
+func (c *wireChunkFields) size() int {
 	n := 0
 	if len(c.rowKey) > 0 {
 		n += bytesFieldSize(fieldRowKey, len(c.rowKey))
@@ -137,11 +148,29 @@ func (r *wireResponse) chunk(c *wireChunkFields) {
 	if c.valueSize != 0 {
 		n += protowire.SizeTag(fieldValueSize) + protowire.SizeVarint(uint64(int64(c.valueSize)))
 	}
-	if c.commit {
+	if c.reset {
+		n += protowire.SizeTag(fieldResetRow) + 1
+	}
+	if c.commit || c.commitFalse {
 		n += protowire.SizeTag(fieldCommitRow) + 1
 	}
+	return n
+}
+
+// start readies r for a response of about size bytes.
+func (r *wireResponse) start(size int) {
+	if r.buf != nil {
+		return
+	}
+	r.bufp = mem.DefaultBufferPool().Get(size)
+	r.buf = (*r.bufp)[:0]
+}
+
+// chunk appends c as one element of the chunks field, values of
+// valueAliasBytes or more left out of the buffer (r.pieces).
+func (r *wireResponse) chunk(c *wireChunkFields) {
 	buf := protowire.AppendTag(r.buf, fieldChunks, protowire.BytesType)
-	buf = protowire.AppendVarint(buf, uint64(n))
+	buf = protowire.AppendVarint(buf, uint64(c.size()))
 	if len(c.rowKey) > 0 {
 		buf = protowire.AppendTag(buf, fieldRowKey, protowire.BytesType)
 		buf = protowire.AppendBytes(buf, c.rowKey)
@@ -183,9 +212,13 @@ func (r *wireResponse) chunk(c *wireChunkFields) {
 		buf = protowire.AppendTag(buf, fieldValueSize, protowire.VarintType)
 		buf = protowire.AppendVarint(buf, uint64(int64(c.valueSize)))
 	}
-	if c.commit {
+	if c.reset {
+		buf = protowire.AppendTag(buf, fieldResetRow, protowire.VarintType)
+		buf = protowire.AppendVarint(buf, protowire.EncodeBool(c.resetValue))
+	}
+	if c.commit || c.commitFalse {
 		buf = protowire.AppendTag(buf, fieldCommitRow, protowire.VarintType)
-		buf = protowire.AppendVarint(buf, protowire.EncodeBool(true))
+		buf = protowire.AppendVarint(buf, protowire.EncodeBool(c.commit))
 	}
 	r.buf = buf
 }
