@@ -32,23 +32,7 @@ func lastSampleOffset(t *testing.T, tb *Tablet) int64 {
 // split that share the parent's SSTables.
 func TestOwnBytesMatchesSamples(t *testing.T) {
 	ctx := context.Background()
-	store := blob.NewMemory()
-	logDir := t.TempDir()
-	log, err := commitlog.Open(ctx, commitlog.Options{Dir: logDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	opts := func(id string) Options {
-		return Options{
-			ID: id, Store: store, Dir: "sst", Log: log, LogOptions: commitlog.Options{Dir: logDir},
-			StateStore: NewBlobStateStore(store, "state"), MemtableBytes: 16 << 10,
-			Schema: tabletdesc.Schema{
-				Families:       map[string]tabletdesc.Family{"f": {}},
-				LocalityGroups: map[string]tabletdesc.LocalityGroup{"default": {BlockSize: 256}},
-			},
-		}
-	}
+	opts := smallTabletOptions(t, 16<<10)
 	check := func(what string, tb *Tablet) int64 {
 		t.Helper()
 		got, err := tb.OwnBytes()
@@ -104,5 +88,30 @@ func TestOwnBytesMatchesSamples(t *testing.T) {
 	}
 	if sum < before*9/10 {
 		t.Fatalf("children weigh %d together, the parent %d", sum, before)
+	}
+}
+
+// smallTabletOptions returns the Options of tablets of one family "f"
+// whose SSTables have blocks of 256 bytes (many blocks: samples) and whose
+// memtables flush at memtableBytes, over one in-memory store and one
+// commit log in a temporary directory (closed when t ends).
+func smallTabletOptions(t *testing.T, memtableBytes int64) func(id string) Options {
+	t.Helper()
+	store := blob.NewMemory()
+	logDir := t.TempDir()
+	log, err := commitlog.Open(context.Background(), commitlog.Options{Dir: logDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	return func(id string) Options {
+		return Options{
+			ID: id, Store: store, Dir: "sst", Log: log, LogOptions: commitlog.Options{Dir: logDir},
+			StateStore: NewBlobStateStore(store, "state"), MemtableBytes: memtableBytes,
+			Schema: tabletdesc.Schema{
+				Families:       map[string]tabletdesc.Family{"f": {}},
+				LocalityGroups: map[string]tabletdesc.LocalityGroup{"default": {BlockSize: 256}},
+			},
+		}
 	}
 }

@@ -21,23 +21,7 @@ func TestSplitBetweenRows(t *testing.T) {
 	for _, rows := range []int{3, 400} {
 		t.Run(fmt.Sprint(rows, " rows"), func(t *testing.T) {
 			ctx := context.Background()
-			store := blob.NewMemory()
-			logDir := t.TempDir()
-			log, err := commitlog.Open(ctx, commitlog.Options{Dir: logDir})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer log.Close()
-			opts := func(id string) Options {
-				return Options{
-					ID: id, Store: store, Dir: "sst", Log: log, LogOptions: commitlog.Options{Dir: logDir},
-					StateStore: NewBlobStateStore(store, "state"), MemtableBytes: 4 << 10,
-					Schema: tabletdesc.Schema{
-						Families:       map[string]tabletdesc.Family{"f": {}},
-						LocalityGroups: map[string]tabletdesc.LocalityGroup{"default": {BlockSize: 256}},
-					},
-				}
-			}
+			opts := smallTabletOptions(t, 4<<10)
 			tb, err := Open(ctx, opts("p"))
 			if err != nil {
 				t.Fatal(err)
