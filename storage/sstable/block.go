@@ -16,10 +16,18 @@ type blockBuilder struct {
 	lastKey         []byte
 }
 
+// restartBytes bounds the bytes between two restart points, whatever the
+// restart interval: a seek ends with a walk from a restart point, entry by
+// entry, and with large values each entry's header is a cache miss of its
+// own (16 entries of 1000-byte values span 16 KB). With small entries the
+// interval decides, as before; the format is unchanged (readers use the
+// restart array as they find it).
+const restartBytes = 2 << 10
+
 // add appends an entry; key must sort after the previous one.
 func (b *blockBuilder) add(key, value []byte) {
 	shared := 0
-	if b.nEntries > 0 && b.counter < b.restartInterval {
+	if b.nEntries > 0 && b.counter < b.restartInterval && len(b.buf)-int(b.restarts[len(b.restarts)-1]) < restartBytes {
 		shared = sharedPrefixLen(b.lastKey, key)
 	} else {
 		b.restarts = append(b.restarts, uint32(len(b.buf)))

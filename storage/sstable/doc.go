@@ -27,7 +27,8 @@
 //	entry:   uvarint shared | uvarint unshared | uvarint value length |
 //	         key[shared:] | value
 //	restart: uint32 offset of an entry whose shared length is 0, every
-//	         RestartInterval entries, starting with the first
+//	         RestartInterval entries or sooner once 2 KiB of entries
+//	         follow the last one, starting with the first
 //	block:   entries | restart offsets | uint32 restart count
 //
 // Index entries map the full last key of a data block to uvarint offset and

@@ -14,7 +14,7 @@ import (
 // WriterOptions configure a Writer. Zero values take the defaults.
 type WriterOptions struct {
 	BlockSize       int         // target uncompressed data block size; default 64 KiB
-	RestartInterval int         // entries between restart points; default 16
+	RestartInterval int         // entries between restart points; default 16 (fewer for large entries: see restartBytes)
 	Compression     Compression // default SnappyCompression
 	BloomBitsPerKey int         // default 10; negative: no bloom filters
 	LocalityGroup   string      // recorded in the properties block
