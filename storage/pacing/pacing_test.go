@@ -77,6 +77,16 @@ func newTestPacer(c *fakeClock) *Pacer {
 	return New(Config{MinRate: 1 << 20, MaxRate: 4 << 20, Quiet: 50 * time.Millisecond, Now: c.Now, Sleep: c.Sleep})
 }
 
+// newBusyPacer returns a test pacer on a fake clock with a request in
+// flight until t ends.
+func newBusyPacer(t *testing.T) (*fakeClock, *Pacer) {
+	c := &fakeClock{now: time.Unix(1000, 0)}
+	p := newTestPacer(c)
+	p.Begin()
+	t.Cleanup(p.End)
+	return c, p
+}
+
 func zero() float64 { return 0 }
 
 func TestPaceIdleDoesNotWait(t *testing.T) {
@@ -96,10 +106,7 @@ func TestPaceIdleDoesNotWait(t *testing.T) {
 }
 
 func TestPaceBusyWaitsAtMinRate(t *testing.T) {
-	c := &fakeClock{now: time.Unix(1000, 0)}
-	p := newTestPacer(c)
-	p.Begin()
-	defer p.End()
+	c, p := newBusyPacer(t)
 	// 3 MiB at 1 MiB/s: 3 s of waiting in all, in slices of maxSleep.
 	for range 12 {
 		if err := p.Pace(context.Background(), 256<<10, zero); err != nil {
@@ -120,10 +127,7 @@ func TestPaceBusyWaitsAtMinRate(t *testing.T) {
 }
 
 func TestPaceRateGrowsWithPressure(t *testing.T) {
-	c := &fakeClock{now: time.Unix(1000, 0)}
-	p := newTestPacer(c)
-	p.Begin()
-	defer p.End()
+	c, p := newBusyPacer(t)
 	// Pressure 0.5: 1 + 3*0.5 = 2.5 MiB/s; 5 MiB take 2 s.
 	half := func() float64 { return 0.5 }
 	if err := p.Pace(context.Background(), 5<<20, half); err != nil {
@@ -161,10 +165,7 @@ func TestPaceRecentRequestCountsAsBusy(t *testing.T) {
 }
 
 func TestPacePressureRisingEndsTheWait(t *testing.T) {
-	c := &fakeClock{now: time.Unix(1000, 0)}
-	p := newTestPacer(c)
-	p.Begin()
-	defer p.End()
+	c, p := newBusyPacer(t)
 	pressure := 0.0
 	var mu sync.Mutex
 	sleeps := 0
@@ -191,10 +192,7 @@ func TestPacePressureRisingEndsTheWait(t *testing.T) {
 func TestPaceSharedDebt(t *testing.T) {
 	// Two tablets' background work shares the rate: the second chunk
 	// waits behind the first.
-	c := &fakeClock{now: time.Unix(1000, 0)}
-	p := newTestPacer(c)
-	p.Begin()
-	defer p.End()
+	c, p := newBusyPacer(t)
 	p.mu.Lock()
 	p.next = c.now.Add(time.Second) // another tablet charged 1 s
 	p.mu.Unlock()
@@ -207,10 +205,7 @@ func TestPaceSharedDebt(t *testing.T) {
 }
 
 func TestPaceContextEnds(t *testing.T) {
-	c := &fakeClock{now: time.Unix(1000, 0)}
-	p := newTestPacer(c)
-	p.Begin()
-	defer p.End()
+	c, p := newBusyPacer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.onSleep = cancel
 	err := p.Pace(ctx, 1<<20, zero)

@@ -48,17 +48,7 @@ func (t *Tablet) OwnBytes() (int64, error) {
 	}
 	defer v.unref()
 	var n int64
-	for _, g := range v.groups {
-		for _, f := range g.files {
-			for _, ie := range f.r.Index() {
-				k, err := cell.DecodeKey(ie.LastKey)
-				if err != nil || !t.Contains(k.Row) {
-					continue
-				}
-				n += ie.Length
-			}
-		}
-	}
+	t.ownBlocks(v, func(_ []byte, length int64) { n += length })
 	for _, m := range []*memtable.Memtable{v.mem, v.frozen} {
 		if m != nil {
 			n += m.PayloadBytes()
@@ -67,8 +57,11 @@ func (t *Tablet) OwnBytes() (int64, error) {
 	return n, nil
 }
 
-func (t *Tablet) sampleKeys(v *version) []KeySample {
-	var raw []KeySample // Offset holds the sample's own weight here
+// ownBlocks calls fn with the row of the last key and the length of every
+// data block of v's SSTables whose last key's row the tablet holds — the
+// blocks SampleKeys and OwnBytes weigh (a split child shares its parent's
+// files and counts only its own side). row is only valid during the call.
+func (t *Tablet) ownBlocks(v *version, fn func(row []byte, length int64)) {
 	for _, g := range v.groups {
 		for _, f := range g.files {
 			for _, ie := range f.r.Index() {
@@ -76,10 +69,17 @@ func (t *Tablet) sampleKeys(v *version) []KeySample {
 				if err != nil || !t.Contains(k.Row) {
 					continue
 				}
-				raw = append(raw, KeySample{Row: bytes.Clone(k.Row), Offset: ie.Length})
+				fn(k.Row, ie.Length)
 			}
 		}
 	}
+}
+
+func (t *Tablet) sampleKeys(v *version) []KeySample {
+	var raw []KeySample // Offset holds the sample's own weight here
+	t.ownBlocks(v, func(row []byte, length int64) {
+		raw = append(raw, KeySample{Row: bytes.Clone(row), Offset: length})
+	})
 	for _, m := range []*memtable.Memtable{v.mem, v.frozen} {
 		if m == nil {
 			continue
