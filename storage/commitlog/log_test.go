@@ -585,3 +585,119 @@ func TestReplayStopsAtCallbackError(t *testing.T) {
 		}
 	})
 }
+
+// holdModes are the unit modes plus an object store with two flushes in
+// flight, whose flusher decides differently when to take a batch.
+func holdModes() []logMode {
+	pipelined := memoryMode()
+	pipelined.name = "memory-pipelined"
+	inner := pipelined.options
+	pipelined.options = func(t testing.TB) Options {
+		o := inner(t)
+		o.FlushConcurrency = 2
+		return o
+	}
+	return append(unitModes(), pipelined)
+}
+
+// TestHoldSharesOneFlush appends two records under a Hold, far apart in
+// time: the idle flusher must not take the first alone, so both go out in
+// one flush once the hold is released.
+func TestHoldSharesOneFlush(t *testing.T) {
+	for _, m := range holdModes() {
+		t.Run(m.name, func(t *testing.T) {
+			opts := m.options(t)
+			opts.MaxHold = time.Hour
+			l := openLog(t, opts)
+			recs := records(7, 2)
+			release := l.Hold()
+			first := l.Append(recs[0])
+			time.Sleep(20 * time.Millisecond) // the flusher is idle: it would take the first record now
+			second := l.Append(recs[1])
+			if st := l.Stats(); st.Flushes != 0 {
+				t.Fatalf("%d flushes while held, want 0", st.Flushes)
+			}
+			release()
+			for _, c := range []*Commit{first, second} {
+				if err := c.Wait(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st := l.Stats(); st.Flushes != 1 || st.FlushedRecords != 2 {
+				t.Fatalf("stats %+v, want both records in 1 flush", st)
+			}
+		})
+	}
+}
+
+// TestHoldIsBounded never releases a hold: the flusher still flushes the
+// open batch, after holdLimit.
+func TestHoldIsBounded(t *testing.T) {
+	for _, m := range holdModes() {
+		t.Run(m.name, func(t *testing.T) {
+			l := openLog(t, m.options(t))
+			l.Hold() // never released
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for _, rec := range records(8, 3) {
+				if err := l.Append(rec).Wait(ctx); err != nil {
+					t.Fatalf("append under a hold never released: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestHoldFlushesClosedBatches holds the log while appending more than one
+// batch holds: the full batches are flushed during the hold, only the open
+// one waits for the release.
+func TestHoldFlushesClosedBatches(t *testing.T) {
+	for _, m := range holdModes() {
+		t.Run(m.name, func(t *testing.T) {
+			opts := m.options(t)
+			opts.MaxBatchBytes = 4 << 10
+			opts.MaxHold = time.Hour
+			l := openLog(t, opts)
+			release := l.Hold()
+			defer release()
+			var commits []*Commit
+			for _, rec := range records(9, 40) {
+				commits = append(commits, l.Append(rec))
+			}
+			if commits[0].b == commits[len(commits)-1].b {
+				t.Fatal("40 records fit one batch of 4 KiB: the test needs several")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := commits[0].Wait(ctx); err != nil {
+				t.Fatalf("first (closed) batch not flushed during the hold: %v", err)
+			}
+			select {
+			case <-commits[len(commits)-1].b.done:
+				t.Fatal("the open batch was flushed during the hold")
+			default:
+			}
+			release()
+			if err := commits[len(commits)-1].Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestHoldReleaseTwice: a second call of release does nothing, so it cannot
+// end another writer's hold.
+func TestHoldReleaseTwice(t *testing.T) {
+	l := openLog(t, Options{Dir: t.TempDir()})
+	first := l.Hold()
+	second := l.Hold()
+	first()
+	first()
+	l.mu.Lock()
+	holds := l.holds
+	l.mu.Unlock()
+	if holds != 1 {
+		t.Fatalf("%d holds after releasing one of two twice, want 1", holds)
+	}
+	second()
+}
