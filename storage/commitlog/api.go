@@ -87,11 +87,6 @@ type Options struct {
 	// waits for the flush in flight and keeps gathering records. Default
 	// DefaultConcurrentFlushBytes.
 	ConcurrentFlushBytes int
-	// MaxHold bounds how long a Hold keeps the flusher off the open
-	// batch; default DefaultMaxHold. A holder only appends records in
-	// memory, which takes microseconds, but it may be descheduled, and
-	// the holds of concurrent writers may overlap without end.
-	MaxHold time.Duration
 }
 
 // Defaults of Options.
@@ -106,8 +101,6 @@ const (
 	// DefaultConcurrentFlushBytes is the default of
 	// Options.ConcurrentFlushBytes.
 	DefaultConcurrentFlushBytes = 1 << 20
-	// DefaultMaxHold is the default of Options.MaxHold.
-	DefaultMaxHold = time.Millisecond
 	// MaxFlushConcurrency bounds Options.FlushConcurrency.
 	MaxFlushConcurrency = 64
 )
@@ -121,9 +114,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxBatchBytes <= 0 {
 		o.MaxBatchBytes = DefaultMaxBatchBytes
-	}
-	if o.MaxHold <= 0 {
-		o.MaxHold = DefaultMaxHold
 	}
 	if o.ConcurrentFlushBytes <= 0 {
 		o.ConcurrentFlushBytes = DefaultConcurrentFlushBytes

@@ -34,14 +34,6 @@ type Log struct {
 	// inFlight are the batches whose flush started and that are not yet
 	// acknowledged, in log order (flushPipelined only).
 	inFlight []*batch
-	// holds counts the Holds not yet released; while it is above zero the
-	// flusher leaves the open batch alone, for at most MaxHold: holdTimer
-	// (armed by the flusher when it first finds the batch held) sets
-	// holdExpired, unless holdGen moved on because a batch was taken.
-	holds       int
-	holdTimer   *time.Timer
-	holdExpired bool
-	holdGen     uint64
 
 	flusherDone chan struct{}
 	failedCh    chan struct{} // closed when failed is set
@@ -150,72 +142,6 @@ func (c *Commit) Wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// Hold keeps the flusher from taking the open batch — the one the next
-// Append goes into — until release is called, so that records appended by
-// one writer in several steps, which it then waits on together, share one
-// flush. A bulk request whose rows fall in several tablets of the server is
-// such a writer: each tablet appends its own records, and without a hold
-// the first tablet's records start a flush alone (the flusher is idle, so it
-// takes them at once) while the others wait for that flush and then for
-// their own — two flushes of latency for one request.
-//
-// Batches already closed (full, or of an earlier segment) are flushed as
-// usual, and the flusher waits at most Options.MaxHold for holds, so a holder
-// that is slow or never releases delays flushes but never stops them.
-// release must be called exactly once, right after the appends; calls after
-// the first do nothing.
-func (l *Log) Hold() (release func()) {
-	l.mu.Lock()
-	l.holds++
-	l.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			l.mu.Lock()
-			l.holds--
-			if l.holds == 0 {
-				l.cond.Signal()
-			}
-			l.mu.Unlock()
-		})
-	}
-}
-
-// heldLocked reports whether the flusher must leave the open batch alone
-// for now (see Hold), arming the timer that bounds the wait; l.mu held.
-func (l *Log) heldLocked() bool {
-	if l.holds == 0 || l.holdExpired {
-		return false
-	}
-	if l.holdTimer == nil {
-		gen := l.holdGen
-		l.holdTimer = time.AfterFunc(l.opts.MaxHold, func() {
-			l.mu.Lock()
-			if l.holdGen == gen {
-				l.holdExpired = true
-				l.cond.Signal()
-			}
-			l.mu.Unlock()
-		})
-	}
-	return true
-}
-
-// takeLocked removes and returns the queue's first batch for flushing,
-// ending the wait for holds on it; l.mu held.
-func (l *Log) takeLocked() *batch {
-	b := l.queue[0]
-	l.queue[0] = nil
-	l.queue = l.queue[1:]
-	if l.holdTimer != nil {
-		l.holdTimer.Stop()
-		l.holdTimer = nil
-	}
-	l.holdExpired = false
-	l.holdGen++
-	return b
 }
 
 // failedCommit is a Commit whose Wait returns err at once.
@@ -378,14 +304,16 @@ func (l *Log) flusher() {
 	curSeg := l.liveSeg
 	for {
 		l.mu.Lock()
-		for !l.closing && (len(l.queue) == 0 || len(l.queue) == 1 && l.heldLocked()) {
+		for len(l.queue) == 0 && !l.closing {
 			l.cond.Wait()
 		}
 		if len(l.queue) == 0 {
 			l.mu.Unlock()
 			return
 		}
-		b := l.takeLocked()
+		b := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
 		l.liveSeg = b.seg
 		failed := l.failed
 		l.mu.Unlock()
@@ -458,7 +386,9 @@ func (l *Log) flushPipelined(k int) {
 			l.mu.Unlock()
 			break
 		}
-		b := l.takeLocked()
+		b := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
 		l.mu.Unlock()
 
 		var rollErr error
@@ -504,9 +434,9 @@ func (l *Log) flushPipelined(k int) {
 }
 
 // readyToFlush reports whether flushPipelined should start the flush of
-// the queue's first batch now (l.mu held): at once when the batch is
-// closed (a later one exists), or when nothing is in flight and no Hold
-// keeps it open; otherwise only once it holds ConcurrentFlushBytes. Small batches thus wait for the flush in
+// the queue's first batch now (l.mu held): at once when nothing is in
+// flight or the batch is closed (a later one exists); otherwise only once
+// it holds ConcurrentFlushBytes. Small batches thus wait for the flush in
 // flight and gather company, as with one flush at a time — a PUT costs
 // the store about as much for a few records as for many — while a stream
 // of large batches (bulk writes) overlaps its PUTs.
@@ -514,11 +444,7 @@ func (l *Log) readyToFlush() bool {
 	switch {
 	case len(l.queue) == 0:
 		return false
-	case len(l.queue) > 1:
-		return true
-	case l.heldLocked():
-		return false
-	case len(l.inFlight) == 0:
+	case len(l.inFlight) == 0 || len(l.queue) > 1:
 		return true
 	}
 	return len(l.queue[0].buf) >= l.opts.ConcurrentFlushBytes

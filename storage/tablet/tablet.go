@@ -556,29 +556,7 @@ func (t *Tablet) preencode(rm cell.RowMutation) *commitlog.Encoded {
 // is rms[i]'s outcome; nil means durable and visible. Invalid entries fail
 // alone and change nothing.
 func (t *Tablet) ApplyBatch(ctx context.Context, rms []cell.RowMutation) []error {
-	return t.BeginBatch(rms).Wait(ctx)
-}
-
-// PendingBatch is a batch BeginBatch applied and logged, not yet
-// acknowledged: its entries become visible, and their outcomes final, in
-// Wait.
-type PendingBatch struct {
-	t       *Tablet
-	errs    []error
-	applied []int // indexes of the entries applied, waiting for the log
-	last    uint64
-	commit  *commitlog.Commit
-}
-
-// BeginBatch does ApplyBatch's work up to the wait for the commit log: the
-// entries are validated, logged (appended, not yet durable) and inserted,
-// invisible to reads until Wait. A caller writing to several tablets of one
-// server begins each batch under one commitlog.Log.Hold, so that all their
-// records share a flush, then waits for each. Every PendingBatch must be
-// waited on.
-func (t *Tablet) BeginBatch(rms []cell.RowMutation) *PendingBatch {
-	p := &PendingBatch{t: t, errs: make([]error, len(rms))}
-	errs := p.errs
+	errs := make([]error, len(rms))
 	encs := make([]*commitlog.Encoded, len(rms))
 	for i, rm := range rms {
 		if err := t.validate(rm); err != nil {
@@ -589,6 +567,9 @@ func (t *Tablet) BeginBatch(rms []cell.RowMutation) *PendingBatch {
 			encs[i] = t.preencode(rm)
 		}
 	}
+	var applied []int
+	var last uint64
+	var commit *commitlog.Commit
 	t.writeMu.Lock()
 	for i, rm := range rms {
 		if errs[i] != nil {
@@ -599,8 +580,8 @@ func (t *Tablet) BeginBatch(rms []cell.RowMutation) *PendingBatch {
 			errs[i] = err
 			continue
 		}
-		p.last, p.commit = l, c
-		p.applied = append(p.applied, i)
+		last, commit = l, c
+		applied = append(applied, i)
 	}
 	t.writeMu.Unlock()
 	for _, e := range encs {
@@ -608,22 +589,16 @@ func (t *Tablet) BeginBatch(rms []cell.RowMutation) *PendingBatch {
 			e.Release()
 		}
 	}
-	return p
-}
-
-// Wait waits until the batch's logged entries are durable, publishes them
-// and returns every entry's outcome, as ApplyBatch does.
-func (p *PendingBatch) Wait(ctx context.Context) []error {
-	if len(p.applied) == 0 {
-		return p.errs
+	if len(applied) == 0 {
+		return errs
 	}
 	// The log is sequential: once the last record is durable, all are.
-	if err := p.t.finishWrite(ctx, p.last, p.commit); err != nil {
-		for _, i := range p.applied {
-			p.errs[i] = err
+	if err := t.finishWrite(ctx, last, commit); err != nil {
+		for _, i := range applied {
+			errs[i] = err
 		}
 	}
-	return p.errs
+	return errs
 }
 
 // validate checks rm against the limits and the commit log's record size.

@@ -7,14 +7,12 @@ import (
 	"io"
 	"strings"
 	"testing"
-	"time"
 
 	"cloud.google.com/go/bigtable"
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"google.golang.org/grpc/codes"
 
 	"github.com/tabuladb/tabula/storage/cell"
-	"github.com/tabuladb/tabula/storage/commitlog"
 	"github.com/tabuladb/tabula/storage/meta"
 )
 
@@ -151,41 +149,6 @@ func TestApplyBulkPerEntryErrors(t *testing.T) {
 	}
 	if c := codes.Code(resp.Entries[0].Status.Code); c != codes.InvalidArgument || !strings.Contains(resp.Entries[0].Status.Message, "mutations") {
 		t.Fatalf("empty entry: %v", resp.Entries[0].Status)
-	}
-}
-
-// TestApplyBulkAcrossTabletsSharesOneFlush writes one bulk request whose
-// rows fall in three tablets: their records must go out in one commit-log
-// flush (one fsync), not one per tablet — the request holds the log while
-// each tablet logs its share. The hold is made unbounded so that a slow
-// machine cannot split it.
-func TestApplyBulkAcrossTabletsSharesOneFlush(t *testing.T) {
-	e := newTestEnv(t, HostOptions{LogOptions: commitlog.Options{MaxHold: time.Hour}}, DataOptions{})
-	tbl := e.createTable(tableDef{name: "t", families: []string{"f"}, splits: []string{"h", "p"}})
-	// Enough rows that logging one tablet's share takes long enough for
-	// an idle flusher to take it alone, were the log not held; few enough
-	// bytes (1.2 MB) for one batch.
-	var keys []string
-	var muts []*bigtable.Mutation
-	for c := 'a'; c <= 'z'; c++ {
-		for i := range 24 {
-			keys = append(keys, fmt.Sprintf("%c%02d", c, i))
-			m := bigtable.NewMutation()
-			m.Set("f", "c", 1000, bytes.Repeat([]byte{byte(c)}, 2000))
-			muts = append(muts, m)
-		}
-	}
-	before := e.log.Stats()
-	errs, err := tbl.ApplyBulk(e.ctx, keys, muts)
-	if err != nil || errs != nil {
-		t.Fatal(err, errs)
-	}
-	after := e.log.Stats()
-	if flushes, recs := after.Flushes-before.Flushes, after.FlushedRecords-before.FlushedRecords; flushes != 1 || recs != int64(len(keys)) {
-		t.Fatalf("%d records in %d flushes, want %d in 1", recs, flushes, len(keys))
-	}
-	if got := keysOf(t, e, tbl, bigtable.InfiniteRange("")); got != strings.Join(keys, ",") {
-		t.Fatalf("rows after the bulk write: %s", got)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 
 	"github.com/tabuladb/tabula/internal/fanout"
 	"github.com/tabuladb/tabula/storage/cell"
@@ -15,10 +16,8 @@ import (
 // applyBatch applies independent row mutations of one table, each
 // atomically; errs[i] is rms[i]'s outcome (a non-nil errs[i] on entry is
 // kept and the entry skipped). The entries of each tablet go in one
-// tablet batch — one critical section for all of them — and the tablets'
-// batches are all logged before the request waits, under one commit-log
-// Hold, so that a request spanning several tablets waits for one flush,
-// not one per tablet. Entries that meet a
+// tablet.ApplyBatch — one critical section and one commit-log wait for all
+// of them — and the tablets' batches run concurrently. Entries that meet a
 // tablet in the middle of a split are retried one by one through the
 // routing, as single writes are.
 //
@@ -56,15 +55,8 @@ func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMu
 		tb := routes.find(rms[i].Row)
 		return tb, tb != nil
 	})
-	// Every tablet's batch is begun (logged and inserted) before any is
-	// waited on, under one hold of the server's log when there are
-	// several, so that the request's records share one flush.
-	begun := make([]*tablet.PendingBatch, len(groups))
-	release := func() {}
-	if len(groups) > 1 && h.opts.Log != nil {
-		release = h.opts.Log.Hold()
-	}
-	for k, g := range groups {
+	var mu sync.Mutex
+	fanout.Each(groups, func(g *fanout.Batch[*tablet.Tablet]) {
 		batch := make([]cell.RowMutation, len(g.Idx))
 		for j, i := range g.Idx {
 			batch[j] = rms[i]
@@ -73,16 +65,9 @@ func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMu
 			for _, i := range g.Idx {
 				errs[i] = err
 			}
-			continue
+			return
 		}
-		begun[k] = g.Dest.BeginBatch(batch)
-	}
-	release()
-	for k, g := range groups {
-		if begun[k] == nil {
-			continue
-		}
-		res := begun[k].Wait(ctx)
+		res := g.Dest.ApplyBatch(ctx, batch)
 		applied := 0
 		for _, err := range res {
 			if err == nil {
@@ -95,7 +80,9 @@ func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMu
 		for j, err := range res {
 			i := g.Idx[j]
 			if errors.Is(err, tabletdesc.ErrNotServing) {
+				mu.Lock()
 				unrouted = append(unrouted, i)
+				mu.Unlock()
 				continue
 			}
 			if err == nil {
@@ -103,7 +90,7 @@ func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMu
 			}
 			errs[i] = err
 		}
-	}
+	})
 	// Rare: a split raced the batch. Retry in request order, so that
 	// entries of one row keep theirs.
 	slices.Sort(unrouted)

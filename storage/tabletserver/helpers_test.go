@@ -57,9 +57,7 @@ func newTestEnv(t testing.TB, ho HostOptions, do DataOptions) *testEnv {
 	if ho.Store == nil {
 		ho.Store = blob.NewMemory()
 	}
-	// The caller may bound the log's holds (ho.LogOptions.MaxHold); the
-	// rest of its options are the test's.
-	logOpts := commitlog.Options{Dir: filepath.Join(t.TempDir(), "log"), MaxHold: ho.LogOptions.MaxHold}
+	logOpts := commitlog.Options{Dir: filepath.Join(t.TempDir(), "log")}
 	lg, err := commitlog.Open(ctx, logOpts)
 	if err != nil {
 		t.Fatal(err)
