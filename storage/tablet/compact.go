@@ -26,6 +26,53 @@ func (t *Tablet) Flush(ctx context.Context) error {
 	if err := t.checkOpen(); err != nil {
 		return err
 	}
+	return t.flushAllLocked(ctx)
+}
+
+// ReleaseLog makes the tablet need no commit-log record before the log's
+// current tail, so that the log can be truncated past it: a tablet with
+// writes in memory is flushed (as Flush); an idle one — its memtable empty
+// — only has its redo point moved to the tail and its state saved, since
+// all its writes are in SSTables already. Without a log it does nothing.
+//
+// A tablet that takes few writes fills its memtable slowly, and until it
+// flushes its redo point holds every later segment of the server's log,
+// which all the server's tablets share: the server calls ReleaseLog for
+// such tablets (Host.TruncateLog), as HBase flushes the regions holding
+// its oldest write-ahead logs.
+func (t *Tablet) ReleaseLog(ctx context.Context) error {
+	if t.opts.Log == nil {
+		return nil
+	}
+	t.lockMaint()
+	defer t.maintMu.Unlock()
+	if err := t.checkOpen(); err != nil {
+		return err
+	}
+	// Under writeMu a write is both logged and in the memtable, or
+	// neither: with the memtable empty, every record before the tail
+	// is in SSTables, and every later write lands after the tail.
+	t.writeMu.Lock()
+	idle := t.mem.Len() == 0 && t.frozen == nil
+	tail := t.opts.Log.Tail()
+	t.writeMu.Unlock()
+	if !idle {
+		return t.flushAllLocked(ctx)
+	}
+	if tail.Compare(t.state.RedoPoint) <= 0 {
+		return nil
+	}
+	st := t.state.Clone()
+	st.RedoPoint = tail
+	if err := t.opts.StateStore.Save(ctx, st); err != nil {
+		return fmt.Errorf("tablet %s: saving state: %w", t.id, err)
+	}
+	t.state = st
+	return nil
+}
+
+// flushAllLocked is Flush under maintMu.
+func (t *Tablet) flushAllLocked(ctx context.Context) error {
 	// A memtable left frozen by a flush that failed is flushed alone by
 	// flushLocked: then the active one too, so that every write
 	// acknowledged before the call is in SSTables (a backup's point).

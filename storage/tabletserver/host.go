@@ -76,6 +76,12 @@ const (
 	DefaultMetadataSplitBytes  = 128 << 20
 	DefaultSplitCheckInterval  = 2 * time.Second
 	DefaultLogTruncateInterval = time.Minute
+	// DefaultLogFlushSegments is the default of
+	// HostOptions.LogFlushSegments: with the log's 64 MiB segments, a
+	// tablet is flushed once 512 MiB of log were written after its
+	// oldest unflushed write — well past a busy tablet's 64 MiB memtable
+	// unless more than eight tablets share the writes.
+	DefaultLogFlushSegments = 8
 )
 
 // HostOptions configure NewHost. Zero values take the documented defaults.
@@ -114,6 +120,13 @@ type HostOptions struct {
 	// still need older records (those of a crashed run) must be opened
 	// before the first truncation: tabula dev opens every table at start.
 	LogTruncateInterval time.Duration
+	// LogFlushSegments bounds how far behind the log's tail a tablet's
+	// redo point may stay: at each truncation, a tablet whose redo point
+	// lies this many segments or more before the tail's is flushed (an
+	// idle one only moves its redo point), so that a tablet taking few
+	// writes does not keep every later segment — and a recovery of this
+	// server from reading them all; default DefaultLogFlushSegments.
+	LogFlushSegments int
 	// Pacer slows the tablets' background flushes and merging
 	// compactions while requests are served (tablet.Options.Pacer); the
 	// Host's interceptors mark the requests. Nil means unpaced.
@@ -173,6 +186,9 @@ func (o *HostOptions) setDefaults() {
 	}
 	if o.LogTruncateInterval <= 0 {
 		o.LogTruncateInterval = DefaultLogTruncateInterval
+	}
+	if o.LogFlushSegments <= 0 {
+		o.LogFlushSegments = DefaultLogFlushSegments
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -253,26 +253,54 @@ func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string
 }
 
 // TruncateLog deletes the commit log's segments that no open tablet needs:
-// those wholly before the oldest redo point of the open tablets. With no
-// tablet open, or while a table is being opened, it does nothing
+// those wholly before the oldest redo point of the open tablets. Tablets
+// whose redo points lie HostOptions.LogFlushSegments or more segments
+// before the log's tail are made to release it first (tablet.ReleaseLog:
+// flushed, or their redo point moved if idle), so that a tablet taking
+// few writes — a METADATA tablet, a small table — does not pin the log.
+// With no tablet open, or while a table is being opened, it does nothing
 // (unopened tablets of a crashed run may still need the log).
 func (h *Host) TruncateLog(ctx context.Context) error {
 	if h.opts.Log == nil || h.opening.Load() > 0 {
 		return nil
 	}
-	h.mu.RLock()
-	var oldest *tabletdesc.LogPosition
-	for _, st := range h.tables {
-		for _, tb := range st.list() {
-			p := tb.State().RedoPoint
-			if oldest == nil || p.Compare(*oldest) < 0 {
-				oldest = &p
-			}
+	tail := h.opts.Log.Tail()
+	var pinning []*tablet.Tablet
+	for _, tb := range h.openTablets() {
+		if p := tb.State().RedoPoint; p.Segment+uint64(h.opts.LogFlushSegments) <= tail.Segment {
+			pinning = append(pinning, tb)
 		}
 	}
-	h.mu.RUnlock()
+	for _, tb := range pinning {
+		if err := tb.ReleaseLog(ctx); err != nil && !errors.Is(err, tabletdesc.ErrNotServing) {
+			// It keeps its redo point: the log is truncated up to it.
+			h.log.Warn("flushing a tablet that holds old commit-log segments", "tablet", tb.ID(), "err", err)
+		}
+	}
+	if len(pinning) > 0 {
+		h.metrics.logReleases.Add(float64(len(pinning)))
+		h.log.Info("flushed tablets that held old commit-log segments", "tablets", len(pinning), "log_segment", tail.Segment)
+	}
+	var oldest *tabletdesc.LogPosition
+	for _, tb := range h.openTablets() {
+		p := tb.State().RedoPoint
+		if oldest == nil || p.Compare(*oldest) < 0 {
+			oldest = &p
+		}
+	}
 	if oldest == nil {
 		return nil
 	}
 	return h.opts.Log.Truncate(ctx, *oldest)
+}
+
+// openTablets returns the tablets open on the host, of every table.
+func (h *Host) openTablets() []*tablet.Tablet {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	var out []*tablet.Tablet
+	for _, st := range h.tables {
+		out = append(out, st.list()...)
+	}
+	return out
 }

@@ -447,53 +447,21 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 // tablet needs: segments go only once every tablet has flushed past them,
 // and a crash after truncation loses nothing.
 func TestLogTruncation(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	store := blob.NewMemory()
-	dir := t.TempDir()
-	logOpts := commitlog.Options{Dir: dir, SegmentBytes: 2048}
-	segments := func() int {
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(ents)
-	}
-	lg, err := commitlog.Open(ctx, logOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := NewHost(ctx, HostOptions{Store: store, Log: lg, LogOptions: logOpts, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tm := meta.Table{ID: meta.TableID{Instance: "i", Table: "t"}, Families: map[string]tabletdesc.Family{"f": {}},
-		Granularity: meta.GranularityMicros, Tablets: []meta.TabletRef{{ID: "t0", End: []byte("m")}, {ID: "t1", Start: []byte("m")}}}
-	if err := h.OpenTable(ctx, tm); err != nil {
-		t.Fatal(err)
-	}
-	ds := NewDataService(h, DataOptions{})
-	write := func(keys ...string) {
-		for _, k := range keys {
-			_, err := ds.MutateRow(ctx, &bigtablepb.MutateRowRequest{TableName: tm.ID.FullName("p"), RowKey: []byte(k),
-				Mutations: []*bigtablepb.Mutation{{Mutation: &bigtablepb.Mutation_SetCell_{SetCell: &bigtablepb.Mutation_SetCell{
-					FamilyName: "f", ColumnQualifier: []byte("q"), TimestampMicros: 1, Value: bytes.Repeat([]byte(k), 40)}}}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	// No tablet is flushed for holding old segments here (see
+	// TestLogTruncationReleasesOldSegments).
+	e := newLogTruncationEnv(t, 1000)
+	ctx, h, tm := e.ctx, e.h, e.tm
 	var keys []string
 	for i := range 100 {
 		keys = append(keys, fmt.Sprintf("a%03d", i), fmt.Sprintf("z%03d", i))
 	}
-	write(keys...)
+	e.write(keys...)
 	st, err := h.table(tm.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tabs := st.list()
-	n0 := segments()
+	n0 := e.segments()
 	if n0 < 5 {
 		t.Fatalf("only %d log segments", n0)
 	}
@@ -504,7 +472,7 @@ func TestLogTruncation(t *testing.T) {
 	if err := h.TruncateLog(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := segments(); n != n0 {
+	if n := e.segments(); n != n0 {
 		t.Fatalf("truncation with an unflushed tablet: %d segments, had %d", n, n0)
 	}
 	if err := tabs[1].Flush(ctx); err != nil {
@@ -513,34 +481,126 @@ func TestLogTruncation(t *testing.T) {
 	if err := h.TruncateLog(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := segments(); n >= n0 {
+	if n := e.segments(); n >= n0 {
 		t.Fatalf("truncation after every tablet flushed: %d segments, had %d", n, n0)
 	}
 	// More writes, then a crash: they come back from what the log kept.
-	write("b1", "y1")
-	close(h.stop)
-	<-h.done
-	if err := lg.Close(); err != nil {
+	e.write("b1", "y1")
+	e.crashAndCount(len(keys) + 2)
+}
+
+// TestLogTruncationReleasesOldSegments has one tablet take a single write
+// and the other a stream of them: truncation flushes the cold tablet,
+// whose redo point would otherwise keep every segment, and the log shrinks
+// to the last few segments; a crash after it loses nothing.
+func TestLogTruncationReleasesOldSegments(t *testing.T) {
+	const flushSegments = 3
+	e := newLogTruncationEnv(t, flushSegments)
+	e.write("b") // the first tablet's only write
+	var keys []string
+	for i := range 100 {
+		keys = append(keys, fmt.Sprintf("z%03d", i))
+	}
+	e.write(keys...)
+	if n := e.segments(); n < 2*flushSegments {
+		t.Fatalf("only %d log segments", n)
+	}
+	if err := e.h.TruncateLog(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	lg2, err := commitlog.Open(ctx, logOpts)
+	if n := e.segments(); n > flushSegments+1 {
+		t.Fatalf("%d log segments after truncation, want at most %d", n, flushSegments+1)
+	}
+	if got := counterValue(t, e.h.metrics.logReleases); got < 1 {
+		t.Fatalf("tabula_commitlog_release_flushes_total %v, want at least 1", got)
+	}
+	e.write("c")
+	e.crashAndCount(len(keys) + 2)
+}
+
+// logTruncationEnv is a Host with a two-tablet table ([, m) and [m, )) and
+// a commit log of 2 KiB segments in a directory of its own.
+type logTruncationEnv struct {
+	t       *testing.T
+	ctx     context.Context
+	store   blob.Store
+	logOpts commitlog.Options
+	lg      *commitlog.Log
+	h       *Host
+	ds      *DataService
+	tm      meta.Table
+}
+
+func newLogTruncationEnv(t *testing.T, flushSegments int) *logTruncationEnv {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	e := &logTruncationEnv{t: t, ctx: ctx, store: blob.NewMemory(), logOpts: commitlog.Options{Dir: t.TempDir(), SegmentBytes: 2048}}
+	var err error
+	if e.lg, err = commitlog.Open(ctx, e.logOpts); err != nil {
+		t.Fatal(err)
+	}
+	e.h, err = NewHost(ctx, HostOptions{Store: e.store, Log: e.lg, LogOptions: e.logOpts, LogFlushSegments: flushSegments, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tm = meta.Table{ID: meta.TableID{Instance: "i", Table: "t"}, Families: map[string]tabletdesc.Family{"f": {}},
+		Granularity: meta.GranularityMicros, Tablets: []meta.TabletRef{{ID: "t0", End: []byte("m")}, {ID: "t1", Start: []byte("m")}}}
+	if err := e.h.OpenTable(ctx, e.tm); err != nil {
+		t.Fatal(err)
+	}
+	e.ds = NewDataService(e.h, DataOptions{})
+	return e
+}
+
+// segments counts the log's segment files.
+func (e *logTruncationEnv) segments() int {
+	ents, err := os.ReadDir(e.logOpts.Dir)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// write sets one cell of 40 times its key in each row.
+func (e *logTruncationEnv) write(keys ...string) {
+	e.t.Helper()
+	for _, k := range keys {
+		_, err := e.ds.MutateRow(e.ctx, &bigtablepb.MutateRowRequest{TableName: e.tm.ID.FullName("p"), RowKey: []byte(k),
+			Mutations: []*bigtablepb.Mutation{{Mutation: &bigtablepb.Mutation_SetCell_{SetCell: &bigtablepb.Mutation_SetCell{
+				FamilyName: "f", ColumnQualifier: []byte("q"), TimestampMicros: 1, Value: bytes.Repeat([]byte(k), 40)}}}}})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// crashAndCount stops the Host without flushing, reopens the table on a
+// new Host over the same log and store, and checks it holds want rows.
+func (e *logTruncationEnv) crashAndCount(want int) {
+	t, ctx := e.t, e.ctx
+	close(e.h.stop)
+	<-e.h.done
+	if err := e.lg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lg2, err := commitlog.Open(ctx, e.logOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lg2.Close()
-	h2, err := NewHost(ctx, HostOptions{Store: store, Log: lg2, LogOptions: logOpts, Logger: quietLogger()})
+	h2, err := NewHost(ctx, HostOptions{Store: e.store, Log: lg2, LogOptions: e.logOpts, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h2.Close()
-	if err := h2.OpenTable(ctx, tm); err != nil {
+	if err := h2.OpenTable(ctx, e.tm); err != nil {
 		t.Fatal(err)
 	}
 	n := 0
-	if err := h2.scan(ctx, tm.ID, nil, nil, false, tablet.ReadOptions{}, func(cell.Row) error { n++; return nil }); err != nil {
+	if err := h2.scan(ctx, e.tm.ID, nil, nil, false, tablet.ReadOptions{}, func(cell.Row) error { n++; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if n != len(keys)+2 {
-		t.Fatalf("%d rows after truncation and a crash, want %d", n, len(keys)+2)
+	if n != want {
+		t.Fatalf("%d rows after truncation and a crash, want %d", n, want)
 	}
 }

@@ -25,6 +25,7 @@ type metrics struct {
 	bytesWritten prometheus.Counter
 	rowsRead     prometheus.Counter
 	splits       prometheus.Counter
+	logReleases  prometheus.Counter
 	lease        *leaseMetrics
 }
 
@@ -50,9 +51,12 @@ func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
 		splits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tabula_tablet_splits_total", Help: "Tablet splits done by this server.",
 		}),
+		logReleases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tabula_commitlog_release_flushes_total", Help: "Tablets flushed (or, if idle, given a new redo point) because their redo point held commit-log segments HostOptions.LogFlushSegments behind the tail.",
+		}),
 		lease: newLeaseMetrics(h),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, &tabletCollector{h: h}, &commitLogCollector{h: h}}
+	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, m.logReleases, &tabletCollector{h: h}, &commitLogCollector{h: h}}
 	m.collectors = append(m.collectors, m.lease.collectors()...)
 	if reg == nil {
 		return m, nil
