@@ -557,11 +557,14 @@ func (h *harness) step() {
 	case x < 800:
 		h.count("scan")
 		h.scan()
-	case x < 830:
+	case x < 820:
 		h.count("flush")
 		if err := h.tablets[h.r.IntN(len(h.tablets))].Flush(ctx); err != nil {
 			h.fatalf("flush: %v", err)
 		}
+	case x < 830:
+		h.count("release log and truncate")
+		h.releaseAndTruncate()
 	case x < 845:
 		h.count("merging compaction")
 		if err := h.tablets[h.r.IntN(len(h.tablets))].Compact(ctx, false); err != nil {
@@ -723,6 +726,25 @@ func (h *harness) crash() {
 	}
 }
 
+// releaseAndTruncate has a tablet release the log (Tablet.ReleaseLog),
+// then truncates the log to the oldest redo point of the tablets, as the
+// tablet server does (Host.TruncateLog): a later crash must still recover
+// every acknowledged write.
+func (h *harness) releaseAndTruncate() {
+	if err := h.tablets[h.r.IntN(len(h.tablets))].ReleaseLog(h.ctx); err != nil {
+		h.fatalf("release log: %v", err)
+	}
+	oldest := h.tablets[0].State().RedoPoint
+	for _, tb := range h.tablets[1:] {
+		if p := tb.State().RedoPoint; p.Compare(oldest) < 0 {
+			oldest = p
+		}
+	}
+	if err := h.log.Truncate(h.ctx, oldest); err != nil {
+		h.fatalf("truncate the log: %v", err)
+	}
+}
+
 func (h *harness) setSchema() {
 	old := h.schema
 	_, hadD := old.Families["d"]
@@ -782,9 +804,11 @@ func runModelOn(t *testing.T, seed uint64, ops int, memOnly bool, store blob.Sto
 	h.clock.Store(1_000_000)
 	h.store = store
 	h.states = NewBlobStateStore(h.store, "state")
-	h.logOpts = commitlog.Options{Dir: t.TempDir()}
+	// Small segments, so that the log rolls over and truncation deletes
+	// segments.
+	h.logOpts = commitlog.Options{Dir: t.TempDir(), SegmentBytes: 16 << 10}
 	if logInStore {
-		h.logOpts = commitlog.Options{Store: store, Prefix: "log"}
+		h.logOpts = commitlog.Options{Store: store, Prefix: "log", SegmentBytes: 16 << 10}
 	}
 	log, err := commitlog.Open(ctx, h.logOpts)
 	if err != nil {
