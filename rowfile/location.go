@@ -165,11 +165,15 @@ func (l *Location) Shards(ctx context.Context, prefix, ext string) ([]string, er
 
 // ShardWriter writes one file of rows to a Location. Write rows, then
 // Commit to make the file visible whole, or Abort to discard it.
+// Between them, Finish may end the file's content first (the CPU work),
+// leaving Commit only the waiting for the location (flushing, fsync or
+// upload, rename).
 type ShardWriter struct {
 	RowWriter
-	name string
-	out  blob.Writer
-	done bool
+	name     string
+	out      blob.Writer
+	finished bool // the RowWriter is closed (Finish)
+	done     bool
 }
 
 // CreateShard starts the file name with a RowWriter of opts on it.
@@ -192,17 +196,38 @@ func (w *ShardWriter) Name() string { return w.name }
 // Close is Commit.
 func (w *ShardWriter) Close() error { return w.Commit() }
 
-// Commit finishes the file (footer, flush) and commits it under its name.
-// On error the file is discarded and nothing is visible.
+// Finish ends the file's content: the rows still buffered, the footer,
+// all handed to the location's writer (which may still buffer them), but
+// nothing committed. No row may be written after it. On error the file
+// is discarded (Abort then does nothing, Commit fails). It lets a caller
+// that bounds its concurrent work end a file's CPU work there and commit
+// it — mostly a wait for storage — outside that bound.
+func (w *ShardWriter) Finish() error {
+	if w.done {
+		return errors.New("rowfile: shard committed or aborted already")
+	}
+	if w.finished {
+		return nil
+	}
+	w.finished = true
+	if err := w.RowWriter.Close(); err != nil {
+		w.done = true
+		w.out.Abort()
+		return fmt.Errorf("rowfile: %s: %w", w.name, err)
+	}
+	return nil
+}
+
+// Commit finishes the file (footer, flush; see Finish) and commits it
+// under its name. On error the file is discarded and nothing is visible.
 func (w *ShardWriter) Commit() error {
 	if w.done {
 		return errors.New("rowfile: shard committed or aborted already")
 	}
-	w.done = true
-	if err := w.RowWriter.Close(); err != nil {
-		w.out.Abort()
-		return fmt.Errorf("rowfile: %s: %w", w.name, err)
+	if err := w.Finish(); err != nil {
+		return err
 	}
+	w.done = true
 	if err := w.out.Close(); err != nil {
 		return fmt.Errorf("rowfile: commit %s: %w", w.name, err)
 	}

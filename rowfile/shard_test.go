@@ -176,6 +176,94 @@ func TestLocationCommit(t *testing.T) {
 	}
 }
 
+// TestShardFinishThenCommit: Finish ends the file's content without
+// making it visible; Commit then commits exactly that content; rows after
+// Finish are refused; Abort after Finish leaves nothing.
+func TestShardFinishThenCommit(t *testing.T) {
+	ctx := context.Background()
+	loc, err := OpenLocation(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := smallRows(40)
+	w, err := loc.CreateShard(ctx, ShardName("f", 0, 2, "parquet"), WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if err := w.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Finish(); err != nil {
+		t.Errorf("second Finish: %v", err)
+	}
+	if err := w.Write(rows[0]); err == nil {
+		t.Error("Write after Finish succeeded")
+	}
+	if names, _ := loc.List(ctx); len(names) != 0 {
+		t.Errorf("finished but uncommitted shard visible: %v", names)
+	}
+	finishedBytes := w.Stats().Bytes
+	if err := w.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(); err == nil {
+		t.Error("Commit after Commit succeeded")
+	}
+	if err := w.Finish(); err == nil {
+		t.Error("Finish after Commit succeeded")
+	}
+	obj, err := loc.Open(ctx, ShardName("f", 0, 2, "parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obj.Size() != finishedBytes {
+		t.Errorf("committed file has %d bytes, Finish had written %d", obj.Size(), finishedBytes)
+	}
+	obj.Close()
+	r, err := loc.OpenShard(ctx, ShardName("f", 0, 2, "parquet"), ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		got, err := r.Next()
+		if err == io.EOF {
+			if i != len(rows) {
+				t.Errorf("read %d rows, wrote %d", i, len(rows))
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got.Key) != string(rows[i].Key) || len(got.Cells) != len(rows[i].Cells) {
+			t.Fatalf("row %d: got %q with %d cells, want %q with %d", i, got.Key, len(got.Cells), rows[i].Key, len(rows[i].Cells))
+		}
+	}
+	r.Close()
+
+	aborted, err := loc.CreateShard(ctx, ShardName("f", 1, 2, "parquet"), WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := aborted.Write(rows[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := aborted.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := aborted.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := loc.List(ctx); err != nil || !slices.Equal(names, []string{"f-00000-of-00002.parquet"}) {
+		t.Errorf("List = %v, %v; want only the committed shard", names, err)
+	}
+}
+
 func TestOpenLocationErrors(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct{ desc, want string }{

@@ -328,7 +328,9 @@ func (f *columnsOfFn) ProcessElement(r beamio.Row, emit func(string)) {
 
 // writeShardFn writes shards' files from their key ranges and commits
 // them, several at a time: a bundle's shards are written concurrently,
-// at most GOMAXPROCS of them (prism hands a stage all its pending
+// at most GOMAXPROCS of them reading and encoding at a time — a shard
+// whose file is written waits for its commit (an fsync, an upload)
+// outside that bound (prism hands a stage all its pending
 // elements as one bundle and splits only splittable DoFns, so one
 // element at a time would write the files one after the other on one
 // core). The files written are emitted when the bundle finishes; the
@@ -448,8 +450,22 @@ func (f *writeShardFn) start(specJSON string, cols []rowfile.Column) error {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		defer func() { <-b.slots }()
-		name, st, err := f.write(b.ctx, spec, cols)
+		released := false
+		release := func() {
+			if !released {
+				released = true
+				<-b.slots
+				// The write waiting for the slot is now runnable on this
+				// goroutine's P: let it start before this goroutine blocks
+				// in the commit's fsync (the runtime hands a P whose
+				// goroutine sits in a system call to another thread only
+				// when its monitor notices, milliseconds later in a busy
+				// process).
+				runtime.Gosched()
+			}
+		}
+		defer release()
+		name, st, err := f.write(b.ctx, spec, cols, release)
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if err != nil {
@@ -512,7 +528,7 @@ func (f *writeFoundColumnsFn) ProcessElement(ctx context.Context, specJSON strin
 	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
 		return err
 	}
-	name, st, err := f.W.write(ctx, spec, cols)
+	name, st, err := f.W.write(ctx, spec, cols, func() {})
 	if err != nil {
 		return err
 	}
@@ -524,8 +540,10 @@ func (f *writeFoundColumnsFn) ProcessElement(ctx context.Context, specJSON strin
 }
 
 // write writes and commits one shard's file, returning its name and
-// what it holds.
-func (f *writeShardFn) write(ctx context.Context, spec shardSpec, cols []rowfile.Column) (string, rowfile.Stats, error) {
+// what it holds. It calls finished once the file's content is written,
+// before committing it: a commit mostly waits (for an fsync, an upload),
+// so the next shard's reading and encoding can use the core meanwhile.
+func (f *writeShardFn) write(ctx context.Context, spec shardSpec, cols []rowfile.Column, finished func()) (string, rowfile.Stats, error) {
 	format := rowfile.Format(f.Format)
 	loc, err := rowfile.OpenLocation(ctx, f.Out)
 	if err != nil {
@@ -553,6 +571,10 @@ func (f *writeShardFn) write(ctx context.Context, spec shardSpec, cols []rowfile
 		w.Abort()
 		return "", rowfile.Stats{}, err
 	}
+	if err := w.Finish(); err != nil {
+		return "", rowfile.Stats{}, err
+	}
+	finished()
 	if err := w.Commit(); err != nil {
 		return "", rowfile.Stats{}, err
 	}
