@@ -24,8 +24,10 @@ import (
 // two times each, and checks after every takeover that the table is never
 // lost nor half: it is served and whole; or absent and UndeleteTable brings
 // it back whole; or — a kill between the tablets' drop and the catalog
-// entry's deletion — listed without tablets, and DeleteTable again
-// finishes the deletion, after which UndeleteTable brings it back whole.
+// entry's deletion — listed without tablets until the new active master
+// finishes the deletion on its own (master.AdminService.FinishDeletions:
+// at once if the table is a minute old, else by a GC round once it is),
+// after which UndeleteTable brings it back whole.
 func TestClusterUndeleteMasterCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -106,13 +108,19 @@ func TestClusterUndeleteMasterCrash(t *testing.T) {
 		case readable():
 			outcomes[during+": table served"]++
 		default:
-			if err := retry("DeleteTable", func() error { return admin.DeleteTable(ctx, "t") }); err != nil {
-				t.Fatalf("round %d, kill during %s: a table without tablets, and deleting it again failed: %v", round, during, err)
-			}
+			// A minute after the table's creation at most, plus a
+			// GC round (2 s here).
+			waitFor(t, 90*time.Second, "the master finishes the deletion", func() (bool, string) {
+				var tbls []string
+				if err := retry("ListTables", func() (err error) { tbls, err = admin.Tables(ctx); return err }); err != nil {
+					t.Fatal(err)
+				}
+				return !slices.Contains(tbls, "t"), fmt.Sprintf("tables %v", tbls)
+			})
 			if err := undelete(); err != nil {
-				t.Fatalf("round %d, kill during %s: undeleting after finishing the deletion: %v", round, during, err)
+				t.Fatalf("round %d, kill during %s: undeleting after the master finished the deletion: %v", round, during, err)
 			}
-			outcomes[during+": deletion finished, undeleted"]++
+			outcomes[during+": deletion finished by the master, undeleted"]++
 		}
 		if !readable() {
 			t.Fatalf("round %d, kill during %s: the table is not served", round, during)

@@ -40,6 +40,13 @@ func (m *Master) registerMetrics() {
 // certainly gone; a new active master finishes them at once.
 const RestoreAbandonedAfter = master.PendingMarkerTTL / 2
 
+// CreationInProgressFor is how long after its creation a table without
+// tablets (no METADATA row) is taken for one whose CreateTable is still
+// writing its rows on some master, rather than for one whose deletion a
+// crash cut short (master.AdminService.FinishDeletions): CreateTable
+// writes the rows right after the catalog entry.
+const CreationInProgressFor = time.Minute
+
 // gcLoop, every GCInterval while this master leads, finishes abandoned
 // restores and collects garbage.
 func (m *Master) gcLoop(ctx context.Context) {
@@ -59,6 +66,11 @@ func (m *Master) gcLoop(ctx context.Context) {
 		abandoned := repairScope{minAge: RestoreAbandonedAfter, now: time.Now()}
 		if _, err := repairTables(ctx, m.catalog(), m.md, m.states, abandoned, m.log); err != nil && ctx.Err() == nil {
 			m.log.Warn("repairing abandoned restores", "err", err)
+		}
+		// A DeleteTable that a standby master was carrying out when it
+		// died leaves a listed table without tablets.
+		if _, err := m.admin.FinishDeletions(ctx, CreationInProgressFor); err != nil && ctx.Err() == nil {
+			m.log.Warn("finishing interrupted table deletions", "err", err)
 		}
 		if _, _, err := m.collectGarbage(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("garbage collection", "err", err)

@@ -257,9 +257,13 @@ func newMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 		Lease:         cfg.MasterLease,
 		ProbeMaster:   m.probeMaster,
 		TakeoverAfter: cfg.TakeoverAfter,
-		// Creations a predecessor's crash cut short (table_repair.go).
+		// Creations a predecessor's crash cut short (table_repair.go),
+		// and deletions.
 		Repair: func(ctx context.Context) error {
 			_, err := repairTables(ctx, catalog, m.md, m.states, repairRestores, m.log)
+			if _, ferr := m.admin.FinishDeletions(ctx, CreationInProgressFor); ferr != nil {
+				m.log.Warn("finishing interrupted table deletions", "err", ferr)
+			}
 			return err
 		},
 	}); err != nil {

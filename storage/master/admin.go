@@ -394,6 +394,14 @@ func (s *AdminService) CreateTable(ctx context.Context, req *adminpb.CreateTable
 		_ = s.collectDir(undo, t.Dir()+"/")
 		return nil, toStatus(fmt.Errorf("opening the tablets of %s: %w", n, err))
 	}
+	// An entry left without tablets for longer than
+	// cluster.CreationInProgressFor is taken for a deletion a crash cut
+	// short, and finished (FinishDeletions on another master): a
+	// creation that slow must not report a table that is gone.
+	if _, err := s.opts.Catalog.Get(ctx, n.id); errors.Is(err, meta.ErrTableNotFound) {
+		_ = s.opts.Host.DropTable(context.WithoutCancel(ctx), t)
+		return nil, status.Errorf(codes.Unavailable, "creating table %q took so long that a master took it for an interrupted deletion and removed it; create it again", n.String())
+	}
 	s.opts.Logger.Info("table created", "table", n.id, "families", len(t.Families), "tablets", len(t.Tablets))
 	return tableProto(n.String(), t, adminpb.Table_SCHEMA_VIEW), nil
 }
@@ -585,21 +593,106 @@ func (s *AdminService) DeleteTable(ctx context.Context, req *adminpb.DeleteTable
 		// table in the catalog that no tablet serves.
 		s.opts.Logger.Warn("dropping the tablets of a deleted table", "table", n.id, "err", err)
 	}
-	if err := s.opts.Catalog.Delete(ctx, n.id); err != nil {
+	if err := s.deleteEntryAndFiles(ctx, n.id, t); err != nil {
 		return nil, toStatus(err)
+	}
+	s.opts.Logger.Info("table deleted", "table", n.id)
+	return &emptypb.Empty{}, nil
+}
+
+// deleteEntryAndFiles is the end of a deletion without retention, once
+// the tablets are dropped: the catalog entry (already gone is fine: a
+// master finishing the deletion at the same time, FinishDeletions), stale
+// dropped-table records of the name, then the files.
+func (s *AdminService) deleteEntryAndFiles(ctx context.Context, id meta.TableID, t meta.Table) error {
+	if err := s.opts.Catalog.Delete(ctx, id); err != nil && !errors.Is(err, meta.ErrTableNotFound) {
+		return err
 	}
 	if s.backupStore() != nil {
 		// Records left by a crash while the table existed (see
 		// DroppedPrefix) would keep the name taken.
-		if err := s.deleteDropped(ctx, n.id); err != nil {
-			s.opts.Logger.Warn("deleting stale dropped-table records", "table", n.id, "err", err)
+		if err := s.deleteDropped(ctx, id); err != nil {
+			s.opts.Logger.Warn("deleting stale dropped-table records", "table", id, "err", err)
 		}
 	}
 	if err := s.collectDir(ctx, t.Dir()+"/"); err != nil {
-		s.opts.Logger.Warn("deleting the files of a deleted table", "table", n.id, "err", err)
+		s.opts.Logger.Warn("deleting the files of a deleted table", "table", id, "err", err)
 	}
-	s.opts.Logger.Info("table deleted", "table", n.id)
-	return &emptypb.Empty{}, nil
+	return nil
+}
+
+// FinishDeletions completes the deletions of tables that a crash cut short
+// after their tablets were dropped and before their catalog entry was
+// deleted: such a table is listed, but no tablet serves it, and it would
+// stay so until someone repeated DeleteTable. A candidate is an entry not
+// Restoring, created at least minAge ago, whose tablets the host reports
+// gone (DroppedTabletsHost; other hosts finish nothing). With a retention
+// and a live record of this very table (finishDeletion) only the entry
+// goes, and the table stays restorable; otherwise the entry and the
+// table's files go, as at the end of DeleteTable. minAge spares a table
+// whose CreateTable is under way on another master, which writes the
+// entry before the tablets' METADATA rows. Each table is finished under
+// its lock, after reading its entry again. It returns how many tables it
+// finished, and the errors of those it could not, joined.
+func (s *AdminService) FinishDeletions(ctx context.Context, minAge time.Duration) (int, error) {
+	h, ok := s.opts.Host.(DroppedTabletsHost)
+	if !ok {
+		return 0, nil
+	}
+	tables, err := s.opts.Catalog.List(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	now := s.opts.Now()
+	finished := 0
+	var errs []error
+	for _, listed := range tables {
+		if listed.Restoring || now.Sub(listed.Created) < minAge {
+			continue
+		}
+		done, err := s.finishDeletionOf(ctx, h, listed.ID, minAge, now)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("finishing the deletion of %s: %w", listed.ID, err))
+		}
+		if done {
+			finished++
+		}
+	}
+	return finished, errors.Join(errs...)
+}
+
+// finishDeletionOf is FinishDeletions' work on one table, under its lock.
+func (s *AdminService) finishDeletionOf(ctx context.Context, h DroppedTabletsHost, id meta.TableID, minAge time.Duration, now time.Time) (bool, error) {
+	unlock := s.locks.lock(id)
+	defer unlock()
+	t, err := s.opts.Catalog.Get(ctx, id)
+	if errors.Is(err, meta.ErrTableNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if t.Restoring || now.Sub(t.Created) < minAge {
+		return false, nil
+	}
+	gone, err := h.TabletsDropped(ctx, t)
+	if err != nil || !gone {
+		return false, err
+	}
+	n := tableName{id: id, project: "-", instance: id.Instance}
+	if s.retainsDropped() {
+		done, err := s.finishDeletion(ctx, n, t)
+		if err != nil || done {
+			return done, err
+		}
+		// No record of it: a deletion without retention (a purge) or a
+		// creation that never wrote its rows.
+	}
+	if err := s.deleteEntryAndFiles(ctx, id, t); err != nil {
+		return false, err
+	}
+	s.opts.Logger.Warn("finished a table deletion a crash cut short: its tablets were gone", "table", id)
+	return true, nil
 }
 
 // update changes a table's catalog entry under its lock: it reads the

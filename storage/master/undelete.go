@@ -276,7 +276,11 @@ func (s *AdminService) dropRestorably(ctx context.Context, n tableName, t meta.T
 			s.opts.Logger.Warn("recording the final states of a deleted table; the record keeps the states at the flush", "table", n.id, "err", err)
 		}
 	}
-	return s.opts.Catalog.Delete(ctx, n.id)
+	if err := s.opts.Catalog.Delete(ctx, n.id); err != nil && !errors.Is(err, meta.ErrTableNotFound) {
+		// (Gone already: FinishDeletions on another master finished it.)
+		return err
+	}
+	return nil
 }
 
 // DroppedTabletsHost is implemented by hosts that can tell that a table's
