@@ -25,6 +25,16 @@ type StateStore interface {
 	Save(ctx context.Context, st tabletdesc.State) error
 }
 
+// Forgetter is implemented by StateStores that keep something per tablet
+// (NewBlobStateStore: the version of the state it last read or wrote, for
+// its conditional writes). A tablet calls Forget with its ID once it is
+// closed, so that a server loading and unloading tablets for months does
+// not keep an entry for every tablet it ever served; the tablet's next
+// Open loads its state afresh. Wrappers of a StateStore pass it on.
+type Forgetter interface {
+	Forget(id string)
+}
+
 // ValidateID checks that a tablet ID can name an object: non-empty,
 // printable, no '/'.
 func ValidateID(id string) error {
@@ -68,6 +78,16 @@ type blobStateStore struct {
 func NewBlobStateStore(store blob.Store, prefix string) StateStore {
 	return &blobStateStore{store: store, prefix: strings.TrimSuffix(prefix, "/"),
 		versions: make(map[string]blob.Version), saving: make(map[string]*sync.Mutex)}
+}
+
+// Forget drops what the store keeps of tablet id: its last version (the
+// next Save without a Load writes unconditionally, as for a state this
+// store never read) and its save lock.
+func (b *blobStateStore) Forget(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.versions, id)
+	delete(b.saving, id)
 }
 
 func (b *blobStateStore) name(id string) string {

@@ -999,7 +999,9 @@ func (t *Tablet) Close() error {
 	return err
 }
 
-// release drops the tablet's reference to its current version.
+// release drops the tablet's reference to its current version, and what
+// the state store keeps of the tablet (Forgetter): it saves no state any
+// more.
 func (t *Tablet) release() {
 	t.mu.Lock()
 	v := t.cur
@@ -1007,6 +1009,9 @@ func (t *Tablet) release() {
 	t.mu.Unlock()
 	if v != nil {
 		v.unref()
+	}
+	if f, ok := t.opts.StateStore.(Forgetter); ok {
+		f.Forget(t.id)
 	}
 }
 

@@ -149,6 +149,13 @@ type fencedStateStore struct {
 	lease Lease
 }
 
+// Forget passes tablet.Forgetter on to the store it fences.
+func (f *fencedStateStore) Forget(id string) {
+	if fs, ok := f.StateStore.(tablet.Forgetter); ok {
+		fs.Forget(id)
+	}
+}
+
 func (f *fencedStateStore) Save(ctx context.Context, st tabletdesc.State) error {
 	if !f.lease.Valid() {
 		return fmt.Errorf("tablet %s: state not saved: %w", st.ID, ErrLeaseLapsed)
