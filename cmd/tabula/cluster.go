@@ -25,10 +25,13 @@ import (
 // roleFlags are the flags both cluster roles take.
 type roleFlags struct {
 	consul, store, addr, cluster, http, logFormat string
-	sessionTTL, lockDelay                         time.Duration
-	tls                                           serverTLSFlags
-	backend                                       backendFlags
-	auth                                          serverAuthFlags
+	// advertise is --advertise-addr: the address the process is known
+	// by when not the listener's (advertise.Addr).
+	advertise             string
+	sessionTTL, lockDelay time.Duration
+	tls                   serverTLSFlags
+	backend               backendFlags
+	auth                  serverAuthFlags
 	// authConfig is the role's authentication, which open builds from
 	// auth (nil: off).
 	authConfig *cluster.AuthConfig
@@ -48,6 +51,7 @@ func (r *roleFlags) registerCoord(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&r.consul, "consul", "", "Consul agent address host:port (required)")
 	f.StringVar(&r.addr, "addr", defaultAddr, "gRPC listen address host:port (port 0 picks a free port)")
+	f.StringVar(&r.advertise, "advertise-addr", "", "the address HOST[:PORT] other processes and clients dial this one at, registered in Consul and checked against its TLS certificate (default --addr; no port or port 0: --addr's); required when --addr listens on every interface (0.0.0.0:PORT, [::]:PORT)")
 	f.StringVar(&r.cluster, "cluster", coord.DefaultCluster, "cluster name: the Consul key prefix tabula/<name>/")
 	f.StringVar(&r.http, "http", "", "HTTP listen address for /metrics, /debug/pprof/, /healthz and /status (off when empty)")
 	f.StringVar(&r.logFormat, "log-format", "json", "log format on stderr: json or text")
@@ -135,7 +139,7 @@ SIGTERM or SIGINT stops it.`,
 			}
 			defer svc.Close()
 			m, err := cluster.StartMaster(ctx, cluster.MasterConfig{
-				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
+				Coord: svc, Store: store, Addr: r.addr, AdvertiseAddr: r.advertise, HTTPAddr: r.http, Cluster: r.cluster,
 				SplitBytes: splitBytes, MergeBelow: mergeBelow, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
 				GCInterval: gcInterval, GCGrace: gcGrace, UndeleteRetention: undeleteRetention, Logger: log, TLS: r.transport, Auth: r.authConfig,
 			})
@@ -188,7 +192,7 @@ back.`,
 			}
 			defer svc.Close()
 			s, err := cluster.StartTabletServer(ctx, cluster.ServerConfig{
-				Coord: svc, Store: store, Addr: r.addr, HTTPAddr: r.http, Cluster: r.cluster,
+				Coord: svc, Store: store, Addr: r.addr, AdvertiseAddr: r.advertise, HTTPAddr: r.http, Cluster: r.cluster,
 				MemtableBytes: memtableBytes, SplitBytes: splitBytes, CompactionRate: compactionRate, MetadataSplitBytes: metadataSplitBytes,
 				BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
 				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Lease: serverLease, FileCommitWindow: fileCommitWindow, Logger: log, TLS: r.transport, Auth: r.authConfig,

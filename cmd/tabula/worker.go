@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
+	"github.com/tabuladb/tabula/internal/advertise"
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/mapreduce/remote"
 	"github.com/tabuladb/tabula/storage/cluster"
@@ -131,7 +132,7 @@ stops it, unregistering at once.`,
 				return err
 			}
 			w, err := remote.StartWorker(ctx, remote.WorkerConfig{
-				Addr: r.addr, Coord: svc, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
+				Addr: r.addr, AdvertiseAddr: r.advertise, Coord: svc, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
 				Worker: lw, Registerer: reg, Logger: log, TLS: r.transport, ServerOptions: guarded,
 			})
 			if err != nil {
@@ -243,17 +244,24 @@ func (t *tabletServerWorker) start(ctx context.Context, r *roleFlags, svc coord.
 		lw.Host = remote.HostOf(serverAddr)
 	}
 	lw.Logger = log
-	addr := t.addr
+	// By default the worker listens where the server does, on a port of
+	// its own, and is dialed at the host the server is known by
+	// (--advertise-addr's, if given).
+	addr, advertised := t.addr, ""
+	serverHost, _, _ := net.SplitHostPort(serverAddr)
 	if addr == "" {
-		host, _, _ := net.SplitHostPort(serverAddr)
-		addr = net.JoinHostPort(host, "0")
+		listenHost, _, _ := net.SplitHostPort(r.addr)
+		addr = net.JoinHostPort(listenHost, "0")
+	}
+	if listenHost, _, err := net.SplitHostPort(addr); err == nil && advertise.Wildcard(listenHost) || t.addr == "" {
+		advertised = net.JoinHostPort(serverHost, "0")
 	}
 	guarded, err := r.authConfig.WorkerServerOptions(log, reg)
 	if err != nil {
 		return nil, err
 	}
 	return remote.StartWorker(ctx, remote.WorkerConfig{
-		Addr: addr, Coord: svc, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
+		Addr: addr, AdvertiseAddr: advertised, Coord: svc, SessionTTL: r.sessionTTL, LockDelay: r.lockDelay,
 		Worker: lw, Registerer: reg, Logger: log, TLS: r.transport, ServerOptions: guarded,
 	})
 }

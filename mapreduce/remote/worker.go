@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tabuladb/tabula/internal/advertise"
 	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/mapreduce/remote/workerpb"
 	"github.com/tabuladb/tabula/security/tlsconfig"
@@ -53,6 +54,10 @@ func HostOf(addr string) string {
 type WorkerConfig struct {
 	// Addr is the gRPC listen address (port 0 picks one).
 	Addr string
+	// AdvertiseAddr is the address the worker registers and is dialed at
+	// when not the listener's: host[:port], a missing or 0 port taking
+	// the listener's (advertise.Addr). Required when Addr is a wildcard.
+	AdvertiseAddr string
 	// Coord, when set, is the cluster's lock service (with the cluster's
 	// prefix): the worker registers under PrefixWorkers for as long as it
 	// runs. Without it, coordinators must be given its address.
@@ -82,6 +87,7 @@ type WorkerConfig struct {
 type Worker struct {
 	svc  *Service
 	lis  net.Listener
+	addr string // advertised
 	grpc *grpc.Server
 	reg  *Registered
 	log  *slog.Logger
@@ -106,7 +112,10 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (_ *Worker, err error) {
 	if w.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
 		return nil, err
 	}
-	addr := w.lis.Addr().String()
+	if w.addr, err = advertise.Addr(cfg.AdvertiseAddr, w.lis.Addr()); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	addr := w.addr
 	if cfg.Worker.Name == "" {
 		cfg.Worker.Name = NewWorkerName(addr)
 	}
@@ -153,7 +162,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (_ *Worker, err error) {
 func (w *Worker) Name() string { return w.svc.Name() }
 
 // Addr is the gRPC address coordinators dial.
-func (w *Worker) Addr() string { return w.lis.Addr().String() }
+func (w *Worker) Addr() string { return w.addr }
 
 // Service is the worker's service.
 func (w *Worker) Service() *Service { return w.svc }

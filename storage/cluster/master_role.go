@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tabuladb/tabula/internal/advertise"
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
@@ -50,11 +51,15 @@ const DefaultMasterLease = 4 * time.Second
 type MasterConfig struct {
 	Coord coord.Service
 	Store blob.Store
-	// Addr is the gRPC listen address; the address is also the master
-	// lock's value, which tablet servers forward admin calls to.
-	Addr     string
-	HTTPAddr string
-	Cluster  string
+	// Addr is the gRPC listen address; the advertised address (see
+	// AdvertiseAddr) is also the master lock's value, which tablet
+	// servers forward admin calls to.
+	Addr string
+	// AdvertiseAddr is the address the master is known by when not the
+	// listener's, as ServerConfig.AdvertiseAddr.
+	AdvertiseAddr string
+	HTTPAddr      string
+	Cluster       string
 	// SplitBytes is the tablet servers' split size, which the planner
 	// uses to weigh tablets (0: its default).
 	SplitBytes int64
@@ -224,7 +229,9 @@ func newMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 		if m.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
 			return nil, err
 		}
-		m.addr = m.lis.Addr().String()
+		if m.addr, err = advertise.Addr(cfg.AdvertiseAddr, m.lis.Addr()); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
 		if m.self, err = grpc.NewClient(m.addr, append([]grpc.DialOption{tlsconfig.DialOption(cfg.TLS.Client)}, cfg.Auth.serverDialOptions()...)...); err != nil {
 			return nil, err
 		}

@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/tabuladb/tabula/internal/advertise"
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/authview"
 	"github.com/tabuladb/tabula/storage/blob"
@@ -77,9 +78,14 @@ type ServerConfig struct {
 	// MasterConfig.LogDir names the same directory. A local log is not
 	// sorted (ListLogSegments refuses it): a recovery replays it whole.
 	LogDir string
-	// Addr is the gRPC listen address (host:port; port 0 picks one). The
-	// address clients are told is the listener's.
+	// Addr is the gRPC listen address (host:port; port 0 picks one).
 	Addr string
+	// AdvertiseAddr is the address the server is known by — its name in
+	// Consul and METADATA, what clients and other servers dial and find
+	// in its certificate — when not the listener's: host[:port], a
+	// missing or 0 port taking the listener's (advertise.Addr). Required
+	// when Addr is a wildcard (0.0.0.0, [::]).
+	AdvertiseAddr string
 	// HTTPAddr, when set, serves /metrics, /debug/pprof/, /healthz and
 	// /status.
 	HTTPAddr string
@@ -209,7 +215,9 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		if s.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
 			return nil, err
 		}
-		s.addr = s.lis.Addr().String()
+		if s.addr, err = advertise.Addr(cfg.AdvertiseAddr, s.lis.Addr()); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
 	}
 	s.name = NewServerName(s.addr)
 	s.log = cfg.Logger.With("server", s.name)
