@@ -285,13 +285,14 @@ func init() {
 	beam.RegisterType(reflect.TypeOf((*readFn)(nil)).Elem())
 }
 
-// client returns the connection, dialing it on first use (the SDF's
-// restriction methods may run on an instance whose Setup did not).
+// client returns the connection, taking the process's shared one
+// (sharedClients) on first use (the SDF's restriction methods may run on
+// an instance whose Setup did not).
 func (f *readFn) client() (*client.Client, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.c == nil {
-		c, err := f.Spec.Table.Dial()
+		c, err := sharedClients.acquire(f.Spec.Table)
 		if err != nil {
 			return nil, err
 		}
@@ -300,20 +301,20 @@ func (f *readFn) client() (*client.Client, error) {
 	return f.c, nil
 }
 
-// Setup dials the server.
+// Setup connects to the server.
 func (f *readFn) Setup() error {
 	_, err := f.client()
 	return err
 }
 
-// Teardown closes the connection.
+// Teardown gives the connection back to the pool, which closes it once
+// no DoFn has used it for a while.
 func (f *readFn) Teardown() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.c != nil {
-		err := f.c.Close()
+		sharedClients.release(f.Spec.Table, f.c)
 		f.c = nil
-		return err
 	}
 	return nil
 }
@@ -340,13 +341,22 @@ func (f *readFn) SplitRestriction(_ []byte, rest keyrange.Restriction) ([]keyran
 // rest, cut at the table's tablets and samples to about target bytes.
 func (sp readSpec) plan(ctx context.Context, c *client.Client, rest keyrange.Restriction, target int64) ([]keyrange.Restriction, error) {
 	table := sp.Table.Table
+	// The two listings are independent round trips (the samples are the
+	// slower: the servers weigh their files' blocks): ask at once.
+	var samples []client.RowSample
+	var sampleErr error
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		samples, sampleErr = c.SampleRowKeys(ctx, table)
+	}()
 	tabs, err := c.Tablets(ctx, table)
+	<-sampled
 	if err != nil {
 		return nil, fmt.Errorf("beamio: tablets of %s at %s: %w", table, sp.Table.Addr, err)
 	}
-	samples, err := c.SampleRowKeys(ctx, table)
-	if err != nil {
-		return nil, fmt.Errorf("beamio: SampleRowKeys of %s at %s: %w", table, sp.Table.Addr, err)
+	if sampleErr != nil {
+		return nil, fmt.Errorf("beamio: SampleRowKeys of %s at %s: %w", table, sp.Table.Addr, sampleErr)
 	}
 	tablets := make([]Tablet, len(tabs))
 	for i, t := range tabs {
@@ -452,7 +462,7 @@ func (f *readFn) ProcessElement(ctx context.Context, rt *keyrange.Tracker, _ []b
 		if h := beforeClaimHook; h != nil {
 			h(rt, r.Key)
 		}
-		if !rt.TryClaim(r.Key) {
+		if !rt.TryClaimKey(r.Key) {
 			return false
 		}
 		nRows++

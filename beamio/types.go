@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"google.golang.org/grpc/codes"
 
 	"github.com/tabuladb/tabula/storage/cell"
@@ -61,6 +62,16 @@ type WriteResult struct {
 }
 
 func init() {
+	// The coders' functions, registered so that the SDK calls them
+	// through generated callers rather than reflect.Value.Call (it
+	// encodes a sample of every PCollection's elements to measure them,
+	// and every element that crosses a stage boundary).
+	register.Function1x1(encodeRow)
+	register.Function1x2(decodeRow)
+	register.Function1x1(encodeRowMutation)
+	register.Function1x2(decodeRowMutation)
+	register.Function1x1(encodeFailed)
+	register.Function1x2(decodeFailed)
 	beam.RegisterType(reflect.TypeOf((*cell.Cell)(nil)).Elem())
 	beam.RegisterType(reflect.TypeOf((*cell.Mutation)(nil)).Elem())
 	beam.RegisterCoder(reflect.TypeOf((*Row)(nil)).Elem(), encodeRow, decodeRow)

@@ -50,16 +50,30 @@ func (t *Tracker) String() string {
 //     []byte, or the tracker had already stopped: an error, reported by
 //     GetError (the bundle fails).
 func (t *Tracker) TryClaim(pos any) bool {
+	key, ok := pos.([]byte)
+	if !ok {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.stopped {
+			t.err = errors.New("keyrange: a key was claimed after the tracker had stopped the DoFn")
+			return false
+		}
+		t.stopped = true
+		t.err = fmt.Errorf("keyrange: claimed position is a %T, want a []byte row key", pos)
+		return false
+	}
+	return t.TryClaimKey(key)
+}
+
+// TryClaimKey is TryClaim of a row key without the boxing of pos into an
+// interface: a DoFn claims every row it reads, so this is its per-row
+// path (no allocation: the tracker keeps its own copy of the last key in
+// a buffer it reuses).
+func (t *Tracker) TryClaimKey(key []byte) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped {
 		t.err = errors.New("keyrange: a key was claimed after the tracker had stopped the DoFn")
-		return false
-	}
-	key, ok := pos.([]byte)
-	if !ok {
-		t.stopped = true
-		t.err = fmt.Errorf("keyrange: claimed position is a %T, want a []byte row key", pos)
 		return false
 	}
 	t.stopped = true // until the claim succeeds
@@ -78,7 +92,10 @@ func (t *Tracker) TryClaim(pos any) bool {
 		return false
 	}
 	t.stopped = false
-	t.claimed = bytes.Clone(key)
+	// The copy lives in a buffer of the tracker's own (nothing outside the
+	// lock keeps a reference to it: from and Position copy or only read),
+	// so that claiming allocates only when a key outgrows it.
+	t.claimed = append(t.claimed[:0], key...)
 	return true
 }
 

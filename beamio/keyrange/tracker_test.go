@@ -2,7 +2,9 @@ package keyrange
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -48,22 +50,70 @@ func TestTryClaim(t *testing.T) {
 		{name: "empty restriction: any claim ends", rest: rr("c", "c"), claims: []any{[]byte("c")}, wantOK: []bool{false}, wantDone: true},
 		{name: "claiming the whole table from the empty start", rest: rr("", ""), claims: []any{[]byte("\x00"), []byte("a")}, wantOK: []bool{true, true}},
 	}
+	// Each case runs through TryClaim and, when every claim is a []byte,
+	// through TryClaimKey: the two must agree.
+	claimers := map[string]func(tr *Tracker, pos any) bool{
+		"TryClaim": (*Tracker).TryClaim,
+		"TryClaimKey": func(tr *Tracker, pos any) bool {
+			return tr.TryClaimKey(pos.([]byte))
+		},
+	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			tr := NewTracker(tc.rest)
-			for i, c := range tc.claims {
-				if got := tr.TryClaim(c); got != tc.wantOK[i] {
-					t.Fatalf("claim %d (%q) = %v, want %v (%v)", i, c, got, tc.wantOK[i], tr)
+		for name, claim := range claimers {
+			if name == "TryClaimKey" && slices.ContainsFunc(tc.claims, func(c any) bool { _, ok := c.([]byte); return !ok }) {
+				continue
+			}
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				tr := NewTracker(tc.rest)
+				for i, c := range tc.claims {
+					if got := claim(tr, c); got != tc.wantOK[i] {
+						t.Fatalf("claim %d (%q) = %v, want %v (%v)", i, c, got, tc.wantOK[i], tr)
+					}
 				}
-			}
-			err := tr.GetError()
-			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Fatalf("GetError() = %v, want %q", err, tc.wantErr)
-			}
-			if got := tr.IsDone(); got != tc.wantDone {
-				t.Fatalf("IsDone() = %v, want %v (%v)", got, tc.wantDone, tr)
-			}
-		})
+				err := tr.GetError()
+				if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+					t.Fatalf("GetError() = %v, want %q", err, tc.wantErr)
+				}
+				if got := tr.IsDone(); got != tc.wantDone {
+					t.Fatalf("IsDone() = %v, want %v (%v)", got, tc.wantDone, tr)
+				}
+			})
+		}
+	}
+}
+
+// TestClaimKeepsItsOwnCopy: the tracker must not alias the caller's key
+// (a reader may reuse its buffer), and claiming keys that fit the
+// tracker's buffer allocates nothing.
+func TestClaimKeepsItsOwnCopy(t *testing.T) {
+	tr := NewTracker(rr("a", "z"))
+	buf := []byte("m")
+	if !tr.TryClaimKey(buf) {
+		t.Fatal("TryClaimKey(m) = false")
+	}
+	buf[0] = 'b' // the caller reuses its buffer
+	if tr.TryClaimKey([]byte("c")) {
+		t.Fatalf("claiming c after m succeeded: the tracker aliased the caller's key (%v)", tr)
+	}
+
+	tr = NewTracker(rr("", ""))
+	keys := make([][]byte, 200)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "row%05d", i)
+	}
+	tr.TryClaimKey(keys[0])
+	i := 1
+	allocs := testing.AllocsPerRun(100, func() {
+		if !tr.TryClaimKey(keys[i]) {
+			t.Fatalf("TryClaimKey(%q) = false (%v)", keys[i], tr)
+		}
+		i++
+	})
+	if allocs != 0 {
+		t.Fatalf("TryClaimKey allocates %.1f times per claim, want 0", allocs)
+	}
+	if done, remaining := tr.GetProgress(); done <= 0 || remaining <= 0 {
+		t.Fatalf("GetProgress() = %v, %v after claims inside an unbounded range", done, remaining)
 	}
 }
 
