@@ -77,6 +77,13 @@ type Options struct {
 	// For New, cc carries its own credentials; Token then only reaches
 	// the connections the client dials itself.
 	Token string
+	// ReuseScanBuffers makes this client's scans reuse their buffers: a
+	// Row that Scanner.Next moved to (its key, cells, qualifiers and
+	// values) is valid only until the next call to Next on that scanner.
+	// For callers that copy what they keep (a file writer): a scan then
+	// allocates per tablet, not per response, sparing the collector a
+	// scan's size in garbage. Off by default: rows stay valid for good.
+	ReuseScanBuffers bool
 }
 
 // TokenEnv is the environment variable Dial reads Options.Token from.

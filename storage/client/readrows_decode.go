@@ -22,8 +22,9 @@ import (
 // through the generated messages and then merging their chunks cost a
 // scan more CPU in the client than the server spent reading the rows.
 
-// rawReadRows receives one ReadRowsResponse as its encoded bytes.
-type rawReadRows struct{ buf []byte }
+// rawReadRows receives one ReadRowsResponse as its encoded bytes: into
+// reuse when it is large enough, else into a fresh buffer.
+type rawReadRows struct{ buf, reuse []byte }
 
 // rawCodec hands ReadRowsResponses over undecoded (into a rawReadRows)
 // and treats every other message as gRPC's proto codec does.
@@ -37,6 +38,11 @@ func (rawCodec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec().Ma
 
 func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*rawReadRows); ok {
+		if n := data.Len(); cap(r.reuse) >= n {
+			r.buf = r.reuse[:n]
+			data.CopyTo(r.buf)
+			return nil
+		}
 		r.buf = data.Materialize() // a fresh buffer the rows may alias
 		return nil
 	}

@@ -72,6 +72,7 @@ type Scanner struct {
 	merger    chunkMerger
 	queue     []cell.Row // rows received; those from next on not returned yet
 	next      int
+	spare     []byte // Options.ReuseScanBuffers: the last response's buffer, to receive the next into
 	row       cell.Row
 	err       error
 	done      bool
@@ -187,6 +188,18 @@ func (s *Scanner) Next() bool {
 			}
 		}
 		var resp rawReadRows
+		if s.c.opts.ReuseScanBuffers && s.merger.betweenRows() {
+			// Every row of the last response was returned, and none is
+			// being assembled from it: its buffer and its cells' slab
+			// are free (the rows returned were valid until this Next).
+			// The resume point must not alias it: finished() settled lo
+			// above; a reversed scan's hi is the last row's key.
+			if s.opts.Reverse && s.hi != nil {
+				s.hi = bytes.Clone(s.hi)
+			}
+			resp.reuse = s.spare
+			s.merger.reuseSlab()
+		}
 		err := s.stream.RecvMsg(&resp)
 		if errors.Is(err, io.EOF) {
 			// The tablet is done: continue past its end (or before its start).
@@ -219,6 +232,9 @@ func (s *Scanner) Next() bool {
 				s.fail(rerr)
 			}
 			continue
+		}
+		if s.c.opts.ReuseScanBuffers {
+			s.spare = resp.buf
 		}
 		if s.queue, err = s.merger.addEncoded(resp.buf, s.queue); err != nil {
 			s.fail(err)
@@ -311,6 +327,18 @@ const slabCells = 512
 func (m *chunkMerger) reset() {
 	m.slab = m.slab[:m.rowStart]
 	m.cur, m.inRow, m.partial, m.hasPartial, m.family, m.qual = cell.Row{}, false, cell.Cell{}, false, "", nil
+}
+
+// betweenRows reports that no row is being assembled: nothing merged so
+// far is still needed by the merger (a row may span responses, its key
+// and cells aliasing each).
+func (m *chunkMerger) betweenRows() bool { return !m.inRow }
+
+// reuseSlab lets the next rows' cells overwrite those of the rows
+// committed before (Options.ReuseScanBuffers); only between rows.
+func (m *chunkMerger) reuseSlab() {
+	clear(m.slab)
+	m.slab, m.rowStart = m.slab[:0], 0
 }
 
 // appendCell adds c to the current row's cells in the slab, moving the

@@ -367,7 +367,7 @@ func (f *writeShardFn) Setup() error {
 	if err := json.Unmarshal([]byte(f.ReadJSON), &f.read); err != nil {
 		return err
 	}
-	c, err := f.read.Table.Dial()
+	c, err := dialReusing(f.read.Table)
 	if err != nil {
 		return err
 	}
@@ -554,16 +554,21 @@ func (f *writeShardFn) write(ctx context.Context, spec shardSpec, cols []rowfile
 	if err != nil {
 		return "", rowfile.Stats{}, err
 	}
-	// The scan runs ahead of the writer (encoding and compressing the
-	// pages), in batches of rows, so that both use a core.
+	// Each row is written as it arrives, before the scanner moves on:
+	// its client reuses the scan's buffers, which the writer copies from.
 	var writeErr error
-	err = f.read.ScanAhead(ctx, f.c, spec.Ranges, func(row cell.Row) bool {
-		if err := w.Write(row); err != nil {
-			writeErr = fmt.Errorf("%s: row %q: %w", name, row.Key, err)
-			return false
+	for _, r := range spec.Ranges {
+		err = f.read.Scan(ctx, f.c, r, func(row cell.Row) bool {
+			if err := w.Write(row); err != nil {
+				writeErr = fmt.Errorf("%s: row %q: %w", name, row.Key, err)
+				return false
+			}
+			return true
+		})
+		if err != nil || writeErr != nil {
+			break
 		}
-		return true
-	})
+	}
 	if err == nil {
 		err = writeErr
 	}
@@ -579,6 +584,19 @@ func (f *writeShardFn) write(ctx context.Context, spec shardSpec, cols []rowfile
 		return "", rowfile.Stats{}, err
 	}
 	return name, w.Stats(), nil
+}
+
+// dialReusing dials t as beamio.Table.Dial does, with a client whose
+// scans reuse their buffers (a row is valid until the scanner's next row:
+// the shard writers copy what they write).
+func dialReusing(t beamio.Table) (*client.Client, error) {
+	opts, err := t.Auth.ClientOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts.Project, opts.Instance = t.Project, t.Instance
+	opts.ReuseScanBuffers = true
+	return client.Dial(t.Addr, opts)
 }
 
 // shardWriterOptions are the options of an export's shard writers (the
