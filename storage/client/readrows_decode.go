@@ -22,9 +22,15 @@ import (
 // through the generated messages and then merging their chunks cost a
 // scan more CPU in the client than the server spent reading the rows.
 
-// rawReadRows receives one ReadRowsResponse as its encoded bytes: into
-// reuse when it is large enough, else into a fresh buffer.
-type rawReadRows struct{ buf, reuse []byte }
+// rawReadRows receives one ReadRowsResponse as its encoded bytes. When
+// reusing (Options.ReuseScanBuffers), it goes into reuse if that is large
+// enough, else into a fresh buffer with room to spare (responses vary a
+// little in size: one of exactly the last's size would rarely fit the
+// next); otherwise into a fresh buffer of its size.
+type rawReadRows struct {
+	buf, reuse []byte
+	reusing    bool
+}
 
 // rawCodec hands ReadRowsResponses over undecoded (into a rawReadRows)
 // and treats every other message as gRPC's proto codec does.
@@ -38,12 +44,17 @@ func (rawCodec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec().Ma
 
 func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*rawReadRows); ok {
-		if n := data.Len(); cap(r.reuse) >= n {
-			r.buf = r.reuse[:n]
-			data.CopyTo(r.buf)
+		if !r.reusing {
+			r.buf = data.Materialize() // a fresh buffer the rows may alias
 			return nil
 		}
-		r.buf = data.Materialize() // a fresh buffer the rows may alias
+		n := data.Len()
+		if cap(r.reuse) >= n {
+			r.buf = r.reuse[:n]
+		} else {
+			r.buf = make([]byte, n, n+n/4)
+		}
+		data.CopyTo(r.buf)
 		return nil
 	}
 	return protoCodec().Unmarshal(data, v)

@@ -187,8 +187,8 @@ func (s *Scanner) Next() bool {
 				continue
 			}
 		}
-		var resp rawReadRows
-		if s.c.opts.ReuseScanBuffers && s.merger.betweenRows() {
+		resp := rawReadRows{reusing: s.c.opts.ReuseScanBuffers}
+		if resp.reusing && s.merger.betweenRows() {
 			// Every row of the last response was returned, and none is
 			// being assembled from it: its buffer and its cells' slab
 			// are free (the rows returned were valid until this Next).
@@ -317,6 +317,9 @@ type chunkMerger struct {
 	slab     []cell.Cell // the cells of the current row and free room after them
 	rowStart int         // where the current row's cells start in slab
 	lastFam  string      // the last family name seen, reused when it repeats
+	// growSlabs: a full slab is replaced by one twice its size, so that
+	// one comes to hold a response's cells (reuseSlab keeps it).
+	growSlabs bool
 }
 
 // slabCells is the number of cells a fresh slab holds (at least).
@@ -338,7 +341,7 @@ func (m *chunkMerger) betweenRows() bool { return !m.inRow }
 // committed before (Options.ReuseScanBuffers); only between rows.
 func (m *chunkMerger) reuseSlab() {
 	clear(m.slab)
-	m.slab, m.rowStart = m.slab[:0], 0
+	m.slab, m.rowStart, m.growSlabs = m.slab[:0], 0, true
 }
 
 // appendCell adds c to the current row's cells in the slab, moving the
@@ -347,7 +350,11 @@ func (m *chunkMerger) reuseSlab() {
 func (m *chunkMerger) appendCell(c cell.Cell) {
 	if len(m.slab) == cap(m.slab) {
 		row := m.slab[m.rowStart:]
-		fresh := make([]cell.Cell, len(row), max(slabCells, 2*len(row)+1))
+		size := max(slabCells, 2*len(row)+1)
+		if m.growSlabs {
+			size = max(size, 2*cap(m.slab))
+		}
+		fresh := make([]cell.Cell, len(row), size)
 		copy(fresh, row)
 		m.slab, m.rowStart = fresh, 0
 	}
