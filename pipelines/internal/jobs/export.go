@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,6 +77,12 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 			return ExportSummary{}, pipe.Usagef("--columns: %v", err)
 		}
 	}
+	// What planning needs is fetched while the table and the output are
+	// checked: each is a round trip to the server or more (the samples
+	// read the tablets' files), and the pipeline waits for all.
+	pctx, cancelPlan := context.WithCancel(ctx)
+	defer cancelPlan()
+	planned := fetchPlan(pctx, cfg.Read)
 	tabs, err := pipe.CheckTable(ctx, t)
 	if err != nil {
 		return ExportSummary{}, err
@@ -102,10 +109,11 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 		return ExportSummary{}, fmt.Errorf("%s already holds shards of %s (%s, …): remove them or choose another --prefix", cfg.Out, cfg.Prefix, old[0])
 	}
 
-	shardRanges, err := planShards(ctx, cfg.Read, cfg.Shards)
-	if err != nil {
-		return ExportSummary{}, err
+	pl := <-planned
+	if pl.err != nil {
+		return ExportSummary{}, pl.err
 	}
+	shardRanges := planShards(pl, tabs, cfg.Shards)
 	readSpec := cfg.Read
 	var filterBytes []byte
 	if readSpec.Filter != nil {
@@ -240,30 +248,78 @@ type shardSpec struct {
 	Ranges []keyrange.Restriction
 }
 
-// planShards cuts the selection into shards contiguous key ranges of
-// about equal estimated bytes (by the table's samples; by count of
-// pieces when the table has none), shard i before shard i+1. A shard may
-// get no range (more shards than the selection can be cut into): its
-// file is empty.
-func planShards(ctx context.Context, read beamio.ReadConfig, shards int) ([][]keyrange.Restriction, error) {
-	pieces, err := read.Plan(ctx, 0)
+// plan is what planShards cuts the selection with.
+type plan struct {
+	pieces  []keyrange.Restriction // the selection, one piece per tablet (beamio's Plan, target 0)
+	samples []beamio.Sample        // the table's sampled keys and offsets
+	err     error
+}
+
+// fetchPlan fetches the pieces and the samples of read's selection
+// concurrently, sending the plan on the channel it returns.
+func fetchPlan(ctx context.Context, read beamio.ReadConfig) <-chan plan {
+	out := make(chan plan, 1)
+	go func() {
+		var pl plan
+		var wg sync.WaitGroup
+		var planErr, sampleErr error
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pl.pieces, planErr = read.Plan(ctx, 0)
+		}()
+		pl.samples, sampleErr = sampleRowKeys(ctx, read.Table)
+		wg.Wait()
+		// The plan's error says what is wrong with the selection.
+		pl.err = cmp.Or(planErr, sampleErr)
+		out <- pl
+	}()
+	return out
+}
+
+// sampleRowKeys returns the table's sampled keys and offsets.
+func sampleRowKeys(ctx context.Context, t beamio.Table) ([]beamio.Sample, error) {
+	c, err := t.Dial()
 	if err != nil {
 		return nil, err
 	}
+	defer c.Close()
+	samples, err := c.SampleRowKeys(ctx, t.Table)
+	if err != nil {
+		return nil, fmt.Errorf("SampleRowKeys of %s at %s: %w", t.Table, t.Addr, err)
+	}
+	out := make([]beamio.Sample, len(samples))
+	for i, s := range samples {
+		out[i] = beamio.Sample{Key: s.Key, Offset: s.Offset}
+	}
+	return out, nil
+}
+
+// planShards cuts the selection (pl.pieces) into shards contiguous key
+// ranges of about equal estimated bytes (by the samples; by count of
+// pieces when the table has none), shard i before shard i+1: the pieces
+// are cut further at sampled keys to about a quarter of a shard each
+// (as beamio's Plan would with that target), then grouped. A shard may
+// get no range (more shards than the selection can be cut into): its
+// file is empty.
+func planShards(pl plan, tabs []client.TabletInfo, shards int) [][]keyrange.Restriction {
+	pieces := pl.pieces
 	var total int64
 	for _, p := range pieces {
 		total += p.Bytes
 	}
 	if target := total / int64(4*shards); target > 0 {
-		if pieces, err = read.Plan(ctx, max(target, 64<<10)); err != nil {
-			return nil, err
+		tablets := make([]beamio.Tablet, len(tabs))
+		for i, t := range tabs {
+			tablets[i] = beamio.Tablet{Start: t.Start, End: t.End}
 		}
+		pieces = beamio.PlanSplits(pieces, tablets, pl.samples, max(target, 64<<10))
 	}
 	groups := GroupShards(pieces, shards)
 	for i, g := range groups {
 		groups[i] = Coalesce(g)
 	}
-	return groups, nil
+	return groups
 }
 
 // Coalesce merges ranges (in key order) that adjoin — one ends where the

@@ -3,9 +3,13 @@ package jobs
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
+	"github.com/tabuladb/tabula/beamio"
 	"github.com/tabuladb/tabula/beamio/keyrange"
+	"github.com/tabuladb/tabula/storage/client"
 )
 
 func TestGroupShards(t *testing.T) {
@@ -80,6 +84,73 @@ func TestCoalesce(t *testing.T) {
 	} {
 		if got := str(Coalesce(c.in)); got != c.want {
 			t.Errorf("Coalesce(%s) = %s, want %s", str(c.in), got, c.want)
+		}
+	}
+}
+
+// TestPlanShardsCutsLikePlan: planShards cuts the per-tablet pieces of
+// the selection (beamio's Plan with target 0) at the samples; that must
+// give exactly what planning the selection at the target at once gives
+// (beamio's Plan with the target), on random tablets, samples and
+// selections.
+func TestPlanShardsCutsLikePlan(t *testing.T) {
+	r := rand.New(rand.NewPCG(12, 5))
+	key := func() []byte { return []byte(fmt.Sprintf("k%03d", r.IntN(1000))) }
+	sorted := func(n int) [][]byte {
+		set := map[string]bool{}
+		for range n {
+			set[string(key())] = true
+		}
+		var out [][]byte
+		for k := range set {
+			out = append(out, []byte(k))
+		}
+		slices.SortFunc(out, bytes.Compare)
+		return out
+	}
+	for trial := range 500 {
+		var tablets []beamio.Tablet
+		var tabs []client.TabletInfo
+		var start []byte
+		for _, b := range append(sorted(r.IntN(8)), nil) {
+			tablets = append(tablets, beamio.Tablet{Start: start, End: b})
+			tabs = append(tabs, client.TabletInfo{Start: start, End: b})
+			start = b
+		}
+		var samples []beamio.Sample
+		var off int64
+		for _, k := range sorted(r.IntN(30)) {
+			off += 1 + r.Int64N(1<<20)
+			samples = append(samples, beamio.Sample{Key: k, Offset: off})
+		}
+		if len(samples) > 0 || r.IntN(2) == 0 {
+			samples = append(samples, beamio.Sample{Key: nil, Offset: off + r.Int64N(1<<20)})
+		}
+		ranges := []keyrange.Restriction{{}}
+		if r.IntN(2) == 0 {
+			ks := sorted(2 * (1 + r.IntN(3)))
+			ranges = nil
+			for i := 0; i+1 < len(ks); i += 2 {
+				ranges = append(ranges, keyrange.Restriction{Start: ks[i], End: ks[i+1]})
+			}
+		}
+		shards := 1 + r.IntN(6)
+		pieces := beamio.PlanSplits(ranges, tablets, samples, 0)
+		got := planShards(plan{pieces: pieces, samples: samples}, tabs, shards)
+		var total int64
+		for _, p := range pieces {
+			total += p.Bytes
+		}
+		want := pieces
+		if target := total / int64(4*shards); target > 0 {
+			want = beamio.PlanSplits(ranges, tablets, samples, max(target, 64<<10))
+		}
+		wantGroups := GroupShards(want, shards)
+		for i, g := range wantGroups {
+			wantGroups[i] = Coalesce(g)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(wantGroups) {
+			t.Fatalf("trial %d: ranges %v, tablets %v, samples %v, %d shards:\n got %v\nwant %v", trial, ranges, tablets, samples, shards, got, wantGroups)
 		}
 	}
 }
