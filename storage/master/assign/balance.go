@@ -38,11 +38,19 @@ func cost(count int, bytes int64, meanC, meanB float64) float64 {
 	return f
 }
 
-func inBand(s *srv, meanC, meanB, tol float64) bool {
+// inBand reports whether server s is balanced: its tablet count within
+// Config.Tolerance of the mean, and its bytes within Tolerance of the mean
+// or Config.MinByteSkew of it, whichever is wider — a few megabytes more
+// on one server are worth no move (each makes the tablet unavailable for
+// a moment, and a master dying between a swap's unloads and loads leaves
+// both tablets unserved until the next master), however large they are
+// against the mean of a fresh cluster.
+func (p *planner) inBand(s *srv, meanC, meanB float64) bool {
+	tol := p.cfg.Tolerance
 	if meanC > 0 && math.Abs(float64(s.count)/meanC-1) > tol {
 		return false
 	}
-	if meanB > 0 && math.Abs(float64(s.bytes)/meanB-1) > tol {
+	if meanB > 0 && math.Abs(float64(s.bytes)-meanB) > max(tol*meanB, float64(p.cfg.MinByteSkew)) {
 		return false
 	}
 	return true
@@ -145,7 +153,7 @@ func (p *planner) balance() {
 		meanC, meanB := p.means()
 		balanced := true
 		for _, s := range p.active {
-			if !inBand(s, meanC, meanB, p.cfg.Tolerance) {
+			if !p.inBand(s, meanC, meanB) {
 				balanced = false
 				break
 			}
@@ -181,13 +189,12 @@ func (p *planner) balance() {
 // hundredth of the tablets' weight; nil if none does. Splitting tablets
 // are not swapped.
 func (p *planner) bestSwap(meanC, meanB float64) (*tab, *tab, *srv, *srv) {
-	tol := p.cfg.Tolerance
 	var ba, bb *tab
 	var bsa, bsb *srv
 	var best float64
 	for i, sa := range p.active {
 		for _, sb := range p.active[i+1:] {
-			if inBand(sa, meanC, meanB, tol) && inBand(sb, meanC, meanB, tol) {
+			if p.inBand(sa, meanC, meanB) && p.inBand(sb, meanC, meanB) {
 				continue
 			}
 			base := cost(sa.count, sa.bytes, meanC, meanB) + cost(sb.count, sb.bytes, meanC, meanB)
@@ -218,12 +225,11 @@ func (p *planner) bestSwap(meanC, meanB float64) (*tab, *tab, *srv, *srv) {
 // server at the mean), which keeps tablets from moving for no visible
 // gain.
 func (p *planner) bestMove(meanC, meanB float64, allowSplitting bool) (*tab, *srv, *srv) {
-	tol := p.cfg.Tolerance
 	var bt *tab
 	var bf, bd *srv
 	var best float64
 	for _, from := range p.active {
-		fromIn := inBand(from, meanC, meanB, tol)
+		fromIn := p.inBand(from, meanC, meanB)
 		base := cost(from.count, from.bytes, meanC, meanB)
 		for _, t := range from.held {
 			// METADATA tablets are not moved for balance: every move
@@ -235,7 +241,7 @@ func (p *planner) bestMove(meanC, meanB float64, allowSplitting bool) (*tab, *sr
 			fromAfter := cost(from.count-1, from.bytes-t.size, meanC, meanB) - base
 			limit := -weight(t.size, meanC, meanB) / 100
 			for _, to := range p.active {
-				if to == from || fromIn && inBand(to, meanC, meanB, tol) {
+				if to == from || fromIn && p.inBand(to, meanC, meanB) {
 					continue
 				}
 				d := fromAfter + cost(to.count+1, to.bytes+t.size, meanC, meanB) - cost(to.count, to.bytes, meanC, meanB)

@@ -27,7 +27,7 @@ import (
 //
 // The command's arguments set Config: tolerance=F maxmoves=N
 // loadtimeout=DURATION sortlogmin=N splitsize=N mergebelow=N maxmerges=N
-// nomerge.
+// minbyteskew=N nomerge.
 func TestPlanDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata/plan", func(t *testing.T, path string) {
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
@@ -77,6 +77,8 @@ func parseConfig(args []datadriven.CmdArg) (Config, error) {
 			c.MergeBelow, err = strconv.ParseInt(v, 10, 64)
 		case "maxmerges":
 			c.MaxMerges, err = strconv.Atoi(v)
+		case "minbyteskew":
+			c.MinByteSkew, err = strconv.ParseInt(v, 10, 64)
 		case "nomerge":
 			c.NoMerge = true
 		default:

@@ -41,7 +41,8 @@
 //     load meanwhile).
 //   - Draining servers give all their tablets away; servers that joined get
 //     tablets; every server is brought within Config.Tolerance of the mean
-//     tablet count and bytes by greedy moves (each the one that lowers the
+//     tablet count and bytes (bytes within Config.MinByteSkew of the mean
+//     count as balanced too) by greedy moves (each the one that lowers the
 //     sum of squared deviations most; a swap of two tablets when no single
 //     move helps), at most Config.MaxMoves under way at once, moving
 //     splitting tablets last. A state where every server is in the band

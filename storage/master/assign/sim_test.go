@@ -538,7 +538,9 @@ func TestBalanceConverges(t *testing.T) {
 		nServers := 2 + rng.IntN(9)
 		nTablets := nServers * (7 + rng.IntN(30))
 		maxMoves := 1 + rng.IntN(10)
-		cfg := Config{NoMerge: true, MaxMoves: maxMoves}
+		// The simulated tablets weigh megabytes: bytes count from the
+		// first one (MinByteSkew), as they do in a cluster of real size.
+		cfg := Config{NoMerge: true, MaxMoves: maxMoves, MinByteSkew: 1}
 		st := State{Live: servers()}
 		for i := 0; i < nServers; i++ {
 			st.Live = append(st.Live, Server{ID: ServerID(fmt.Sprintf("s%02d", i))})

@@ -175,6 +175,11 @@ type Config struct {
 	// which a server counts as balanced (0.2 = ±20%). Default 0.2, inside
 	// the ±30% the cluster promises.
 	Tolerance float64
+	// MinByteSkew is how far from the mean a server's bytes may be before
+	// they count as unbalanced, when Tolerance of the mean is less: a
+	// fresh table's few megabytes are not worth moving tablets for.
+	// Default SplitSize/4.
+	MinByteSkew int64
 	// MaxMoves bounds the balance and drain moves under way at once
 	// (unloads in flight plus those planned this round). Default 8.
 	MaxMoves int
@@ -214,6 +219,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MergeBelow <= 0 {
 		c.MergeBelow = c.SplitSize / 4
+	}
+	if c.MinByteSkew <= 0 {
+		c.MinByteSkew = c.SplitSize / 4
 	}
 	if c.MaxMerges <= 0 {
 		c.MaxMerges = 2
