@@ -29,6 +29,9 @@ func readAhead(ctx context.Context, scan scanFunc, fn func(cell.Row) bool) (ende
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	batches := make(chan []cell.Row, aheadBatches)
+	// Consumed batches come back to be filled again: a read allocates
+	// about aheadBatches+2 batches, not one per aheadRows rows.
+	free := make(chan []cell.Row, aheadBatches+2)
 	done := make(chan struct{})
 	var scanEnded bool
 	var scanErr error
@@ -39,7 +42,11 @@ func readAhead(ctx context.Context, scan scanFunc, fn func(cell.Row) bool) (ende
 		send := func() bool {
 			select {
 			case batches <- cur:
-				cur = make([]cell.Row, 0, aheadRows)
+				select {
+				case cur = <-free:
+				default:
+					cur = make([]cell.Row, 0, aheadRows)
+				}
 				return true
 			case <-ctx.Done():
 				return false
@@ -64,6 +71,12 @@ func readAhead(ctx context.Context, scan scanFunc, fn func(cell.Row) bool) (ende
 				cancel()
 				break
 			}
+		}
+		// fn has had the rows; the batch keeps no reference to them.
+		clear(rows)
+		select {
+		case free <- rows[:0]:
+		default:
 		}
 	}
 	<-done

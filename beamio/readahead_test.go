@@ -87,3 +87,35 @@ func TestReadAheadCancelled(t *testing.T) {
 		t.Fatalf("after cancelling: ended %v, err %v (%d rows)", ended, err, got)
 	}
 }
+
+// TestReadAheadReusesBatches: the batches handed over come back to be
+// filled again, so a long read allocates a bounded number of them, not
+// one per aheadRows rows.
+func TestReadAheadReusesBatches(t *testing.T) {
+	rows := make([]cell.Row, 64*aheadRows)
+	for i := range rows {
+		rows[i] = cell.Row{Key: []byte(fmt.Sprintf("r%06d", i))}
+	}
+	scanN := func(n int) scanFunc {
+		return func(ctx context.Context, fn func(cell.Row) bool) (bool, error) {
+			for _, r := range rows[:n] {
+				if !fn(r) {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+	}
+	allocs := func(n int) float64 {
+		return testing.AllocsPerRun(20, func() {
+			seen := 0
+			if _, err := readAhead(context.Background(), scanN(n), func(cell.Row) bool { seen++; return true }); err != nil || seen != n {
+				t.Fatalf("read %d of %d rows: %v", seen, n, err)
+			}
+		})
+	}
+	short, long := allocs(4*aheadRows), allocs(64*aheadRows)
+	if long-short > aheadBatches+2 {
+		t.Fatalf("reading 60 more batches of rows allocated %.1f more times (%.1f against %.1f): batches are not reused", long-short, long, short)
+	}
+}
