@@ -11,9 +11,15 @@ import (
 // overlaps with what the pipeline does with the previous ones (emitting
 // them into the fused stages after the read), on another core when there
 // is one.
+//
+// A read's first batch is small, so that its first rows reach the
+// pipeline soon after they arrive (a Read starts one such stream per
+// restriction); the batches then double up to aheadRows, so that a long
+// read hands over (and wakes the other goroutine) once per aheadRows rows.
 const (
-	aheadRows    = 256 // rows per batch
-	aheadBatches = 4   // batches buffered: at most ~5 × aheadRows rows ahead
+	aheadFirstRows = 32   // rows in a read's first batch
+	aheadRows      = 1024 // rows per batch at most
+	aheadBatches   = 4    // batches buffered: at most ~5 × aheadRows rows ahead
 )
 
 // scanFunc reads rows and hands each to fn until fn returns false; ended
@@ -39,6 +45,7 @@ func readAhead(ctx context.Context, scan scanFunc, fn func(cell.Row) bool) (ende
 		defer close(done)
 		defer close(batches)
 		cur := make([]cell.Row, 0, aheadRows)
+		limit := aheadFirstRows
 		send := func() bool {
 			select {
 			case batches <- cur:
@@ -47,6 +54,7 @@ func readAhead(ctx context.Context, scan scanFunc, fn func(cell.Row) bool) (ende
 				default:
 					cur = make([]cell.Row, 0, aheadRows)
 				}
+				limit = min(2*limit, aheadRows)
 				return true
 			case <-ctx.Done():
 				return false
@@ -54,7 +62,7 @@ func readAhead(ctx context.Context, scan scanFunc, fn func(cell.Row) bool) (ende
 		}
 		scanEnded, scanErr = scan(ctx, func(r cell.Row) bool {
 			cur = append(cur, r)
-			return len(cur) < aheadRows || send()
+			return len(cur) < limit || send()
 		})
 		if len(cur) > 0 && !send() {
 			scanEnded = false

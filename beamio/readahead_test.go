@@ -29,7 +29,7 @@ func rowsScan(n int, err error, cancelled *bool) scanFunc {
 }
 
 func TestReadAhead(t *testing.T) {
-	for _, n := range []int{0, 1, aheadRows - 1, aheadRows, aheadRows + 1, 10*aheadRows + 7} {
+	for _, n := range []int{0, 1, aheadFirstRows, aheadFirstRows + 1, 3 * aheadFirstRows, aheadRows - 1, aheadRows, aheadRows + 1, 10*aheadRows + 7} {
 		var got int
 		ended, err := readAhead(context.Background(), rowsScan(n, nil, nil), func(r cell.Row) bool {
 			if want := fmt.Sprintf("r%06d", got); string(r.Key) != want {

@@ -81,11 +81,13 @@ func (t *Tracker) TryClaimKey(key []byte) bool {
 	case len(key) == 0:
 		t.ended = true
 		return false
-	case bytes.Compare(key, t.rest.Start) < 0:
-		t.err = fmt.Errorf("keyrange: claimed key %q is before the restriction %v", key, t.rest)
-		return false
 	case t.claimed != nil && bytes.Compare(key, t.claimed) <= 0:
+		// (After a first claim, a key after the claimed one is after
+		// Start too: one comparison per row.)
 		t.err = fmt.Errorf("keyrange: claimed key %q is not after the last claimed key %q", key, t.claimed)
+		return false
+	case t.claimed == nil && bytes.Compare(key, t.rest.Start) < 0:
+		t.err = fmt.Errorf("keyrange: claimed key %q is before the restriction %v", key, t.rest)
 		return false
 	case !t.rest.Unbounded() && bytes.Compare(key, t.rest.End) >= 0:
 		t.ended = true
