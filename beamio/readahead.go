@@ -16,11 +16,23 @@ import (
 // pipeline soon after they arrive (a Read starts one such stream per
 // restriction); the batches then double up to aheadRows, so that a long
 // read hands over (and wakes the other goroutine) once per aheadRows rows.
+// A batch also goes once it holds aheadBatchBytes of cells, which bounds
+// the memory ahead (about aheadBatches+1 batches) whatever the rows' size.
 const (
-	aheadFirstRows = 32   // rows in a read's first batch
-	aheadRows      = 1024 // rows per batch at most
-	aheadBatches   = 4    // batches buffered: at most ~5 × aheadRows rows ahead
+	aheadFirstRows  = 32      // rows in a read's first batch
+	aheadRows       = 1024    // rows per batch at most
+	aheadBatchBytes = 1 << 20 // bytes of keys and cells per batch at most (but one row)
+	aheadBatches    = 4       // batches buffered
 )
+
+// rowSize is the bytes of r's key and cells' qualifiers and values.
+func rowSize(r cell.Row) int {
+	n := len(r.Key)
+	for i := range r.Cells {
+		n += len(r.Cells[i].Qualifier) + len(r.Cells[i].Value)
+	}
+	return n
+}
 
 // scanFunc reads rows and hands each to fn until fn returns false; ended
 // reports that the read reached its end instead.
@@ -45,7 +57,7 @@ func readAhead(ctx context.Context, scan scanFunc, fn func(cell.Row) bool) (ende
 		defer close(done)
 		defer close(batches)
 		cur := make([]cell.Row, 0, aheadRows)
-		limit := aheadFirstRows
+		limit, curBytes := aheadFirstRows, 0
 		send := func() bool {
 			select {
 			case batches <- cur:
@@ -54,7 +66,7 @@ func readAhead(ctx context.Context, scan scanFunc, fn func(cell.Row) bool) (ende
 				default:
 					cur = make([]cell.Row, 0, aheadRows)
 				}
-				limit = min(2*limit, aheadRows)
+				limit, curBytes = min(2*limit, aheadRows), 0
 				return true
 			case <-ctx.Done():
 				return false
@@ -62,7 +74,8 @@ func readAhead(ctx context.Context, scan scanFunc, fn func(cell.Row) bool) (ende
 		}
 		scanEnded, scanErr = scan(ctx, func(r cell.Row) bool {
 			cur = append(cur, r)
-			return len(cur) < limit || send()
+			curBytes += rowSize(r)
+			return len(cur) < limit && curBytes < aheadBatchBytes || send()
 		})
 		if len(cur) > 0 && !send() {
 			scanEnded = false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/tabuladb/tabula/storage/cell"
@@ -117,5 +118,49 @@ func TestReadAheadReusesBatches(t *testing.T) {
 	short, long := allocs(4*aheadRows), allocs(64*aheadRows)
 	if long-short > aheadBatches+2 {
 		t.Fatalf("reading 60 more batches of rows allocated %.1f more times (%.1f against %.1f): batches are not reused", long-short, long, short)
+	}
+}
+
+// TestReadAheadBoundsBytes: rows of large values go over in batches of
+// about aheadBatchBytes, not aheadRows rows, so that the rows read ahead
+// of the pipeline stay within a few batches' bytes.
+func TestReadAheadBoundsBytes(t *testing.T) {
+	const rowBytes = aheadBatchBytes / 4
+	value := make([]byte, rowBytes)
+	const n = 64
+	delivered := 0 // rows the scan has handed to read-ahead
+	maxAhead := 0
+	scan := func(ctx context.Context, fn func(cell.Row) bool) (bool, error) {
+		for i := range n {
+			delivered = i + 1
+			if !fn(cell.Row{Key: []byte(fmt.Sprintf("r%03d", i)), Cells: []cell.Cell{{Family: "f", Value: value}}}) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	var mu sync.Mutex
+	got := 0
+	_, err := readAhead(context.Background(), func(ctx context.Context, fn func(cell.Row) bool) (bool, error) {
+		return scan(ctx, func(r cell.Row) bool {
+			ok := fn(r)
+			mu.Lock()
+			maxAhead = max(maxAhead, delivered-got)
+			mu.Unlock()
+			return ok
+		})
+	}, func(cell.Row) bool {
+		mu.Lock()
+		got++
+		mu.Unlock()
+		return true
+	})
+	if err != nil || got != n {
+		t.Fatalf("read %d of %d rows: %v", got, n, err)
+	}
+	// Ahead at most: the batches buffered, the one being filled and the
+	// one handed over, each of about aheadBatchBytes.
+	if limit := (aheadBatches + 2) * (aheadBatchBytes/rowBytes + 1); maxAhead > limit {
+		t.Fatalf("up to %d rows of %d bytes were read ahead, want at most %d", maxAhead, rowBytes, limit)
 	}
 }
