@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
@@ -26,12 +28,23 @@ import (
 type metadataSource struct {
 	entry grpc.ClientConnInterface
 	dial  func(addr string) (grpc.ClientConnInterface, error)
+
+	mu sync.Mutex
+	// known are servers the locations read so far named, the most
+	// recently seen last, at most maxKnownServers: where Root asks when
+	// the entry server does not answer.
+	known []string
 }
+
+// maxKnownServers bounds metadataSource.known.
+const maxKnownServers = 16
 
 // NewMetadataSource returns the MetadataSource of a cluster: Root asks the
 // tablet server behind entry (clusterpb.Locator.GetRoot; a root not
 // assigned yet is a location with Server "", which Locate reports as
-// ErrUnassigned), and ScanMetadata reads METADATA rows with ReadRows from
+// ErrUnassigned) — or, when that server is UNAVAILABLE (gone: a client
+// outlives the server it entered by, as a long job does), the servers the
+// locations read so far named, in turn — and ScanMetadata reads METADATA rows with ReadRows from
 // the server holding the METADATA tablet, reached through
 // dial(meta.ServerAddr(server)). dial is called for every scan: it should
 // return a pooled connection.
@@ -46,7 +59,58 @@ func NewMetadataSource(entry grpc.ClientConnInterface, dial func(addr string) (g
 }
 
 func (s *metadataSource) Root(ctx context.Context) (meta.Location, error) {
-	resp, err := clusterpb.NewLocatorClient(s.entry).GetRoot(ctx, &clusterpb.GetRootRequest{})
+	l, err := rootFrom(ctx, s.entry)
+	if status.Code(err) == codes.Unavailable {
+		for _, server := range s.knownServers() {
+			if ctx.Err() != nil {
+				break
+			}
+			cc, derr := s.dial(meta.ServerAddr(server))
+			if derr != nil {
+				continue
+			}
+			if other, oerr := rootFrom(ctx, cc); oerr == nil {
+				l, err = other, nil
+				break
+			}
+		}
+	}
+	if err == nil {
+		s.saw(l)
+	}
+	return l, err
+}
+
+// knownServers returns the servers locations named, newest first.
+func (s *metadataSource) knownServers() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := slices.Clone(s.known)
+	slices.Reverse(out)
+	return out
+}
+
+// saw records the servers of locations read.
+func (s *metadataSource) saw(ls ...meta.Location) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range ls {
+		if l.Server == "" {
+			continue
+		}
+		if i := slices.Index(s.known, l.Server); i >= 0 {
+			s.known = slices.Delete(s.known, i, i+1)
+		}
+		s.known = append(s.known, l.Server)
+		if len(s.known) > maxKnownServers {
+			s.known = slices.Delete(s.known, 0, 1)
+		}
+	}
+}
+
+// rootFrom asks the tablet server behind cc for the root's location.
+func rootFrom(ctx context.Context, cc grpc.ClientConnInterface) (meta.Location, error) {
+	resp, err := clusterpb.NewLocatorClient(cc).GetRoot(ctx, &clusterpb.GetRootRequest{})
 	if err != nil {
 		return meta.Location{}, err
 	}
@@ -98,6 +162,7 @@ func (s *metadataSource) ScanMetadata(ctx context.Context, tab meta.Location, fr
 			if err := m.end(); err != nil {
 				return nil, err
 			}
+			s.saw(out...)
 			return out, nil
 		}
 		if err != nil {

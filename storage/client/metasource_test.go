@@ -796,3 +796,46 @@ func TestClientMetadataOption(t *testing.T) {
 		t.Fatalf("Tablets after the METADATA write = %+v, %v", tabs, err)
 	}
 }
+
+// TestMetadataSourceRootOutlivesTheEntry: once the server a source entered
+// by is gone, Root asks the servers the locations it read named.
+func TestMetadataSourceRootOutlivesTheEntry(t *testing.T) {
+	tc := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// An entry server of its own (the Locator service only), to stop.
+	srv := grpc.NewServer()
+	clusterpb.RegisterLocatorServer(srv, tc.loc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	entry, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer entry.Close()
+	inner := tc.source().(*metadataSource)
+	src := NewMetadataSource(entry, inner.dial)
+
+	cache := NewLocationCache(LocationCacheOptions{})
+	if _, err := cache.Locate(ctx, src, dTable, []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	if _, err := rootFrom(ctx, entry); status.Code(err) != codes.Unavailable {
+		t.Fatalf("the stopped entry answered %v, want UNAVAILABLE", err)
+	}
+	root, err := src.Root(ctx)
+	if err != nil {
+		t.Fatalf("Root with the entry gone: %v", err)
+	}
+	if root.TabletID != meta.RootTabletID || tc.serverOf(root.Server) != 0 {
+		t.Fatalf("Root with the entry gone = %+v, want the root on server 0", root)
+	}
+	// A source that read nothing yet has no one else to ask.
+	if _, err := NewMetadataSource(entry, inner.dial).Root(ctx); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a fresh source with the entry gone: %v, want UNAVAILABLE", err)
+	}
+}
