@@ -201,3 +201,30 @@ func BenchmarkExport(b *testing.B) {
 	b.ReportMetric(scanCPU.Seconds()/n, "scan-cpu-s/op")
 	b.ReportMetric(expCPU.Seconds()/n, "export-cpu-s/op")
 }
+
+// BenchmarkExportAlone runs only the export of BenchmarkExport's table,
+// iteration after iteration: its CPU per export (cpu-s/op, the whole
+// process's, the in-process server's included) and, with -benchmem, its
+// allocations, without the reference's and the scan's garbage collected
+// in its time. For profiles of the export (-cpuprofile, -memprofile)
+// and for judging a change by its CPU on a shared machine, where the
+// ratio of BenchmarkExport moves with the load.
+func BenchmarkExportAlone(b *testing.B) {
+	rows, srv := benchTable(b)
+	table := pipe.Conn{Addr: srv.Addr, Project: devtest.Project, Instance: devtest.Instance}.Table("bench")
+	b.ResetTimer()
+	var cpu time.Duration
+	for range b.N {
+		dir := b.TempDir()
+		start := cpuTime(b)
+		sum, err := Export(context.Background(), ExportConfig{Read: beamio.ReadConfig{Table: table}, Out: dir, Shards: 6})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cpu += cpuTime(b) - start
+		if sum.Rows != int64(len(rows)) {
+			b.Fatalf("exported %d rows, want %d", sum.Rows, len(rows))
+		}
+	}
+	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
+}
