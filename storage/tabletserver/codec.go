@@ -249,29 +249,18 @@ func wrapperSize(n int) int {
 func encodeReadRows(r *bigtablepb.ReadRowsResponse) (mem.BufferSlice, error) {
 	// The header buffer: everything but the aliased values.
 	est := 16 + len(r.LastScannedRowKey)
-	aliased := false
 	for _, c := range r.Chunks {
 		f := chunkFieldsOf(c)
 		est += 24 + f.size()
 		if len(c.Value) >= valueAliasBytes {
 			est -= len(c.Value)
-			aliased = true
 		}
 	}
 	if r.RequestStats != nil {
 		est += bytesFieldSize(fieldRequestStats, proto.Size(r.RequestStats))
 	}
 	var w wireResponse
-	if aliased {
-		// A header that values will be aliased between never goes
-		// back to gRPC's pool (see wireResponse.finish), so it is
-		// allocated to its size: the pool would hand out a buffer of
-		// its next size class, 1 MiB for a scan's ~100 KB header, and
-		// miss every time.
-		w.buf = make([]byte, 0, est)
-	} else {
-		w.start(est)
-	}
+	w.start(est)
 	for _, c := range r.Chunks {
 		f := chunkFieldsOf(c)
 		w.chunk(&f)

@@ -76,6 +76,10 @@ func rawSender(stream bigtablepb.Bigtable_ReadRowsServer) func(mem.BufferSlice) 
 	}
 }
 
+// headerPool is the pool of wireResponse's buffers: gRPC's, which frees
+// them after sending (a variable for tests, which count its buffers).
+var headerPool = mem.DefaultBufferPool
+
 // wireResponse is a ReadRowsResponse being encoded: a buffer of
 // everything but the values handed to gRPC as they are (valueAliasBytes or
 // more), which sit between its spans.
@@ -162,7 +166,13 @@ func (r *wireResponse) start(size int) {
 	if r.buf != nil {
 		return
 	}
-	r.bufp = mem.DefaultBufferPool().Get(size)
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		// gRPC pools no buffer this small (mem.NewBuffer): one from
+		// the pool would never go back to it.
+		r.buf = make([]byte, 0, size)
+		return
+	}
+	r.bufp = headerPool().Get(size)
 	r.buf = (*r.bufp)[:0]
 }
 
@@ -224,8 +234,9 @@ func (r *wireResponse) chunk(c *wireChunkFields) {
 }
 
 // finish appends the last_scanned_row_key and request_stats fields (when
-// set) and returns the response's buffers, r reset. Buffers gRPC frees
-// go back to its pool unless values were aliased between their spans.
+// set) and returns the response's buffers, r reset. The header's pooled
+// buffer goes back to gRPC's pool once gRPC has freed it (every span of it,
+// when values were aliased between them).
 func (r *wireResponse) finish(lastScanned []byte, stats *bigtablepb.RequestStats) (mem.BufferSlice, error) {
 	buf := r.buf
 	if len(lastScanned) > 0 {
@@ -242,7 +253,7 @@ func (r *wireResponse) finish(lastScanned []byte, stats *bigtablepb.RequestStats
 	}
 	bufp, pieces := r.bufp, r.pieces
 	*r = wireResponse{pieces: pieces[:0]}
-	pool := mem.DefaultBufferPool()
+	pool := headerPool()
 	pooled := bufp != nil && sameArray(buf, *bufp)
 	if len(pieces) == 0 {
 		if pooled {
@@ -254,20 +265,31 @@ func (r *wireResponse) finish(lastScanned []byte, stats *bigtablepb.RequestStats
 		}
 		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
 	}
-	// The spans alias buf, which cannot go back to the pool when gRPC
-	// frees them: a pooled buffer buf outgrew can.
-	if !pooled && bufp != nil {
+	// The spans between the aliased values are views of buf: of one
+	// pooled buffer, reference-counted (mem.Buffer.Slice), which goes
+	// back to the pool once gRPC has freed every span; or of a buffer
+	// buf grew into, which the garbage collector takes (the pooled one
+	// it outgrew goes back now).
+	var header mem.Buffer = mem.SliceBuffer(buf)
+	if pooled {
+		*bufp = buf
+		header = mem.NewBuffer(bufp, pool)
+	} else if bufp != nil {
 		pool.Put(bufp)
 	}
 	out := make(mem.BufferSlice, 0, 2*len(pieces)+1)
 	start := 0
 	for _, p := range pieces {
-		out = append(out, mem.SliceBuffer(buf[start:p.headerEnd]), mem.SliceBuffer(p.value))
+		if p.headerEnd > start {
+			out = append(out, header.Slice(start, p.headerEnd))
+		}
+		out = append(out, mem.SliceBuffer(p.value))
 		start = p.headerEnd
 	}
 	if start < len(buf) {
-		out = append(out, mem.SliceBuffer(buf[start:]))
+		out = append(out, header.Slice(start, len(buf)))
 	}
+	header.Free() // the spans hold their own references
 	return out, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"sync/atomic"
 	"testing"
 
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
@@ -114,5 +115,73 @@ func TestRawSenderOnlyForGRPCStreams(t *testing.T) {
 	}
 	if got := grpcReadRowsStream.String(); got == reflect.TypeOf(&fakeStream[bigtablepb.ReadRowsResponse]{}).String() {
 		t.Fatalf("probe found %s", got)
+	}
+}
+
+// countingPool is gRPC's default buffer pool, counting the buffers it
+// hands out and takes back.
+type countingPool struct {
+	inner     mem.BufferPool
+	gets, put atomic.Int64
+}
+
+func (p *countingPool) Get(n int) *[]byte { p.gets.Add(1); return p.inner.Get(n) }
+func (p *countingPool) Put(b *[]byte)     { p.put.Add(1); p.inner.Put(b) }
+
+// TestResponseBuffersGoBackToThePool: every pooled buffer a response was
+// encoded in goes back to the pool once its spans are freed, also when
+// values of valueAliasBytes or more were aliased between them — through
+// the scan's chunk writer and through encodeReadRows.
+func TestResponseBuffersGoBackToThePool(t *testing.T) {
+	pool := &countingPool{inner: mem.DefaultBufferPool()}
+	headerPool = func() mem.BufferPool { return pool }
+	defer func() { headerPool = mem.DefaultBufferPool }()
+	r := rand.New(rand.NewPCG(5, 8))
+	var held []mem.BufferSlice // freed at the end, as gRPC does once sent
+	aliased := 0
+	w := &chunkWriter{chunkBytes: 1 << 20, respBytes: 256 << 10, raw: func(bs mem.BufferSlice) error {
+		if len(bs) > 1 {
+			aliased++
+		}
+		held = append(held, bs)
+		return nil
+	}}
+	var msgs []*bigtablepb.ReadRowsResponse
+	for i := range 300 {
+		key := fmt.Appendf(nil, "row%06d", i)
+		cells := randomLabeledCells(r)
+		if err := w.row(key, cells); err != nil {
+			t.Fatal(err)
+		}
+		m := &bigtablepb.ReadRowsResponse{}
+		for _, c := range cells {
+			m.Chunks = append(m.Chunks, &bigtablepb.ReadRowsResponse_CellChunk{RowKey: key, Value: c.Value})
+		}
+		msgs = append(msgs, m)
+	}
+	if err := w.flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		bs, err := encodeReadRows(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bs) > 1 {
+			aliased++
+		}
+		held = append(held, bs)
+	}
+	if aliased == 0 {
+		t.Fatal("no response aliased a value: the test needs some")
+	}
+	if pool.put.Load() >= pool.gets.Load() {
+		t.Fatalf("%d buffers back in the pool of %d before gRPC freed them", pool.put.Load(), pool.gets.Load())
+	}
+	for _, bs := range held {
+		bs.Free()
+	}
+	if g, p := pool.gets.Load(), pool.put.Load(); g != p || g == 0 {
+		t.Fatalf("%d buffers taken from the pool, %d back after every response was freed (%d responses aliased values)", g, p, aliased)
 	}
 }
