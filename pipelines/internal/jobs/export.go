@@ -148,10 +148,12 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 		return ExportSummary{}, err
 	}
 	wf := writeShardFn{ReadJSON: string(readJSON), Filter: filterBytes, Out: cfg.Out, Prefix: cfg.Prefix, Shards: cfg.Shards, Format: int(cfg.Format), Codec: int(cfg.Codec)}
-	// The writers' stage has an output (the files written, counted after
-	// a shuffle) although nothing needs it: prism v2.77.0 spins a core
-	// for as long as a bundle of a stage without outputs runs (its
-	// bundle loop selects on a closed channel).
+	// The writers' stage has an output (the names of the files written,
+	// into a GroupByKey) although nothing needs it: prism v2.77.0 spins
+	// a core for as long as a bundle of a stage without outputs runs
+	// (its bundle loop selects on a closed channel). A GroupByKey is the
+	// runner's own, so no worker stage follows the writers (one would
+	// cost a bundle, 1–6 ms at the end of every export, and spin too).
 	var written beam.PCollection
 	if cfg.Format == rowfile.ParquetColumns && len(cfg.Columns) == 0 {
 		// The columns come first, from a read of their own, and reach
@@ -170,7 +172,7 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 		}
 		written = beam.ParDo(s, &wf, shards)
 	}
-	beam.ParDo0(s, noteShard, beam.Reshuffle(s, written))
+	beam.GroupByKey(s, beam.AddFixedKey(s, written))
 
 	pr, err := beamx.RunWithMetrics(ctx, p)
 	var all []string
@@ -477,6 +479,7 @@ func (f *writeShardFn) FinishBundle(ctx context.Context, emit func(string)) erro
 		exportRows.Inc(ctx, st.Rows)
 		exportCells.Inc(ctx, st.Cells)
 		exportBytes.Inc(ctx, st.Bytes)
+		exportFiles.Inc(ctx, 1)
 		emit(b.names[i])
 	}
 	return nil
@@ -591,6 +594,7 @@ func (f *writeFoundColumnsFn) ProcessElement(ctx context.Context, specJSON strin
 	exportRows.Inc(ctx, st.Rows)
 	exportCells.Inc(ctx, st.Cells)
 	exportBytes.Inc(ctx, st.Bytes)
+	exportFiles.Inc(ctx, 1)
 	emit(name)
 	return nil
 }
@@ -663,12 +667,8 @@ func shardWriterOptions(format rowfile.Format, codec rowfile.Codec, cols []rowfi
 
 var exportFiles = beam.NewCounter("pipelines", "export_files")
 
-// noteShard counts the files written.
-func noteShard(ctx context.Context, _ string) { exportFiles.Inc(ctx, 1) }
-
 func init() {
 	beam.RegisterType(reflect.TypeOf((*columnsOfFn)(nil)).Elem())
 	beam.RegisterType(reflect.TypeOf((*writeShardFn)(nil)).Elem())
 	beam.RegisterType(reflect.TypeOf((*writeFoundColumnsFn)(nil)).Elem())
-	beam.RegisterFunction(noteShard)
 }
