@@ -87,8 +87,15 @@ type RowClient interface {
 // effect: it was refused before reaching a tablet (nobody serves the row,
 // no connection could be made, the tablet's server said "not serving").
 // Anything else — a deadline, a connection lost after sending — is an
-// unknown outcome.
+// unknown outcome, and so is any answer to a write a client sent more than
+// once after an attempt that may have applied it (Tabula's client says so,
+// client.ErrOutcomeUnknown; the official client does not, retriedWrite):
+// the last answer speaks for the last attempt only.
 func definitelyNotApplied(err error) bool {
+	var retried *retriedWrite
+	if errors.Is(err, client.ErrOutcomeUnknown) || errors.As(err, &retried) && !refusedOutright(err) {
+		return false
+	}
 	st, _ := status.FromError(err)
 	msg := st.Message()
 	for _, s := range []string{"is not assigned to a server", "locating tablets", "Error while dialing",
@@ -98,6 +105,25 @@ func definitelyNotApplied(err error) bool {
 		}
 	}
 	switch st.Code() {
+	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
+}
+
+// retriedWrite is the error of a write the official client retries on its
+// own — a mutation without server timestamps, on UNAVAILABLE, DEADLINE_EXCEEDED
+// or ABORTED — and so may have sent more than once: its last answer does
+// not tell what an earlier attempt did.
+type retriedWrite struct{ err error }
+
+func (e *retriedWrite) Error() string { return e.err.Error() }
+func (e *retriedWrite) Unwrap() error { return e.err }
+
+// refusedOutright reports whether err is an answer no attempt of a write
+// could have been applied with: the request itself was refused.
+func refusedOutright(err error) bool {
+	switch status.Code(err) {
 	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated:
 		return true
 	}
@@ -126,7 +152,10 @@ func (o *official) Do(ctx context.Context, row string, in Input) (Output, error)
 		m := bigtable.NewMutation()
 		m.DeleteCellsInColumn(Family, "c")
 		m.DeleteCellsInColumn(Family, "d")
-		return Output{}, o.tbl.Apply(ctx, row, m)
+		if err := o.tbl.Apply(ctx, row, m); err != nil {
+			return Output{}, &retriedWrite{err}
+		}
+		return Output{}, nil
 	case OpCAS:
 		set := bigtable.NewMutation()
 		set.Set(Family, "v", bigtable.ServerTime, []byte(in.Value))

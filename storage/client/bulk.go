@@ -105,7 +105,7 @@ func (c *Client) ApplyBulk(ctx context.Context, table string, rms []cell.RowMuta
 		loc, err := p.locate(ctx, id, name, rms[i].Row)
 		if err != nil {
 			// Let the single-mutation path retry the lookup.
-			errs[i] = p.applyOne(ctx, id, name, rms[i])
+			errs[i] = p.applyOne(ctx, id, name, rms[i], nil)
 			continue
 		}
 		dest := batchDest{server: loc.Server, start: string(loc.Start)}
@@ -134,10 +134,12 @@ func (c *Client) ApplyBulk(ctx context.Context, table string, rms []cell.RowMuta
 // server and start row.
 type batchDest struct{ server, start string }
 
-// applyOne applies one mutation alone, with Apply's retries.
-func (p *dataPlane) applyOne(ctx context.Context, id meta.TableID, name string, rm cell.RowMutation) error {
+// applyOne applies one mutation alone, with Apply's retries; earlier is
+// the failure of the batch attempt if it may have applied the mutation
+// (see dataPlane.do), or nil.
+func (p *dataPlane) applyOne(ctx context.Context, id meta.TableID, name string, rm cell.RowMutation, earlier error) error {
 	req := &bigtablepb.MutateRowRequest{TableName: name, RowKey: rm.Row, Mutations: MutationsToPB(rm.Mutations)}
-	return p.do(ctx, id, name, rm.Row, Idempotent(rm), func(ctx context.Context, cc grpc.ClientConnInterface) error {
+	return p.do(ctx, id, name, rm.Row, Idempotent(rm), &writeAttempts{earlier: earlier}, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 		_, err := bigtablepb.NewBigtableClient(cc).MutateRow(ctx, req)
 		return err
 	})
@@ -212,7 +214,11 @@ func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string,
 			invalidated = true
 		}
 		if notServing || unavailable && (certain || Idempotent(rms[i])) {
-			err = p.applyOne(ctx, id, name, rms[i])
+			var earlier error // the batch's attempt, if it may have applied the entry
+			if !certain && mayHaveApplied(err) {
+				earlier = err
+			}
+			err = p.applyOne(ctx, id, name, rms[i], earlier)
 		}
 		errs[i] = err
 	}

@@ -294,7 +294,14 @@ func (t *trackedConn) unsent(err error) bool {
 // failed before it, or gRPC had no connection to send it on: trackedConn).
 // A non-idempotent request that may have reached the server is never
 // sent twice.
-func (p *dataPlane) do(ctx context.Context, id meta.TableID, name string, row []byte, idempotent bool,
+//
+// For a write (w not nil), an attempt that failed after reaching a server
+// in a way that leaves its effect open (UNAVAILABLE, DEADLINE_EXCEEDED: it
+// may have been applied) makes the write's error, when the attempts after
+// it fail too, an OutcomeUnknownError: their error alone ("not serving",
+// say) would claim the write was not applied. w.earlier is such a failure
+// of an attempt made before do (ApplyBulk's batch), or nil.
+func (p *dataPlane) do(ctx context.Context, id meta.TableID, name string, row []byte, idempotent bool, w *writeAttempts,
 	fn func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	r := retrier{idempotent: idempotent}
 	for {
@@ -308,6 +315,9 @@ func (p *dataPlane) do(ctx context.Context, id meta.TableID, name string, row []
 					return nil
 				}
 				unsent = tc.unsent(err)
+				if w != nil && !unsent && mayHaveApplied(err) && w.earlier == nil {
+					w.earlier = err
+				}
 			}
 		}
 		idem := r.idempotent
@@ -315,9 +325,58 @@ func (p *dataPlane) do(ctx context.Context, id meta.TableID, name string, row []
 		rerr := r.retry(ctx, p, loc, err)
 		r.idempotent = idem
 		if rerr != nil {
+			if w != nil && w.earlier != nil && rerr != w.earlier {
+				return &OutcomeUnknownError{Earlier: w.earlier, Last: rerr}
+			}
 			return rerr
 		}
 	}
+}
+
+// writeAttempts is what do knows of a write's earlier attempts.
+type writeAttempts struct {
+	// earlier is the first failure of an attempt that may have applied
+	// the write; nil if none did.
+	earlier error
+}
+
+// mayHaveApplied reports whether err, the failure of a write's attempt
+// that reached a server, leaves open whether the write was applied.
+func mayHaveApplied(err error) bool {
+	if _, ns := tabletpb.NotServingDetail(err); ns {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// ErrOutcomeUnknown is matched (errors.Is) by an OutcomeUnknownError.
+var ErrOutcomeUnknown = errors.New("client: the write's outcome is unknown")
+
+// OutcomeUnknownError is the error of a write retried after an attempt
+// that may have applied it (Earlier: it failed after reaching a server —
+// a connection lost, a deadline), whose later attempts failed too (Last:
+// "not serving", say). Whether the write took effect is unknown, whatever
+// Last says: it stands for the write's last attempt only. Its gRPC status
+// is UNAVAILABLE, and it matches ErrOutcomeUnknown; it does not unwrap to
+// Last, so that no caller reads Last's "not applied" into it.
+type OutcomeUnknownError struct {
+	Earlier, Last error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("client: the write's outcome is unknown: an attempt failed after reaching its server (%v), so it may have been applied; the last attempt: %v", e.Earlier, e.Last)
+}
+
+// Is matches ErrOutcomeUnknown.
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// GRPCStatus is UNAVAILABLE with the error's message.
+func (e *OutcomeUnknownError) GRPCStatus() *status.Status {
+	return status.New(codes.Unavailable, e.Error())
 }
 
 // Idempotent reports whether applying rm twice is the same as applying it
@@ -381,7 +440,7 @@ func (c *Client) Apply(ctx context.Context, table string, rm cell.RowMutation) e
 		return err
 	}
 	req := &bigtablepb.MutateRowRequest{TableName: name, RowKey: rm.Row, Mutations: MutationsToPB(rm.Mutations)}
-	return c.data().do(ctx, id, name, rm.Row, Idempotent(rm), func(ctx context.Context, cc grpc.ClientConnInterface) error {
+	return c.data().do(ctx, id, name, rm.Row, Idempotent(rm), &writeAttempts{}, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 		_, err := bigtablepb.NewBigtableClient(cc).MutateRow(ctx, req)
 		return err
 	})
@@ -401,7 +460,7 @@ func (c *Client) CheckAndMutate(ctx context.Context, table string, row []byte, p
 	req := &bigtablepb.CheckAndMutateRowRequest{TableName: name, RowKey: row, PredicateFilter: predicate,
 		TrueMutations: MutationsToPB(ifTrue), FalseMutations: MutationsToPB(ifFalse)}
 	var matched bool
-	err = c.data().do(ctx, id, name, row, false, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+	err = c.data().do(ctx, id, name, row, false, &writeAttempts{}, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 		resp, err := bigtablepb.NewBigtableClient(cc).CheckAndMutateRow(ctx, req)
 		matched = resp.GetPredicateMatched()
 		return err
@@ -438,7 +497,7 @@ func (c *Client) ReadModifyWrite(ctx context.Context, table string, row []byte, 
 		req.Rules = append(req.Rules, pr)
 	}
 	var out cell.Row
-	err = c.data().do(ctx, id, name, row, false, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+	err = c.data().do(ctx, id, name, row, false, &writeAttempts{}, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 		resp, err := bigtablepb.NewBigtableClient(cc).ReadModifyWriteRow(ctx, req)
 		if err != nil {
 			return err
@@ -546,7 +605,7 @@ func (c *Client) SampleRowKeys(ctx context.Context, table string) ([]RowSample, 
 		}
 		seen[l.Server] = true
 		var samples []*bigtablepb.SampleRowKeysResponse
-		err := p.do(ctx, id, name, l.Start, true, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+		err := p.do(ctx, id, name, l.Start, true, nil, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 			samples = samples[:0]
 			st, err := bigtablepb.NewBigtableClient(cc).SampleRowKeys(ctx, &bigtablepb.SampleRowKeysRequest{TableName: name})
 			if err != nil {

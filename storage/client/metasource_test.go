@@ -28,6 +28,7 @@ import (
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 	"github.com/tabuladb/tabula/storage/tabletserver/scriptpb"
+	"github.com/tabuladb/tabula/storage/tabletserver/tabletpb"
 )
 
 // fakeLocator is the cluster's Locator service: GetRoot answers root (nil:
@@ -57,6 +58,10 @@ type refusal struct {
 	mu     sync.Mutex
 	ranges [][2]string // [start, end), "" end unbounded
 	hits   atomic.Int64
+	// loseNext, when set, makes the next mutation of table "d" applied
+	// and then answered UNAVAILABLE, as a server killed before its answer
+	// left; from then on the server refuses every row of "d".
+	loseNext atomic.Bool
 }
 
 func (r *refusal) refuse(start, end string) {
@@ -97,6 +102,13 @@ func (r *refusal) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h
 		GetRowKey() []byte
 	}); ok && r.refused(m.GetTableName(), m.GetRowKey()) {
 		return nil, notServing()
+	}
+	if m, ok := req.(*bigtablepb.MutateRowRequest); ok && m.GetTableName() == "projects/tabula/instances/dev/tables/d" && r.loseNext.CompareAndSwap(true, false) {
+		if _, err := h(ctx, req); err != nil {
+			return nil, err
+		}
+		r.refuse("", "")
+		return nil, status.Error(codes.Unavailable, "the answer was lost: the connection closed")
 	}
 	return h(ctx, req)
 }
@@ -837,5 +849,44 @@ func TestMetadataSourceRootOutlivesTheEntry(t *testing.T) {
 	// A source that read nothing yet has no one else to ask.
 	if _, err := NewMetadataSource(entry, inner.dial).Root(ctx); status.Code(err) != codes.Unavailable {
 		t.Fatalf("a fresh source with the entry gone: %v, want UNAVAILABLE", err)
+	}
+}
+
+// TestWriteOutcomeUnknownAfterARetry: an idempotent write applied by a
+// server whose answer was lost (UNAVAILABLE after it reached the server),
+// then retried and refused ("not serving") until the retries ran out,
+// reports ErrOutcomeUnknown with status UNAVAILABLE — not the last
+// attempt's "not serving", which would say it was not applied — and the
+// write is in fact there.
+func TestWriteOutcomeUnknownAfterARetry(t *testing.T) {
+	tc := startCluster(t)
+	c := tc.dial()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	row := "c"
+	srv := tc.servers[wantServer(row)]
+	rm := cell.RowMutation{Row: []byte(row), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("v1"))}}
+	if !Idempotent(rm) {
+		t.Fatal("the test's write must be idempotent (retried after UNAVAILABLE)")
+	}
+	srv.refusal.loseNext.Store(true)
+	err := c.Apply(ctx, "d", rm)
+	if !errors.Is(err, ErrOutcomeUnknown) || status.Code(err) != codes.Unavailable {
+		t.Fatalf("Apply after a lost answer and refusals: %v (code %v), want ErrOutcomeUnknown, UNAVAILABLE", err, status.Code(err))
+	}
+	if _, ns := tabletpb.NotServingDetail(err); ns {
+		t.Fatalf("the error carries a not-serving detail, which says 'not applied': %v", err)
+	}
+	srv.refusal.allow("", "")
+	got, ok, err := c.ReadRow(ctx, "d", []byte(row), ScanOptions{})
+	if err != nil || !ok || len(got.Cells) != 1 || string(got.Cells[0].Value) != "v1" {
+		t.Fatalf("row %s after the write of unknown outcome: %+v %v %v; want the write applied", row, got, ok, err)
+	}
+
+	// A write refused from the start was not applied, and says so.
+	srv.refusal.refuse("", "")
+	err = c.Apply(ctx, "d", cell.RowMutation{Row: []byte(row), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 2000, []byte("v2"))}})
+	if _, ns := tabletpb.NotServingDetail(err); !ns || errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a write refused at every attempt: %v, want its not-serving answer", err)
 	}
 }
