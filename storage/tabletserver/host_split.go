@@ -288,7 +288,10 @@ func (h *Host) TruncateLog(ctx context.Context) error {
 			oldest = &p
 		}
 	}
-	if oldest == nil {
+	// The releases take a while: a table may have begun to open since the
+	// check above (its tablets may need records before every redo point
+	// read here).
+	if oldest == nil || h.opening.Load() > 0 {
 		return nil
 	}
 	return h.opts.Log.Truncate(ctx, *oldest)
