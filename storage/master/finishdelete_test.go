@@ -25,7 +25,9 @@ func (h droppingHost) TabletsDropped(_ context.Context, t meta.Table) (bool, err
 }
 
 // finishEnv is an AdminService over droppingHost with a clock the test
-// moves, and tables a and b created at its start.
+// moves, starting at the real time (the sweep of a dropped table's files
+// reads the real clock to tell expired records), and tables a and b
+// created at its start.
 type finishEnv struct {
 	ctx     context.Context
 	store   blob.Store
@@ -38,7 +40,7 @@ type finishEnv struct {
 func newFinishEnv(t *testing.T, retention time.Duration) *finishEnv {
 	t.Helper()
 	e := &finishEnv{ctx: context.Background(), store: blob.NewMemory(), host: droppingHost{flushingHost{newFakeTableHost()}},
-		now: time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC)}
+		now: time.Now().UTC().Truncate(time.Second)}
 	e.catalog = NewBlobCatalog(e.store, "catalog")
 	var err error
 	e.svc, err = NewAdminService(Options{Catalog: e.catalog, Host: e.host, Store: e.store, States: tablet.NewBlobStateStore(e.store, "states"),
