@@ -407,6 +407,18 @@ func (m *metadataStore) tableRows(ctx context.Context, table meta.TableID) ([]me
 	return m.scan(ctx, start, end)
 }
 
+// hasRows reports whether METADATA has a row of table, reading at most
+// one (tableRows reads them all).
+func (m *metadataStore) hasRows(ctx context.Context, table meta.TableID) (bool, error) {
+	start, end := meta.MetadataTableRange(table)
+	ctx, cancel := context.WithTimeout(ctx, metadataScanTimeout)
+	defer cancel()
+	s := m.cl.Scan(ctx, meta.MetadataTableName, client.ScanOptions{Start: start, End: end, Families: []string{meta.FamilyState}, MaxVersions: 1, Limit: 1})
+	defer s.Close()
+	found := s.Next()
+	return found, s.Err()
+}
+
 // Splits in METADATA.
 //
 // A tablet server that split tablet P of [S, E) into children C1 … Cn

@@ -82,13 +82,14 @@ var _ master.DroppedTabletsHost = (*clusterTableHost)(nil)
 
 // TabletsDropped reports whether METADATA has no row of t: its tablets
 // were dropped (a master killed during DeleteTable leaves the catalog
-// entry).
+// entry). It reads at most one row: the GC rounds ask it of every table
+// (master.AdminService.FinishDeletions).
 func (a *clusterTableHost) TabletsDropped(ctx context.Context, t meta.Table) (bool, error) {
-	rows, err := a.md.tableRows(ctx, t.ID)
+	found, err := a.md.hasRows(ctx, t.ID)
 	if err != nil {
 		return false, status.Errorf(codes.Unavailable, "reading METADATA: %v", err)
 	}
-	return len(rows) == 0, nil
+	return !found, nil
 }
 
 func (a *clusterTableHost) UpdateSchema(ctx context.Context, t meta.Table) error {
