@@ -186,20 +186,10 @@ func (r *wireResponse) chunk(c *wireChunkFields) {
 		buf = protowire.AppendBytes(buf, c.rowKey)
 	}
 	if c.hasFamily {
-		buf = protowire.AppendTag(buf, fieldFamilyName, protowire.BytesType)
-		buf = protowire.AppendVarint(buf, uint64(wrapperSize(len(c.family))))
-		if len(c.family) > 0 {
-			buf = protowire.AppendTag(buf, fieldWrapperValue, protowire.BytesType)
-			buf = protowire.AppendString(buf, c.family)
-		}
+		buf = appendWrapped(buf, fieldFamilyName, c.family)
 	}
 	if c.hasQual {
-		buf = protowire.AppendTag(buf, fieldQualifier, protowire.BytesType)
-		buf = protowire.AppendVarint(buf, uint64(wrapperSize(len(c.qualifier))))
-		if len(c.qualifier) > 0 {
-			buf = protowire.AppendTag(buf, fieldWrapperValue, protowire.BytesType)
-			buf = protowire.AppendBytes(buf, c.qualifier)
-		}
+		buf = appendWrapped(buf, fieldQualifier, c.qualifier)
 	}
 	if c.timestamp != 0 {
 		buf = protowire.AppendTag(buf, fieldTimestampMicros, protowire.VarintType)
@@ -231,6 +221,20 @@ func (r *wireResponse) chunk(c *wireChunkFields) {
 		buf = protowire.AppendVarint(buf, protowire.EncodeBool(c.commit))
 	}
 	r.buf = buf
+}
+
+// appendWrapped appends field as a StringValue or BytesValue wrapper
+// holding v (its value field left out when v is empty, as proto.Marshal
+// does).
+func appendWrapped[T string | []byte](buf []byte, field protowire.Number, v T) []byte {
+	buf = protowire.AppendTag(buf, field, protowire.BytesType)
+	buf = protowire.AppendVarint(buf, uint64(wrapperSize(len(v))))
+	if len(v) > 0 {
+		buf = protowire.AppendTag(buf, fieldWrapperValue, protowire.BytesType)
+		buf = protowire.AppendVarint(buf, uint64(len(v)))
+		buf = append(buf, v...)
+	}
+	return buf
 }
 
 // finish appends the last_scanned_row_key and request_stats fields (when
