@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -703,9 +704,50 @@ func (s *consulSession) Destroy(ctx context.Context) error {
 	}
 	defer done()
 	if _, err := s.c.client.Session().Destroy(s.id, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
-		return s.c.wrap("destroy session", s.id, ctx, err)
+		err = s.c.wrap("destroy session", s.id, ctx, err)
+		if !errors.Is(err, ErrClosed) {
+			s.c.destroyLater(s.id, s.ttl)
+		}
+		return err
 	}
 	return nil
+}
+
+// destroyLater keeps trying, every RetryInterval, to destroy session id,
+// whose Destroy failed (Consul down or restarting, say), until it succeeds
+// or the service closes. Left to Consul, the session would hold its locks
+// until it expires — and an agent that restarts resets every session's
+// timer to twice its TTL from its new leader's start — so a master that
+// stepped down during a Consul restart kept every master out for 2×TTL
+// plus the lock-delay after Consul was back (25 s with a 10 s TTL; the
+// fault campaign waited 17 s for an active master). Destroyed as soon as
+// Consul answers, the lock comes free after the lock-delay alone. The
+// retries give up after destroyRetryWindow(ttl): by then Consul has
+// expired the session itself unless it was unreachable for that long.
+func (c *Consul) destroyLater(id string, ttl time.Duration) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		deadline := time.Now().Add(destroyRetryWindow(ttl))
+		for time.Now().Before(deadline) {
+			if ctxtime.Sleep(c.ctx, c.cfg.RetryInterval) != nil {
+				return
+			}
+			ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+			_, err := c.client.Session().Destroy(id, (&api.WriteOptions{}).WithContext(ctx))
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+	}()
+}
+
+// destroyRetryWindow is how long destroyLater keeps trying: twice the TTL
+// (Consul's own expiry) plus a minute, and at least 10 minutes, so that an
+// agent restart, however slow, is outlasted.
+func destroyRetryWindow(ttl time.Duration) time.Duration {
+	return max(2*ttl+time.Minute, 10*time.Minute)
 }
 
 // usable returns the error that keeps the session from taking locks.

@@ -214,8 +214,11 @@ type Session interface {
 	// Destroy ends the session: its locks are released (keys and values
 	// stay) and their keys enter lock-delay. Destroying an ended session
 	// is not an error. The holder stops renewing the session whatever the
-	// outcome: when the service cannot be told (an error), the session
-	// expires within its TTL instead.
+	// outcome. When the service cannot be told (an error), the
+	// implementation keeps trying in the background until the service
+	// answers (or it is closed), so the session ends then rather than when
+	// the service expires it: Consul, once restarted, waits twice the TTL
+	// from its new leader's start.
 	Destroy(ctx context.Context) error
 }
 

@@ -1,0 +1,257 @@
+//go:build integration
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tabuladb/tabula/internal/faultcampaign"
+	"github.com/tabuladb/tabula/storage/cluster"
+	"github.com/tabuladb/tabula/storage/master/adminextpb"
+	"github.com/tabuladb/tabula/storage/meta"
+)
+
+// TestClusterMasterBackAfterConsulRestart restarts the Consul agent under
+// a running cluster (stopped with SIGTERM, held down 2 s, started again on
+// its data directory, so keys and sessions survive), then pauses MinIO for
+// 4 s, as a CI run of the fault campaign did (RELIABILITY.md, item 7: 17 s
+// without an active master). It measures, from the moment Consul answers
+// again with a leader, how long until an active master answers an admin
+// call (the tablet operations extension's ListTablets, which a standby
+// refuses and an active master answers only once its first round has read
+// METADATA), and logs the masters' election lines as the phases.
+//
+// The bound is what the configuration allows: the active master's own
+// lease (4 s) runs out while Consul is down, so it steps down; its old
+// session must then be ended (by itself, or by Consul), and the lock stays
+// in its lock-delay (raised by the master to its lease plus a tenth: 4.4 s)
+// before a master can take it. Allowed: that lock-delay, plus one session
+// TTL (10 s: a renewal or destroy in flight when Consul came back, the
+// standby's probes), plus a 5 s margin for a loaded 2-core machine and the
+// first round's reads (List of every server, METADATA). Before the fix
+// the old session, whose destroy had failed while Consul was down, was left
+// for Consul to expire — twice its TTL after the agent's new leader reset
+// the session timers — so the gap was 2×TTL + lock-delay, about 25 s.
+func TestClusterMasterBackAfterConsulRestart(t *testing.T) {
+	const (
+		sessionTTL   = 10 * time.Second // the campaign cluster's --session-ttl
+		campaignLock = time.Second      // its --lock-delay
+		consulDown   = 6 * time.Second
+		minioPause   = 8 * time.Second
+		margin       = 5 * time.Second
+	)
+	lease := cluster.DefaultMasterLease
+	lockDelay := max(campaignLock, lease+lease/10) // master.NewLoop's floor
+	bound := lockDelay + sessionTTL + margin
+
+	consulBin, err := filepath.Abs("../../.cache/bin/consul")
+	if err != nil {
+		t.Fatal(err)
+	}
+	minioBin := filepath.Join(filepath.Dir(consulBin), "minio")
+	for _, b := range []string{consulBin, minioBin} {
+		if _, err := os.Stat(b); err != nil {
+			t.Fatalf("%v: run through deploy/test.sh, which installs Consul and MinIO into .cache/bin", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	if keep := os.Getenv("TABULA_TEST_CLUSTER_LOGS"); keep != "" {
+		dir = filepath.Join(keep, t.Name())
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := faultcampaign.StartCluster(ctx, faultcampaign.ClusterConfig{Dir: dir, TabulaBin: tabulaBinary(t),
+		ConsulBin: consulBin, MinIOBin: minioBin, Masters: 2, Servers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	conn, err := grpc.NewClient(c.Servers[0].Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	admin, err := bigtable.NewAdminClient(ctx, "p", "i", option.WithGRPCConn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	const table = "t"
+	if err := retryFor(ctx, time.Minute, func() error {
+		return admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: table, SplitKeys: []string{"m"},
+			Families: map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()}})
+	}); err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	fullName := meta.TableID{Instance: "i", Table: table}.FullName("p")
+	// answering returns the master that answers ListTablets of the
+	// table, "" if none does.
+	answering := func() (string, error) {
+		var last error
+		for _, m := range c.Masters {
+			cc, err := grpc.NewClient(m.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return "", err
+			}
+			cctx, ccancel := context.WithTimeout(ctx, time.Second)
+			_, err = adminextpb.NewTabletOperationsClient(cc).ListTablets(cctx, &adminextpb.ListTabletsRequest{Table: fullName})
+			ccancel()
+			cc.Close()
+			if err == nil {
+				return m.Name, nil
+			}
+			last = fmt.Errorf("%s: %w", m.Name, err)
+		}
+		return "", last
+	}
+	if err := retryFor(ctx, time.Minute, func() error { _, err := answering(); return err }); err != nil {
+		t.Fatalf("no master answers before the restart: %v", err)
+	}
+	// As in the campaign, a role that stops by itself (a tablet server
+	// whose lease lapsed) is restarted.
+	sctx, scancel := context.WithCancel(ctx)
+	supervised := make(chan struct{})
+	go func() {
+		defer close(supervised)
+		c.Supervise(sctx, func(p *faultcampaign.Proc, err error) { t.Logf("supervisor restarted %s: %v", p.Name, err) })
+	}()
+	defer func() { scancel(); <-supervised }()
+	before := c.ActiveMaster()
+	if before == nil {
+		t.Fatal("no active master before the restart")
+	}
+
+	start := time.Now()
+	phase := func(format string, args ...any) {
+		t.Logf("%6.2fs %s", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	phase("active master %s; stopping Consul (SIGTERM)", before.Name)
+	c.Consul.Kill(syscall.SIGTERM)
+	phase("Consul stopped; down for %v", consulDown)
+	time.Sleep(consulDown)
+	if err := c.Restart(ctx, c.Consul); err != nil {
+		t.Fatalf("restart Consul: %v", err)
+	}
+	back := time.Now()
+	phase("Consul answers with a leader; pausing MinIO (SIGSTOP) for %v", minioPause)
+	if err := c.MinIO.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.AfterFunc(minioPause, func() {
+		_ = c.MinIO.Signal(syscall.SIGCONT)
+		phase("MinIO continued (SIGCONT)")
+	})
+	defer func() {
+		if resumed.Stop() {
+			_ = c.MinIO.Signal(syscall.SIGCONT)
+		}
+	}()
+
+	// Wait (well past the bound, to report the real gap) for a master
+	// to answer.
+	var who string
+	var lastErr error
+	for time.Since(back) < bound+30*time.Second {
+		if who, lastErr = answering(); who != "" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	gap := time.Since(back)
+	if who == "" {
+		phase("no master answers (last: %v)", lastErr)
+	} else {
+		phase("%s answers ListTablets: %.1f s after Consul came back", who, gap.Seconds())
+	}
+	for _, m := range c.Masters {
+		for _, l := range electionLines(t, m.LogPath, start) {
+			t.Logf("  %s: %s", m.Name, l)
+		}
+	}
+	if who == "" || gap > bound {
+		t.Fatalf("no active master answered for %.1f s after Consul came back; the configuration allows %v "+
+			"(lock-delay %v + session TTL %v + margin %v)", gap.Seconds(), bound, lockDelay, sessionTTL, margin)
+	}
+}
+
+// retryFor calls f until it succeeds or d passes, returning its last error.
+func retryFor(ctx context.Context, d time.Duration, f func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// electionLines returns the master log's lines about its campaign and
+// terms (elected, stepped down, session and campaign errors, takeovers)
+// logged since since, each with its time relative to since; a run of
+// lines with the same message is shown as its first line and a count.
+func electionLines(t *testing.T, path string, since time.Time) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Logf("%s: %v", path, err)
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	lastMsg, repeats := "", 0
+	flush := func() {
+		if repeats > 0 {
+			out[len(out)-1] += fmt.Sprintf(" (and %d more like it)", repeats)
+		}
+		repeats = 0
+	}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		i := strings.Index(l, "msg=")
+		if i < 0 || !strings.HasPrefix(strings.TrimPrefix(l[i+len("msg="):], `"`), "master: ") {
+			continue
+		}
+		msg, _, _ := strings.Cut(l[i:], " master=")
+		if j := strings.Index(l, "time="); j >= 0 {
+			if ts, err := time.Parse(time.RFC3339Nano, strings.Fields(l[j+len("time="):])[0]); err == nil {
+				if ts.Before(since) {
+					continue
+				}
+				l = fmt.Sprintf("%+6.2fs %s", ts.Sub(since).Seconds(), l[i:])
+			}
+		}
+		if msg == lastMsg {
+			repeats++
+			continue
+		}
+		flush()
+		lastMsg = msg
+		out = append(out, l)
+	}
+	flush()
+	return out
+}
