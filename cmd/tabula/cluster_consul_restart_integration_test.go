@@ -6,9 +6,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tabuladb/tabula/internal/faultcampaign"
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/cluster"
 	"github.com/tabuladb/tabula/storage/master/adminextpb"
 	"github.com/tabuladb/tabula/storage/meta"
@@ -106,14 +110,7 @@ func TestClusterMasterBackAfterConsulRestart(t *testing.T) {
 	answering := func() (string, error) {
 		var last error
 		for _, m := range c.Masters {
-			cc, err := grpc.NewClient(m.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				return "", err
-			}
-			cctx, ccancel := context.WithTimeout(ctx, time.Second)
-			_, err = adminextpb.NewTabletOperationsClient(cc).ListTablets(cctx, &adminextpb.ListTabletsRequest{Table: fullName})
-			ccancel()
-			cc.Close()
+			err := masterAnswers(ctx, m.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()), fullName)
 			if err == nil {
 				return m.Name, nil
 			}
@@ -188,6 +185,177 @@ func TestClusterMasterBackAfterConsulRestart(t *testing.T) {
 	if who == "" || gap > bound {
 		t.Fatalf("no active master answered for %.1f s after Consul came back; the configuration allows %v "+
 			"(lock-delay %v + session TTL %v + margin %v)", gap.Seconds(), bound, lockDelay, sessionTTL, margin)
+	}
+}
+
+// masterAnswers asks the master at addr for the tablets of table (the
+// tablet operations extension's ListTablets): only an active master that
+// has read METADATA answers.
+func masterAnswers(ctx context.Context, addr string, dial grpc.DialOption, table string) error {
+	cc, err := grpc.NewClient(addr, dial)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err = adminextpb.NewTabletOperationsClient(cc).ListTablets(ctx, &adminextpb.ListTabletsRequest{Table: table})
+	return err
+}
+
+// TestClusterMasterCutOffFromConsul cuts the active master off from Consul
+// alone (it reaches Consul through a proxy the test closes; the standby and
+// the tablet server reach it directly). The master's own lease runs out
+// and it stands down, but it cannot destroy its session, which keeps the
+// master lock; its process still answers. The standby's probe asks for an
+// active master (cluster.ActiveMasterHealthService), gets a standby's
+// answer, and ends that session after TakeoverAfter. Measured: from the
+// cut until the standby answers an admin call (ListTablets). Allowed: the
+// master lease (4 s: the old master stands down) + TakeoverAfter (2 s)
+// + the lock-delay (4.4 s) + 5 s of margin for a loaded machine and the
+// first round = 15.4 s. A probe that only asked whether the process
+// answers waited for Consul to expire the session — up to twice its TTL
+// (10 s) after the last renewal — and then the lock-delay: about 24 s.
+func TestClusterMasterCutOffFromConsul(t *testing.T) {
+	lease := cluster.DefaultMasterLease
+	lockDelay := max(cluster.DefaultLockDelay, lease+lease/10)
+	const takeoverAfter = 2 * time.Second // the masters' default --takeover-after
+	const margin = 5 * time.Second
+	bound := lease + takeoverAfter + lockDelay + margin
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := newTestCluster(t, clusterOptions{})
+	proxy := newTCPProxy(t, c.consul)
+	// The first master, which becomes the active one, reaches Consul
+	// through the proxy (a later --consul wins).
+	cut := c.start("master", "--gc-interval", "2s", "--gc-grace", "1m", "--consul", proxy.addr())
+	c.mu.Lock()
+	c.masters = append(c.masters, cut)
+	c.mu.Unlock()
+	waitFor(t, 30*time.Second, "the first master active", func() (bool, string) {
+		m, _ := c.activeMaster()
+		return m == cut, "not yet"
+	})
+	standby := c.startMaster()
+	server := c.startServer()
+	_, admin := officialClients(t, ctx, server.addr)
+	const table = "t"
+	if err := retryFor(ctx, time.Minute, func() error {
+		return admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: table, Families: map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()}})
+	}); err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	fullName := meta.TableID{Instance: "i", Table: table}.FullName("p")
+	if err := retryFor(ctx, time.Minute, func() error {
+		return masterAnswers(ctx, cut.addr, tlsconfig.DialOption(tlsFor(cut.addr)), fullName)
+	}); err != nil {
+		t.Fatalf("the active master does not answer before the cut: %v", err)
+	}
+
+	start := time.Now()
+	proxy.cut()
+	t.Logf("  0.00s the active master %s cut off from Consul", cut.addr)
+	var lastErr error
+	for time.Since(start) < bound+30*time.Second {
+		if lastErr = masterAnswers(ctx, standby.addr, tlsconfig.DialOption(tlsFor(standby.addr)), fullName); lastErr == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	gap := time.Since(start)
+	if lastErr == nil {
+		t.Logf("%6.2fs the standby %s answers ListTablets", gap.Seconds(), standby.addr)
+	}
+	for _, m := range []*roleProc{cut, standby} {
+		for _, l := range electionLines(t, m.logPath, start) {
+			t.Logf("  %s: %s", m.addr, l)
+		}
+	}
+	if lastErr != nil || gap > bound {
+		t.Fatalf("the standby did not answer as the active master for %.1f s after the active one was cut off from Consul (last: %v); "+
+			"the configuration allows %v (lease %v + takeover-after %v + lock-delay %v + margin %v)",
+			gap.Seconds(), lastErr, bound, lease, takeoverAfter, lockDelay, margin)
+	}
+	// Never two active masters: the cut-off one stood down.
+	if m, _ := c.activeMaster(); m != standby {
+		t.Fatalf("active master after the takeover: %v, want the standby %s", m, standby.addr)
+	}
+}
+
+// tcpProxy forwards connections to a target until cut, which drops them
+// all and refuses new ones.
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	isCut  bool
+	conns  map[net.Conn]bool
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go p.serve()
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.isCut = true
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+// track records open connections; after the cut it closes them instead.
+func (p *tcpProxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.isCut {
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = true
+	}
+	return true
+}
+
+func (p *tcpProxy) serve() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(in) {
+			continue
+		}
+		go func() {
+			out, err := net.Dial("tcp", p.target)
+			if err != nil {
+				in.Close()
+				return
+			}
+			if !p.track(out) {
+				in.Close()
+				return
+			}
+			go func() { _, _ = io.Copy(out, in); out.Close() }()
+			_, _ = io.Copy(in, out)
+			in.Close()
+		}()
 	}
 }
 

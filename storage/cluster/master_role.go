@@ -14,8 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/internal/advertise"
 	"github.com/tabuladb/tabula/security/tlsconfig"
@@ -163,7 +165,7 @@ func StartMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	}
 	m.grpc = grpc.NewServer(append(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes), grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes)}, tlsconfig.ServerOptions(cfg.TLS.Server)...), guardOptions(guard)...)...)
 	m.register(m.grpc)
-	healthpb.RegisterHealthServer(m.grpc, health.NewServer())
+	healthpb.RegisterHealthServer(m.grpc, masterHealth{Server: health.NewServer(), leading: m.Leading})
 	go func() { _ = m.grpc.Serve(m.lis) }()
 	if cfg.HTTPAddr != "" {
 		if m.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
@@ -398,15 +400,62 @@ func (m *Master) httpHandler() http.Handler {
 	return OpsHandler(m.registry, m.statusHandler(), func() error { return nil })
 }
 
-// probeMaster checks that the master at addr answers its health service
-// (master.LoopOptions.ProbeMaster).
+// ActiveMasterHealthService is the gRPC health service a master answers
+// SERVING for only while it is the active master (NOT_SERVING as a
+// standby). The empty service name answers SERVING whenever the process
+// serves. Only Check knows it (Watch and List do not).
+const ActiveMasterHealthService = "tabula.master.active"
+
+// masterHealth is the master's health service: the standard one, plus
+// ActiveMasterHealthService.
+type masterHealth struct {
+	*health.Server
+	leading func() bool
+}
+
+func (h masterHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if req.GetService() != ActiveMasterHealthService {
+		return h.Server.Check(ctx, req)
+	}
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if h.leading() {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	return &healthpb.HealthCheckResponse{Status: st}, nil
+}
+
+// errNotActive is probeMaster's error for a master that answers as a
+// standby.
+var errNotActive = errors.New("the master there answers as a standby")
+
+// probeMaster checks that the master at addr answers and leads
+// (master.LoopOptions.ProbeMaster): its ActiveMasterHealthService is
+// SERVING. A process that answers as a standby fails the probe: the
+// lock's session is then one that process gave up (it stood down when its
+// lease ran out, and could not destroy the session: Consul was out of its
+// reach) or that a process killed and restarted on the same address held.
+// Either way nobody acts on the lock, which Consul would keep taken until
+// it expired the session (up to twice the TTL), so the standby ends it.
+// A master of an earlier version, which does not know the service
+// (NOT_FOUND), is probed only for an answer.
 func (m *Master) probeMaster(ctx context.Context, addr string) error {
 	cc, err := m.conns.get(addr)
 	if err != nil {
 		return err
 	}
-	_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
-	return err
+	hc := healthpb.NewHealthClient(cc)
+	resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: ActiveMasterHealthService})
+	if status.Code(err) == codes.NotFound {
+		_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return errNotActive
+	}
+	return nil
 }
 
 // loopMetadata is the assignment loop's view of METADATA: the tablets of

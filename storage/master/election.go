@@ -105,9 +105,13 @@ type LoopOptions struct {
 	// session safely.
 	Lease time.Duration
 	// ProbeMaster checks that the active master at addr (the master lock's
-	// value) answers. With it, a standby ends the active master's session
-	// once the probe has failed for TakeoverAfter over at least three
-	// probes, rather than wait for the lock service to expire it.
+	// value) answers and still leads. With it, a standby ends the active
+	// master's session once the probe has failed for TakeoverAfter over at
+	// least three probes, rather than wait for the lock service to expire
+	// it. A process at addr that answers as a standby must fail the probe:
+	// the session holding the lock is then one nobody acts on (a master
+	// that stood down and could not destroy it, or one killed and
+	// restarted on the same address).
 	ProbeMaster func(ctx context.Context, addr string) error
 	// TakeoverAfter: see ProbeMaster. Default 2s; negative turns the
 	// takeover off.

@@ -41,6 +41,13 @@ import (
 //     no later than Lease after the last renewal it sent, before the
 //     lock-delay does.
 //
+// The probe also fails when the process at that address answers as a
+// standby: a master that stood down when its lease ran out but could not
+// destroy its session (Consul was out of its reach, not of the standby's),
+// or a master killed and restarted on the same address, leaves the lock
+// held by a session nobody acts on; left to Consul, the lock would stay
+// taken up to twice the TTL.
+//
 // A standby that wrongly ends a healthy master's session (the probe failed
 // for a reason of its own) costs a failover, never safety.
 
@@ -151,7 +158,7 @@ func (c *Loop) watchActive(ctx context.Context, own string) {
 			log.Warn("master: ending the unresponsive active master's session", "active", string(e.Value), "err", err)
 			continue
 		}
-		log.Info("master: active master unresponsive, its session ended", "active", string(e.Value),
+		log.Info("master: active master unresponsive or standing by, its session ended", "active", string(e.Value),
 			"failing_for", now.Sub(failing.since).String(), "probes", failing.count, "last_err", err)
 		failing.session = ""
 	}
