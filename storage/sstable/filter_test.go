@@ -152,3 +152,27 @@ func TestDecodeFilterRejectsBadSizes(t *testing.T) {
 		t.Error("short filter accepted")
 	}
 }
+
+// TestMayContainRowOutsideTheKeyRange: a row sorting before the file's
+// first row or after its last is rejected by the key range alone, even
+// without filters; rows inside the range are left to the filter.
+func TestMayContainRowOutsideTheKeyRange(t *testing.T) {
+	var entries []entry
+	for i, row := range []string{"b", "b\x00", "bb", "c"} {
+		entries = append(entries, entry{key: cell.EncodeKey(cell.Key{Row: []byte(row), Family: "f", Kind: cell.KindSet, Timestamp: 1, Seq: uint64(i + 1)}), value: []byte("v")})
+	}
+	data, _ := buildFile(t, entries, WriterOptions{BloomBitsPerKey: -1})
+	r := openBytes(t, data, ReaderOptions{})
+	defer r.Close()
+	for row, want := range map[string]bool{
+		"": false, "a": false, "a\xff\xff": false, "\x00": false, "d": false, "c\x00": false, "ca": false,
+		"b": true, "b\x00": true, "bb": true, "c": true, "ba": true, // "ba": in range; no filter to ask
+	} {
+		if got := r.MayContainRow([]byte(row)); got != want {
+			t.Errorf("MayContainRow(%q) = %v, want %v", row, got, want)
+		}
+		if got := r.MayContainRowPrefix(cell.RowPrefix([]byte(row))); got != want {
+			t.Errorf("MayContainRowPrefix(RowPrefix(%q)) = %v, want %v", row, got, want)
+		}
+	}
+}

@@ -366,10 +366,24 @@ func (r *Reader) Index() []IndexEntry { return append([]IndexEntry(nil), r.index
 // MayContainRow reports whether the file may hold entries of row; false
 // is certain.
 func (r *Reader) MayContainRow(row []byte) bool {
+	return r.MayContainRowPrefix(cell.RowPrefix(row))
+}
+
+// MayContainRowPrefix is MayContainRow for a row given as its encoded
+// prefix (cell.RowPrefix), which readers probing many files for one row
+// encode once. The file's key range is checked before its filter.
+func (r *Reader) MayContainRowPrefix(prefix []byte) bool {
 	if r.props.NumEntries == 0 {
 		return false
 	}
-	return r.rowFilter.mayContain(cell.RowPrefix(row))
+	// The row's keys are the keys with this prefix: the file holds none
+	// when its largest key sorts before the prefix or its smallest after
+	// every key with it.
+	if bytes.Compare(r.props.LargestKey, prefix) < 0 ||
+		(bytes.Compare(r.props.SmallestKey, prefix) > 0 && !bytes.HasPrefix(r.props.SmallestKey, prefix)) {
+		return false
+	}
+	return r.rowFilter.mayContain(prefix)
 }
 
 // MayContainColumn reports whether the file may hold entries that matter to
@@ -408,6 +422,32 @@ func escapedLen(s string) int {
 // one goroutine at a time and must be closed before the Reader.
 func (r *Reader) NewIterator() cell.Iterator {
 	return &iterator{r: r, blockIdx: -1}
+}
+
+// IteratorCache lends one iterator at a time, over any Reader, reusing its
+// memory (the key buffer, the iterator itself) from one file to the next:
+// a point read probes many files, and allocating an iterator for each was
+// a good part of its garbage. The zero value is ready for use; it is used
+// by one goroutine at a time.
+type IteratorCache struct{ it iterator }
+
+// Iterator returns an iterator over r's entries, valid until Done. Only
+// one is lent at a time: call Done before the next Iterator.
+func (c *IteratorCache) Iterator(r *Reader) cell.Iterator {
+	key := c.it.bi.key[:0]
+	c.it = iterator{r: r, blockIdx: -1}
+	c.it.bi.key = key
+	return &c.it
+}
+
+// Done closes the iterator Iterator lent and returns the first error it
+// met. The cache then keeps no reference to its Reader or blocks.
+func (c *IteratorCache) Done(it cell.Iterator) error {
+	key := c.it.bi.key
+	err := it.Close()
+	c.it = iterator{blockIdx: -1}
+	c.it.bi.key = key[:0]
+	return err
 }
 
 // Close releases the file and drops its blocks from the cache. Iterators

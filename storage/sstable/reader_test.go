@@ -374,3 +374,32 @@ func TestOpenReadsTwice(t *testing.T) {
 		t.Fatalf("a scan made %d reads in all, want %d (one per block)", src.reads, want)
 	}
 }
+
+// TestIteratorCache: iterators lent by one IteratorCache over two files in
+// turn answer as fresh ones do, and the cache lets go of each file when
+// Done.
+func TestIteratorCache(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	var files []*Reader
+	var contents [][]entry
+	for range 2 {
+		entries := randomEntries(rng, 500, 1<<10)
+		data, _ := buildFile(t, entries, WriterOptions{BlockSize: 1024})
+		r := openBytes(t, data, ReaderOptions{})
+		defer r.Close()
+		files = append(files, r)
+		contents = append(contents, entries)
+	}
+	var c IteratorCache
+	for round := range 6 {
+		i := round % 2
+		it := c.Iterator(files[i])
+		checkSeeks(t, it, contents[i], seekTargets(rng, contents[i], 50))
+		if err := c.Done(it); err != nil {
+			t.Fatal(err)
+		}
+		if c.it.r != nil || c.it.bi.b != nil {
+			t.Fatalf("round %d: the cache still holds file %d or one of its blocks after Done", round, i)
+		}
+	}
+}

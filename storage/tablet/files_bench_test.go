@@ -32,7 +32,8 @@ func BenchmarkReadRowFiles(b *testing.B) {
 			for _, block := range []int{16 << 10, 64 << 10} {
 				b.Run(fmt.Sprintf("files%d/cache-%s/block%dK", files, cache.name, block>>10), func(b *testing.B) {
 					ctx := context.Background()
-					t := openFilesTablet(b, rows, files, cache.bytes, block)
+					blocks := sstable.NewCache(cache.bytes)
+					t := openFilesTablet(b, rows, files, blocks, block)
 					ro := tablet.ReadOptions{Families: []string{"f"}, MaxVersions: 1}
 					r := rand.New(rand.NewPCG(2, 2))
 					for i := range rows { // the cache as a long-running server has it
@@ -41,6 +42,7 @@ func BenchmarkReadRowFiles(b *testing.B) {
 						}
 					}
 					b.ReportAllocs()
+					before := blocks.Stats()
 					b.ResetTimer()
 					for range b.N {
 						row, ok, err := t.ReadRow(ctx, filesKey(r.IntN(rows)), ro)
@@ -48,6 +50,8 @@ func BenchmarkReadRowFiles(b *testing.B) {
 							b.Fatalf("read: ok=%v err=%v", ok, err)
 						}
 					}
+					after := blocks.Stats()
+					b.ReportMetric(float64(after.Misses-before.Misses)/float64(b.N), "block-misses/op")
 				})
 			}
 		}
@@ -59,7 +63,7 @@ func filesKey(i int) []byte { return fmt.Appendf(nil, "user%010d", i) }
 // openFilesTablet returns a tablet (no commit log) of rows rows, each
 // with one 1000-byte version (timestamps 1 to files) in each of files
 // SSTables.
-func openFilesTablet(b *testing.B, rows, files int, cacheBytes int64, blockSize int) *tablet.Tablet {
+func openFilesTablet(b *testing.B, rows, files int, cache *sstable.Cache, blockSize int) *tablet.Tablet {
 	b.Helper()
 	ctx := context.Background()
 	store, err := blob.NewLocal(filepath.Join(b.TempDir(), "store"))
@@ -69,7 +73,7 @@ func openFilesTablet(b *testing.B, rows, files int, cacheBytes int64, blockSize 
 	t, err := tablet.Open(ctx, tablet.Options{ID: "files",
 		Schema: tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {}},
 			LocalityGroups: map[string]tabletdesc.LocalityGroup{tabletdesc.DefaultLocalityGroup: {BlockSize: blockSize}}},
-		Store: store, Dir: "tablets/files", Cache: sstable.NewCache(cacheBytes),
+		Store: store, Dir: "tablets/files", Cache: cache,
 		StateStore: tablet.NewBlobStateStore(store, "state"), MaxSSTables: 100, MemtableBytes: 1 << 30})
 	if err != nil {
 		b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/memtable"
+	"github.com/tabuladb/tabula/storage/sstable"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
@@ -56,75 +57,116 @@ func memRowEntries(dst []entry, m *memtable.Memtable, prefix []byte) []entry {
 	return dst
 }
 
-// groupRowEntries returns the entries of row in a group's SSTables (sorted),
-// through the scan cache when there is one. Bloom filters skip files that
-// cannot hold the row.
-func (t *Tablet) groupRowEntries(ctx context.Context, g *groupFiles, row, prefix []byte) ([]entry, error) {
+// groupRowEntries appends the entries of row in a group's SSTables to dst,
+// newest file first (not sorted), taking them from the scan cache when it
+// holds them. Bloom filters skip files that cannot hold the row.
+//
+// Values alias the files' blocks, which are immutable and never recycled,
+// unless the entries go into the scan cache: its accounting of their size
+// must not hide whole blocks kept alive behind them, so those are copied.
+// Keys are always copied (an iterator reuses its key buffer), into keys.
+// its lends the iterators.
+func (t *Tablet) groupRowEntries(ctx context.Context, g *groupFiles, row, prefix []byte, dst []entry, keys *keyBuf, its *sstable.IteratorCache) ([]entry, error) {
 	sc := t.opts.ScanCache
 	if sc != nil {
 		if es, ok := sc.get(g.gen, row); ok {
-			return es, nil
+			return append(dst, es...), nil
 		}
 	}
-	var es []entry
+	// Only a row read before, recently, is worth copying into the cache:
+	// most rows of a random read workload are read once in the cache's
+	// lifetime, and copying every version of them costs more than the
+	// few hits pay back (TinyLFU's doorkeeper, ScanCache.admit).
+	keep := sc != nil && sc.admit(g.gen, row)
+	first := len(dst)
+	var vals []byte // the free tail of the current value copy buffer (keep only)
 	for _, f := range g.files {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if !f.r.MayContainRow(row) {
+		if !f.r.MayContainRowPrefix(prefix) {
 			continue
 		}
-		it := f.r.NewIterator()
-		var buf []byte // the free tail of the current copy buffer
+		it := its.Iterator(f.r)
 		for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
-			// Copied, keys and values, into shared buffers: the
-			// scan cache keeps the entries, and its accounting of
-			// their size must not hide the blocks they would alias.
-			k, v := it.Key(), it.Value()
-			if n := len(k) + len(v); len(buf)+n > cap(buf) {
-				// Room for a few entries like this one, twice
-				// as many as the last buffer held.
-				buf = make([]byte, 0, max(2*cap(buf), 2*n, 256))
+			k, v := keys.copy(it.Key()), it.Value()
+			if keep {
+				if len(vals)+len(v) > cap(vals) {
+					// Room for a few values like this one, twice
+					// as many as the last buffer held.
+					vals = make([]byte, 0, max(2*cap(vals), 2*len(v), 256))
+				}
+				off := len(vals)
+				vals = append(vals, v...)
+				v = vals[off:len(vals):len(vals)]
 			}
-			off := len(buf)
-			buf = append(append(buf, k...), v...)
-			kEnd := off + len(k)
-			es = append(es, entry{key: buf[off:kEnd:kEnd], value: buf[kEnd:len(buf):len(buf)]})
+			dst = append(dst, entry{key: k, value: v})
 		}
-		err := errors.Join(it.Error(), it.Close())
-		if err != nil {
+		if err := its.Done(it); err != nil {
 			return nil, err
 		}
 	}
-	sortEntries(es)
-	if sc != nil {
+	if keep {
+		es := slices.Clone(dst[first:])
+		sortEntries(es)
 		sc.set(g.gen, row, es)
 	}
-	return es, nil
+	return dst, nil
+}
+
+// keyBuf hands out copies of keys carved from shared buffers: one
+// allocation for the keys of a typical row instead of one a file.
+type keyBuf struct{ buf []byte }
+
+// copy returns a copy of k, its capacity clipped to its length.
+func (b *keyBuf) copy(k []byte) []byte {
+	if len(b.buf)+len(k) > cap(b.buf) {
+		// A new buffer; the keys already copied keep the old one.
+		b.buf = make([]byte, 0, max(2*cap(b.buf), len(k), keyBufBytes/4))
+	}
+	off := len(b.buf)
+	b.buf = append(b.buf, k...)
+	return b.buf[off:len(b.buf):len(b.buf)]
 }
 
 // resolvers recycles the buffers of point reads' row assembly.
-var resolvers = sync.Pool{New: func() any { return new(resolver) }}
+var resolvers = sync.Pool{New: func() any { return new(pointRead) }}
+
+// pointRead is what one point read reuses from the last: the resolver's
+// buffers, the entries slice and an SSTable iterator. Nothing the returned
+// row references is among them.
+type pointRead struct {
+	rs  resolver
+	es  []entry
+	its sstable.IteratorCache
+}
 
 // readRow reads row from version v at snapshot snap.
 func (t *Tablet) readRow(ctx context.Context, v *version, snap uint64, row []byte, ro ReadOptions) (cell.Row, bool, error) {
+	pr := resolvers.Get().(*pointRead)
+	defer func() {
+		clear(pr.es) // drop the references to blocks and keys
+		pr.es = pr.es[:0]
+		resolvers.Put(pr)
+	}()
 	prefix := cell.RowPrefix(row)
-	var es []entry
-	es = memRowEntries(es, v.mem, prefix)
+	es := memRowEntries(pr.es[:0], v.mem, prefix)
 	if v.frozen != nil {
 		es = memRowEntries(es, v.frozen, prefix)
 	}
+	var keys keyBuf
+	var err error
 	for _, name := range groupsFor(v, ro) {
-		ges, err := t.groupRowEntries(ctx, v.groups[name], row, prefix)
-		if err != nil {
+		if es, err = t.groupRowEntries(ctx, v.groups[name], row, prefix, es, &keys, &pr.its); err != nil {
+			pr.es = es[:0]
 			return cell.Row{}, false, err
 		}
-		es = append(es, ges...)
 	}
+	pr.es = es
+	// One stable sort: equal keys keep their sources' order (memtables,
+	// then groups by name, each newest file first).
 	sortEntries(es)
-	rs := resolvers.Get().(*resolver)
-	defer resolvers.Put(rs)
-	return rs.assemble(bytes.Clone(row), es, t.params(v, snap), ro)
+	return pr.rs.assemble(bytes.Clone(row), es, t.params(v, snap), ro)
 }
 
 func (t *Tablet) params(v *version, snap uint64) resolveParams {
