@@ -840,6 +840,13 @@ func runModelOn(t *testing.T, seed uint64, ops int, memOnly bool, store blob.Sto
 			}
 		}
 	}
+	// The scan cache's hits must be among the reads compared, or its path
+	// (rows cached under a generation of files) went untested.
+	if st := h.scache.Stats(); !memOnly && st.Hits == 0 {
+		t.Fatalf("no read was served by the scan cache (%d misses)", st.Misses)
+	} else {
+		h.counts["scan cache hits"] = int(st.Hits)
+	}
 	return h.counts
 }
 

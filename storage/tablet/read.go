@@ -67,17 +67,22 @@ func memRowEntries(dst []entry, m *memtable.Memtable, prefix []byte) []entry {
 // Keys are always copied (an iterator reuses its key buffer), into keys.
 // its lends the iterators.
 func (t *Tablet) groupRowEntries(ctx context.Context, g *groupFiles, row, prefix []byte, dst []entry, keys *keyBuf, its *sstable.IteratorCache) ([]entry, error) {
+	// Only a row read before, recently, is worth copying into the scan
+	// cache: most rows of a random read workload are read once in the
+	// cache's lifetime, and copying every version of them costs more than
+	// the few hits pay back (TinyLFU's doorkeeper, ScanCache.admit). Nor
+	// is such a row looked up: the doorkeeper answers sooner than the
+	// cache's map, and a cached row it forgot (its window ended) is found
+	// again from its next read on.
 	sc := t.opts.ScanCache
+	keep := false
 	if sc != nil {
-		if es, ok := sc.get(g.gen, row); ok {
+		if keep = sc.admit(g.gen, row); !keep {
+			sc.misses.Add(1)
+		} else if es, ok := sc.get(g.gen, row); ok {
 			return append(dst, es...), nil
 		}
 	}
-	// Only a row read before, recently, is worth copying into the cache:
-	// most rows of a random read workload are read once in the cache's
-	// lifetime, and copying every version of them costs more than the
-	// few hits pay back (TinyLFU's doorkeeper, ScanCache.admit).
-	keep := sc != nil && sc.admit(g.gen, row)
 	first := len(dst)
 	var vals []byte // the free tail of the current value copy buffer (keep only)
 	for _, f := range g.files {
