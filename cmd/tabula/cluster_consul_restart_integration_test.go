@@ -38,17 +38,17 @@ import (
 // refuses and an active master answers only once its first round has read
 // METADATA), and logs the masters' election lines as the phases.
 //
-// The bound is what the configuration allows: the active master's own
-// lease (4 s) runs out while Consul is down, so it steps down; its old
-// session must then be ended (by itself, or by Consul), and the lock stays
-// in its lock-delay (raised by the master to its lease plus a tenth: 4.4 s)
-// before a master can take it. Allowed: that lock-delay, plus one session
-// TTL (10 s: a renewal or destroy in flight when Consul came back, the
-// standby's probes), plus a 5 s margin for a loaded 2-core machine and the
-// first round's reads (List of every server, METADATA). Before the fix
-// the old session, whose destroy had failed while Consul was down, was left
-// for Consul to expire — twice its TTL after the agent's new leader reset
-// the session timers — so the gap was 2×TTL + lock-delay, about 25 s.
+// The bound is what the configuration allows. The active master's own
+// lease (4 s) runs out while Consul is down, so it steps down; its session
+// must then end, and the master lock stays in its lock-delay (raised by
+// the master to its lease plus a tenth: 4.4 s) before any master can take
+// it. Allowed: that lock-delay, plus one session TTL (10 s) for the old
+// session to end — what coord promised of a session its holder gave up —
+// plus 5 s of margin for a loaded 2-core machine and the new master's
+// first round (List of every server, METADATA). Before the fix the old
+// session, whose destroy had failed while Consul was down, was left for
+// Consul to expire, twice its TTL after the restarted agent's new leader
+// reset the session timers: 2×TTL + lock-delay, about 25 s.
 func TestClusterMasterBackAfterConsulRestart(t *testing.T) {
 	const (
 		sessionTTL   = 10 * time.Second // the campaign cluster's --session-ttl
@@ -61,66 +61,9 @@ func TestClusterMasterBackAfterConsulRestart(t *testing.T) {
 	lockDelay := max(campaignLock, lease+lease/10) // master.NewLoop's floor
 	bound := lockDelay + sessionTTL + margin
 
-	consulBin, err := filepath.Abs("../../.cache/bin/consul")
-	if err != nil {
-		t.Fatal(err)
-	}
-	minioBin := filepath.Join(filepath.Dir(consulBin), "minio")
-	for _, b := range []string{consulBin, minioBin} {
-		if _, err := os.Stat(b); err != nil {
-			t.Fatalf("%v: run through deploy/test.sh, which installs Consul and MinIO into .cache/bin", err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	if keep := os.Getenv("TABULA_TEST_CLUSTER_LOGS"); keep != "" {
-		dir = filepath.Join(keep, t.Name())
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := faultcampaign.StartCluster(ctx, faultcampaign.ClusterConfig{Dir: dir, TabulaBin: tabulaBinary(t),
-		ConsulBin: consulBin, MinIOBin: minioBin, Masters: 2, Servers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-
-	conn, err := grpc.NewClient(c.Servers[0].Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	admin, err := bigtable.NewAdminClient(ctx, "p", "i", option.WithGRPCConn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	const table = "t"
-	if err := retryFor(ctx, time.Minute, func() error {
-		return admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: table, SplitKeys: []string{"m"},
-			Families: map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()}})
-	}); err != nil {
-		t.Fatalf("create table: %v", err)
-	}
-	fullName := meta.TableID{Instance: "i", Table: table}.FullName("p")
-	// answering returns the master that answers ListTablets of the
-	// table, "" if none does.
-	answering := func() (string, error) {
-		var last error
-		for _, m := range c.Masters {
-			err := masterAnswers(ctx, m.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()), fullName)
-			if err == nil {
-				return m.Name, nil
-			}
-			last = fmt.Errorf("%s: %w", m.Name, err)
-		}
-		return "", last
-	}
-	if err := retryFor(ctx, time.Minute, func() error { _, err := answering(); return err }); err != nil {
-		t.Fatalf("no master answers before the restart: %v", err)
-	}
+	c, ctx := campaignCluster(t)
+	fullName := createAndWaitListed(t, ctx, c)
+	answering := func() (string, error) { return campaignMasterAnswering(ctx, c, fullName) }
 	// As in the campaign, a role that stops by itself (a tablet server
 	// whose lease lapsed) is restarted.
 	sctx, scancel := context.WithCancel(ctx)
@@ -151,15 +94,17 @@ func TestClusterMasterBackAfterConsulRestart(t *testing.T) {
 	if err := c.MinIO.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	resumed := time.AfterFunc(minioPause, func() {
+	resumed := make(chan struct{})
+	go func() {
+		defer close(resumed)
+		select {
+		case <-time.After(minioPause):
+		case <-ctx.Done():
+		}
 		_ = c.MinIO.Signal(syscall.SIGCONT)
 		phase("MinIO continued (SIGCONT)")
-	})
-	defer func() {
-		if resumed.Stop() {
-			_ = c.MinIO.Signal(syscall.SIGCONT)
-		}
 	}()
+	defer func() { <-resumed }()
 
 	// Wait (well past the bound, to report the real gap) for a master
 	// to answer.
@@ -281,6 +226,143 @@ func TestClusterMasterCutOffFromConsul(t *testing.T) {
 	if m, _ := c.activeMaster(); m != standby {
 		t.Fatalf("active master after the takeover: %v, want the standby %s", m, standby.addr)
 	}
+}
+
+// TestClusterMasterKilledAndRestartedOnItsAddress kills the active master
+// (kill -9) and starts it again at once on the same address, as a
+// supervisor would (and as the fault campaign's kill-master does). Its
+// session, never destroyed, holds the master lock; the process at the
+// lock's address answers again within a second or so, but as a standby,
+// so the standby's probe (cluster.ActiveMasterHealthService) keeps
+// failing and it ends that session after TakeoverAfter. Measured: from the
+// kill until a master answers an admin call (ListTablets). Allowed:
+// TakeoverAfter (2 s) + the lock-delay (4.4 s) + 5 s of margin = 11.4 s.
+// A probe that only asked whether the process answered was satisfied by
+// the restarted process and waited for Consul to expire the session (up
+// to twice its 10 s TTL) and the lock-delay: about 24 s.
+func TestClusterMasterKilledAndRestartedOnItsAddress(t *testing.T) {
+	lease := cluster.DefaultMasterLease
+	lockDelay := max(time.Second, lease+lease/10) // the campaign cluster's --lock-delay 1s, raised
+	const takeoverAfter = 2 * time.Second
+	const margin = 5 * time.Second
+	bound := takeoverAfter + lockDelay + margin
+
+	c, ctx := campaignCluster(t)
+	fullName := createAndWaitListed(t, ctx, c)
+	killed := c.ActiveMaster()
+	if killed == nil {
+		t.Fatal("no active master")
+	}
+	start := time.Now()
+	killed.Kill(syscall.SIGKILL)
+	t.Logf("  0.00s %s killed", killed.Name)
+	time.Sleep(500 * time.Millisecond)
+	if err := c.Restart(ctx, killed); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%6.2fs %s restarted on its address", time.Since(start).Seconds(), killed.Name)
+	var who string
+	var lastErr error
+	for time.Since(start) < bound+30*time.Second {
+		if who, lastErr = campaignMasterAnswering(ctx, c, fullName); who != "" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	gap := time.Since(start)
+	if who != "" {
+		t.Logf("%6.2fs %s answers ListTablets", gap.Seconds(), who)
+	}
+	for _, m := range c.Masters {
+		for _, l := range electionLines(t, m.LogPath, start) {
+			t.Logf("  %s: %s", m.Name, l)
+		}
+	}
+	if who == "" || gap > bound {
+		t.Fatalf("no master answered for %.1f s after the active one was killed and restarted (last: %v); "+
+			"the configuration allows %v (takeover-after %v + lock-delay %v + margin %v)",
+			gap.Seconds(), lastErr, bound, takeoverAfter, lockDelay, margin)
+	}
+}
+
+// campaignCluster starts the fault campaign's cluster (its own Consul
+// agent with a data directory and MinIO, from .cache/bin; two masters and
+// two tablet servers of the tabula binary) for a test of at most three
+// minutes. TABULA_TEST_CLUSTER_LOGS keeps its logs.
+func campaignCluster(t *testing.T) (*faultcampaign.Cluster, context.Context) {
+	t.Helper()
+	consulBin, err := filepath.Abs("../../.cache/bin/consul")
+	if err != nil {
+		t.Fatal(err)
+	}
+	minioBin := filepath.Join(filepath.Dir(consulBin), "minio")
+	for _, b := range []string{consulBin, minioBin} {
+		if _, err := os.Stat(b); err != nil {
+			t.Fatalf("%v: run through deploy/test.sh, which installs Consul and MinIO into .cache/bin", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	dir := t.TempDir()
+	if keep := os.Getenv("TABULA_TEST_CLUSTER_LOGS"); keep != "" {
+		dir = filepath.Join(keep, t.Name())
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := faultcampaign.StartCluster(ctx, faultcampaign.ClusterConfig{Dir: dir, TabulaBin: tabulaBinary(t),
+		ConsulBin: consulBin, MinIOBin: minioBin, Masters: 2, Servers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, ctx
+}
+
+// createAndWaitListed creates table t (two tablets) through the first
+// tablet server and waits until a master answers ListTablets of it; it
+// returns the table's full name.
+func createAndWaitListed(t *testing.T, ctx context.Context, c *faultcampaign.Cluster) string {
+	t.Helper()
+	conn, err := grpc.NewClient(c.Servers[0].Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	admin, err := bigtable.NewAdminClient(ctx, "p", "i", option.WithGRPCConn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	const table = "t"
+	if err := retryFor(ctx, time.Minute, func() error {
+		return admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: table, SplitKeys: []string{"m"},
+			Families: map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()}})
+	}); err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	fullName := meta.TableID{Instance: "i", Table: table}.FullName("p")
+	if err := retryFor(ctx, time.Minute, func() error { _, err := campaignMasterAnswering(ctx, c, fullName); return err }); err != nil {
+		t.Fatalf("no master answers: %v", err)
+	}
+	return fullName
+}
+
+// campaignMasterAnswering returns the name of the master of c that answers
+// ListTablets of table, "" and the last error if none does.
+func campaignMasterAnswering(ctx context.Context, c *faultcampaign.Cluster, table string) (string, error) {
+	var last error
+	for _, m := range c.Masters {
+		if !m.Alive() {
+			continue
+		}
+		err := masterAnswers(ctx, m.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()), table)
+		if err == nil {
+			return m.Name, nil
+		}
+		last = fmt.Errorf("%s: %w", m.Name, err)
+	}
+	return "", last
 }
 
 // tcpProxy forwards connections to a target until cut, which drops them
