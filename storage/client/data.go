@@ -26,9 +26,6 @@ import (
 
 // Retry rules of the data operations (see dataPlane.do).
 const (
-	// maxNotServing bounds the "not serving" answers one operation (or one
-	// tablet's part of a scan) absorbs by refreshing its location.
-	maxNotServing = 4
 	// maxUnavailable bounds the UNAVAILABLE retries of an idempotent
 	// operation when its context has no deadline; with one, the deadline
 	// is the bound.
@@ -36,6 +33,36 @@ const (
 	backoffFirst   = 10 * time.Millisecond
 	backoffMax     = time.Second
 )
+
+// notServingRetries is how the "not serving" answers of one operation (or
+// of one tablet's part of a scan) are retried: the first at once (a stale
+// cached location: the refresh finds the new one), the next ones after a
+// backoff doubling from first to max, at most limit retries in all (and
+// never past the context's deadline) — with the defaults about 9 s, the
+// time a tablet may be unserved while it is loaded, moved or split on a
+// busy machine. Four refreshes in a row without waiting, as before, were
+// spent in microseconds while a tablet was still loading (1950 of 2000
+// entries of an ApplyBulk failed so). A variable, so that tests of giving
+// up need not wait that long.
+var notServingRetries = notServingPolicy{limit: 16, first: backoffFirst, max: backoffMax}
+
+// notServingPolicy bounds and paces the retries after "not serving".
+type notServingPolicy struct {
+	limit      int
+	first, max time.Duration
+}
+
+// wait returns how long to wait before retry n (1, 2, ...).
+func (p notServingPolicy) wait(n int) time.Duration {
+	if n <= 1 {
+		return 0
+	}
+	d := p.first
+	for i := 2; i < n && d < p.max; i++ {
+		d *= 2
+	}
+	return min(d, p.max)
+}
 
 // dataPlane is the routing state of a Client's data operations: the
 // location cache and a connection per tablet server address.
@@ -210,8 +237,10 @@ type retrier struct {
 //   - a FAILED_PRECONDITION carrying a NotServing detail means the server
 //     did not apply or read anything: any operation is retried after
 //     dropping the location (LocationCache.Invalidate, which walks up the
-//     METADATA hierarchy when the same location fails again), at most
-//     maxNotServing times;
+//     METADATA hierarchy when the same location fails again) — at once the
+//     first time, then with backoff, at most notServingRetries.limit times
+//     and while the context's deadline allows the wait; the last answer
+//     is returned after that;
 //   - UNAVAILABLE drops the location too (its server may be dead and its
 //     tablets reassigned) and is retried with exponential backoff from
 //     backoffFirst to backoffMax, while the context allows (and at most
@@ -225,12 +254,16 @@ func (r *retrier) retry(ctx context.Context, p *dataPlane, loc meta.Location, er
 	if errors.As(err, &le) {
 		return err
 	}
-	if _, ok := tabletpb.NotServingDetail(err); ok && r.notServing < maxNotServing {
+	if _, ok := tabletpb.NotServingDetail(err); ok {
+		pol := notServingRetries
+		if r.notServing >= pol.limit {
+			return err
+		}
 		r.notServing++
 		if loc.Server != "" {
 			p.cache.Invalidate(loc)
 		}
-		return nil
+		return sleepBefore(ctx, pol.wait(r.notServing), err)
 	}
 	if status.Code(err) != codes.Unavailable {
 		return err
@@ -248,18 +281,30 @@ func (r *retrier) retry(ctx context.Context, p *dataPlane, loc meta.Location, er
 	if r.backoff == 0 {
 		r.backoff = backoffFirst
 	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < r.backoff {
+	if err := sleepBefore(ctx, r.backoff, err); err != nil {
 		return err
 	}
-	t := time.NewTimer(r.backoff)
+	r.backoff = min(2*r.backoff, backoffMax)
+	return nil
+}
+
+// sleepBefore waits d before a retry and returns nil, or returns err at
+// once when ctx's deadline would pass first, or when ctx ends meanwhile.
+func sleepBefore(ctx context.Context, d time.Duration, err error) error {
+	if d <= 0 {
+		return nil
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return err
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return err
 	case <-t.C:
+		return nil
 	}
-	r.backoff = min(2*r.backoff, backoffMax)
-	return nil
 }
 
 // trackedConn wraps a connection to learn whether a call reached the
