@@ -115,6 +115,12 @@ type DevConfig struct {
 	// TLS secures the gRPC and HTTP ports (TLS.Server) and the calls to
 	// other servers (TLS.Client); the zero value is plaintext.
 	TLS tlsconfig.Role
+
+	// beforeLoad and afterLoad, when set (by tests), run before the tablet
+	// server loads each tablet of a table other than METADATA, and after it
+	// has loaded one, before it answers the master (which records the
+	// location only then): slow loads and slow records, on demand.
+	beforeLoad, afterLoad func(table meta.TableID, tabletID string)
 }
 
 // Dev is the whole of Tabula in one process: the cluster's two roles — a
@@ -175,6 +181,8 @@ type inProcess struct {
 	// (master.Options.LiveFiles): the admin API deletes a dropped table's
 	// files at once in one process, but for those.
 	liveFiles func(context.Context) ([]assign.TabletFiles, error)
+	// beforeLoad and afterLoad are DevConfig's.
+	beforeLoad, afterLoad func(table meta.TableID, tabletID string)
 }
 
 func (in *inProcess) addr() string { return in.lis.Addr().String() }
@@ -281,7 +289,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxMessageSize), grpc.MaxCallSendMsgSize(client.MaxMessageSize))); err != nil {
 		return nil, err
 	}
-	in := &inProcess{lis: d.lis, conn: d.conn, registry: reg, metadataReadTimeout: devMetadataReadTimeout, liveFiles: d.liveFiles,
+	in := &inProcess{lis: d.lis, conn: d.conn, registry: reg, metadataReadTimeout: devMetadataReadTimeout, liveFiles: d.liveFiles, beforeLoad: cfg.beforeLoad, afterLoad: cfg.afterLoad,
 		tableHost: func(m *Master) master.TableHost { return &devTableHost{d: d, cluster: m.tableHost} }}
 	if cfg.InstanceAgnostic {
 		in.instance = DevAgnosticInstance
@@ -546,33 +554,29 @@ func coversTable(tablets []tabletserver.TabletInfo) bool {
 
 // devTableHost is dev's TableHost: the cluster's (a new table's tablets
 // become METADATA rows, a dropped table loses them and is unloaded,
-// schema changes go to the server), and then a new table's tablets are
-// waited for, so that CreateTable returns a table ready for writes, as a
-// one-server dev always did; rows are dropped by the one Host that serves
-// every tablet.
+// schema changes go to the server), whose WaitServing (which the admin
+// API's CreateTable, RestoreTable and UndeleteTable call) also waits for
+// the one server to serve every tablet; rows are dropped by the one Host
+// that serves every tablet.
 type devTableHost struct {
 	d       *Dev
 	cluster *clusterTableHost
 }
 
 func (h *devTableHost) OpenTable(ctx context.Context, t meta.Table) error {
-	if err := h.cluster.OpenTable(ctx, t); err != nil {
-		return err
-	}
-	if t.Restoring {
-		// Its tablets are not assigned before the flag is cleared;
-		// the creator waits then (WaitServing).
-		return nil
-	}
-	h.d.master.loop.Poke()
-	return h.d.waitServed(ctx, t.ID)
+	return h.cluster.OpenTable(ctx, t)
 }
 
-// WaitServing waits for the tablets of t, a restored table, to be served
-// (master.ServingWaiter).
+// WaitServing waits until the server serves every tablet of t and
+// METADATA records it there (master.ServingWaiter), so that a table is
+// ready for reads and writes, through any client, once CreateTable (or a
+// restore) returns.
 func (h *devTableHost) WaitServing(ctx context.Context, t meta.Table) error {
 	h.d.master.loop.Poke()
-	return h.d.waitServed(ctx, t.ID)
+	if err := h.d.waitServed(ctx, t.ID); err != nil {
+		return err
+	}
+	return h.cluster.WaitServing(ctx, t)
 }
 
 var _ master.ServingWaiter = (*devTableHost)(nil)

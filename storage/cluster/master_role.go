@@ -278,7 +278,7 @@ func newMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	m.tableHost = &clusterTableHost{kv: cfg.Coord, catalog: catalog, md: m.md, servers: servers}
+	m.tableHost = &clusterTableHost{kv: cfg.Coord, catalog: catalog, md: m.md, servers: servers, poke: m.loop.Poke}
 	adminOpts := master.Options{
 		Catalog: catalog,
 		Host:    m.tableHost,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -26,9 +27,91 @@ type clusterTableHost struct {
 	catalog meta.Catalog
 	md      *metadataStore
 	servers *serverClient
+	// poke asks the assignment loop for a round now (master.Loop.Poke);
+	// nil: the tablets wait for the next tick.
+	poke func()
 }
 
-var _ master.TableHost = (*clusterTableHost)(nil)
+var (
+	_ master.TableHost     = (*clusterTableHost)(nil)
+	_ master.ServingWaiter = (*clusterTableHost)(nil)
+)
+
+// Pacing of clusterTableHost.WaitServing: METADATA is read again after a
+// pause doubling from servingPollFirst to servingPollMax, and the
+// assignment loop is poked every servingPokeEvery (a round already under
+// way may have read METADATA before the table's rows were written).
+const (
+	servingPollFirst = 2 * time.Millisecond
+	servingPollMax   = 50 * time.Millisecond
+	servingPokeEvery = 500 * time.Millisecond
+)
+
+// WaitServing returns once METADATA names a server for every tablet of t
+// (master.ServingWaiter): the master records a tablet's location only after
+// its server has loaded it (master's term.load), so every row of the table
+// is then served and every client's lookup finds its server. It asks the
+// assignment loop for a round at once, so that a new table waits for its
+// loads, not for the loop's tick. It returns ctx's error, with how many
+// tablets were still unserved, when ctx ends first.
+func (a *clusterTableHost) WaitServing(ctx context.Context, t meta.Table) error {
+	pause := servingPollFirst
+	var lastPoke time.Time
+	for {
+		if a.poke != nil && time.Since(lastPoke) >= servingPokeEvery {
+			a.poke()
+			lastPoke = time.Now()
+		}
+		rows, err := a.md.tableRows(ctx, t.ID)
+		if err == nil && locationsServed(rows) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("%w (reading METADATA: %v)", ctx.Err(), err)
+			}
+			return fmt.Errorf("%w: %s", ctx.Err(), describeUnserved(rows))
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, servingPollMax)
+	}
+}
+
+// locationsServed reports whether rows, a table's METADATA rows in key
+// order, cover all its rows and each names a server.
+func locationsServed(rows []meta.Location) bool {
+	if !locationsCover(rows) {
+		return false
+	}
+	for _, l := range rows {
+		if l.Server == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// describeUnserved says which of rows name no server, for an error.
+func describeUnserved(rows []meta.Location) string {
+	if !locationsCover(rows) {
+		return fmt.Sprintf("its %d METADATA rows do not cover the table", len(rows))
+	}
+	n, first := 0, -1
+	for i, l := range rows {
+		if l.Server == "" {
+			if first < 0 {
+				first = i
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		return "every tablet is served"
+	}
+	l := rows[first]
+	return fmt.Sprintf("%d of %d tablets not yet loaded by a tablet server (the first: %s [%q, %q))", n, len(rows), l.TabletID, l.Start, l.End)
+}
 
 func (a *clusterTableHost) OpenTable(ctx context.Context, t meta.Table) error {
 	rows, err := a.md.tableRows(ctx, t.ID)

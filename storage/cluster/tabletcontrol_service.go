@@ -56,6 +56,9 @@ func (c *tabletControlService) LoadTablet(ctx context.Context, req *clusterpb.Lo
 		}
 	}
 	ref := meta.TabletRef{ID: req.GetTabletId(), Start: req.GetStartKey(), End: req.GetEndKey()}
+	if in := c.s.cfg.inProc; in != nil && in.beforeLoad != nil && t.ID != meta.MetadataTable {
+		in.beforeLoad(t.ID, ref.ID)
+	}
 	err = c.s.host.LoadTablet(ctx, t, ref, recover)
 	if errors.Is(err, commitlog.ErrNotSorted) {
 		// The sorted copy does not cover the log (a segment missing, or
@@ -70,6 +73,9 @@ func (c *tabletControlService) LoadTablet(ctx context.Context, req *clusterpb.Lo
 		return nil, status.Errorf(codes.Internal, "loading tablet %s: %v", ref.ID, err)
 	}
 	c.s.log.Info("tablet loaded", "tablet", ref.ID, "table", t.ID.String(), "recovered_from", req.GetRecoverFrom(), "sorted_log", recover.Sorted.Store != nil)
+	if in := c.s.cfg.inProc; in != nil && in.afterLoad != nil && t.ID != meta.MetadataTable {
+		in.afterLoad(t.ID, ref.ID)
+	}
 	if err := c.catchUpSchema(ctx, t); err != nil {
 		return nil, err
 	}

@@ -37,6 +37,9 @@ import (
 const (
 	DefaultMaxInitialSplits = 1000
 	DefaultMaxFamilies      = 1000
+	// DefaultServeTimeout bounds how long CreateTable waits for a new
+	// table's tablets to be served (Options.ServeTimeout).
+	DefaultServeTimeout = time.Minute
 	// MaxFamilyNameBytes is Cloud Bigtable's limit on family names (and
 	// Tabula's on locality group names).
 	MaxFamilyNameBytes = 64
@@ -98,6 +101,10 @@ type Options struct {
 	// its backup's source directory. Nil: the states of the catalog's
 	// tablets and their split descendants.
 	LiveFiles func(ctx context.Context) ([]assign.TabletFiles, error)
+	// ServeTimeout bounds how long CreateTable waits, with a Host that is
+	// a ServingWaiter, for every tablet of the new table to be served;
+	// default DefaultServeTimeout. (The caller's deadline bounds it too.)
+	ServeTimeout time.Duration
 	// Now is the clock of catalog timestamps; default time.Now.
 	Now func() time.Time
 	// Logger receives events (tables created and deleted, files
@@ -135,6 +142,9 @@ func NewAdminService(opts Options) (*AdminService, error) {
 	}
 	if opts.NewTabletID == nil {
 		opts.NewTabletID = newTabletID
+	}
+	if opts.ServeTimeout <= 0 {
+		opts.ServeTimeout = DefaultServeTimeout
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -358,6 +368,15 @@ func tableProto(name string, t meta.Table, view adminpb.Table_View) *adminpb.Tab
 // catalog and opens its tablets. Fields of features Tabula lacks (change
 // streams, automated backups, row key schemas, tiered storage, typed
 // families) are UNIMPLEMENTED rather than ignored.
+//
+// It returns once every tablet of the table is served — with a Host that
+// is a ServingWaiter (a cluster's master assigns the tablets after
+// OpenTable), once it says so — so that reads and writes of any row
+// succeed as soon as CreateTable has: a client writing at once met tablets
+// still loading. If they are not served within Options.ServeTimeout (or
+// the caller's deadline), the creation is undone and the answer is
+// UNAVAILABLE naming the table: it then does not exist, and may be created
+// again.
 func (s *AdminService) CreateTable(ctx context.Context, req *adminpb.CreateTableRequest) (*adminpb.Table, error) {
 	project, instance, err := s.parseParent("parent", req.GetParent())
 	if err != nil {
@@ -383,16 +402,24 @@ func (s *AdminService) CreateTable(ctx context.Context, req *adminpb.CreateTable
 		}
 		return nil, toStatus(err)
 	}
-	if err := s.opts.Host.OpenTable(ctx, t); err != nil {
-		// Undo, so that the table either exists and is served or does not
-		// exist; the client may have gone, the undo must still run.
+	// Undo, so that the table either exists and is served or does not
+	// exist; the client may have gone, the undo must still run.
+	undo := func() {
 		undo := context.WithoutCancel(ctx)
 		_ = s.opts.Host.DropTable(undo, t)
 		if derr := s.opts.Catalog.Delete(undo, n.id); derr != nil {
 			s.opts.Logger.Error("undoing a table creation", "table", n.id, "err", derr)
 		}
 		_ = s.collectDir(undo, t.Dir()+"/")
+	}
+	if err := s.opts.Host.OpenTable(ctx, t); err != nil {
+		undo()
 		return nil, toStatus(fmt.Errorf("opening the tablets of %s: %w", n, err))
+	}
+	if err := s.waitServing(ctx, t); err != nil {
+		undo()
+		s.opts.Logger.Warn("table creation undone: its tablets were not served in time", "table", n.id, "tablets", len(t.Tablets), "err", err)
+		return nil, status.Errorf(codes.Unavailable, "creating table %q: its %d tablets were not all served within %v (%v); the table was not created, create it again", n.String(), len(t.Tablets), s.opts.ServeTimeout, err)
 	}
 	// An entry left without tablets for longer than
 	// cluster.CreationInProgressFor is taken for a deletion a crash cut
@@ -404,6 +431,18 @@ func (s *AdminService) CreateTable(ctx context.Context, req *adminpb.CreateTable
 	}
 	s.opts.Logger.Info("table created", "table", n.id, "families", len(t.Families), "tablets", len(t.Tablets))
 	return tableProto(n.String(), t, adminpb.Table_SCHEMA_VIEW), nil
+}
+
+// waitServing waits, with a Host that is a ServingWaiter, until every
+// tablet of t is served, for at most Options.ServeTimeout.
+func (s *AdminService) waitServing(ctx context.Context, t meta.Table) error {
+	w, ok := s.opts.Host.(ServingWaiter)
+	if !ok {
+		return nil // OpenTable served the table itself
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ServeTimeout)
+	defer cancel()
+	return w.WaitServing(ctx, t)
 }
 
 // newTable checks a CreateTableRequest whole and returns the catalog entry.

@@ -593,10 +593,10 @@ func (s *AdminService) completeCreation(ctx context.Context, n tableName, t meta
 }
 
 // ServingWaiter is a TableHost that serves a new table's tablets only
-// some time after OpenTable (a cluster's master assigns them):
-// createByReference waits for them once the table's entry is no longer
-// Restoring, so that a restored table is readable when its operation is
-// done.
+// some time after OpenTable (a cluster's master assigns them): CreateTable
+// waits for them before it returns, and createByReference once the
+// table's entry is no longer Restoring, so that a new or restored table is
+// readable and writable when its call or operation is done.
 type ServingWaiter interface {
 	// WaitServing returns once every tablet of t is served, or with ctx's
 	// error.
