@@ -584,10 +584,10 @@ func (s *AdminService) completeCreation(ctx context.Context, n tableName, t meta
 	if err != nil {
 		return t, fmt.Errorf("created %s, but clearing its restoring state failed (the master finishes it): %w", n, err)
 	}
-	if w, ok := s.opts.Host.(ServingWaiter); ok {
-		if err := w.WaitServing(ctx, t); err != nil {
-			return t, fmt.Errorf("created %s, but its tablets are not served yet: %w", n, err)
-		}
+	// Bounded (Options.ServeTimeout): a caller without a deadline (a cut
+	// short undelete being finished) must not wait for ever.
+	if err := s.waitServing(ctx, t); err != nil {
+		return t, fmt.Errorf("created %s, but its tablets are not served yet: %w", n, err)
 	}
 	return t, nil
 }
