@@ -112,7 +112,7 @@ func (c *Cache) get(fileID, offset uint64) *block {
 
 func (c *Cache) set(fileID, offset uint64, b *block) {
 	if c.rc != nil {
-		c.rc.Set(cacheKey(fileID, offset), &cachedBlock{fileID, offset, b}, int64(len(b.data))+blockOverhead)
+		c.rc.Set(cacheKey(fileID, offset), &cachedBlock{fileID, offset, b}, b.size()+blockOverhead)
 	}
 }
 

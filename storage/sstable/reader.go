@@ -297,7 +297,7 @@ func (r *Reader) loadMemBlocks() error {
 		if c != NoCompression {
 			continue
 		}
-		if r.memBlocks[i], err = parseBlock(stored); err != nil {
+		if r.memBlocks[i], err = parseDataBlock(stored); err != nil {
 			return corruptAt(r.name, e.Offset, err)
 		}
 	}
@@ -342,7 +342,7 @@ func (r *Reader) loadDataBlock(e IndexEntry) (*block, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := parseBlock(raw)
+	b, err := parseDataBlock(raw)
 	if err != nil {
 		return nil, corruptAt(r.name, e.Offset, err)
 	}
