@@ -101,11 +101,12 @@ func (c *Client) ApplyBulk(ctx context.Context, table string, rms []cell.RowMuta
 	// before the entry that would carry it over. (A row mutation over the
 	// limit alone goes by itself and is refused for itself.)
 	batches := fanout.NewBatcher(fanout.Limits{Entries: maxBatchEntries, Bytes: opts.BatchBytes, Count: maxBatchMutations}, send)
+	unlocated := &notServingStreak{}
 	for i := range rms {
 		loc, err := p.locate(ctx, id, name, rms[i].Row)
 		if err != nil {
 			// Let the single-mutation path retry the lookup.
-			errs[i] = p.applyOne(ctx, id, name, rms[i], nil)
+			errs[i] = p.applyOne(ctx, id, name, rms[i], nil, unlocated)
 			continue
 		}
 		dest := batchDest{server: loc.Server, start: string(loc.Start)}
@@ -136,10 +137,12 @@ type batchDest struct{ server, start string }
 
 // applyOne applies one mutation alone, with Apply's retries; earlier is
 // the failure of the batch attempt if it may have applied the mutation
-// (see dataPlane.do), or nil.
-func (p *dataPlane) applyOne(ctx context.Context, id meta.TableID, name string, rm cell.RowMutation, earlier error) error {
+// (see dataPlane.do), or nil; streak is shared by the mutations of one
+// batch (or of one ApplyBulk's lookups), so that a tablet that stays
+// unserved costs them the "not serving" retries once.
+func (p *dataPlane) applyOne(ctx context.Context, id meta.TableID, name string, rm cell.RowMutation, earlier error, streak *notServingStreak) error {
 	req := &bigtablepb.MutateRowRequest{TableName: name, RowKey: rm.Row, Mutations: MutationsToPB(rm.Mutations)}
-	return p.do(ctx, id, name, rm.Row, Idempotent(rm), &writeAttempts{earlier: earlier}, func(ctx context.Context, cc grpc.ClientConnInterface) error {
+	return p.do(ctx, id, name, rm.Row, Idempotent(rm), &writeAttempts{earlier: earlier, streak: streak}, func(ctx context.Context, cc grpc.ClientConnInterface) error {
 		_, err := bigtablepb.NewBigtableClient(cc).MutateRow(ctx, req)
 		return err
 	})
@@ -194,6 +197,7 @@ func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string,
 	// after an UNAVAILABLE: gRPC has finished the stream then.)
 	unsent := status.Code(callErr) == codes.Unavailable && (tc == nil || tc.unsent(callErr))
 	invalidated := false
+	streak := &notServingStreak{}
 	for j, i := range idx {
 		err := outcome[j]
 		certain := false // certainly not applied
@@ -218,7 +222,7 @@ func (p *dataPlane) sendBatch(ctx context.Context, id meta.TableID, name string,
 			if !certain && mayHaveApplied(err) {
 				earlier = err
 			}
-			err = p.applyOne(ctx, id, name, rms[i], earlier)
+			err = p.applyOne(ctx, id, name, rms[i], earlier, streak)
 		}
 		errs[i] = err
 	}

@@ -52,6 +52,43 @@ type notServingPolicy struct {
 	first, max time.Duration
 }
 
+// total is the time the retries wait in all before giving up.
+func (p notServingPolicy) total() time.Duration {
+	var t time.Duration
+	for n := 1; n <= p.limit; n++ {
+		t += p.wait(n)
+	}
+	return t
+}
+
+// notServingStreak is shared by the writes of one ApplyBulk that go one by
+// one after their batch failed: it bounds the time they spend, together,
+// retrying "not serving" since the last write that succeeded to
+// notServingRetries.total(), so that a tablet that stays unserved costs
+// the bulk that time once, not once per entry. Safe for concurrent use.
+type notServingStreak struct {
+	mu    sync.Mutex
+	since time.Time // zero: no "not serving" since the last success
+}
+
+// allow reports whether one more "not serving" retry fits in the streak.
+func (s *notServingStreak) allow(budget time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if s.since.IsZero() {
+		s.since = now
+	}
+	return now.Sub(s.since) <= budget
+}
+
+// succeeded ends the streak.
+func (s *notServingStreak) succeeded() {
+	s.mu.Lock()
+	s.since = time.Time{}
+	s.mu.Unlock()
+}
+
 // wait returns how long to wait before retry n (1, 2, ...).
 func (p notServingPolicy) wait(n int) time.Duration {
 	if n <= 1 {
@@ -227,6 +264,9 @@ type retrier struct {
 	notServing  int
 	unavailable int
 	backoff     time.Duration
+	// streak, when set, bounds the "not serving" retries of several
+	// operations together (ApplyBulk's entries).
+	streak *notServingStreak
 }
 
 // retry decides whether err, an answer of the server at loc (zero loc:
@@ -256,7 +296,7 @@ func (r *retrier) retry(ctx context.Context, p *dataPlane, loc meta.Location, er
 	}
 	if _, ok := tabletpb.NotServingDetail(err); ok {
 		pol := notServingRetries
-		if r.notServing >= pol.limit {
+		if r.notServing >= pol.limit || r.streak != nil && !r.streak.allow(pol.total()) {
 			return err
 		}
 		r.notServing++
@@ -349,6 +389,9 @@ func (t *trackedConn) unsent(err error) bool {
 func (p *dataPlane) do(ctx context.Context, id meta.TableID, name string, row []byte, idempotent bool, w *writeAttempts,
 	fn func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
 	r := retrier{idempotent: idempotent}
+	if w != nil {
+		r.streak = w.streak
+	}
 	for {
 		unsent := true // nothing was sent
 		loc, err := p.locate(ctx, id, name, row)
@@ -357,6 +400,9 @@ func (p *dataPlane) do(ctx context.Context, id meta.TableID, name string, row []
 			if cc, err = p.conn(loc.Server); err == nil {
 				tc := &trackedConn{ClientConnInterface: cc}
 				if err = fn(ctx, tc); err == nil {
+					if r.streak != nil {
+						r.streak.succeeded()
+					}
 					return nil
 				}
 				unsent = tc.unsent(err)
@@ -383,6 +429,9 @@ type writeAttempts struct {
 	// earlier is the first failure of an attempt that may have applied
 	// the write; nil if none did.
 	earlier error
+	// streak, when set, is shared with other writes (see
+	// notServingStreak); nil: the write's own retries bound it.
+	streak *notServingStreak
 }
 
 // mayHaveApplied reports whether err, the failure of a write's attempt

@@ -1010,3 +1010,43 @@ func giveUpSoon(t *testing.T) {
 	notServingRetries = notServingPolicy{limit: 4, first: time.Millisecond, max: time.Millisecond}
 	t.Cleanup(func() { notServingRetries = saved })
 }
+
+// TestApplyBulkUnservedTabletCostsOneStreak: when a tablet stays unserved,
+// the entries of an ApplyBulk bound for it share one span of "not
+// serving" retries — the first entry retries, the others then fail after
+// one attempt each — instead of each waiting out the retries alone (a
+// bulk of thousands of rows would take hours); entries of other tablets
+// are applied.
+func TestApplyBulkUnservedTabletCostsOneStreak(t *testing.T) {
+	saved := notServingRetries
+	notServingRetries = notServingPolicy{limit: 16, first: time.Millisecond, max: 20 * time.Millisecond}
+	t.Cleanup(func() { notServingRetries = saved })
+	tc := startCluster(t)
+	refusing := tc.servers[wantServer("g")]
+	refusing.refusal.refuse("f", "k") // tablet d-3, for good
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const unserved = 200
+	var rms []cell.RowMutation
+	for i := range unserved {
+		rms = append(rms, cell.RowMutation{Row: []byte(fmt.Sprintf("g%03d", i)), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("v"))}})
+	}
+	rms = append(rms, cell.RowMutation{Row: []byte("a1"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("v"))}})
+	errs, err := tc.dial().ApplyBulk(ctx, "d", rms, BulkOptions{})
+	if err == nil {
+		t.Fatal("ApplyBulk to a tablet that is never served succeeded")
+	}
+	for i, e := range errs[:unserved] {
+		if _, ns := tabletpb.NotServingDetail(e); !ns {
+			t.Fatalf("entry %d: %v, want its not-serving answer", i, e)
+		}
+	}
+	if errs[unserved] != nil {
+		t.Fatalf("the entry of a served tablet: %v", errs[unserved])
+	}
+	// One batch, the first entry's retries, then one attempt per entry.
+	limit := int64(1 + notServingRetries.limit + 1 + unserved)
+	if hits := refusing.refusal.hits.Load(); hits > limit {
+		t.Fatalf("the unserved tablet was asked %d times for %d entries, want at most %d", hits, unserved, limit)
+	}
+}
