@@ -84,6 +84,13 @@ type Options struct {
 	// allocates per tablet, not per response, sparing the collector a
 	// scan's size in garbage. Off by default: rows stay valid for good.
 	ReuseScanBuffers bool
+	// FailFastNotServing makes "not serving" answers retried a few times
+	// at once, without waiting, and then returned: for a cluster's own
+	// processes reading and writing METADATA, whose tablets only the
+	// master's next round may serve again (waiting would hold up the
+	// round that must get on to it). Off by default: they are retried
+	// with backoff for about 9 s (a tablet loading, moving or splitting).
+	FailFastNotServing bool
 }
 
 // TokenEnv is the environment variable Dial reads Options.Token from.

@@ -46,6 +46,10 @@ const (
 // up need not wait that long.
 var notServingRetries = notServingPolicy{limit: 16, first: backoffFirst, max: backoffMax}
 
+// failFastNotServing is the policy of Options.FailFastNotServing: four
+// refreshes without a pause.
+var failFastNotServing = notServingPolicy{limit: 4}
+
 // notServingPolicy bounds and paces the retries after "not serving".
 type notServingPolicy struct {
 	limit      int
@@ -296,6 +300,9 @@ func (r *retrier) retry(ctx context.Context, p *dataPlane, loc meta.Location, er
 	}
 	if _, ok := tabletpb.NotServingDetail(err); ok {
 		pol := notServingRetries
+		if p.c.opts.FailFastNotServing {
+			pol = failFastNotServing
+		}
 		if r.notServing >= pol.limit || r.streak != nil && !r.streak.allow(pol.total()) {
 			return err
 		}

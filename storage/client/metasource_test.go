@@ -1050,3 +1050,26 @@ func TestApplyBulkUnservedTabletCostsOneStreak(t *testing.T) {
 		t.Fatalf("the unserved tablet was asked %d times for %d entries, want at most %d", hits, unserved, limit)
 	}
 }
+
+// TestFailFastNotServing: with Options.FailFastNotServing (the cluster's
+// own processes reading METADATA) "not serving" is retried a few times at
+// once and returned, without waiting for the tablet.
+func TestFailFastNotServing(t *testing.T) {
+	tc := startCluster(t)
+	srv := tc.servers[wantServer("g")]
+	srv.refusal.refuse("f", "k")
+	c, err := Dial(tc.servers[0].addr, Options{FailFastNotServing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = c.Apply(ctx, "d", cell.RowMutation{Row: []byte("g1"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("v"))}})
+	if _, ns := tabletpb.NotServingDetail(err); !ns {
+		t.Fatalf("Apply to a tablet that refuses: %v, want its not-serving answer", err)
+	}
+	if hits := srv.refusal.hits.Load(); hits != int64(failFastNotServing.limit+1) {
+		t.Fatalf("the tablet was asked %d times, want %d (the attempt and %d quick retries)", hits, failFastNotServing.limit+1, failFastNotServing.limit)
+	}
+}

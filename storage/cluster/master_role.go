@@ -239,7 +239,11 @@ func newMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 		}
 	}
 	m.log = cfg.Logger.With("master", m.addr)
-	m.cl = client.New(m.self, client.Options{TLS: cfg.TLS.Client, Token: cfg.Auth.serverToken(), Metadata: coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(m.self, m.conns.get)}})
+	// FailFastNotServing: a METADATA tablet that answers "not serving"
+	// waits for this master's next round; a round's reads and writes of
+	// METADATA must not wait for it.
+	m.cl = client.New(m.self, client.Options{TLS: cfg.TLS.Client, Token: cfg.Auth.serverToken(), Metadata: coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(m.self, m.conns.get)},
+		FailFastNotServing: true})
 	m.md = newMetadataStore(cfg.Coord, m.cl)
 	m.md.log = m.log
 	m.md.states = m.states // to finish splits a crash cut short

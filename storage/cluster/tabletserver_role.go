@@ -240,7 +240,10 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	}
 	s.src = coordSource{kv: cfg.Coord, inner: client.NewMetadataSource(s.self, s.conns.get)}
 	s.cache = client.NewLocationCache(client.LocationCacheOptions{})
-	s.cl = client.New(s.self, client.Options{Metadata: s.src, TLS: cfg.TLS.Client, Token: cfg.Auth.serverToken()})
+	// Split commits to METADATA fail fast on "not serving", as before
+	// (FailFastNotServing): the Host retries a failed commit with its own
+	// backoff (HostOptions.OnSplit), and serving never waits for it.
+	s.cl = client.New(s.self, client.Options{Metadata: s.src, TLS: cfg.TLS.Client, Token: cfg.Auth.serverToken(), FailFastNotServing: true})
 
 	if in == nil {
 		s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
