@@ -406,27 +406,6 @@ func (cfg ReadConfig) Scan(ctx context.Context, c *client.Client, r keyrange.Res
 	return err
 }
 
-// ScanAhead is Scan of each of ranges in turn (in key order, within
-// cfg's ranges), the rows received and decoded in a goroutine ahead of fn
-// (readAhead), so that reading them overlaps with what fn does; fn runs
-// here, in order. fn returning false stops the read with a nil error.
-func (cfg ReadConfig) ScanAhead(ctx context.Context, c *client.Client, ranges []keyrange.Restriction, fn func(cell.Row) bool) error {
-	sp, err := cfg.spec()
-	if err != nil {
-		return err
-	}
-	_, err = readAhead(ctx, func(ctx context.Context, fn func(cell.Row) bool) (bool, error) {
-		for _, r := range ranges {
-			ended, err := sp.scan(ctx, c, r, fn)
-			if !ended || err != nil {
-				return false, err
-			}
-		}
-		return true, nil
-	}, fn)
-	return err
-}
-
 // RestrictionSize is the restriction's estimated bytes (at least 1, so
 // that an unsampled restriction still counts as work).
 func (f *readFn) RestrictionSize(_ []byte, rest keyrange.Restriction) float64 {
