@@ -3,7 +3,6 @@ package sstable
 import (
 	"bytes"
 	"encoding/binary"
-	"slices"
 )
 
 // blockBuilder accumulates the entries of one data or index block in the
@@ -85,10 +84,9 @@ type block struct {
 	restartsOff int    // end of the entries, start of the restart offsets
 	numRestarts int
 
-	// The restart keys' search index (indexRestarts); nil: none, every
+	// The restart keys' search index (indexRestarts); empty: none, every
 	// probe of a search decodes a restart entry.
-	common  []byte   // the prefix all restart keys share
-	windows []uint64 // per restart point, its key's 8 bytes after common
+	restartWindows keyWindows
 }
 
 // parseBlock checks the restart array of raw block bytes. Entries are
@@ -118,7 +116,7 @@ func parseBlock(data []byte) (*block, error) {
 
 // size is the memory the block holds: its bytes and its search index.
 func (b *block) size() int64 {
-	return int64(len(b.data) + 8*len(b.windows) + len(b.common))
+	return int64(len(b.data)) + b.restartWindows.size()
 }
 
 // parseDataBlock is parseBlock for a data block, which seeks search: it
@@ -187,13 +185,11 @@ func (b *block) restartKey(i int) ([]byte, error) {
 	return unshared, nil
 }
 
-// indexRestarts builds the block's restart search index: the prefix every
-// restart key shares, and for each restart point the eight bytes of its
-// key that follow that prefix, as a big-endian number (zero-padded past
-// the key's end). A search then compares numbers in one small array
-// instead of decoding a restart entry per probe — each probe of a large
-// block was a cache miss of its own, and point reads spent a third of
-// their time in them. It checks every restart entry it decodes.
+// indexRestarts builds the block's restart search index (keyWindows), so
+// that a seek compares numbers in one small array instead of decoding a
+// restart entry per probe — each probe of a large block was a cache miss
+// of its own, and point reads spent a third of their time in them. It
+// checks every restart entry.
 func (b *block) indexRestarts() error {
 	if b.numRestarts == 0 {
 		return nil
@@ -206,56 +202,24 @@ func (b *block) indexRestarts() error {
 	if err != nil {
 		return err
 	}
-	// Restart keys increase, so what the first and last share, all share.
-	// Copied: a search compares with it first, and the block's first
-	// entry is one more cache line to miss.
-	common := slices.Clone(first[:sharedPrefixLen(first, last)])
-	windows := make([]uint64, b.numRestarts)
-	for i := range windows {
-		k, err := b.restartKey(i)
-		if err != nil {
+	for i := 1; i < b.numRestarts-1; i++ {
+		if _, err := b.restartKey(i); err != nil {
 			return err
 		}
-		windows[i] = window(k, len(common))
 	}
-	b.common, b.windows = common, windows
+	b.restartWindows = newKeyWindows(first, last, b.numRestarts, func(i int) []byte {
+		k, _ := b.restartKey(i) // every one checked above
+		return k
+	})
 	return nil
-}
-
-// window returns the eight bytes of k from offset off as a big-endian
-// number, zeros standing in for bytes past k's end. For keys a and b that
-// share their first off bytes, window(a) < window(b) implies a < b (and >
-// implies >); equal windows say nothing.
-func window(k []byte, off int) uint64 {
-	if len(k) >= off+8 {
-		return binary.BigEndian.Uint64(k[off:])
-	}
-	var w [8]byte
-	copy(w[:], k[off:])
-	return binary.BigEndian.Uint64(w[:])
 }
 
 // searchRestarts returns the number of restart points whose key is < target
 // (restart keys are increasing).
 func (b *block) searchRestarts(target []byte) (int, error) {
-	lo, hi := 0, b.numRestarts
-	if b.windows != nil {
-		n := min(len(target), len(b.common))
-		switch c := bytes.Compare(target[:n], b.common[:n]); {
-		case c < 0, c == 0 && n < len(b.common):
-			return 0, nil // below the shared prefix, or a prefix of it: before every key
-		case c > 0:
-			return b.numRestarts, nil
-		}
-		// The target shares the prefix: its window orders it against
-		// every restart key whose window differs from its own; only
-		// those with an equal window need their keys compared.
-		w := window(target, n)
-		lo, _ = slices.BinarySearch(b.windows, w)
-		hi = lo
-		for hi < len(b.windows) && b.windows[hi] == w {
-			hi++
-		}
+	lo, hi, done := b.restartWindows.narrow(target, b.numRestarts)
+	if done {
+		return lo, nil
 	}
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)

@@ -48,7 +48,7 @@ func TestRestartSearchIndex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if indexed.windows == nil || plain.windows != nil {
+		if indexed.restartWindows.windows == nil || plain.restartWindows.windows != nil {
 			t.Fatal("parseDataBlock built no index, or parseBlock built one")
 		}
 		for range 100 {

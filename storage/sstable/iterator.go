@@ -102,7 +102,10 @@ func (it *iterator) firstFrom(i int, sequential bool) bool {
 // len(index) when there is none.
 func (it *iterator) searchIndex(key []byte) int {
 	idx := it.r.index
-	lo, hi := 0, len(idx)
+	lo, hi, done := it.r.indexWindows.narrow(key, len(idx))
+	if done {
+		return lo
+	}
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		if bytes.Compare(idx[mid].LastKey, key) < 0 {

@@ -58,7 +58,11 @@ type Reader struct {
 	cache  *Cache
 	fileID uint64
 	index  []IndexEntry
-	props  Properties
+	// indexWindows is the search index of the index's last keys: a seek's
+	// binary search over the blocks reads one array of numbers instead of
+	// an entry and its key at every probe.
+	indexWindows keyWindows
+	props        Properties
 
 	rowFilter, colFilter *filter
 	// memBlocks holds the uncompressed data blocks of an InMemory file,
@@ -264,6 +268,9 @@ func (r *Reader) decodeIndex(raw []byte, dataEnd uint64) error {
 	}
 	for i, k := range keys {
 		r.index[i].LastKey = arena[k.start:k.end:k.end]
+	}
+	if n := len(r.index); n > 0 {
+		r.indexWindows = newKeyWindows(r.index[0].LastKey, r.index[n-1].LastKey, n, func(i int) []byte { return r.index[i].LastKey })
 	}
 	return nil
 }
