@@ -3,6 +3,7 @@ package sstable
 import (
 	"bytes"
 	"encoding/binary"
+	"sync/atomic"
 )
 
 // blockBuilder accumulates the entries of one data or index block in the
@@ -84,9 +85,11 @@ type block struct {
 	restartsOff int    // end of the entries, start of the restart offsets
 	numRestarts int
 
-	// The restart keys' search index (indexRestarts); empty: none, every
-	// probe of a search decodes a restart entry.
-	restartWindows keyWindows
+	// indexed: a data block, whose seeks search its restart keys through
+	// restartWindows, built by the first (indexRestarts). Other blocks'
+	// searches decode a restart entry per probe.
+	indexed        bool
+	restartWindows atomic.Pointer[keyWindows]
 }
 
 // parseBlock checks the restart array of raw block bytes. Entries are
@@ -115,20 +118,24 @@ func parseBlock(data []byte) (*block, error) {
 }
 
 // size is the memory the block holds: its bytes and its search index.
+// The restart search index is counted from the start, at about its size,
+// though a block only a scan reads never builds it.
 func (b *block) size() int64 {
-	return int64(len(b.data)) + b.restartWindows.size()
+	if !b.indexed {
+		return int64(len(b.data))
+	}
+	return int64(len(b.data)) + 8*int64(b.numRestarts) + 32
 }
 
-// parseDataBlock is parseBlock for a data block, which seeks search: it
-// also builds the restart search index (indexRestarts).
+// parseDataBlock is parseBlock for a data block, which seeks search through
+// a restart search index, built by the first seek (a scan walking the
+// block never needs it).
 func parseDataBlock(data []byte) (*block, error) {
 	b, err := parseBlock(data)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.indexRestarts(); err != nil {
-		return nil, err
-	}
+	b.indexed = true
 	return b, nil
 }
 
@@ -185,41 +192,53 @@ func (b *block) restartKey(i int) ([]byte, error) {
 	return unshared, nil
 }
 
-// indexRestarts builds the block's restart search index (keyWindows), so
-// that a seek compares numbers in one small array instead of decoding a
-// restart entry per probe — each probe of a large block was a cache miss
-// of its own, and point reads spent a third of their time in them. It
-// checks every restart entry.
-func (b *block) indexRestarts() error {
-	if b.numRestarts == 0 {
-		return nil
+// indexRestarts returns the block's restart search index (keyWindows),
+// building it on the first call, so that a seek compares numbers in one
+// small array instead of decoding a restart entry per probe — each probe
+// of a large block was a cache miss of its own, and point reads spent a
+// third of their time in them. Building it checks every restart entry.
+func (b *block) indexRestarts() (*keyWindows, error) {
+	if w := b.restartWindows.Load(); w != nil {
+		return w, nil
 	}
-	first, err := b.restartKey(0)
-	if err != nil {
-		return err
-	}
-	last, err := b.restartKey(b.numRestarts - 1)
-	if err != nil {
-		return err
-	}
-	for i := 1; i < b.numRestarts-1; i++ {
-		if _, err := b.restartKey(i); err != nil {
-			return err
+	w := &keyWindows{}
+	if b.numRestarts > 0 {
+		first, err := b.restartKey(0)
+		if err != nil {
+			return nil, err
 		}
+		last, err := b.restartKey(b.numRestarts - 1)
+		if err != nil {
+			return nil, err
+		}
+		for i := 1; i < b.numRestarts-1; i++ {
+			if _, err := b.restartKey(i); err != nil {
+				return nil, err
+			}
+		}
+		*w = newKeyWindows(first, last, b.numRestarts, func(i int) []byte {
+			k, _ := b.restartKey(i) // every one checked above
+			return k
+		})
 	}
-	b.restartWindows = newKeyWindows(first, last, b.numRestarts, func(i int) []byte {
-		k, _ := b.restartKey(i) // every one checked above
-		return k
-	})
-	return nil
+	// Concurrent first seeks may each build one; they are equal.
+	b.restartWindows.CompareAndSwap(nil, w)
+	return w, nil
 }
 
 // searchRestarts returns the number of restart points whose key is < target
 // (restart keys are increasing).
 func (b *block) searchRestarts(target []byte) (int, error) {
-	lo, hi, done := b.restartWindows.narrow(target, b.numRestarts)
-	if done {
-		return lo, nil
+	lo, hi := 0, b.numRestarts
+	if b.indexed {
+		w, err := b.indexRestarts()
+		if err != nil {
+			return 0, err
+		}
+		var done bool
+		if lo, hi, done = w.narrow(target, b.numRestarts); done {
+			return lo, nil
+		}
 	}
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)

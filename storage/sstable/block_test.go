@@ -48,8 +48,8 @@ func TestRestartSearchIndex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if indexed.restartWindows.windows == nil || plain.restartWindows.windows != nil {
-			t.Fatal("parseDataBlock built no index, or parseBlock built one")
+		if !indexed.indexed || plain.indexed {
+			t.Fatal("parseDataBlock's block searches without the index, or parseBlock's with one")
 		}
 		for range 100 {
 			target := randomKey(prefix)

@@ -36,9 +36,6 @@ func newKeyWindows(first, last []byte, n int, key func(i int) []byte) keyWindows
 	return keyWindows{common: common, windows: windows}
 }
 
-// size is the memory the index holds.
-func (w keyWindows) size() int64 { return int64(8*len(w.windows) + len(w.common)) }
-
 // window returns the eight bytes of k from offset off as a big-endian
 // number, zeros standing in for bytes past k's end. For keys a and b that
 // share their first off bytes, window(a) < window(b) implies a < b (and >
