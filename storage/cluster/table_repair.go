@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/master/assign"
@@ -136,17 +138,32 @@ func repairTables(ctx context.Context, catalog meta.Catalog, md *metadataStore, 
 	return repaired, nil
 }
 
+// repairWriters bounds the METADATA rows applyRepair writes at once: each
+// is a durable write (a commit-log flush), so one at a time made a table
+// of 1000 tablets take seconds to create.
+const repairWriters = 16
+
 // applyRepair writes p's rows, each only if its row key describes no
-// tablet yet, then clears the table's Restoring flag if p says so.
+// tablet yet (repairWriters at a time: the rows are independent, and any
+// subset of them is a state the repair completes), then clears the
+// table's Restoring flag if p says so.
 func applyRepair(ctx context.Context, catalog meta.Catalog, md *metadataStore, p repairPlan) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(repairWriters)
 	for _, st := range p.Rows {
 		rm, err := meta.StateMutation(p.Table.ID, st, cell.ServerTimestamp)
 		if err != nil {
 			return err
 		}
-		if err := writeRowIfAbsent(ctx, md.cl, rm); err != nil {
-			return fmt.Errorf("writing the METADATA row of tablet %s: %w", st.ID, err)
-		}
+		g.Go(func() error {
+			if err := writeRowIfAbsent(gctx, md.cl, rm); err != nil {
+				return fmt.Errorf("writing the METADATA row of tablet %s: %w", st.ID, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	if p.Finish {
 		if _, err := master.FinishRestoring(ctx, catalog, p.Table.ID); err != nil && !errors.Is(err, meta.ErrTableNotFound) {
