@@ -44,7 +44,7 @@ var dependencyRules = []dependencyRule{{
 	// The client, the METADATA codec and the shared value types link
 	// neither the engine nor the object stores, the lock service or the
 	// filter engine, nor the libraries only those need: the S3 client,
-	// the compression codecs, the bloom filter, the Consul client.
+	// the compression codecs, the bloom filters, the Consul client.
 	name:     "client",
 	patterns: []string{"./storage/client", "./storage/meta", "./storage/tabletdesc"},
 	packages: append([]string{
@@ -56,6 +56,7 @@ var dependencyRules = []dependencyRule{{
 		"github.com/minio/minio-go",
 		"github.com/klauspost/compress",
 		"github.com/bits-and-blooms/bloom",
+		"github.com/greatroar/blobloom",
 		"github.com/hashicorp/consul",
 	},
 }, {

@@ -2,8 +2,13 @@ package sstable
 
 import (
 	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/bits-and-blooms/bloom/v3"
 
 	"github.com/tabuladb/tabula/storage/cell"
 )
@@ -132,24 +137,90 @@ func TestFamilyPrefixOfColumnPrefix(t *testing.T) {
 func TestDecodeFilterRejectsBadSizes(t *testing.T) {
 	f := filterBuilder{}
 	f.add([]byte("k"))
-	good := f.build(10)
-	if _, err := decodeFilter(good); err != nil {
-		t.Fatal(err)
-	}
-	for name, mutate := range map[string]func(b []byte){
-		"huge m":    func(b []byte) { b[0] = 0x7f },
-		"zero k":    func(b []byte) { copy(b[8:16], make([]byte, 8)) },
-		"huge k":    func(b []byte) { b[8] = 1 },
-		"bits != m": func(b []byte) { b[23]++ },
+	for format, tc := range map[string]struct {
+		good    []byte
+		mutants map[string]func(b []byte)
+	}{
+		"blocked": {f.build(10), map[string]func(b []byte){
+			"bad magic":        func(b []byte) { b[0] = 'B' },
+			"version 1":        func(b []byte) { b[8] = 1 },
+			"huge block count": func(b []byte) { b[15] = 0x7f },
+			"zero k":           func(b []byte) { copy(b[16:20], make([]byte, 4)) },
+			"huge k":           func(b []byte) { b[17] = 1 },
+			"another hash":     func(b []byte) { b[20] = 'X' },
+		}},
+		"classic": {buildClassicFilter(f.hashes, 10), map[string]func(b []byte){
+			"huge m":    func(b []byte) { b[0] = 0x7f },
+			"zero k":    func(b []byte) { copy(b[8:16], make([]byte, 8)) },
+			"huge k":    func(b []byte) { b[8] = 1 },
+			"bits != m": func(b []byte) { b[23]++ },
+		}},
 	} {
-		b := bytes.Clone(good)
-		mutate(b)
-		if _, err := decodeFilter(b); err == nil {
-			t.Errorf("%s: accepted", name)
+		if _, err := decodeFilter(tc.good); err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+		for name, mutate := range tc.mutants {
+			b := bytes.Clone(tc.good)
+			mutate(b)
+			if _, err := decodeFilter(b); err == nil {
+				t.Errorf("%s, %s: accepted", format, name)
+			}
+		}
+		if _, err := decodeFilter(tc.good[:len(tc.good)-8]); err == nil {
+			t.Errorf("%s: short filter accepted", format)
 		}
 	}
-	if _, err := decodeFilter(good[:len(good)-8]); err == nil {
-		t.Error("short filter accepted")
+}
+
+// buildClassicFilter builds a filter as files written before blocked
+// filters hold it (bits-and-blooms' format, k = ln 2 · bits per key).
+func buildClassicFilter(hashes []uint64, bitsPerKey int) []byte {
+	m := max(64, uint(len(hashes))*uint(bitsPerKey))
+	k := uint(min(30, max(1, math.Round(float64(bitsPerKey)*math.Ln2))))
+	bf := bloom.New(m, k)
+	var b [8]byte
+	for _, h := range hashes {
+		binary.LittleEndian.PutUint64(b[:], h)
+		bf.Add(b[:])
+	}
+	data, err := bf.MarshalBinary()
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+// TestClassicFiltersStillAnswer: files written before blocked filters keep
+// working — every key added is found, and most absent ones are not.
+func TestClassicFiltersStillAnswer(t *testing.T) {
+	var fb filterBuilder
+	for i := range 5000 {
+		fb.add(fmt.Appendf(nil, "row%05d", i))
+	}
+	for format, data := range map[string][]byte{"blocked": fb.build(10), "classic": buildClassicFilter(fb.hashes, 10)} {
+		f, err := decodeFilter(data)
+		if err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+		if (f.blocked != nil) != (format == "blocked") {
+			t.Fatalf("%s: decoded as the other format", format)
+		}
+		for i := range 5000 {
+			if k := fmt.Appendf(nil, "row%05d", i); !f.mayContain(k) {
+				t.Fatalf("%s: %s added, not found", format, k)
+			}
+		}
+		fp := 0
+		for i := range 5000 {
+			if f.mayContain(fmt.Appendf(nil, "absent%05d", i)) {
+				fp++
+			}
+		}
+		// Ten bits a key: about 1% (classic) and 1.2% (blocked); allow 3%.
+		if fp > 150 {
+			t.Errorf("%s: %d false positives in 5000", format, fp)
+		}
+		t.Logf("%s: %d bytes, %d false positives in 5000", format, len(data), fp)
 	}
 }
 
@@ -174,5 +245,45 @@ func TestMayContainRowOutsideTheKeyRange(t *testing.T) {
 		if got := r.MayContainRowPrefix(cell.RowPrefix([]byte(row))); got != want {
 			t.Errorf("MayContainRowPrefix(RowPrefix(%q)) = %v, want %v", row, got, want)
 		}
+	}
+}
+
+// BenchmarkFilters builds and probes the filter of a file of a million
+// rows (1.25 MB at ten bits a key, past the L2 cache) in both formats.
+func BenchmarkFilters(b *testing.B) {
+	const n = 1_000_000
+	var fb filterBuilder
+	for i := range n {
+		fb.add(fmt.Appendf(nil, "row%010d", i))
+	}
+	for _, format := range []string{"blocked", "classic"} {
+		build := func() []byte {
+			if format == "blocked" {
+				return fb.build(10)
+			}
+			return buildClassicFilter(fb.hashes, 10)
+		}
+		b.Run(format+"/build", func(b *testing.B) {
+			for b.Loop() {
+				build()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/key")
+		})
+		f, err := decodeFilter(build())
+		if err != nil {
+			b.Fatal(err)
+		}
+		keys := make([][]byte, 1<<16)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := range keys {
+			keys[i] = fmt.Appendf(nil, "row%010d", rng.IntN(2*n)) // half present
+		}
+		b.Run(format+"/probe", func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				f.mayContain(keys[i&(len(keys)-1)])
+				i++
+			}
+		})
 	}
 }
