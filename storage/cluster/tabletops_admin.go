@@ -36,7 +36,7 @@ type servedTablet struct {
 
 // tableTablets returns the tablets of table (projects/P/instances/I/tables/T)
 // in row order, as the active master last saw them.
-func (o *masterTabletOps) tableTablets(name string) (meta.TableID, []servedTablet, error) {
+func (o *masterTabletOps) tableTablets(ctx context.Context, name string) (meta.TableID, []servedTablet, error) {
 	id, err := meta.ParseTableName(name)
 	if err != nil {
 		return meta.TableID{}, nil, status.Errorf(codes.InvalidArgument, "table: %v", err)
@@ -47,7 +47,16 @@ func (o *masterTabletOps) tableTablets(name string) (meta.TableID, []servedTable
 	if !o.m.Leading() {
 		return meta.TableID{}, nil, status.Error(codes.Unavailable, "this master is a standby: ask the active master (the master key's value in the lock service, or any tablet server, which forwards)")
 	}
-	st := o.m.loop.Observed()
+	out := tabletsOf(o.m.loop.Observed(), id)
+	if len(out) == 0 {
+		return id, nil, noTabletsError(ctx, o.m.catalog(), id)
+	}
+	return id, out, nil
+}
+
+// tabletsOf returns the tablets of table id in st, in row order, each
+// with the live server that reports serving it ("" if none).
+func tabletsOf(st assign.State, id meta.TableID) []servedTablet {
 	holders := make(map[assign.TabletID]assign.ServerID)
 	reports := make(map[assign.TabletID]assign.Served)
 	for _, s := range st.Live {
@@ -62,11 +71,26 @@ func (o *masterTabletOps) tableTablets(name string) (meta.TableID, []servedTable
 			out = append(out, servedTablet{Tablet: tb, server: holders[tb.ID], served: reports[tb.ID]})
 		}
 	}
-	if len(out) == 0 {
-		return meta.TableID{}, nil, status.Errorf(codes.NotFound, "table %s: no tablets in METADATA (no such table, or the master has not read it yet)", name)
-	}
 	slices.SortFunc(out, func(a, b servedTablet) int { return bytes.Compare([]byte(a.Start), []byte(b.Start)) })
-	return id, out, nil
+	return out
+}
+
+// noTabletsError is the answer for a table of which the master's last
+// view holds no tablet: NOT_FOUND only when the catalog has no such table.
+// A table the catalog lists is UNAVAILABLE — a master that took over
+// moments ago has not read METADATA yet, and a round that could not read
+// part of METADATA (its tablets moving after a restart) misses those
+// tables: telling a client that an existing table is gone would be a
+// wrong answer, where "retry" is only a late one.
+func noTabletsError(ctx context.Context, catalog meta.Catalog, id meta.TableID) error {
+	_, err := catalog.Get(ctx, id)
+	switch {
+	case errors.Is(err, meta.ErrTableNotFound):
+		return status.Errorf(codes.NotFound, "table %s not found", id)
+	case err != nil:
+		return status.Errorf(codes.Unavailable, "table %s: no tablets in the master's view, and the catalog could not be read to tell whether it exists (%v): retry", id, err)
+	}
+	return status.Errorf(codes.Unavailable, "table %s: its tablets are not in the active master's view yet (it took over moments ago, or METADATA is being read): retry", id)
 }
 
 // holding returns the index of the tablet of tabs holding row.
@@ -82,8 +106,8 @@ func tabletInfoPB(t servedTablet) *adminextpb.TabletInfo {
 }
 
 // heldTablet finds the tablet holding row and checks it is served.
-func (o *masterTabletOps) heldTablet(table string, row []byte) (meta.TableID, []servedTablet, int, error) {
-	id, tabs, err := o.tableTablets(table)
+func (o *masterTabletOps) heldTablet(ctx context.Context, table string, row []byte) (meta.TableID, []servedTablet, int, error) {
+	id, tabs, err := o.tableTablets(ctx, table)
 	if err != nil {
 		return id, nil, 0, err
 	}
@@ -98,7 +122,7 @@ func (o *masterTabletOps) heldTablet(table string, row []byte) (meta.TableID, []
 }
 
 func (o *masterTabletOps) SplitTablet(ctx context.Context, req *adminextpb.SplitTabletRequest) (*adminextpb.SplitTabletResponse, error) {
-	id, tabs, i, err := o.heldTablet(req.GetTable(), req.GetRowKey())
+	id, tabs, i, err := o.heldTablet(ctx, req.GetTable(), req.GetRowKey())
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +146,7 @@ func (o *masterTabletOps) SplitTablet(ctx context.Context, req *adminextpb.Split
 }
 
 func (o *masterTabletOps) MergeTablets(ctx context.Context, req *adminextpb.MergeTabletsRequest) (*adminextpb.MergeTabletsResponse, error) {
-	_, tabs, i, err := o.heldTablet(req.GetTable(), req.GetRowKey())
+	_, tabs, i, err := o.heldTablet(ctx, req.GetTable(), req.GetRowKey())
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +172,7 @@ func (o *masterTabletOps) MergeTablets(ctx context.Context, req *adminextpb.Merg
 }
 
 func (o *masterTabletOps) CompactTablet(ctx context.Context, req *adminextpb.CompactTabletRequest) (*adminextpb.CompactTabletResponse, error) {
-	id, tabs, i, err := o.heldTablet(req.GetTable(), req.GetRowKey())
+	id, tabs, i, err := o.heldTablet(ctx, req.GetTable(), req.GetRowKey())
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +188,7 @@ func (o *masterTabletOps) CompactTablet(ctx context.Context, req *adminextpb.Com
 }
 
 func (o *masterTabletOps) ListTablets(ctx context.Context, req *adminextpb.ListTabletsRequest) (*adminextpb.ListTabletsResponse, error) {
-	_, tabs, err := o.tableTablets(req.GetTable())
+	_, tabs, err := o.tableTablets(ctx, req.GetTable())
 	if err != nil {
 		return nil, err
 	}
