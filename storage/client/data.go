@@ -56,6 +56,18 @@ type notServingPolicy struct {
 	first, max time.Duration
 }
 
+// wait returns how long to wait before retry n (1, 2, ...).
+func (p notServingPolicy) wait(n int) time.Duration {
+	if n <= 1 {
+		return 0
+	}
+	d := p.first
+	for i := 2; i < n && d < p.max; i++ {
+		d *= 2
+	}
+	return min(d, p.max)
+}
+
 // total is the time the retries wait in all before giving up.
 func (p notServingPolicy) total() time.Duration {
 	var t time.Duration
@@ -91,18 +103,6 @@ func (s *notServingStreak) succeeded() {
 	s.mu.Lock()
 	s.since = time.Time{}
 	s.mu.Unlock()
-}
-
-// wait returns how long to wait before retry n (1, 2, ...).
-func (p notServingPolicy) wait(n int) time.Duration {
-	if n <= 1 {
-		return 0
-	}
-	d := p.first
-	for i := 2; i < n && d < p.max; i++ {
-		d *= 2
-	}
-	return min(d, p.max)
 }
 
 // dataPlane is the routing state of a Client's data operations: the
@@ -303,7 +303,7 @@ func (r *retrier) retry(ctx context.Context, p *dataPlane, loc meta.Location, er
 		if p.c.opts.FailFastNotServing {
 			pol = failFastNotServing
 		}
-		if r.notServing >= pol.limit || r.streak != nil && !r.streak.allow(pol.total()) {
+		if r.notServing >= pol.limit || r.streak != nil && pol.total() > 0 && !r.streak.allow(pol.total()) {
 			return err
 		}
 		r.notServing++
