@@ -419,7 +419,7 @@ func (s *AdminService) CreateTable(ctx context.Context, req *adminpb.CreateTable
 	if err := s.waitServing(ctx, t); err != nil {
 		undo()
 		s.opts.Logger.Warn("table creation undone: its tablets were not served in time", "table", n.id, "tablets", len(t.Tablets), "err", err)
-		return nil, status.Errorf(codes.Unavailable, "creating table %q: its %d tablets were not all served within %v (%v); the table was not created, create it again", n.String(), len(t.Tablets), s.opts.ServeTimeout, err)
+		return nil, status.Errorf(codes.Unavailable, "creating table %q: its %d tablets were not all served within %v or the call's deadline (%v); the table was not created, create it again", n.String(), len(t.Tablets), s.opts.ServeTimeout, err)
 	}
 	// An entry left without tablets for longer than
 	// cluster.CreationInProgressFor is taken for a deletion a crash cut
