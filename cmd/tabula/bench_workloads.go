@@ -84,9 +84,11 @@ func (r *benchRunner) write(ctx context.Context, rng *rand.Rand, family string, 
 }
 
 // awaitTablets reads the row at each key, untimed, so that the first
-// workload does not time the wait for a new table's tablets: a cluster's
-// master assigns them only after CreateTable returns, and requests until
-// then are retried. keys are the tablets' start keys.
+// workload times neither the wait for a new table's tablets nor the
+// client's first lookup of each: Tabula's CreateTable returns once every
+// tablet is served, but a server that assigns them later (an older
+// Tabula, another Bigtable server) would have its first requests retried.
+// keys are the tablets' start keys.
 func (r *benchRunner) awaitTablets(ctx context.Context, keys []string) error {
 	start := time.Now()
 	for _, k := range keys {
