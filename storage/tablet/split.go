@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/memtable"
@@ -125,6 +126,9 @@ func (t *Tablet) sampleKeys(v *version) []KeySample {
 type SplitResult struct {
 	Key         []byte // the left child holds rows < Key, the right rows >= Key
 	Left, Right tabletdesc.State
+	// Stopped is when the parent stopped taking writes (answering "not
+	// serving"): the rows are unserved from then until the children open.
+	Stopped time.Time
 }
 
 // Split splits the tablet at a middle row key chosen from SampleKeys, as
@@ -179,7 +183,9 @@ func (t *Tablet) split(ctx context.Context, key []byte, choose func(context.Cont
 	}
 	t.stopErr = t.notServing(nil, "splitting")
 	t.writeMu.Unlock()
+	stopped := time.Now()
 	res, err := t.splitLocked(ctx, key, choose)
+	res.Stopped = stopped
 	t.writeMu.Lock()
 	if err != nil {
 		if t.failed.Load() == nil {

@@ -243,8 +243,9 @@ func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string
 	}
 	st.set(slices.Concat(tabs[:i], children, tabs[i+1:]))
 	h.metrics.splits.Inc()
+	unserved := time.Since(res.Stopped)
 	h.log.Info("tablet split", "table", id.String(), "tablet", tabletID, "key", string(res.Key),
-		"left", res.Left.ID, "right", res.Right.ID)
+		"left", res.Left.ID, "right", res.Right.ID, "unserved", unserved)
 	infos := make([]TabletInfo, 0, len(children))
 	for _, c := range children {
 		infos = append(infos, tabletInfo(c))
