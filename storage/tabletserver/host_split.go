@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/tabuladb/tabula/internal/ctxtime"
@@ -227,19 +228,27 @@ func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string
 	}
 	h.forgetNoSplit(parent)
 	t := *st.meta.Load()
-	var children []*tablet.Tablet
-	for _, c := range []tabletdesc.State{res.Left, res.Right} {
-		if children, err = h.openTablet(ctx, t, c.ID, nil, nil, children); err != nil {
-			// The split is committed; the table cannot be served
-			// whole until the children open. Keep the parent in
-			// the list (it answers ErrNotServing) so the routing
-			// stays complete, and say so loudly.
-			for _, c := range children {
-				_ = c.Close()
-			}
-			h.log.Error("opening split children failed; table partly unavailable", "tablet", tabletID, "err", err)
-			return nil, err
+	// The two children open at once: their rows are unserved until both
+	// are open, and opening reads each file's index and filters (and an
+	// in-memory group's files whole), work the two cores share.
+	var opened [2][]*tablet.Tablet
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, c := range []tabletdesc.State{res.Left, res.Right} {
+		wg.Go(func() { opened[i], errs[i] = h.openTablet(ctx, t, c.ID, nil, nil, nil) })
+	}
+	wg.Wait()
+	children := slices.Concat(opened[0], opened[1])
+	if err := errors.Join(errs[0], errs[1]); err != nil {
+		// The split is committed; the table cannot be served whole
+		// until the children open. Keep the parent in the list (it
+		// answers ErrNotServing) so the routing stays complete, and
+		// say so loudly.
+		for _, c := range children {
+			_ = c.Close()
 		}
+		h.log.Error("opening split children failed; table partly unavailable", "tablet", tabletID, "err", err)
+		return nil, err
 	}
 	st.set(slices.Concat(tabs[:i], children, tabs[i+1:]))
 	h.metrics.splits.Inc()
