@@ -81,3 +81,57 @@ func (f *tableFile) unref() {
 		_ = f.obj.Close()
 	}
 }
+
+// OpenFiles are open SSTables handed from one tablet to others on the same
+// server — a split parent's to its children — so that the children need
+// not open (for an in-memory locality group: read whole) the files they
+// share with it: the parent's rows are unserved until its children open.
+// It holds a reference to each file until Release.
+type OpenFiles struct {
+	files    map[string]*tableFile
+	inMemory map[string]bool // whether each file was opened in memory
+}
+
+// take returns the file named by m, with a reference for the caller, when
+// it is among o's and was opened as the caller would open it; nil
+// otherwise (the caller opens it). A nil o holds nothing.
+func (o *OpenFiles) take(m tabletdesc.FileMeta, inMemory bool) *tableFile {
+	if o == nil {
+		return nil
+	}
+	f := o.files[m.Name]
+	if f == nil || o.inMemory[m.Name] != inMemory || f.meta.Size != m.Size || f.meta.MaxSeq != m.MaxSeq {
+		return nil
+	}
+	f.ref()
+	return f
+}
+
+// Release drops o's references; the files close once no tablet holds them.
+// Safe on nil.
+func (o *OpenFiles) Release() {
+	if o == nil {
+		return
+	}
+	for _, f := range o.files {
+		f.unref()
+	}
+	o.files = nil
+}
+
+// openFiles returns the files of version v, each with a new reference.
+func openFiles(v *version) *OpenFiles {
+	o := &OpenFiles{files: map[string]*tableFile{}, inMemory: map[string]bool{}}
+	for name, g := range v.groups {
+		inMemory := v.schema.Group(name).InMemory
+		for _, f := range g.files {
+			if _, dup := o.files[f.meta.Name]; dup {
+				continue
+			}
+			f.ref()
+			o.files[f.meta.Name] = f
+			o.inMemory[f.meta.Name] = inMemory
+		}
+	}
+	return o
+}

@@ -703,7 +703,23 @@ func (h *harness) split() {
 	if err := parent.Apply(h.ctx, h.mutation()); !errors.Is(err, tabletdesc.ErrNotServing) {
 		h.fatalf("apply to a split parent: %v", err)
 	}
-	left, right := h.open(res.Left.ID), h.open(res.Right.ID)
+	// The children adopt the parent's open files, as a tablet server's do,
+	// or open them again, as after a restart.
+	adopt := res.Files
+	if h.r.IntN(2) == 0 {
+		adopt = nil
+	}
+	open := func(id string) *Tablet {
+		opts := h.options(id)
+		opts.Adopt = adopt
+		tb, err := Open(h.ctx, opts)
+		if err != nil {
+			h.fatalf("open %s: %v", id, err)
+		}
+		return tb
+	}
+	left, right := open(res.Left.ID), open(res.Right.ID)
+	res.Files.Release()
 	h.tablets = slices.Replace(h.tablets, i, i+1, left, right)
 }
 

@@ -129,6 +129,10 @@ type SplitResult struct {
 	// Stopped is when the parent stopped taking writes (answering "not
 	// serving"): the rows are unserved from then until the children open.
 	Stopped time.Time
+	// Files are the parent's open files, for the children's
+	// Options.Adopt; the caller must Release them once the children are
+	// open (or will not be).
+	Files *OpenFiles
 }
 
 // Split splits the tablet at a middle row key chosen from SampleKeys, as
@@ -276,6 +280,7 @@ func (t *Tablet) splitLocked(ctx context.Context, key []byte, choose func(contex
 		return SplitResult{}, err
 	}
 	t.state = st
+	res.Files = openFiles(v)
 	return res, nil
 }
 

@@ -61,6 +61,10 @@ type Options struct {
 	// ScanCache is the row cache shared by the server's tablets; nil
 	// means none.
 	ScanCache *ScanCache
+	// Adopt offers files already open — a split parent's, handed to its
+	// children (SplitResult.Files) — which Open uses instead of opening
+	// them again; nil opens every file.
+	Adopt *OpenFiles
 	// StateStore persists the tablet's State. Required.
 	StateStore StateStore
 
@@ -287,7 +291,11 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 		lg := schema.Group(name)
 		g := &groupFiles{gen: t.newGen()}
 		for _, m := range metas {
-			f, err := openTableFile(ctx, opts.Store, m, sstable.ReaderOptions{Cache: opts.Cache, InMemory: lg.InMemory})
+			f := opts.Adopt.take(m, lg.InMemory)
+			var err error
+			if f == nil {
+				f, err = openTableFile(ctx, opts.Store, m, sstable.ReaderOptions{Cache: opts.Cache, InMemory: lg.InMemory})
+			}
 			if err != nil {
 				release()
 				return nil, fmt.Errorf("tablet %s: opening %s: %w", opts.ID, m.Name, err)

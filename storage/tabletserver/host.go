@@ -328,7 +328,19 @@ func (h *Host) tabletOptions(t meta.Table, id string, start, end []byte) tablet.
 // openTablet opens tablet id, or, when it was split, its children
 // recursively (left then right), and appends them to out.
 func (h *Host) openTablet(ctx context.Context, t meta.Table, id string, start, end []byte, out []*tablet.Tablet) ([]*tablet.Tablet, error) {
-	tb, err := tablet.Open(ctx, h.tabletOptions(t, id, start, end))
+	return h.openTabletFrom(ctx, t, id, start, end, nil, out)
+}
+
+// openTabletAdopting is openTablet for a split child, which takes the
+// files it shares with its parent from adopt instead of opening them.
+func (h *Host) openTabletAdopting(ctx context.Context, t meta.Table, id string, adopt *tablet.OpenFiles) ([]*tablet.Tablet, error) {
+	return h.openTabletFrom(ctx, t, id, nil, nil, adopt, nil)
+}
+
+func (h *Host) openTabletFrom(ctx context.Context, t meta.Table, id string, start, end []byte, adopt *tablet.OpenFiles, out []*tablet.Tablet) ([]*tablet.Tablet, error) {
+	opts := h.tabletOptions(t, id, start, end)
+	opts.Adopt = adopt
+	tb, err := tablet.Open(ctx, opts)
 	var se *tablet.SplitError
 	if errors.As(err, &se) {
 		for _, child := range se.Children {

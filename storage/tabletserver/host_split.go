@@ -231,13 +231,15 @@ func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string
 	// The two children open at once: their rows are unserved until both
 	// are open, and opening reads each file's index and filters (and an
 	// in-memory group's files whole), work the two cores share.
+	// They adopt the parent's open files rather than open them again.
 	var opened [2][]*tablet.Tablet
 	var errs [2]error
 	var wg sync.WaitGroup
 	for i, c := range []tabletdesc.State{res.Left, res.Right} {
-		wg.Go(func() { opened[i], errs[i] = h.openTablet(ctx, t, c.ID, nil, nil, nil) })
+		wg.Go(func() { opened[i], errs[i] = h.openTabletAdopting(ctx, t, c.ID, res.Files) })
 	}
 	wg.Wait()
+	res.Files.Release()
 	children := slices.Concat(opened[0], opened[1])
 	if err := errors.Join(errs[0], errs[1]); err != nil {
 		// The split is committed; the table cannot be served whole
