@@ -6,12 +6,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tabuladb/tabula/internal/cutproxy"
 	"github.com/tabuladb/tabula/internal/faultcampaign"
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/cluster"
@@ -171,10 +169,10 @@ func TestClusterMasterCutOffFromConsul(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := newTestCluster(t, clusterOptions{})
-	proxy := newTCPProxy(t, c.consul)
+	proxy := cutproxy.New(t, c.consul)
 	// The first master, which becomes the active one, reaches Consul
 	// through the proxy (a later --consul wins).
-	cut := c.start("master", "--gc-interval", "2s", "--gc-grace", "1m", "--consul", proxy.addr())
+	cut := c.start("master", "--gc-interval", "2s", "--gc-grace", "1m", "--consul", proxy.Addr())
 	c.mu.Lock()
 	c.masters = append(c.masters, cut)
 	c.mu.Unlock()
@@ -199,7 +197,7 @@ func TestClusterMasterCutOffFromConsul(t *testing.T) {
 	}
 
 	start := time.Now()
-	proxy.cut()
+	proxy.Cut(true)
 	t.Logf("  0.00s the active master %s cut off from Consul", cut.addr)
 	var lastErr error
 	for time.Since(start) < bound+30*time.Second {
@@ -363,82 +361,6 @@ func campaignMasterAnswering(ctx context.Context, c *faultcampaign.Cluster, tabl
 		last = fmt.Errorf("%s: %w", m.Name, err)
 	}
 	return "", last
-}
-
-// tcpProxy forwards connections to a target until cut, which drops them
-// all and refuses new ones.
-type tcpProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	isCut  bool
-	conns  map[net.Conn]bool
-}
-
-func newTCPProxy(t *testing.T, target string) *tcpProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	go p.serve()
-	return p
-}
-
-func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *tcpProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.isCut = true
-	for c := range p.conns {
-		c.Close()
-	}
-	clear(p.conns)
-}
-
-// track records open connections; after the cut it closes them instead.
-func (p *tcpProxy) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.isCut {
-		for _, c := range cs {
-			c.Close()
-		}
-		return false
-	}
-	for _, c := range cs {
-		p.conns[c] = true
-	}
-	return true
-}
-
-func (p *tcpProxy) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !p.track(in) {
-			continue
-		}
-		go func() {
-			out, err := net.Dial("tcp", p.target)
-			if err != nil {
-				in.Close()
-				return
-			}
-			if !p.track(out) {
-				in.Close()
-				return
-			}
-			go func() { _, _ = io.Copy(out, in); out.Close() }()
-			_, _ = io.Copy(in, out)
-			in.Close()
-		}()
-	}
 }
 
 // retryFor calls f until it succeeds or d passes, returning its last error.

@@ -7,14 +7,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"net"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tabuladb/tabula/internal/cutproxy"
 	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/coord/coordtest"
 )
@@ -71,7 +69,7 @@ func TestConsulLapseWhenCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	cut := time.Now()
-	p.cut(true)
+	p.Cut(true)
 	select {
 	case <-s.Lapsed():
 	case <-time.After(coordtest.TTL + 5*time.Second):
@@ -95,7 +93,7 @@ func TestConsulLapseWhenCutOff(t *testing.T) {
 		t.Fatal("Done closed while Consul was unreachable: nobody could know the session is gone")
 	default:
 	}
-	p.cut(false)
+	p.Cut(false)
 	select {
 	case <-s.Done():
 	case <-time.After(10 * time.Second):
@@ -175,82 +173,6 @@ func TestConsulSessionExpiresAfterCrash(t *testing.T) {
 	}
 }
 
-// proxy forwards TCP connections to a target until cut.
-type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	isCut  bool
-	conns  map[net.Conn]bool
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	t.Cleanup(func() { ln.Close(); p.cut(true) })
-	go p.serve()
-	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-// cut(true) drops every connection and refuses new ones; cut(false) heals.
-func (p *proxy) cut(on bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.isCut = on
-	if on {
-		for c := range p.conns {
-			c.Close()
-		}
-		clear(p.conns)
-	}
-}
-
-func (p *proxy) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.isCut {
-		for _, c := range cs {
-			c.Close()
-		}
-		return false
-	}
-	for _, c := range cs {
-		p.conns[c] = true
-	}
-	return true
-}
-
-func (p *proxy) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !p.track(in) {
-			continue
-		}
-		go func() {
-			out, err := net.Dial("tcp", p.target)
-			if err != nil {
-				in.Close()
-				return
-			}
-			if !p.track(out) {
-				in.Close()
-				return
-			}
-			go func() { io.Copy(out, in); out.Close() }()
-			io.Copy(in, out)
-			in.Close()
-		}()
-	}
-}
-
 // TestConsulDestroyWhileCutOff: a session destroyed while Consul cannot be
 // reached (the call fails) is not renewed any more once Consul is back
 // — a master that stepped down during a Consul restart once kept its
@@ -265,7 +187,7 @@ func TestConsulDestroyWhileCutOff(t *testing.T) {
 	if _, err := s.TryLock(ctx, coord.KeyMaster, []byte("me")); err != nil {
 		t.Fatal(err)
 	}
-	p.cut(true)
+	p.Cut(true)
 	dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
 	err := s.Destroy(dctx)
 	dcancel()
@@ -275,7 +197,7 @@ func TestConsulDestroyWhileCutOff(t *testing.T) {
 	if s.Valid() {
 		t.Fatal("Valid after Destroy")
 	}
-	p.cut(false)
+	p.Cut(false)
 	healed := time.Now()
 	// The retries come every RetryInterval (200 ms here); allowed: half a
 	// TTL, for a loaded machine — well short of Consul's own expiry (about
@@ -301,10 +223,10 @@ func TestConsulDestroyWhileCutOff(t *testing.T) {
 // sessionBehindProxy returns a session (coordtest.TTL, 1 s lock-delay) of
 // a client that reaches Consul through a proxy the test can cut, a client
 // that reaches it directly, and a context of a minute.
-func sessionBehindProxy(t *testing.T) (*proxy, *coord.Consul, coord.Session, context.Context) {
+func sessionBehindProxy(t *testing.T) (*cutproxy.Proxy, *coord.Consul, coord.Session, context.Context) {
 	t.Helper()
-	p := newProxy(t, consulAddr(t))
-	c := newConsul(t, p.addr())
+	p := cutproxy.New(t, consulAddr(t))
+	c := newConsul(t, p.Addr())
 	direct, err := coord.NewConsul(coord.ConsulConfig{Address: consulAddr(t), Prefix: c.Prefix()})
 	if err != nil {
 		t.Fatal(err)
