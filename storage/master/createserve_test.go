@@ -3,17 +3,13 @@ package master
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/meta"
@@ -131,34 +127,8 @@ func (h *loadingHost) write(id meta.TableID, row []byte) error {
 // newLoadingEnv is newEnvOn with h as the Host.
 func newLoadingEnv(t *testing.T, h *loadingHost, opts Options) *env {
 	t.Helper()
-	ctx := context.Background()
-	store := blob.NewMemory()
-	opts.Catalog = NewBlobCatalog(store, "catalog")
 	opts.Host = h
-	opts.Store = store
-	opts.Logger = quietLogger()
-	svc, err := NewAdminService(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	svc.Register(srv)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance, option.WithGRPCConn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{ctx: ctx, store: store, catalog: opts.Catalog, control: h.fakeTableHost, svc: svc, admin: admin, conn: conn}
+	return newEnvOn(t, blob.NewMemory(), h.fakeTableHost, opts)
 }
 
 // TestCreateTableReturnsOnceServed: with a host that loads a new table's

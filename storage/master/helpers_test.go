@@ -122,12 +122,14 @@ func newEnv(t *testing.T) *env {
 }
 
 // newEnvOn starts a service over store and control; opts supplies the
-// remaining options.
+// remaining options (opts.Host, when set, stands in front of control).
 func newEnvOn(t *testing.T, store blob.Store, control *fakeTableHost, opts Options) *env {
 	t.Helper()
 	ctx := context.Background()
 	opts.Catalog = NewBlobCatalog(store, "catalog")
-	opts.Host = control
+	if opts.Host == nil {
+		opts.Host = control
+	}
 	opts.Store = store
 	opts.Logger = quietLogger()
 	svc, err := NewAdminService(opts)
