@@ -64,8 +64,9 @@ func memRowEntries(dst []entry, m *memtable.Memtable, prefix []byte) []entry {
 // Values alias the files' blocks, which are immutable and never recycled,
 // unless the entries go into the scan cache: its accounting of their size
 // must not hide whole blocks kept alive behind them, so those are copied.
-// Keys are always copied (an iterator reuses its key buffer), into keys.
-// its lends the iterators.
+// Keys are always copied (an iterator reuses its key buffer): into keys,
+// or with the values of a row going into the cache. its lends the
+// iterators.
 func (t *Tablet) groupRowEntries(ctx context.Context, g *groupFiles, row, prefix []byte, dst []entry, keys *keyBuf, its *sstable.IteratorCache) ([]entry, error) {
 	// Only a row read before, recently, is worth copying into the scan
 	// cache: most rows of a random read workload are read once in the
@@ -84,7 +85,7 @@ func (t *Tablet) groupRowEntries(ctx context.Context, g *groupFiles, row, prefix
 		}
 	}
 	first := len(dst)
-	var vals []byte // the free tail of the current value copy buffer (keep only)
+	var vals []byte // the free tail of the current copy buffer (keep only)
 	for _, f := range g.files {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -94,18 +95,22 @@ func (t *Tablet) groupRowEntries(ctx context.Context, g *groupFiles, row, prefix
 		}
 		it := its.Iterator(f.r)
 		for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
-			k, v := keys.copy(it.Key()), it.Value()
-			if keep {
-				if len(vals)+len(v) > cap(vals) {
-					// Room for a few values like this one, twice
-					// as many as the last buffer held.
-					vals = make([]byte, 0, max(2*cap(vals), 2*len(v), 256))
-				}
-				off := len(vals)
-				vals = append(vals, v...)
-				v = vals[off:len(vals):len(vals)]
+			k, v := it.Key(), it.Value()
+			if !keep {
+				dst = append(dst, entry{key: keys.copy(k), value: v})
+				continue
 			}
-			dst = append(dst, entry{key: k, value: v})
+			// Key and value together in buffers of the cached row's
+			// own, so that the cache charges what it keeps alive.
+			if n := len(k) + len(v); len(vals)+n > cap(vals) {
+				// Room for a few entries like this one, twice as
+				// many as the last buffer held.
+				vals = make([]byte, 0, max(2*cap(vals), 2*n, 256))
+			}
+			off := len(vals)
+			vals = append(append(vals, k...), v...)
+			kEnd := off + len(k)
+			dst = append(dst, entry{key: vals[off:kEnd:kEnd], value: vals[kEnd:len(vals):len(vals)]})
 		}
 		if err := its.Done(it); err != nil {
 			return nil, err
