@@ -72,7 +72,8 @@ func (c *tabletControlService) LoadTablet(ctx context.Context, req *clusterpb.Lo
 		c.s.log.Warn("load failed", "tablet", ref.ID, "table", t.ID.String(), "err", err)
 		return nil, status.Errorf(codes.Internal, "loading tablet %s: %v", ref.ID, err)
 	}
-	c.s.log.Info("tablet loaded", "tablet", ref.ID, "table", t.ID.String(), "recovered_from", req.GetRecoverFrom(), "sorted_log", recover.Sorted.Store != nil)
+	// The host logs the load at Info; this is the request's side of it.
+	c.s.log.Debug("load request done", "tablet", ref.ID, "table", t.ID.String(), "recovered_from", req.GetRecoverFrom(), "sorted_log", recover.Sorted.Store != nil)
 	if in := c.s.cfg.inProc; in != nil && in.afterLoad != nil && t.ID != meta.MetadataTable {
 		in.afterLoad(t.ID, ref.ID)
 	}
@@ -175,7 +176,7 @@ func (c *tabletControlService) UnloadTablet(ctx context.Context, req *clusterpb.
 	if err := c.s.host.UnloadTablet(ctx, req.GetTabletId()); err != nil {
 		return nil, status.Errorf(codes.Internal, "unloading tablet %s: %v", req.GetTabletId(), err)
 	}
-	c.s.log.Info("tablet unloaded", "tablet", req.GetTabletId())
+	c.s.log.Debug("unload request done", "tablet", req.GetTabletId()) // the host logs the unload at Info
 	return &clusterpb.UnloadTabletResponse{}, nil
 }
 
