@@ -72,8 +72,7 @@ func (c *tabletControlService) LoadTablet(ctx context.Context, req *clusterpb.Lo
 		c.s.log.Warn("load failed", "tablet", ref.ID, "table", t.ID.String(), "err", err)
 		return nil, status.Errorf(codes.Internal, "loading tablet %s: %v", ref.ID, err)
 	}
-	// The host logs the load at Info; this is the request's side of it.
-	c.s.log.Debug("load request done", "tablet", ref.ID, "table", t.ID.String(), "recovered_from", req.GetRecoverFrom(), "sorted_log", recover.Sorted.Store != nil)
+	c.s.log.Info("tablet loaded", "tablet", ref.ID, "table", t.ID.String(), "recovered_from", req.GetRecoverFrom(), "sorted_log", recover.Sorted.Store != nil)
 	if in := c.s.cfg.inProc; in != nil && in.afterLoad != nil && t.ID != meta.MetadataTable {
 		in.afterLoad(t.ID, ref.ID)
 	}
