@@ -89,7 +89,7 @@ func (d *doorkeeper) init(capacityBytes int64) {
 	d.seed = maphash.MakeSeed()
 }
 
-// given records the size of a row the cache was given.
+// givenRow records the size of a row the cache was given.
 func (d *doorkeeper) givenRow(bytes int64) {
 	d.given.Add(1)
 	d.givenSize.Add(bytes)
