@@ -81,7 +81,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	logf("cluster %s up: consul %s, minio %s, %d masters, %d servers", c.Name, c.Consul.Addr, c.MinIO.Addr, len(c.Masters), len(c.Servers))
 
 	entry := c.Servers[0] // the official clients' gateway
-	conn, err := grpc.NewClient(entry.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(entry.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(CountAttempts))
 	if err != nil {
 		return nil, err
 	}

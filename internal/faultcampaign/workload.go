@@ -14,6 +14,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -109,6 +110,26 @@ func definitelyNotApplied(err error) bool {
 		return true
 	}
 	return false
+}
+
+// attemptsKey carries a counter of the RPC attempts a client makes for one
+// operation (withAttemptCounter, CountAttempts).
+type attemptsKey struct{}
+
+// withAttemptCounter returns ctx with a fresh attempt counter.
+func withAttemptCounter(ctx context.Context) (context.Context, *atomic.Int32) {
+	n := new(atomic.Int32)
+	return context.WithValue(ctx, attemptsKey{}, n), n
+}
+
+// CountAttempts is a gRPC client interceptor that counts each unary call
+// against the operation's counter (withAttemptCounter), so that the
+// official client's own resends of a write are seen.
+func CountAttempts(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if n, ok := ctx.Value(attemptsKey{}).(*atomic.Int32); ok {
+		n.Add(1)
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
 // retriedWrite is the error of a write the official client retries on its
@@ -417,8 +438,20 @@ func (w *Worker) one(ctx context.Context) bool {
 		w.History.add(evs...)
 		return err == nil
 	}
+	octx, attempts := withAttemptCounter(octx)
 	out, err := w.Client.Do(octx, row, in)
 	e := Event{Client: w.current, Worker: w.Client.Name(), Row: row, In: in, Out: out, Call: call, Return: w.History.Since(time.Now())}
+	if in.Kind.IsWrite() {
+		// Every attempt before the last that the client sent on its
+		// own (the official client resends an idempotent mutation,
+		// a delete, after UNAVAILABLE) may have been applied too, at
+		// any time from the call on: an operation of unknown outcome
+		// each, beside the last attempt's answer.
+		for range max(attempts.Load()-1, 0) {
+			w.History.add(Event{Client: w.History.newClient(), Worker: w.Client.Name(), Row: row, In: in,
+				Out: Output{Unknown: true}, Call: call, Return: -1, Err: "an earlier attempt of a resent write"})
+		}
+	}
 	switch {
 	case err == nil:
 		if in.Kind == OpRead {

@@ -1,0 +1,88 @@
+package faultcampaign
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"google.golang.org/grpc"
+)
+
+// TestResentDeleteIsTwoOperations: the history of the CI run that found it
+// (a fault campaign, 2026-11-26) — the official client's delete was
+// applied, its answer lost, the client resent it after another client's
+// put, and it was applied again; the second attempt's answer was OK. As
+// one acknowledged delete the history is illegal; with the first attempt as
+// an operation of unknown outcome beside it, it is linearizable.
+func TestResentDeleteIsTwoOperations(t *testing.T) {
+	del := Input{Kind: OpDelete}
+	history := []porcupine.Operation{
+		op(0, 0, 10, Input{Kind: OpPut, Value: "x"}, Output{}),
+		op(1, 20, 100, del, Output{}), // sent at 20, answered OK at 100
+		op(2, 30, 35, Input{Kind: OpRead}, Output{Read: RowState{}}),
+		op(2, 40, 45, Input{Kind: OpPut, Value: "y"}, Output{}),
+		op(2, 50, 55, Input{Kind: OpRead}, Output{Read: RowState{C: "y", D: "y"}}),
+		op(2, 110, 115, Input{Kind: OpRead}, Output{Read: RowState{}}),
+	}
+	if r := check(t, history); r != porcupine.Illegal {
+		t.Fatalf("one acknowledged delete applied twice: %v, want Illegal", r)
+	}
+	resent := append(history, op(3, 20, math.MaxInt64, del, Output{Unknown: true}))
+	if r := check(t, resent); r != porcupine.Ok {
+		t.Fatalf("with the earlier attempt as an operation of unknown outcome: %v, want Ok", r)
+	}
+}
+
+// resendingClient answers every operation OK after sending each write
+// twice, as the official client does after an UNAVAILABLE.
+type resendingClient struct{}
+
+func (resendingClient) Name() string { return "resending" }
+
+func (resendingClient) Do(ctx context.Context, row string, in Input) (Output, error) {
+	sends := 1
+	if in.Kind.IsWrite() {
+		sends = 2
+	}
+	for range sends {
+		_ = CountAttempts(ctx, "/google.bigtable.v2.Bigtable/MutateRow", nil, nil, nil,
+			func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil })
+	}
+	return Output{}, nil
+}
+
+func (resendingClient) Scan(context.Context, string, string) (map[string]RowState, error) {
+	return map[string]RowState{}, nil
+}
+
+// TestWorkerRecordsResentAttempts: a write the client sent twice is
+// recorded as its answer plus one operation of unknown outcome from the
+// same call, on a porcupine client of its own; a read sent once is not.
+func TestWorkerRecordsResentAttempts(t *testing.T) {
+	h := NewHistory(time.Now())
+	w := &Worker{Client: resendingClient{}, Rows: []string{"r"}, History: h, Timeout: time.Second, Seed: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	w.Run(ctx)
+	writes, unknown, reads := 0, 0, 0
+	clients := map[int]bool{}
+	for _, e := range h.Events() {
+		switch {
+		case e.Out.Unknown:
+			unknown++
+			if clients[e.Client] {
+				t.Fatalf("two operations of unknown outcome on porcupine client %d", e.Client)
+			}
+			clients[e.Client] = true
+		case e.In.Kind.IsWrite():
+			writes++
+		case e.In.Kind == OpRead && e.Scan == 0:
+			reads++
+		}
+	}
+	if writes == 0 || reads == 0 || unknown != writes {
+		t.Fatalf("%d writes answered, %d reads, %d operations of unknown outcome: want one per write", writes, reads, unknown)
+	}
+}
