@@ -10,9 +10,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
@@ -41,19 +38,7 @@ func TestDevTableServedWhenCreateTableReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	conn, err := grpc.NewClient(d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	admin, err := bigtable.NewAdminClient(ctx, "p", "i", option.WithGRPCConn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := bigtable.NewClientWithConfig(ctx, "p", "i", bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}}, option.WithGRPCConn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin, data := devClients(t, ctx, d)
 	defer data.Close()
 	tc, err := client.Dial(d.Addr(), client.Options{Project: "p", Instance: "i"})
 	if err != nil {
