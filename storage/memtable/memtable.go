@@ -2,17 +2,30 @@
 // a skiplist of internal entries that one writer appends to while any number
 // of readers iterate it without locks.
 //
-// Concurrency. A node is fully built — key, value and its forward pointers —
-// before it is linked into the list, and it is linked with atomic pointer
-// stores, bottom level first. A reader that loads a pointer to the node
-// therefore sees all of its contents (the store happens before the load), and
-// at every moment each level of the list is a sorted linked list that either
-// contains the node or does not. Nodes are never removed or changed after they
-// are linked, so readers need no lock and never block the writer.
+// Layout. Every entry is one node in an arena of pointer-free chunks: its
+// key's and value's lengths, the key, the node's tower of forward
+// references, then a reference to its value, which lies in other chunks of
+// the same arena. A reference is a chunk's index and an offset in it (0 is
+// nil). A search step reads a node's tower and the next node's key, which
+// lie side by side, and the nodes are packed densely apart from the values,
+// so a step into a cold part of the list costs one or two cache misses; and
+// the garbage collector never walks the nodes — the chunks hold no
+// pointers.
+//
+// Concurrency. A node is fully built — lengths, key, value and its forward
+// references — before it is linked into the list, and it is linked with
+// atomic stores, bottom level first. A reader that loads a reference to the
+// node therefore sees all of its contents (the store happens before the
+// load), and at every moment each level of the list is a sorted linked list
+// that either contains the node or does not. A chunk is published in the
+// chunk directory before any node in it is linked. Nodes are never removed
+// or changed after they are linked, so readers need no lock and never block
+// the writer.
 package memtable
 
 import (
 	"bytes"
+	"fmt"
 	"math/bits"
 	"sync/atomic"
 	"unsafe"
@@ -25,27 +38,30 @@ const (
 	// 16 levels keep searches logarithmic up to 4^16 (~4 billion) entries,
 	// far beyond what one memtable holds before a minor compaction.
 	maxHeight = 16
-	// chunkSize is the size of one arena chunk that key and value copies
-	// are carved from; one allocation per chunk instead of one per entry.
-	chunkSize = 64 << 10
-	// bigEntry is the size from which an entry gets its own allocation, so
-	// that a large value does not waste the rest of a chunk.
-	bigEntry = chunkSize / 4
+	// firstChunk and maxChunk bound the size of the arena's chunks: a
+	// memtable's first chunk is small (a server holds a memtable per
+	// tablet, most of them nearly empty), and each next one doubles, up to
+	// maxChunk.
+	firstChunk = 8 << 10
+	maxChunk   = 1 << 20
+	// bigEntry is the size from which a node or a value gets a chunk of
+	// its own, so that it does not waste the rest of a shared chunk.
+	bigEntry = maxChunk / 4
+	// header is the bytes before a node's key: the key's length and the
+	// value's (uint32 each) and the tower's height (one byte).
+	header = 9
+	// maxEntry bounds a key's or a value's length (their lengths are
+	// stored in 32 bits); the commit log's record limit is far below.
+	maxEntry = 1<<32 - 1
 )
 
-// nodeOverhead is the fixed memory cost of a node apart from its tower.
-var nodeOverhead = int64(unsafe.Sizeof(node{}))
+// ref locates a node: the chunk's index in the directory in the high 32
+// bits, the node's offset in the chunk in the low 32. Chunk 0 is never
+// used, so the zero ref is nil.
+type ref uint64
 
-// towerSlot is the memory cost of one level of a node's tower.
-var towerSlot = int64(unsafe.Sizeof(atomic.Pointer[node]{}))
-
-// node is one entry. key, value and the length of next never change after
-// the node is linked; next[i] is written by the writer only.
-type node struct {
-	key   []byte
-	value []byte
-	next  []atomic.Pointer[node]
-}
+// headRef stands for the list's head, whose tower is Memtable.head.
+const headRef = ^ref(0)
 
 // Memtable is a sorted buffer of internal entries. Add must be called by one
 // goroutine at a time (the tablet serialises writers); iterators and the
@@ -53,8 +69,12 @@ type node struct {
 //
 // The zero Memtable is not usable; call New.
 type Memtable struct {
-	head   *node
-	height atomic.Int32 // levels in use, 1..maxHeight
+	head   [maxHeight]atomic.Uint64 // the head's tower
+	height atomic.Int32             // levels in use, 1..maxHeight
+	// chunks is the directory: chunk i's first byte at (*chunks)[i]. The
+	// writer appends to it and publishes the longer slice; readers load
+	// it when they resolve a reference (see at).
+	chunks atomic.Pointer[[]unsafe.Pointer]
 	size   atomic.Int64
 	length atomic.Int64
 	// payload is the bytes of the keys and values added (PayloadBytes).
@@ -62,31 +82,97 @@ type Memtable struct {
 
 	// Writer-only state: touched by Add alone, which is never concurrent
 	// with itself.
-	chunk []byte // free tail of the current arena chunk
-	rng   uint64 // xorshift state for tower heights
+	dir    []unsafe.Pointer // what chunks points at, with spare capacity
+	nodes  bump             // where the next node goes
+	values bump             // where the next value goes
+	rng    uint64           // xorshift state for tower heights
 	// prev[l] is the last node before last at level l (last itself below
 	// its height): the search path of the last Add, from which the next
 	// Add of a larger key starts (see Add).
-	prev [maxHeight]*node
-	last *node
+	prev [maxHeight]ref
+	last ref
 }
 
 // New returns an empty memtable.
 func New() *Memtable {
 	m := &Memtable{
-		head: &node{next: make([]atomic.Pointer[node], maxHeight)},
-		rng:  0x9E3779B97F4A7C15,
+		rng:    0x9E3779B97F4A7C15,
+		nodes:  bump{growth: firstChunk},
+		values: bump{growth: firstChunk},
+		dir:    make([]unsafe.Pointer, 1, 8), // chunk 0: never used
 	}
+	m.chunks.Store(&m.dir)
 	m.height.Store(1)
 	return m
 }
 
+// Node layout helpers. p is a node's first byte.
+
+func keyLen(p unsafe.Pointer) uint32   { return *(*uint32)(p) }
+func valueLen(p unsafe.Pointer) uint32 { return *(*uint32)(unsafe.Add(p, 4)) }
+func nodeHeight(p unsafe.Pointer) int  { return int(*(*uint8)(unsafe.Add(p, 8))) }
+
+// towerOffset is where a node's tower starts: after its header and key,
+// rounded up to 8 bytes for the atomic references.
+func towerOffset(keyLen uint32) uintptr { return (header + uintptr(keyLen) + 7) &^ 7 }
+
+func nodeKey(p unsafe.Pointer) []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(p, header)), keyLen(p))
+}
+
+// valueRef is where a node keeps its value's reference: after its tower.
+func valueRef(p unsafe.Pointer) *ref {
+	return (*ref)(unsafe.Add(p, towerOffset(keyLen(p))+8*uintptr(nodeHeight(p))))
+}
+
+// nodeSize is the bytes a node takes in its chunk, rounded up to 8 so the
+// next node's tower is aligned too.
+func nodeSize(h, keyLen int) int {
+	return int(towerOffset(uint32(keyLen))) + 8*h + 8
+}
+
+// value returns the value of the node at p.
+func (m *Memtable) value(p unsafe.Pointer) []byte {
+	n := valueLen(p)
+	if n == 0 {
+		return []byte{}
+	}
+	return unsafe.Slice((*byte)(m.at(*valueRef(p))), n)
+}
+
+// at returns the first byte of the node r (not nil, not the head).
+func (m *Memtable) at(r ref) unsafe.Pointer {
+	dir := *m.chunks.Load()
+	return unsafe.Add(dir[r>>32], uintptr(uint32(r)))
+}
+
+// next returns the reference at level of x's tower (x may be the head).
+func (m *Memtable) next(x ref, level int) ref {
+	return ref(m.tower(x, level).Load())
+}
+
+// tower returns level of x's tower (x may be the head).
+func (m *Memtable) tower(x ref, level int) *atomic.Uint64 {
+	if x == headRef {
+		return &m.head[level]
+	}
+	p := m.at(x)
+	return (*atomic.Uint64)(unsafe.Add(p, towerOffset(keyLen(p))+8*uintptr(level)))
+}
+
+// key returns the key of the node r (not nil, not the head).
+func (m *Memtable) key(r ref) []byte { return nodeKey(m.at(r)) }
+
 // Add inserts an entry; key is an encoded internal key (unique: it carries a
-// sequence number). Add copies key and value.
+// sequence number). Add copies key and value. It panics if either is 4 GiB
+// or longer.
 //
 // Adding a key that is already present is a caller bug; the new entry is then
 // placed before the older equal one and both remain visible.
 func (m *Memtable) Add(key, value []byte) {
+	if uint64(len(key)) > maxEntry || uint64(len(value)) > maxEntry {
+		panic(fmt.Sprintf("memtable: entry of %d+%d bytes; keys and values must be under 4 GiB", len(key), len(value)))
+	}
 	h := m.randomHeight()
 	listHeight := int(m.height.Load())
 
@@ -104,15 +190,15 @@ func (m *Memtable) Add(key, value []byte) {
 	// from the head. Either way it starts before key and never passes it,
 	// so the result is the one from the head, in O(1) expected steps for
 	// ascending keys.
-	finger := m.last != nil && bytes.Compare(m.last.key, key) < 0
-	x := m.head
+	finger := m.last != 0 && bytes.Compare(m.key(m.last), key) < 0
+	x := headRef
 	for level := listHeight - 1; level >= 0; level-- {
 		if finger {
 			x = m.prev[level]
 		}
 		for {
-			next := x.next[level].Load()
-			if next == nil || bytes.Compare(next.key, key) >= 0 {
+			next := m.next(x, level)
+			if next == 0 || bytes.Compare(m.key(next), key) >= 0 {
 				break
 			}
 			x = next
@@ -121,25 +207,29 @@ func (m *Memtable) Add(key, value []byte) {
 		m.prev[level] = x
 	}
 	for level := listHeight; level < h; level++ {
-		m.prev[level] = m.head
+		m.prev[level] = headRef
 	}
 
-	n, kbuf, nodeBytes := newNode(h, len(key))
-	if kbuf != nil {
-		copy(kbuf, key)
-		n.key = kbuf
-		_, n.value = m.copyEntry(nil, value)
-	} else {
-		n.key, n.value = m.copyEntry(key, value)
-		nodeBytes += int64(len(key))
+	size := nodeSize(h, len(key))
+	n := m.alloc(&m.nodes, size)
+	p := m.at(n)
+	*(*uint32)(p) = uint32(len(key))
+	*(*uint32)(unsafe.Add(p, 4)) = uint32(len(value))
+	*(*uint8)(unsafe.Add(p, 8)) = uint8(h)
+	copy(nodeKey(p), key)
+	if len(value) > 0 {
+		v := m.alloc(&m.values, len(value))
+		*valueRef(p) = v
+		copy(unsafe.Slice((*byte)(m.at(v)), len(value)), value)
+		size += len(value)
 	}
 	for level := 0; level < h; level++ {
-		n.next[level].Store(m.prev[level].next[level].Load())
+		m.tower(n, level).Store(uint64(m.next(m.prev[level], level)))
 	}
 	// Publish bottom-up: once the node is reachable at level 0 it is in
 	// the list; higher levels are only shortcuts to it.
 	for level := 0; level < h; level++ {
-		m.prev[level].next[level].Store(n)
+		m.tower(m.prev[level], level).Store(uint64(n))
 		m.prev[level] = n // the path to n, for the next Add
 	}
 	m.last = n
@@ -147,82 +237,56 @@ func (m *Memtable) Add(key, value []byte) {
 		m.height.Store(int32(h))
 	}
 	m.length.Add(1)
-	m.size.Add(int64(len(value)) + nodeBytes)
+	m.size.Add(int64(size))
 	m.payload.Add(int64(len(key) + len(value)))
 }
 
-// Nodes of the common heights are allocated with their tower and, for a
-// key of up to inlineKey bytes, the key's bytes in one object: a search
-// walks from node to node reading each one's next pointer and key, and
-// with all three in adjacent memory a step costs one cache miss instead
-// of three (random inserts into a large memtable are bound by those
-// misses).
-const inlineKey = 56
-
-type (
-	node1 struct {
-		n     node
-		tower [1]atomic.Pointer[node]
-		kbuf  [inlineKey]byte
-	}
-	node2 struct {
-		n     node
-		tower [2]atomic.Pointer[node]
-		kbuf  [inlineKey]byte
-	}
-	node4 struct {
-		n     node
-		tower [4]atomic.Pointer[node]
-		kbuf  [inlineKey]byte
-	}
-)
-
-// newNode returns a node with a tower of height h and, when the key fits
-// the node's object, a buffer of keyLen bytes for it (capacity clipped, so
-// that appending to a Key cannot overwrite the rest of the object); else
-// a nil buffer, and the key goes to the arena. bytes is the memory the
-// node takes, its key buffer and tower included.
-func newNode(h, keyLen int) (n *node, kbuf []byte, bytes int64) {
-	inline := keyLen <= inlineKey
-	switch {
-	case h == 1 && inline:
-		x := &node1{}
-		x.n.next = x.tower[:]
-		return &x.n, x.kbuf[:keyLen:keyLen], int64(unsafe.Sizeof(*x))
-	case h == 2 && inline:
-		x := &node2{}
-		x.n.next = x.tower[:]
-		return &x.n, x.kbuf[:keyLen:keyLen], int64(unsafe.Sizeof(*x))
-	case h <= 4 && inline:
-		x := &node4{}
-		x.n.next = x.tower[:h:h]
-		return &x.n, x.kbuf[:keyLen:keyLen], int64(unsafe.Sizeof(*x))
-	}
-	return &node{next: make([]atomic.Pointer[node], h)}, nil, nodeOverhead + int64(h)*towerSlot
+// bump is one sequence of shared chunks that nodes (or values) are carved
+// from in turn.
+type bump struct {
+	cur    ref    // the next free byte of the current chunk (0: none yet)
+	end    uint32 // the current chunk's size
+	growth int    // size of the next chunk
 }
 
-// copyEntry copies key and value into the arena. The returned slices have
-// their capacity clipped so that a caller appending to a Key or Value cannot
-// overwrite a neighbouring entry.
-func (m *Memtable) copyEntry(key, value []byte) (k, v []byte) {
-	n := len(key) + len(value)
-	var buf []byte
-	switch {
-	case n >= bigEntry:
-		buf = make([]byte, n)
-	case n <= len(m.chunk):
-		buf = m.chunk[:n:n]
-		m.chunk = m.chunk[n:]
-	default:
-		// The rest of the old chunk is abandoned: entries already
-		// carved from it keep it alive, and it is small (< bigEntry).
-		m.chunk = make([]byte, chunkSize)
-		buf = m.chunk[:n:n]
-		m.chunk = m.chunk[n:]
+// alloc returns size bytes of arena from b: for a node, size is a multiple
+// of 8 and the memory is zeroed (its tower starts out nil).
+func (m *Memtable) alloc(b *bump, size int) ref {
+	if size >= bigEntry {
+		// Its own chunk; the shared one stays current.
+		return ref(m.addChunk(size)) << 32
 	}
-	copy(buf, key)
-	copy(buf[len(key):], value)
-	return buf[:len(key):len(key)], buf[len(key):]
+	if b.cur == 0 || uint32(b.cur)+uint32(size) > b.end {
+		// The rest of the old chunk is abandoned: it is small
+		// (< bigEntry) against the chunk.
+		for b.growth < size {
+			b.growth = min(2*b.growth, maxChunk) // size < bigEntry < maxChunk
+		}
+		b.end = uint32(b.growth)
+		b.cur = ref(m.addChunk(b.growth)) << 32
+		b.growth = min(2*b.growth, maxChunk)
+	}
+	r := b.cur
+	b.cur += ref(size)
+	return r
+}
+
+// addChunk allocates a chunk of size bytes, publishes it in the directory
+// and returns its index.
+func (m *Memtable) addChunk(size int) uint32 {
+	// Allocated as uint64s: 8-byte aligned for the towers' atomics, and
+	// pointer-free, so the collector never scans it.
+	c := make([]uint64, (size+7)/8)
+	if len(m.dir) == cap(m.dir) {
+		// Readers hold the old array; the new one is a copy.
+		m.dir = append(make([]unsafe.Pointer, 0, 2*cap(m.dir)), m.dir...)
+	}
+	// The slot beyond len is invisible to readers until the longer
+	// slice is stored below.
+	m.dir = append(m.dir, unsafe.Pointer(unsafe.SliceData(c)))
+	d := m.dir
+	m.chunks.Store(&d)
+	return uint32(len(m.dir) - 1)
 }
 
 // randomHeight draws a tower height with P(height > h) = 4^-h.
@@ -256,49 +320,56 @@ func (m *Memtable) Len() int { return int(m.length.Load()) }
 // entry added before it was positioned and may see later ones.
 //
 // Key and Value of the returned iterator stay valid for the life of the
-// memtable (they point into its arena) but must not be modified.
+// memtable (they point into its arena) but must not be modified; their
+// capacity is their length, so appending to them copies.
 func (m *Memtable) NewIterator() cell.Iterator { return &iterator{m: m} }
 
 // iterator walks a memtable. Before the first positioning call, and after a
 // positioning call returns false, it is at no entry: Next then returns false.
 type iterator struct {
 	m *Memtable
-	n *node // current entry; nil when not positioned
+	n ref            // current entry; 0 when not positioned
+	p unsafe.Pointer // its first byte
 }
 
 var _ cell.Iterator = (*iterator)(nil)
 
-// First moves to the first entry.
-func (it *iterator) First() bool {
-	it.n = it.m.head.next[0].Load()
-	return it.n != nil
+// moveTo positions the iterator at n (0: at no entry).
+func (it *iterator) moveTo(n ref) bool {
+	it.n = n
+	if n == 0 {
+		it.p = nil
+		return false
+	}
+	it.p = it.m.at(n)
+	return true
 }
+
+// First moves to the first entry.
+func (it *iterator) First() bool { return it.moveTo(it.m.next(headRef, 0)) }
 
 // SeekGE moves to the first entry whose key is >= key.
 func (it *iterator) SeekGE(key []byte) bool {
-	it.n = it.m.findLT(key).next[0].Load()
-	return it.n != nil
+	return it.moveTo(it.m.next(it.m.findLT(key), 0))
 }
 
 // SeekLT moves to the last entry whose key is < key.
 func (it *iterator) SeekLT(key []byte) bool {
 	x := it.m.findLT(key)
-	if x == it.m.head {
-		it.n = nil
-		return false
+	if x == headRef {
+		return it.moveTo(0)
 	}
-	it.n = x
-	return true
+	return it.moveTo(x)
 }
 
 // findLT returns the last node whose key is < key, or the head when there is
 // none, by descending the levels.
-func (m *Memtable) findLT(key []byte) *node {
-	x := m.head
+func (m *Memtable) findLT(key []byte) ref {
+	x := headRef
 	for level := int(m.height.Load()) - 1; level >= 0; level-- {
 		for {
-			next := x.next[level].Load()
-			if next == nil || bytes.Compare(next.key, key) >= 0 {
+			next := m.next(x, level)
+			if next == 0 || bytes.Compare(m.key(next), key) >= 0 {
 				break
 			}
 			x = next
@@ -309,24 +380,23 @@ func (m *Memtable) findLT(key []byte) *node {
 
 // Next moves to the following entry.
 func (it *iterator) Next() bool {
-	if it.n == nil {
+	if it.n == 0 {
 		return false
 	}
-	it.n = it.n.next[0].Load()
-	return it.n != nil
+	return it.moveTo(it.m.next(it.n, 0))
 }
 
 // Key is the current entry's encoded internal key.
-func (it *iterator) Key() []byte { return it.n.key }
+func (it *iterator) Key() []byte { return nodeKey(it.p) }
 
 // Value is the current entry's value.
-func (it *iterator) Value() []byte { return it.n.value }
+func (it *iterator) Value() []byte { return it.m.value(it.p) }
 
 // Error is always nil: a memtable cannot fail.
 func (it *iterator) Error() error { return nil }
 
 // Close releases the iterator; it holds nothing, so it always returns nil.
 func (it *iterator) Close() error {
-	it.n = nil
+	it.moveTo(0)
 	return nil
 }

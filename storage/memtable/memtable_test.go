@@ -399,26 +399,29 @@ func BenchmarkAddAscending(b *testing.B) {
 	}
 }
 
-// TestInlineAndArenaKeys: keys that fit a node's own buffer (up to
-// inlineKey bytes) and longer ones that go to the arena, at every tower
-// height, read back exactly and in order; appending to a returned key
-// (inline or not) never changes another entry.
-func TestInlineAndArenaKeys(t *testing.T) {
+// TestNodeLayouts: keys of every length around the tower's 8-byte
+// alignment and values of every length around a node's rounding, at every
+// tower height the draws give, read back exactly and in order; appending to
+// a returned key or value never changes another entry.
+func TestNodeLayouts(t *testing.T) {
 	m := New()
 	var md model
 	r := rand.New(rand.NewPCG(5, 6))
 	for i := range 3000 {
-		k := make([]byte, 1+i%(inlineKey+9)) // 1 to inlineKey+9 bytes
+		k := make([]byte, i%70) // 0 to 69 bytes, then two unique ones
 		for j := range k {
 			k[j] = byte(r.IntN(256))
 		}
-		k = append(k, byte(i>>8), byte(i)) // unique
+		k = append(k, byte(i>>8), byte(i))
 		if md.seekGE(k) < len(md) && bytes.Equal(md[md.seekGE(k)].key, k) {
 			continue
 		}
-		v := []byte(fmt.Sprint("v", i))
+		v := bytes.Repeat([]byte{byte(i)}, i%19)
 		m.Add(k, v)
 		md = slices.Insert(md, md.seekGE(k), entry{k, v})
+	}
+	if m.height.Load() < 4 {
+		t.Fatalf("list height %d: the draws gave no tall towers", m.height.Load())
 	}
 	it := m.NewIterator()
 	for ok := it.First(); ok; ok = it.Next() {
@@ -426,4 +429,31 @@ func TestInlineAndArenaKeys(t *testing.T) {
 		_ = append(it.Value(), "ZZZZZZZZ"...)
 	}
 	checkAll(t, m.NewIterator(), md)
+}
+
+// TestArenaHoldsNoPointers: the nodes and values live in pointer-free
+// chunks (the collector never scans them), the directory grows as chunks
+// are added, and a memtable with one small entry holds two small chunks.
+func TestArenaHoldsNoPointers(t *testing.T) {
+	m := New()
+	m.Add([]byte("k"), []byte("v"))
+	// Chunk 0 is never used; then one for nodes and one for values.
+	if n := len(*m.chunks.Load()); n != 3 {
+		t.Fatalf("directory has %d slots after one small entry, want 3", n)
+	}
+	for i := range 100000 {
+		m.Add(binary.BigEndian.AppendUint64([]byte("row"), uint64(i)), make([]byte, 100))
+	}
+	dir := *m.chunks.Load()
+	// 100k nodes of about 40 bytes and values of 100: chunks of 8 KiB
+	// doubling to 1 MiB, then 1 MiB each, for 4 and 10 MB.
+	if len(dir) < 20 || len(dir) > 40 {
+		t.Fatalf("%d chunks for about 14 MB of nodes and values", len(dir)-1)
+	}
+	if dir[0] != nil {
+		t.Fatal("chunk 0 is used: the zero reference would not be nil")
+	}
+	if m.Len() != 100001 {
+		t.Fatalf("Len = %d", m.Len())
+	}
 }
