@@ -213,13 +213,15 @@ func (t *Tablet) writeFrozenGroups(ctx context.Context, v *version, fz *frozenMe
 	for _, g := range groups {
 		f, err := t.writeGroupFile(ctx, v.schema, g, func(emit func(k, val []byte) error) error {
 			it := fz.mem.NewIterator()
+			family := "" // the last entry's: decoding reuses the string
 			for ok := it.First(); ok; ok = it.Next() {
 				key := it.Key()
 				if cell.KindOf(key) != cell.KindRowDelete {
-					k, err := cell.DecodeKey(key)
+					k, err := cell.DecodeKeyWithFamily(key, family)
 					if err != nil {
 						return err
 					}
+					family = k.Family
 					// A family no longer in the schema: its cells are
 					// shadowed by its drop.
 					if fg, ok := v.schema.GroupOf(k.Family); !ok || fg != g {
