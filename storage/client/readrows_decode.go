@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -45,7 +46,7 @@ func (rawCodec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec().Ma
 func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*rawReadRows); ok {
 		if !r.reusing {
-			r.buf = data.Materialize() // a fresh buffer the rows may alias
+			r.buf = materialize(data) // a fresh buffer the rows may alias
 			return nil
 		}
 		n := data.Len()
@@ -58,6 +59,25 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	}
 	return protoCodec().Unmarshal(data, v)
+}
+
+// materialize copies data into one fresh buffer, as data.Materialize
+// does but without zeroing the buffer first: bytes.Join allocates its
+// result uninitialized, since it overwrites every byte. (A large buffer
+// is otherwise cleared in full by the runtime before the copy: for a
+// scan, as many bytes zeroed as received.)
+func materialize(data mem.BufferSlice) []byte {
+	if len(data) == 1 {
+		return bytes.Clone(data[0].ReadOnlyData())
+	}
+	var parts [][]byte
+	if len(data) <= 128 {
+		parts = make([][]byte, 0, 128) // a 1 MiB response in 16 KiB frames fits: no allocation
+	}
+	for _, b := range data {
+		parts = append(parts, b.ReadOnlyData())
+	}
+	return bytes.Join(parts, nil)
 }
 
 var readRowsStream = grpc.StreamDesc{StreamName: "ReadRows", ServerStreams: true}

@@ -1,12 +1,14 @@
 package client
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"testing"
 
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -264,5 +266,39 @@ func TestMergerReusesBuffersBetweenRows(t *testing.T) {
 		if !guarded && corrupt == 0 {
 			t.Error("reusing buffers mid-row corrupted no row: the test does not exercise rows spanning responses")
 		}
+	}
+}
+
+// TestUnmarshalCopiesFramesIntoOwnBuffer checks the codec's copy of a
+// response received in frames (as gRPC hands a ReadRowsResponse over:
+// one buffer per HTTP/2 frame): the bytes in order, in a buffer of its
+// own that the frames' reuse (gRPC pools them) does not change.
+func TestUnmarshalCopiesFramesIntoOwnBuffer(t *testing.T) {
+	for _, frames := range []int{0, 1, 2, 64, 200} {
+		t.Run(fmt.Sprint(frames), func(t *testing.T) {
+			var want []byte
+			var data mem.BufferSlice
+			for i := range frames {
+				frame := make([]byte, 1+i%7*1000)
+				for j := range frame {
+					frame[j] = byte(i + j)
+				}
+				want = append(want, frame...)
+				data = append(data, mem.SliceBuffer(frame))
+			}
+			var resp rawReadRows
+			if err := (rawCodec{}).Unmarshal(data, &resp); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(resp.buf, want) || resp.buf == nil {
+				t.Fatalf("got %d bytes, want the %d bytes of the frames in order", len(resp.buf), len(want))
+			}
+			for _, b := range data {
+				clear(b.ReadOnlyData())
+			}
+			if !bytes.Equal(resp.buf, want) {
+				t.Fatal("the response's bytes changed with the frames they were copied from")
+			}
+		})
 	}
 }
