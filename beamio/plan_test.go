@@ -2,11 +2,14 @@ package beamio
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"testing"
 
 	"github.com/tabuladb/tabula/beamio/keyrange"
 	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/client"
 )
 
 func kr(start, end string) keyrange.Restriction {
@@ -154,4 +157,55 @@ func FuzzDecodeRow(f *testing.F) {
 		_, _ = decodeRowMutation(b)
 		_, _ = decodeFailed(b)
 	})
+}
+
+// TestSelectionPlansLikePlan: PlanSplits of the Selection over the
+// table's tablets and samples, fetched by the caller, is what Plan
+// returns (the export plans that way, with its own connection).
+func TestSelectionPlansLikePlan(t *testing.T) {
+	table := readTable(t, "read")
+	c, err := client.Dial(dev.Addr, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	tabs, err := c.Tablets(ctx, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tablets []Tablet
+	for _, tb := range tabs {
+		tablets = append(tablets, Tablet{Start: tb.Start, End: tb.End})
+	}
+	smp, err := c.SampleRowKeys(ctx, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var samples []Sample
+	for _, s := range smp {
+		samples = append(samples, Sample{Key: s.Key, Offset: s.Offset})
+	}
+	for _, cfg := range []ReadConfig{
+		{},
+		{Ranges: []RowRange{{Start: []byte("r00150"), End: []byte("r00420")}, {Start: []byte("r00990")}}, Prefixes: [][]byte{[]byte("r007")}},
+	} {
+		cfg.Table = Table{Addr: dev.Addr, Table: table}
+		for _, target := range []int64{0, 4 << 10} {
+			want, err := cfg.Plan(ctx, target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sel, err := cfg.Selection()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := PlanSplits(sel, tablets, samples, target); fmt.Sprint(got) != fmt.Sprint(want) || len(want) < len(tablets) && len(cfg.Ranges) == 0 {
+				t.Fatalf("ranges %v, target %d: PlanSplits of the selection %v\n got %v\nwant %v", cfg.Ranges, target, sel, got, want)
+			}
+		}
+	}
+	if _, err := (ReadConfig{Table: Table{Addr: dev.Addr, Table: table}, Prefixes: [][]byte{nil}}).Selection(); err == nil {
+		t.Fatal("Selection accepted an empty prefix")
+	}
 }

@@ -393,6 +393,19 @@ func (cfg ReadConfig) Plan(ctx context.Context, target int64) ([]keyrange.Restri
 	return sp.plan(ctx, c, keyrange.Restriction{}, target)
 }
 
+// Selection returns the rows cfg selects as sorted, merged key ranges
+// (one unbounded range when cfg selects the whole table), or cfg's
+// error. PlanSplits of the selection over the table's tablets and
+// samples is what Plan returns; a caller that has fetched those (with a
+// client of its own) plans without Plan's round trips.
+func (cfg ReadConfig) Selection() ([]keyrange.Restriction, error) {
+	sp, err := cfg.spec()
+	if err != nil {
+		return nil, err
+	}
+	return sp.Ranges, nil
+}
+
 // Scan reads the rows of r that cfg selects (families, times, filter,
 // script; r should lie within cfg's ranges) in key order, straight from
 // the servers as Read does, and calls fn with each until fn returns

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -77,13 +76,23 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 			return ExportSummary{}, pipe.Usagef("--columns: %v", err)
 		}
 	}
-	// What planning needs is fetched while the table and the output are
+	selection, err := cfg.Read.Selection()
+	if err != nil {
+		return ExportSummary{}, err
+	}
+	// One connection for the checks and the plan. The table's samples
+	// are fetched while its tablets are listed and the output is
 	// checked: each is a round trip to the server or more (the samples
 	// read the tablets' files), and the pipeline waits for all.
+	c, err := t.Dial()
+	if err != nil {
+		return ExportSummary{}, err
+	}
+	defer c.Close()
 	pctx, cancelPlan := context.WithCancel(ctx)
 	defer cancelPlan()
-	planned := fetchPlan(pctx, cfg.Read)
-	tabs, err := pipe.CheckTable(ctx, t)
+	sampled := fetchSamples(pctx, c, t)
+	tabs, err := pipe.CheckTableOn(ctx, c, t)
 	if err != nil {
 		return ExportSummary{}, err
 	}
@@ -109,10 +118,11 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 		return ExportSummary{}, fmt.Errorf("%s already holds shards of %s (%s, …): remove them or choose another --prefix", cfg.Out, cfg.Prefix, old[0])
 	}
 
-	pl := <-planned
-	if pl.err != nil {
-		return ExportSummary{}, pl.err
+	smp := <-sampled
+	if smp.err != nil {
+		return ExportSummary{}, smp.err
 	}
+	pl := plan{pieces: beamio.PlanSplits(selection, tablets(tabs), smp.samples, 0), samples: smp.samples}
 	shardRanges := planShards(pl, tabs, cfg.Shards)
 	readSpec := cfg.Read
 	var filterBytes []byte
@@ -252,49 +262,42 @@ type shardSpec struct {
 
 // plan is what planShards cuts the selection with.
 type plan struct {
-	pieces  []keyrange.Restriction // the selection, one piece per tablet (beamio's Plan, target 0)
+	pieces  []keyrange.Restriction // the selection, one piece per tablet (PlanSplits, target 0: beamio's Plan)
 	samples []beamio.Sample        // the table's sampled keys and offsets
+}
+
+// sampling is the answer of fetchSamples.
+type sampling struct {
+	samples []beamio.Sample
 	err     error
 }
 
-// fetchPlan fetches the pieces and the samples of read's selection
-// concurrently, sending the plan on the channel it returns.
-func fetchPlan(ctx context.Context, read beamio.ReadConfig) <-chan plan {
-	out := make(chan plan, 1)
+// fetchSamples fetches the table's sampled keys and offsets through c,
+// sending them on the channel it returns.
+func fetchSamples(ctx context.Context, c *client.Client, t beamio.Table) <-chan sampling {
+	out := make(chan sampling, 1)
 	go func() {
-		var pl plan
-		var wg sync.WaitGroup
-		var planErr, sampleErr error
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pl.pieces, planErr = read.Plan(ctx, 0)
-		}()
-		pl.samples, sampleErr = sampleRowKeys(ctx, read.Table)
-		wg.Wait()
-		// The plan's error says what is wrong with the selection.
-		pl.err = cmp.Or(planErr, sampleErr)
-		out <- pl
+		samples, err := c.SampleRowKeys(ctx, t.Table)
+		if err != nil {
+			out <- sampling{err: fmt.Errorf("SampleRowKeys of %s at %s: %w", t.Table, t.Addr, err)}
+			return
+		}
+		smp := make([]beamio.Sample, len(samples))
+		for i, s := range samples {
+			smp[i] = beamio.Sample{Key: s.Key, Offset: s.Offset}
+		}
+		out <- sampling{samples: smp}
 	}()
 	return out
 }
 
-// sampleRowKeys returns the table's sampled keys and offsets.
-func sampleRowKeys(ctx context.Context, t beamio.Table) ([]beamio.Sample, error) {
-	c, err := t.Dial()
-	if err != nil {
-		return nil, err
+// tablets are tabs as beamio's planning takes them.
+func tablets(tabs []client.TabletInfo) []beamio.Tablet {
+	out := make([]beamio.Tablet, len(tabs))
+	for i, t := range tabs {
+		out[i] = beamio.Tablet{Start: t.Start, End: t.End}
 	}
-	defer c.Close()
-	samples, err := c.SampleRowKeys(ctx, t.Table)
-	if err != nil {
-		return nil, fmt.Errorf("SampleRowKeys of %s at %s: %w", t.Table, t.Addr, err)
-	}
-	out := make([]beamio.Sample, len(samples))
-	for i, s := range samples {
-		out[i] = beamio.Sample{Key: s.Key, Offset: s.Offset}
-	}
-	return out, nil
+	return out
 }
 
 // planShards cuts the selection (pl.pieces) into shards contiguous key
@@ -311,11 +314,7 @@ func planShards(pl plan, tabs []client.TabletInfo, shards int) [][]keyrange.Rest
 		total += p.Bytes
 	}
 	if target := total / int64(4*shards); target > 0 {
-		tablets := make([]beamio.Tablet, len(tabs))
-		for i, t := range tabs {
-			tablets[i] = beamio.Tablet{Start: t.Start, End: t.End}
-		}
-		pieces = beamio.PlanSplits(pieces, tablets, pl.samples, max(target, 64<<10))
+		pieces = beamio.PlanSplits(pieces, tablets(tabs), pl.samples, max(target, 64<<10))
 	}
 	groups := GroupShards(pieces, shards)
 	for i, g := range groups {

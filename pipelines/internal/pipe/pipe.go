@@ -181,6 +181,11 @@ func CheckTable(ctx context.Context, t beamio.Table) ([]client.TabletInfo, error
 		return nil, err
 	}
 	defer c.Close()
+	return CheckTableOn(ctx, c, t)
+}
+
+// CheckTableOn is CheckTable through c, a client of t's server.
+func CheckTableOn(ctx context.Context, c *client.Client, t beamio.Table) ([]client.TabletInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	tabs, err := c.Tablets(ctx, t.Table)
