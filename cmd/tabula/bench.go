@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -69,6 +70,9 @@ type benchConfig struct {
 	rounds          int // each workload runs this many times per target, the order alternating
 	json            bool
 	keep            bool
+	// serverMetrics is the server's Prometheus /metrics URL, from which
+	// its CPU per operation is read; empty: not measured.
+	serverMetrics string
 	// emulatorCmd returns the command that runs the emulator process;
 	// nil means this binary's hidden "emulator" subcommand. Tests
 	// replace it because the test binary is not tabula.
@@ -101,6 +105,11 @@ in even ones (A B, B A, A B, ...), so neither always gets the warmer or the
 quieter slot. The report gives every round's figures, and per workload the
 median ratio with its range; and the point reads' rates as a fraction of
 the empty-RPC floor measured in the same run.
+--server-metrics URL (the server's Prometheus /metrics, its --http port)
+adds each process's CPU per operation while the workload ran: the
+server's from its process_cpu_seconds_total, the emulator's from /proc
+(Linux), and this client's own — figures that move far less with the
+machine's load than rates do.
 The table (--table) is dropped and re-created at the start and deleted at
 the end unless --keep. --presplit N creates it with N-1 initial split keys
 spread evenly over the rows, so that a cluster serves it from N tablets
@@ -127,6 +136,7 @@ spread evenly over the rows, so that a cluster serves it from N tablets
 	cmd.Flags().IntVar(&b.rounds, "rounds", 1, "times to run every workload on each target, alternating which goes first; medians and ranges are reported")
 	cmd.Flags().BoolVar(&b.json, "json", false, "print the results as JSON")
 	cmd.Flags().BoolVar(&b.keep, "keep", false, "keep the table afterwards")
+	cmd.Flags().StringVar(&b.serverMetrics, "server-metrics", "", "the server's Prometheus /metrics URL (e.g. http://127.0.0.1:8087/metrics, tabula's --http): report its process CPU per operation")
 	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{cmd: cmd, err: err} })
 	return cmd
 }
@@ -143,7 +153,13 @@ type workloadResult struct {
 	MBPerSec  float64 `json:"mb_per_sec"`
 	P50Micros float64 `json:"p50_us"`
 	P99Micros float64 `json:"p99_us"`
-	Note      string  `json:"note,omitempty"`
+	// ServerCPUMicros is the target process's CPU per operation (µs)
+	// while the workload ran: --server-metrics for the server, /proc for
+	// the emulator; absent when not measured. ClientCPUMicros is this
+	// process's (the client's).
+	ServerCPUMicros *float64 `json:"server_cpu_us_per_op,omitempty"`
+	ClientCPUMicros float64  `json:"client_cpu_us_per_op"`
+	Note            string   `json:"note,omitempty"`
 }
 
 // targetReport is a whole run against one server.
@@ -187,6 +203,12 @@ type workloadSummary struct {
 	MedianRatio     float64   `json:"median_ratio,omitempty"`
 	MinRatio        float64   `json:"min_ratio,omitempty"`
 	MaxRatio        float64   `json:"max_ratio,omitempty"`
+	// MedianServerCPUMicros is per target (in Targets' order) the median
+	// over rounds of its process's CPU per operation, -1 when it was not
+	// measured; MedianClientCPUMicros the client's while it ran against
+	// that target.
+	MedianServerCPUMicros []float64 `json:"median_server_cpu_us_per_op"`
+	MedianClientCPUMicros []float64 `json:"median_client_cpu_us_per_op"`
 }
 
 func (b benchConfig) validate() error {
@@ -228,11 +250,21 @@ func runBench(ctx context.Context, b benchConfig, out, progress io.Writer) (err 
 		return err
 	}
 	rep := benchReport{Rows: b.rows, Concurrency: b.concurrency, Batch: b.batch, ValueSize: b.valueSize, Presplit: max(1, b.presplit), Rounds: b.rounds}
+	var serverCPU cpuMeter
+	if b.serverMetrics != "" {
+		m := newMetricsCPU(b.serverMetrics)
+		// Read once now: a wrong URL fails the run before any work.
+		if _, err := m.CPUSeconds(ctx); err != nil {
+			return err
+		}
+		serverCPU = m
+	}
 	srv, err := openBenchTarget(ctx, b, "server", b.conn, progress)
 	if err != nil {
 		return err
 	}
 	defer srv.close()
+	srv.cpu = serverCPU
 	targets := []*benchTarget{srv}
 	if b.compareEmulator {
 		// err is the named result here, not a new variable: the deferred
@@ -254,6 +286,11 @@ func runBench(ctx context.Context, b benchConfig, out, progress io.Writer) (err 
 		}
 		// Dropped before the emulator stops (defers run last first).
 		defer et.close()
+		// Its CPU from /proc where there is one (Linux); elsewhere not
+		// measured.
+		if m := (procCPU{pid: emu.cmd.Process.Pid}); m.readable(ctx) {
+			et.cpu = m
+		}
 		targets = append(targets, et)
 	}
 	for round := 1; round <= b.rounds; round++ {
@@ -310,10 +347,13 @@ func summarize(rep *benchReport) {
 		round    int
 	}
 	rates := make([]map[key]float64, len(rep.Targets))
+	results := make([]map[key]workloadResult, len(rep.Targets))
 	for i, t := range rep.Targets {
 		rates[i] = map[key]float64{}
+		results[i] = map[key]workloadResult{}
 		for _, r := range t.Results {
 			rates[i][key{r.Workload, r.Round}] = r.OpsPerSec
+			results[i][key{r.Workload, r.Round}] = r
 		}
 	}
 	compare := len(rep.Targets) > 1
@@ -331,6 +371,20 @@ func summarize(rep *benchReport) {
 				xs = append(xs, rates[i][key{w, round}])
 			}
 			s.MedianOpsPerSec = append(s.MedianOpsPerSec, median(xs))
+			var server, client []float64
+			for round := 1; round <= rep.Rounds; round++ {
+				r := results[i][key{w, round}]
+				if r.ServerCPUMicros != nil {
+					server = append(server, *r.ServerCPUMicros)
+				}
+				client = append(client, r.ClientCPUMicros)
+			}
+			sm := -1.0
+			if len(server) > 0 {
+				sm = median(server)
+			}
+			s.MedianServerCPUMicros = append(s.MedianServerCPUMicros, sm)
+			s.MedianClientCPUMicros = append(s.MedianClientCPUMicros, median(client))
 		}
 		if compare {
 			for round := 1; round <= rep.Rounds; round++ {
@@ -393,6 +447,8 @@ type benchTarget struct {
 	runner  *benchRunner
 	memNote string
 	report  targetReport
+	// cpu reads the target process's CPU time; nil: not measured.
+	cpu cpuMeter
 }
 
 // openBenchTarget connects to the server at cf, creates the bench table
@@ -443,9 +499,21 @@ func (t *benchTarget) run(ctx context.Context, w string, round int) error {
 			return fmt.Errorf("%s %s: %w", t.report.Target, t.report.Addr, err)
 		}
 	}
-	res, err := r.run(ctx, w)
+	var res workloadResult
+	cpu, err := measureCPU(ctx, []cpuMeter{t.cpu, selfCPU{}}, func() error {
+		var err error
+		res, err = r.run(ctx, w)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("%s %s, workload %s: %w", t.report.Target, t.report.Addr, w, describe(err))
+	}
+	if res.Ops > 0 {
+		if cpu[0] >= 0 {
+			us := cpu[0] * 1e6 / float64(res.Ops)
+			res.ServerCPUMicros = &us
+		}
+		res.ClientCPUMicros = cpu[1] * 1e6 / float64(res.Ops)
 	}
 	if w == wlRandReadMem {
 		res.Note = t.memNote
@@ -550,6 +618,7 @@ func printBenchReport(w io.Writer, rep benchReport) {
 		}
 		tw.Flush()
 	}
+	printCPUSummary(w, rep)
 	for _, pr := range pointReads {
 		f, ok := rep.FloorFractions[pr]
 		if !ok {
@@ -565,6 +634,62 @@ func printBenchReport(w io.Writer, rep benchReport) {
 	for _, n := range slices.Compact(notes) {
 		fmt.Fprintln(w, "note:", n)
 	}
+}
+
+// printCPUSummary prints, per workload, the median CPU per operation of
+// every target whose process CPU was measured, their ratio when both
+// were, and the client's. Nothing when no target was measured.
+func printCPUSummary(w io.Writer, rep benchReport) {
+	measured := false
+	for _, s := range rep.Summary {
+		for _, x := range s.MedianServerCPUMicros {
+			measured = measured || x >= 0
+		}
+	}
+	if !measured {
+		return
+	}
+	fmt.Fprintf(w, "\nCPU per operation, µs (median of rounds; client: this process while it drove that target):\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	head := "workload\t"
+	for _, t := range rep.Targets {
+		head += fmt.Sprintf("%s\t", t.Target)
+	}
+	both := len(rep.Targets) > 1
+	if both {
+		head += "ratio\t"
+	}
+	for _, t := range rep.Targets {
+		head += fmt.Sprintf("client (%s)\t", t.Target)
+	}
+	fmt.Fprintln(tw, head)
+	for _, s := range rep.Summary {
+		line := s.Workload + "\t"
+		for _, x := range s.MedianServerCPUMicros {
+			line += fmtCPU(x) + "\t"
+		}
+		if both {
+			a, b := s.MedianServerCPUMicros[0], s.MedianServerCPUMicros[1]
+			if a >= 0 && b > 0 {
+				line += fmt.Sprintf("%.2fx\t", a/b)
+			} else {
+				line += "-\t"
+			}
+		}
+		for _, x := range s.MedianClientCPUMicros {
+			line += fmtCPU(x) + "\t"
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+}
+
+// fmtCPU formats a CPU figure in µs; "-" for one not measured.
+func fmtCPU(us float64) string {
+	if us < 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(us, 'f', 1, 64)
 }
 
 func fmtMicros(us float64) string {

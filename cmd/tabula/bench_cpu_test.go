@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/storage/cluster"
+)
+
+func TestProcessCPUFromMetrics(t *testing.T) {
+	for _, c := range []struct {
+		name, page string
+		want       float64
+		err        string
+	}{
+		{"plain", "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 9.55\n", 9.55, ""},
+		{"after others, longer names skipped", "process_cpu_seconds_total_extra 1\ngo_goroutines 12\nprocess_cpu_seconds_total 0.02 1700000000000\n", 0.02, ""},
+		{"labels", "process_cpu_seconds_total{job=\"x\"} 3e2\n", 300, ""},
+		{"absent", "go_goroutines 12\n", 0, "no process_cpu_seconds_total"},
+		{"malformed value", "process_cpu_seconds_total abc\n", 0, "malformed sample"},
+		{"unclosed labels", "process_cpu_seconds_total{a=\"b\" 3\n", 0, "malformed sample"},
+	} {
+		got, err := processCPUFromMetrics(strings.NewReader(c.page))
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: %v, %v; want an error containing %q", c.name, got, err, c.err)
+		case c.err == "" && (err != nil || got != c.want):
+			t.Errorf("%s: %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+}
+
+func TestCPUFromProcStat(t *testing.T) {
+	// A command name with spaces and a parenthesis: fields count from the
+	// last ')'. utime 250 and stime 50 ticks: 3 s.
+	line := "4242 (tab (ula) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 100 1000000 300"
+	got, err := cpuFromProcStat([]byte(line))
+	if err != nil || got != 3 {
+		t.Fatalf("cpuFromProcStat = %v, %v; want 3", got, err)
+	}
+	if _, err := cpuFromProcStat([]byte("4242 (x) S 1 2")); err == nil {
+		t.Error("a short line gave no error")
+	}
+	// This process: its reading grows with the CPU it burns.
+	p := procCPU{pid: os.Getpid()}
+	before, err := p.CPUSeconds(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); time.Since(start) < 60*time.Millisecond; {
+	}
+	after, err := p.CPUSeconds(context.Background())
+	if err != nil || after <= before {
+		t.Fatalf("CPU before %v, after 60 ms of spinning %v (%v)", before, after, err)
+	}
+}
+
+// TestBenchServerCPU: with --server-metrics bench reports the server's
+// CPU per operation (from a real tabula dev's /metrics) and the
+// emulator subprocess's (from /proc) for every workload and round, and a
+// summary of both; a URL that does not serve the metric fails the run
+// before it creates the table.
+func TestBenchServerCPU(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	d, err := cluster.StartDev(ctx, cluster.DevConfig{Dir: t.TempDir(), Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Logger: quietDevLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	cfg := benchConfig{
+		conn:        connFlags{addr: d.Addr(), project: devProject, instance: devInstance},
+		table:       "cpu",
+		rows:        8000,
+		concurrency: 4,
+		batch:       100,
+		valueSize:   100,
+		rounds:      2,
+		workloads:   []string{wlSeqWrite, wlScan},
+		emulatorCmd: func() (*exec.Cmd, error) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestEmulatorProcess$")
+			cmd.Env = append(os.Environ(), emulatorProcessEnv+"=1")
+			return cmd, nil
+		},
+		compareEmulator: true,
+		json:            true,
+		serverMetrics:   fmt.Sprintf("http://%s/metrics", d.HTTPAddr()),
+	}
+	var out, progress bytes.Buffer
+	if err := runBench(ctx, cfg, &out, &progress); err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("bad JSON %v:\n%s", err, out.String())
+	}
+	for _, tr := range rep.Targets {
+		checkRounds(t, tr, cfg.workloads, cfg.rows, cfg.rounds)
+		var sum float64
+		for _, r := range tr.Results {
+			if r.ServerCPUMicros == nil || *r.ServerCPUMicros < 0 || r.ClientCPUMicros < 0 {
+				t.Fatalf("%s %s round %d: server CPU %v, client %v µs/op", tr.Target, r.Workload, r.Round, r.ServerCPUMicros, r.ClientCPUMicros)
+			}
+			sum += *r.ServerCPUMicros
+		}
+		// 8000 rows written twice and scanned twice cost well over the
+		// 10 ms resolution of either reading.
+		if sum <= 0 {
+			t.Errorf("%s: no CPU measured in any workload", tr.Target)
+		}
+	}
+	for _, s := range rep.Summary {
+		if len(s.MedianServerCPUMicros) != 2 || s.MedianServerCPUMicros[0] < 0 || s.MedianServerCPUMicros[1] < 0 || len(s.MedianClientCPUMicros) != 2 {
+			t.Errorf("summary of %s: server CPU %v, client %v", s.Workload, s.MedianServerCPUMicros, s.MedianClientCPUMicros)
+		}
+	}
+	// The text report has the CPU section with a ratio per workload.
+	cfg.json, cfg.rounds, cfg.workloads = false, 1, []string{wlSeqWrite}
+	out.Reset()
+	if err := runBench(ctx, cfg, &out, &progress); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(out.String()), " ")
+	if !strings.Contains(text, "CPU per operation, µs") || !strings.Contains(text, "client (emulator)") {
+		t.Errorf("text report lacks the CPU section:\n%s", out.String())
+	}
+
+	// A page without the metric: an error naming the flag, and no table.
+	cfg.serverMetrics = fmt.Sprintf("http://%s/healthz", d.HTTPAddr())
+	cfg.table = "never"
+	err = runBench(ctx, cfg, &out, &progress)
+	if err == nil || !strings.Contains(err.Error(), "--server-metrics") {
+		t.Fatalf("bench with a page without the metric: %v, want an error naming --server-metrics", err)
+	}
+	c := dialDev(t, d.Addr(), devProject, devInstance)
+	tables, err := c.admin.Tables(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range tables {
+		if tb == "never" {
+			t.Error("the failed run created its table")
+		}
+	}
+}
