@@ -126,7 +126,7 @@ func (l *localStore) Create(ctx context.Context, name string) (Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.buf = bufio.NewWriterSize(w.f, localWriteBuffer)
+	w.buf = bufio.NewWriterSize(&writebackWriter{f: w.f}, localWriteBuffer)
 	return w, nil
 }
 
