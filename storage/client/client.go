@@ -37,6 +37,7 @@ import (
 	"os"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/meta"
@@ -113,6 +114,7 @@ func (o *Options) dialOptions() []grpc.DialOption {
 	opts := []grpc.DialOption{
 		tlsconfig.DialOption(o.TLS),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
+		experimental.WithBufferPool(framePool),
 	}
 	if o.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(o.Token)))
