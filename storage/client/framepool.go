@@ -9,8 +9,10 @@ import (
 // framePool is the buffer pool of the connections a client dials. gRPC's
 // transport takes from it the buffer it reads each HTTP/2 data frame into
 // (io.ReadFull: every byte of it overwritten before use) and puts it back
-// once the message is decoded; nothing else of a connection draws on it
-// (messages are marshalled into gRPC's default pool). gRPC's default pool
+// once the message is decoded; its other users (compressing and
+// decompressing messages, which this client does not ask for) also hand
+// on only bytes they wrote (mem.ReadAll slices to what it read), and
+// messages are marshalled into gRPC's default pool. gRPC's default pool
 // clears every buffer it hands out again, for users that might read
 // before writing: for a scan, as many bytes cleared as received, a sixth
 // of the client's CPU beyond the system calls. This pool does not clear.
