@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tabuladb/tabula/internal/bufpool"
 	"github.com/tabuladb/tabula/storage/filter"
 )
 
@@ -76,9 +77,22 @@ func rawSender(stream bigtablepb.Bigtable_ReadRowsServer) func(mem.BufferSlice) 
 	}
 }
 
-// headerPool is the pool of wireResponse's buffers: gRPC's, which frees
-// them after sending (a variable for tests, which count its buffers).
-var headerPool = mem.DefaultBufferPool
+// headerPool is the pool of wireResponse's buffers, which gRPC frees
+// after sending (a variable for tests, which count its buffers).
+var headerPool = func() mem.BufferPool { return responsePool }
+
+// responsePool does not clear the buffers it hands out again (gRPC's
+// default pool does, and a scan's header buffer, of DefaultResponseBytes
+// and some, is cleared whole for every response: as many bytes cleared
+// as the scan sends): a response is encoded by appending to its empty
+// buffer, and only what was written is handed to gRPC. Its largest
+// tiers hold the buffers of responses of the default size and of
+// sizes up to 4 MiB.
+var responsePool = bufpool.NewDirty(4<<10, 16<<10, 32<<10, 256<<10, 1<<20, DefaultResponseBytes+responseSlack, 2<<20, 4<<20)
+
+// responseSlack is room beyond respBytes in a response's buffer: the row
+// that takes a response past respBytes is still encoded into it.
+const responseSlack = 64 << 10
 
 // wireResponse is a ReadRowsResponse being encoded: a buffer of
 // everything but the values handed to gRPC as they are (valueAliasBytes or
@@ -300,7 +314,7 @@ func (r *wireResponse) finish(lastScanned []byte, stats *bigtablepb.RequestStats
 // encodeCells is chunkWriter.cells writing wire bytes: the same chunks,
 // the same accounting.
 func (w *chunkWriter) encodeCells(key []byte, cells []filter.LabeledCell) {
-	w.wire.start(w.respBytes + 64<<10)
+	w.wire.start(w.respBytes + responseSlack)
 	var fam string
 	var qual []byte
 	for i := range cells {

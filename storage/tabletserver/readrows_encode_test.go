@@ -118,7 +118,7 @@ func TestRawSenderOnlyForGRPCStreams(t *testing.T) {
 	}
 }
 
-// countingPool is gRPC's default buffer pool, counting the buffers it
+// countingPool is the responses' buffer pool, counting the buffers it
 // hands out and takes back.
 type countingPool struct {
 	inner     mem.BufferPool
@@ -133,9 +133,10 @@ func (p *countingPool) Put(b *[]byte)     { p.put.Add(1); p.inner.Put(b) }
 // values of valueAliasBytes or more were aliased between them — through
 // the scan's chunk writer and through encodeReadRows.
 func TestResponseBuffersGoBackToThePool(t *testing.T) {
-	pool := &countingPool{inner: mem.DefaultBufferPool()}
+	pool := &countingPool{inner: responsePool}
+	was := headerPool
 	headerPool = func() mem.BufferPool { return pool }
-	defer func() { headerPool = mem.DefaultBufferPool }()
+	defer func() { headerPool = was }()
 	r := rand.New(rand.NewPCG(5, 8))
 	var held []mem.BufferSlice // freed at the end, as gRPC does once sent
 	aliased := 0

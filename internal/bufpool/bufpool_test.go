@@ -1,14 +1,14 @@
-package client
+package bufpool
 
 import "testing"
 
-// TestDirtyPoolTiers: Get returns a buffer of the asked length with its
+// TestDirtyTiers: Get returns a buffer of the asked length with its
 // tier's capacity (the smallest that fits; a fresh one of exactly the
 // length above the largest), and Put keeps for later Gets only buffers
 // of a tier's capacity — a buffer of another capacity handed out again
 // as a tier's would be too small for a request its tier serves.
-func TestDirtyPoolTiers(t *testing.T) {
-	p := &dirtyPool{}
+func TestDirtyTiers(t *testing.T) {
+	p := NewDirty(1<<20, 4<<10, 32<<10, 16<<10, 4<<10)
 	for _, c := range []struct{ n, cap int }{
 		{0, 4 << 10}, {1, 4 << 10}, {4 << 10, 4 << 10}, {4<<10 + 1, 16 << 10}, {16 << 10, 16 << 10},
 		{20 << 10, 32 << 10}, {1 << 20, 1 << 20}, {1<<20 + 1, 1<<20 + 1},
