@@ -44,6 +44,20 @@ type scanFunc func(ctx context.Context, fn func(cell.Row) bool) (ended bool, err
 // returns what scan returned, once fn has had every row scan delivered
 // before it ended. A cancelled ctx is an error, never a silent stop.
 func readAhead(ctx context.Context, scan scanFunc, fn func(cell.Row) bool) (ended bool, err error) {
+	return readAheadBatches(ctx, scan, func(rows []cell.Row) bool {
+		for _, r := range rows {
+			if !fn(r) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// readAheadBatches is readAhead handing fn the rows in the batches they
+// were read ahead in (the slice is reused once fn returns): fn returning
+// false stops the read, as fn of readAhead does for a row.
+func readAheadBatches(ctx context.Context, scan scanFunc, fn func([]cell.Row) bool) (ended bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	batches := make(chan []cell.Row, aheadBatches)
@@ -86,12 +100,9 @@ func readAhead(ctx context.Context, scan scanFunc, fn func(cell.Row) bool) (ende
 		if stopped {
 			continue // draining: the goroutine stops at its next send
 		}
-		for _, r := range rows {
-			if !fn(r) {
-				stopped = true
-				cancel()
-				break
-			}
+		if !fn(rows) {
+			stopped = true
+			cancel()
 		}
 		// fn has had the rows; the batch keeps no reference to them.
 		clear(rows)

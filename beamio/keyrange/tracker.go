@@ -72,6 +72,43 @@ func (t *Tracker) TryClaim(pos any) bool {
 func (t *Tracker) TryClaimKey(key []byte) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if !t.claimLocked(key, t.claimed) {
+		return false
+	}
+	// The copy lives in a buffer of the tracker's own (nothing outside the
+	// lock keeps a reference to it: from and Position copy or only read),
+	// so that claiming allocates only when a key outgrows it.
+	t.claimed = append(t.claimed[:0], key...)
+	return true
+}
+
+// TryClaimKeys claims n keys, key(0) to key(n-1), in turn as TryClaimKey
+// claims each, and returns how many it claimed: all n, or those before
+// the first whose claim failed (the tracker then stopped, as that
+// TryClaimKey would have stopped it). It takes the lock once for all of
+// them and keeps a copy of the last key claimed only: a DoFn that has
+// rows at hand in batches claims a batch before it emits its rows, at a
+// small part of the per-row cost. key(i) must stay valid during the call.
+func (t *Tracker) TryClaimKeys(n int, key func(i int) []byte) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	last := t.claimed
+	claimed := 0
+	for ; claimed < n; claimed++ {
+		if !t.claimLocked(key(claimed), last) {
+			break
+		}
+		last = key(claimed)
+	}
+	if claimed > 0 {
+		t.claimed = append(t.claimed[:0], last...)
+	}
+	return claimed
+}
+
+// claimLocked is TryClaimKey's check of key, last the key claimed before
+// it (nil: none), without recording key as claimed. Callers hold mu.
+func (t *Tracker) claimLocked(key, last []byte) bool {
 	if t.stopped {
 		t.err = errors.New("keyrange: a key was claimed after the tracker had stopped the DoFn")
 		return false
@@ -81,12 +118,12 @@ func (t *Tracker) TryClaimKey(key []byte) bool {
 	case len(key) == 0:
 		t.ended = true
 		return false
-	case t.claimed != nil && bytes.Compare(key, t.claimed) <= 0:
+	case last != nil && bytes.Compare(key, last) <= 0:
 		// (After a first claim, a key after the claimed one is after
 		// Start too: one comparison per row.)
-		t.err = fmt.Errorf("keyrange: claimed key %q is not after the last claimed key %q", key, t.claimed)
+		t.err = fmt.Errorf("keyrange: claimed key %q is not after the last claimed key %q", key, last)
 		return false
-	case t.claimed == nil && bytes.Compare(key, t.rest.Start) < 0:
+	case last == nil && bytes.Compare(key, t.rest.Start) < 0:
 		t.err = fmt.Errorf("keyrange: claimed key %q is before the restriction %v", key, t.rest)
 		return false
 	case !t.rest.Unbounded() && bytes.Compare(key, t.rest.End) >= 0:
@@ -94,10 +131,6 @@ func (t *Tracker) TryClaimKey(key []byte) bool {
 		return false
 	}
 	t.stopped = false
-	// The copy lives in a buffer of the tracker's own (nothing outside the
-	// lock keeps a reference to it: from and Position copy or only read),
-	// so that claiming allocates only when a key outgrows it.
-	t.claimed = append(t.claimed[:0], key...)
 	return true
 }
 

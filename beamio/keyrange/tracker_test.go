@@ -449,3 +449,61 @@ func FuzzInterpolate(f *testing.F) {
 		}
 	})
 }
+
+// TestTryClaimKeysIsClaimsInTurn: claiming a batch of keys at once
+// claims what claiming them one by one claims — the same count, then the
+// same state (stopped, done, error, where a split falls and what a next
+// claim does) — on random restrictions, batches (in order, out of order,
+// crossing the end, the empty key) and splits between batches.
+func TestTryClaimKeysIsClaimsInTurn(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 4))
+	key := func() []byte {
+		if r.IntN(30) == 0 {
+			return nil
+		}
+		return []byte(fmt.Sprintf("k%03d", r.IntN(200)))
+	}
+	state := func(tr *Tracker) string {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return fmt.Sprintf("claimed %q ended %v stopped %v err %v done %v rest %v", tr.claimed, tr.ended, tr.stopped, tr.err != nil, tr.isDone(), tr.rest)
+	}
+	for trial := range 2000 {
+		rest := Restriction{Start: []byte(fmt.Sprintf("k%03d", r.IntN(60)))}
+		if r.IntN(3) > 0 {
+			rest.End = []byte(fmt.Sprintf("k%03d", 100+r.IntN(100)))
+		}
+		one, batch := NewTracker(rest), NewTracker(rest)
+		next := rest.Start
+		for step := 0; step < 8; step++ {
+			var keys [][]byte
+			for range r.IntN(6) {
+				if r.IntN(8) == 0 {
+					keys = append(keys, key()) // anywhere
+					continue
+				}
+				next = append(slices.Clone(next), byte('a'+r.IntN(3)))
+				keys = append(keys, next)
+			}
+			want := 0
+			for _, k := range keys {
+				if !one.TryClaimKey(k) {
+					break
+				}
+				want++
+			}
+			got := batch.TryClaimKeys(len(keys), func(i int) []byte { return keys[i] })
+			if got != want || state(batch) != state(one) {
+				t.Fatalf("trial %d step %d: keys %q on %v: claimed %d, %s; one by one %d, %s", trial, step, keys, rest, got, state(batch), want, state(one))
+			}
+			if r.IntN(4) == 0 {
+				f := r.Float64()
+				p1, r1, e1 := one.TrySplit(f)
+				p2, r2, e2 := batch.TrySplit(f)
+				if fmt.Sprint(p1, r1, e1) != fmt.Sprint(p2, r2, e2) {
+					t.Fatalf("trial %d: TrySplit(%v) differs: %v %v %v against %v %v %v", trial, f, p2, r2, e2, p1, r1, e1)
+				}
+			}
+		}
+	}
+}
