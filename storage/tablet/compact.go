@@ -462,14 +462,39 @@ func (t *Tablet) pickMergeCount(g string) int {
 // mergeLocked merges the k newest SSTables of group g into one, clipped to
 // the tablet's range, keeping every entry. Called under maintMu.
 func (t *Tablet) mergeLocked(ctx context.Context, g string, k int) error {
-	return t.rewriteLocked(ctx, g, k, false)
+	return t.rewriteLocked(ctx, g, k, rewriteMerge)
 }
 
 // majorLocked rewrites all of group g's SSTables into one (or none), as
 // Compact(major) describes. Called under maintMu.
 func (t *Tablet) majorLocked(ctx context.Context, g string) error {
-	return t.rewriteLocked(ctx, g, math.MaxInt, true)
+	return t.rewriteLocked(ctx, g, math.MaxInt, rewriteMajor)
 }
+
+// autoMergeLocked is the background's merging compaction of the k newest
+// SSTables of group g: a merge, unless the k are all the group's files —
+// then it is resolved as a major compaction is (delete markers, what they
+// shadow and what the GC policies collect dropped), without first flushing
+// the memtable. With every file in the merge, no older entry is left out
+// that a dropped marker would have to go on shadowing, and the memtable
+// holds only newer writes, which shadow what they shadow whatever the
+// files hold. Versions the GC policies collect are gone from then on, even
+// if the versions above them are deleted later — Bigtable's garbage
+// collection, too, runs when it runs. Without it a table whose rows are
+// rewritten keeps every old version until an explicit major compaction,
+// and every merge copies them all again. Called under maintMu.
+func (t *Tablet) autoMergeLocked(ctx context.Context, g string, k int) error {
+	return t.rewriteLocked(ctx, g, k, rewriteMergeOrMajor)
+}
+
+// rewriteMode says how rewriteLocked resolves the files it merges.
+type rewriteMode int
+
+const (
+	rewriteMerge        rewriteMode = iota // keep every entry
+	rewriteMajor                           // resolve as Compact(major) does
+	rewriteMergeOrMajor                    // major if the files are all the group's, else merge
+)
 
 // rewriteFiles writes inputs (the newest files of group g) merged into
 // one new SSTable, resolved as a major compaction does when major is set;
@@ -526,7 +551,7 @@ func (t *Tablet) rewriteFiles(ctx context.Context, v *version, g string, inputs 
 	return out, nil
 }
 
-func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, major bool) error {
+func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, mode rewriteMode) error {
 	v, _, err := t.acquire()
 	if err != nil {
 		return err
@@ -537,13 +562,17 @@ func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, major bool)
 		return nil
 	}
 	k = min(k, len(gf.files))
+	major := mode == rewriteMajor
 	if k == 0 || (!major && k < 2) {
 		return nil
 	}
+	// resolve: the output drops what a major compaction drops. The
+	// compaction is counted as the kind it was asked for.
+	resolve := major || (mode == rewriteMergeOrMajor && k == len(gf.files))
 	inputs := gf.files[:k]
 	var out *tableFile
 	for attempt := 1; ; attempt++ {
-		if out, err = t.rewriteFiles(ctx, v, g, inputs, major); err != nil {
+		if out, err = t.rewriteFiles(ctx, v, g, inputs, resolve); err != nil {
 			return err
 		}
 		if out == nil {
@@ -602,6 +631,9 @@ func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, major bool)
 		t.majors.Add(1)
 	} else {
 		t.merges.Add(1)
+		if resolve {
+			t.collectingMerges.Add(1)
+		}
 	}
 	return nil
 }

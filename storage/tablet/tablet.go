@@ -214,6 +214,8 @@ type Tablet struct {
 	localGen atomic.Uint64
 
 	flushes, merges, majors atomic.Uint64
+	// collectingMerges counts the merges resolved as majors (autoMergeLocked).
+	collectingMerges atomic.Uint64
 }
 
 // frozenMem is the memtable being flushed and where its log ends.
@@ -974,7 +976,7 @@ func (t *Tablet) maintain(ctx context.Context) error {
 	for _, g := range t.groupNames() {
 		n := t.groupLen(g)
 		if n > t.opts.MaxSSTables {
-			if err := t.mergeLocked(ctx, g, t.pickMergeCount(g)); err != nil {
+			if err := t.autoMergeLocked(ctx, g, t.pickMergeCount(g)); err != nil {
 				return err
 			}
 		}
@@ -1054,15 +1056,18 @@ type Stats struct {
 	VisibleSeq    uint64 // highest published
 	Flushes       uint64 // minor compactions
 	Merges        uint64 // merging compactions
-	Majors        uint64 // major compactions
-	ScanCache     ScanCacheStats
-	BlockCache    sstable.CacheStats
+	// CollectingMerges are the merging compactions of all of a group's
+	// files that collected as a major compaction does (in Merges too).
+	CollectingMerges uint64
+	Majors           uint64 // major compactions
+	ScanCache        ScanCacheStats
+	BlockCache       sstable.CacheStats
 }
 
 // Stats returns the tablet's current figures.
 func (t *Tablet) Stats() Stats {
 	s := Stats{Groups: make(map[string]GroupStats), VisibleSeq: t.visible.Load(),
-		Flushes: t.flushes.Load(), Merges: t.merges.Load(), Majors: t.majors.Load()}
+		Flushes: t.flushes.Load(), Merges: t.merges.Load(), CollectingMerges: t.collectingMerges.Load(), Majors: t.majors.Load()}
 	t.writeMu.Lock()
 	s.LastSeq = t.lastSeq
 	t.writeMu.Unlock()

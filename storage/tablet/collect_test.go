@@ -1,0 +1,105 @@
+package tablet
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/tabletdesc"
+)
+
+// TestBackgroundMergeOfAllFilesCollects: the background's merge of some of
+// a group's SSTables keeps every entry; its merge of all of them drops what
+// a major compaction drops — versions the GC policy collects, delete
+// markers and what they shadow — and reads are the same before and after
+// both.
+func TestBackgroundMergeOfAllFilesCollects(t *testing.T) {
+	ctx := context.Background()
+	store := blob.NewMemory()
+	tb, err := Open(ctx, Options{ID: "c", Store: store, Dir: "sst", StateStore: NewBlobStateStore(store, "state"),
+		Schema:        tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {GC: tabletdesc.GCPolicy{MaxVersions: 1}}}},
+		MemtableBytes: 1 << 30, MaxSSTables: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	// Five files: every round rewrites rows r0–r9 with a newer
+	// timestamp; round 3 deletes r5's column and r7 whole.
+	for round := int64(1); round <= 5; round++ {
+		for i := range 10 {
+			rm := cell.RowMutation{Row: fmt.Appendf(nil, "r%d", i), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), round*1000, fmt.Appendf(nil, "v%d.%d", i, round))}}
+			if round == 3 && i == 5 {
+				rm.Mutations = append(rm.Mutations, cell.DeleteColumn("f", []byte("q"), 0, 0))
+			}
+			if round == 3 && i == 7 {
+				rm.Mutations = append(rm.Mutations, cell.DeleteRow())
+			}
+			if err := tb.Apply(ctx, rm); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tb.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() string {
+		var b strings.Builder
+		if err := tb.Scan(ctx, ScanOptions{}, func(r cell.Row) error {
+			b.WriteString(string(r.Key) + ":" + cellsString(r.Cells) + "\n")
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	files := func() (n int, entries uint64) {
+		v, _, err := tb.acquire()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer v.unref()
+		for _, gf := range v.groups {
+			for _, f := range gf.files {
+				n++
+				entries += f.meta.Entries
+			}
+		}
+		return n, entries
+	}
+	want := read()
+	if n, e := files(); n != 5 || e != 52 { // 50 writes, a column and a row marker
+		t.Fatalf("%d files, %d entries; want 5 and 52", n, e)
+	}
+	g := tb.groupNames()[0]
+	merge := func(k int) {
+		tb.maintMu.Lock()
+		defer tb.maintMu.Unlock()
+		if err := tb.autoMergeLocked(ctx, g, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	merge(2) // the newest two of five: a plain merge
+	if n, e := files(); n != 4 || e != 52 || tb.collectingMerges.Load() != 0 || tb.merges.Load() != 1 {
+		t.Fatalf("after merging 2 of 5 files: %d files, %d entries, %d collecting of %d merges; want 4, 52, 0 of 1", n, e, tb.collectingMerges.Load(), tb.merges.Load())
+	}
+	if got := read(); got != want {
+		t.Fatalf("reads changed by a merge:\n got  %s\n want %s", got, want)
+	}
+
+	merge(4) // all of them: collected
+	// Left: the newest version of each row, r7's two writes after its
+	// delete among them.
+	if n, e := files(); n != 1 || e != 10 || tb.collectingMerges.Load() != 1 || tb.merges.Load() != 2 || tb.majors.Load() != 0 {
+		t.Fatalf("after merging all 4 files: %d files, %d entries, %d collecting of %d merges, %d majors; want 1, 10, 1 of 2, 0", n, e, tb.collectingMerges.Load(), tb.merges.Load(), tb.majors.Load())
+	}
+	if got := read(); got != want {
+		t.Fatalf("reads changed by a collecting merge:\n got  %s\n want %s", got, want)
+	}
+	if !strings.Contains(want, "r7:f:q@5000=v7.5") || !strings.Contains(want, "r5:f:q@5000=v5.5") {
+		t.Fatalf("the writes after the deletes are missing:\n%s", want)
+	}
+}
