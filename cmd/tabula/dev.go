@@ -79,6 +79,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.StringVar(&cfg.HTTPAddr, "http", "", "HTTP listen address for /metrics, /debug/pprof/ and /healthz (off when empty)")
 	f.Int64Var(&cfg.MemtableBytes, "memtable-size", 64<<20, "memtable size in bytes that triggers a minor compaction")
 	f.Int64Var(&cfg.CompactionRate, "compaction-rate", pacing.DefaultMinRate, compactionRateHelp)
+	f.DurationVar(&cfg.MajorInterval, "major-compaction-interval", cluster.DefaultMajorInterval, majorIntervalHelp)
 	f.Int64Var(&cfg.SplitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
 	f.Int64Var(&cfg.BlockCacheBytes, "block-cache-size", 0, blockCacheHelp)
 	f.Int64Var(&cfg.ScanCacheBytes, "scan-cache-size", cluster.DefaultScanCacheBytes, "scan cache in bytes (negative: none)")
@@ -119,6 +120,10 @@ func runDev(ctx context.Context, cfg cluster.DevConfig, out io.Writer) error {
 // compactionRateHelp documents --compaction-rate (tabula dev and tabula
 // tabletserver).
 const compactionRateHelp = "bytes per second the tablets' own flushes and merging compactions write at while requests are served (faster under pressure, unpaced when idle; negative: never paced)"
+
+// majorIntervalHelp documents --major-compaction-interval (tabula dev and
+// tabula tabletserver).
+const majorIntervalHelp = "how often each tablet rewrites its SSTables into one on its own (paced), reclaiming deleted and collected data; each wait is drawn between half this and this (negative: never)"
 
 // blockCacheHelp documents --block-cache-size (tabula dev and tabula
 // tabletserver).

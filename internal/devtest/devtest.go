@@ -203,6 +203,10 @@ func (s *Server) Close() error {
 	return errors.Join(errs...)
 }
 
+// HTTPAddr is the server's HTTP address (/metrics, /healthz), empty when
+// its DevConfig had no HTTPAddr.
+func (s *Server) HTTPAddr() string { return s.dev.HTTPAddr() }
+
 // ClientOptions are the official client's options for a server at addr
 // without TLS or credentials (for clients of other projects or instances).
 func ClientOptions(addr string) []option.ClientOption {

@@ -94,6 +94,10 @@ type ServerConfig struct {
 	// MemtableBytes and SplitBytes tune the tablets (defaults of
 	// tabletserver.HostOptions).
 	MemtableBytes, SplitBytes int64
+	// MajorInterval is how often each tablet runs a major compaction on
+	// its own (tablet.Options.MajorInterval; DefaultMajorInterval when
+	// zero, never when negative).
+	MajorInterval time.Duration
 	// CompactionRate is the rate, in bytes per second, at which the
 	// tablets' own flushes and merging compactions write while requests
 	// are served and nothing presses them (pacing.Config.MinRate; they
@@ -263,6 +267,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		StateStore:          tablet.NewBlobStateStore(cfg.Store, StatePrefix),
 		Limits:              cfg.Limits,
 		MemtableBytes:       cfg.MemtableBytes,
+		MajorInterval:       cfg.MajorInterval,
 		Pacer:               newPacer(cfg.CompactionRate),
 		FileCommitWindow:    cmp.Or(cfg.FileCommitWindow, DefaultGCGrace/2),
 		SplitBytes:          cfg.SplitBytes,
@@ -544,6 +549,9 @@ func (s *TabletServer) httpHandler() http.Handler {
 		return nil
 	})
 }
+
+// DefaultMajorInterval is the default of ServerConfig.MajorInterval.
+const DefaultMajorInterval = tablet.DefaultMajorInterval
 
 // newPacer returns the Pacer of ServerConfig.CompactionRate: nil (no
 // pacing) when it is negative.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
@@ -101,5 +102,95 @@ func TestBackgroundMergeOfAllFilesCollects(t *testing.T) {
 	}
 	if !strings.Contains(want, "r7:f:q@5000=v7.5") || !strings.Contains(want, "r5:f:q@5000=v5.5") {
 		t.Fatalf("the writes after the deletes are missing:\n%s", want)
+	}
+}
+
+func TestNextMajorWait(t *testing.T) {
+	for _, u := range []float64{0, 0.25, 0.999999} {
+		d, ok := nextMajorWait(time.Hour, u)
+		if !ok || d < 30*time.Minute || d >= time.Hour {
+			t.Errorf("nextMajorWait(1h, %v) = %v, %v; want in [30m, 1h)", u, d, ok)
+		}
+	}
+	if _, ok := nextMajorWait(-1, 0.5); ok {
+		t.Error("a negative interval still schedules majors")
+	}
+	if d0, _ := nextMajorWait(time.Hour, 0); d0 != 30*time.Minute {
+		t.Errorf("the shortest wait is %v, want half the interval", d0)
+	}
+}
+
+// TestPeriodicMajorCompaction: a tablet that takes no more writes still
+// compacts its SSTables into one on its own, dropping deleted and
+// collected data, with reads unchanged.
+func TestPeriodicMajorCompaction(t *testing.T) {
+	ctx := context.Background()
+	store := blob.NewMemory()
+	tb, err := Open(ctx, Options{ID: "m", Store: store, Dir: "sst", StateStore: NewBlobStateStore(store, "state"),
+		Schema:        tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {GC: tabletdesc.GCPolicy{MaxVersions: 1}}}},
+		MemtableBytes: 1 << 30, MajorInterval: 40 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	tb.maintMu.Lock() // no major before the files are written
+	for round := int64(1); round <= 3; round++ {
+		for i := range 5 {
+			rm := cell.RowMutation{Row: fmt.Appendf(nil, "r%d", i), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), round*1000, fmt.Appendf(nil, "v%d", round))}}
+			if round == 3 && i == 0 {
+				rm.Mutations = []cell.Mutation{cell.DeleteRow()}
+			}
+			if err := tb.Apply(ctx, rm); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := tb.flushLocked(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := ""
+	if err := tb.Scan(ctx, ScanOptions{}, func(r cell.Row) error {
+		want += string(r.Key) + ":" + cellsString(r.Cells) + "\n"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tb.maintMu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for tb.majors.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no periodic major compaction within 30 s at an interval of 40 ms")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tb.lockMaint()
+	v, _, err := tb.acquire()
+	tb.maintMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.unref()
+	var files int
+	var entries uint64
+	for _, gf := range v.groups {
+		for _, f := range gf.files {
+			files++
+			entries += f.meta.Entries
+		}
+	}
+	// Left: rows r1–r4 at round 3; r0's row marker and every older
+	// version gone.
+	if files != 1 || entries != 4 {
+		t.Fatalf("after the periodic major: %d files, %d entries; want 1 and 4", files, entries)
+	}
+	got := ""
+	if err := tb.Scan(ctx, ScanOptions{}, func(r cell.Row) error {
+		got += string(r.Key) + ":" + cellsString(r.Cells) + "\n"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("reads changed:\n got  %s\n want %s", got, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	mrand "math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -93,6 +94,14 @@ type Options struct {
 	// maintenance — is never slowed: a paced write in progress turns
 	// unpaced as soon as such a caller arrives.
 	Pacer *pacing.Pacer
+	// MajorInterval is how often the tablet runs a major compaction of
+	// its SSTables on its own (paced like its merges), so that deleted
+	// and collected data is reclaimed also in a tablet that no longer
+	// takes writes — Bigtable "regularly applies major compactions";
+	// HBase every 7 days. Each wait is drawn between half the interval
+	// and the whole, so that a server's tablets do not all compact at
+	// once. Default 7 days; negative: never.
+	MajorInterval time.Duration
 
 	// Clock returns the current time in microseconds (server timestamps,
 	// MaxAge policies); default the system clock.
@@ -114,6 +123,9 @@ func (o *Options) setDefaults() {
 	if o.MaxSSTables <= 0 {
 		o.MaxSSTables = 8
 	}
+	if o.MajorInterval == 0 {
+		o.MajorInterval = DefaultMajorInterval
+	}
 	if o.Clock == nil {
 		o.Clock = func() int64 { return time.Now().UnixMicro() }
 	}
@@ -123,6 +135,19 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+}
+
+// DefaultMajorInterval is Options.MajorInterval's default.
+const DefaultMajorInterval = 7 * 24 * time.Hour
+
+// nextMajorWait draws the wait before a periodic major compaction, in
+// [interval/2, interval); u is uniform in [0, 1). ok is false when
+// periodic majors are off.
+func nextMajorWait(interval time.Duration, u float64) (d time.Duration, ok bool) {
+	if interval <= 0 {
+		return 0, false
+	}
+	return interval/2 + time.Duration(u*float64(interval/2)), true
 }
 
 func newTabletID() string {
@@ -905,11 +930,24 @@ func (t *Tablet) kickBackground() {
 // background runs minor and merging compactions when writes ask for them.
 func (t *Tablet) background() {
 	defer close(t.bgDone)
+	var majorDue <-chan time.Time
+	armMajor := func() {
+		if d, ok := nextMajorWait(t.opts.MajorInterval, mrand.Float64()); ok {
+			majorDue = time.After(d)
+		}
+	}
+	armMajor()
 	for {
 		select {
 		case <-t.stop:
 			return
 		case <-t.kick:
+		case <-majorDue:
+			armMajor()
+			if err := t.periodicMajor(context.Background()); err != nil {
+				t.opts.Logger.Error("periodic major compaction failed", "tablet", t.id, "err", err)
+			}
+			continue
 		}
 		if err := t.maintain(context.Background()); err != nil {
 			t.opts.Logger.Error("background compaction failed", "tablet", t.id, "err", err)
@@ -921,6 +959,29 @@ func (t *Tablet) background() {
 			}
 		}
 	}
+}
+
+// periodicMajor is the major compaction the tablet runs every
+// MajorInterval: each group with SSTables rewritten into one, resolved as
+// Compact(major) does, paced as background work is. The memtable is not
+// flushed first: it holds only newer writes, which shadow what they
+// shadow whatever the files hold.
+func (t *Tablet) periodicMajor(ctx context.Context) error {
+	ctx = withPacing(ctx)
+	t.maintMu.Lock()
+	defer t.maintMu.Unlock()
+	if t.closed.Load() || t.failed.Load() != nil {
+		return nil
+	}
+	for _, g := range t.groupNames() {
+		if t.groupLen(g) == 0 {
+			continue
+		}
+		if err := t.majorLocked(ctx, g); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lockMaint locks maintMu for a caller that is not the background loop,

@@ -103,6 +103,9 @@ type HostOptions struct {
 	// MemtableBytes is each tablet's minor compaction threshold (the
 	// tablet's default when zero).
 	MemtableBytes int64
+	// MajorInterval is the tablets' tablet.Options.MajorInterval (the
+	// tablet's default when zero; negative: never).
+	MajorInterval time.Duration
 	// FileCommitWindow is the tablets' tablet.Options.FileCommitWindow:
 	// below the sweep's grace (zero: no bound).
 	FileCommitWindow time.Duration
@@ -318,6 +321,7 @@ func (h *Host) tabletOptions(t meta.Table, id string, start, end []byte) tablet.
 		StateStore:       h.opts.StateStore,
 		Limits:           h.opts.Limits,
 		MemtableBytes:    h.opts.MemtableBytes,
+		MajorInterval:    h.opts.MajorInterval,
 		FileCommitWindow: h.opts.FileCommitWindow,
 		Pacer:            h.opts.Pacer,
 		Clock:            clock,
