@@ -159,7 +159,46 @@ func (s *s3Store) withPartSize(opts minio.PutObjectOptions) minio.PutObjectOptio
 	return opts
 }
 
+// s3StartupWait bounds how long NewS3 waits for a store that answers but
+// is still starting (MinIO's "Server not initialized yet", a 503): a
+// server started next to its store, by hand or by a supervisor, comes up
+// instead of exiting. A store that does not answer at all fails at once.
+var s3StartupWait = 30 * time.Second
+
+// ensureBucket is ensureBucketOnce, tried again with backoff while the
+// store says it is starting (transientS3), for at most s3StartupWait.
+// minio-go retries such answers itself for most requests, but not for
+// the bucket-location lookup a first request makes.
 func (s *s3Store) ensureBucket(ctx context.Context, region string) error {
+	deadline := time.Now().Add(s3StartupWait)
+	delay := 50 * time.Millisecond
+	for {
+		err := s.ensureBucketOnce(ctx, region)
+		if err == nil || !transientS3(err) || time.Now().Add(delay).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// transientS3 reports whether err is a store's answer that it cannot
+// serve yet but will: service unavailable, slow down, MinIO still
+// starting.
+func transientS3(err error) bool {
+	resp := minio.ToErrorResponse(err)
+	switch resp.Code {
+	case "XMinioServerNotInitialized", "SlowDown", "ServiceUnavailable":
+		return true
+	}
+	return resp.StatusCode == http.StatusServiceUnavailable
+}
+
+func (s *s3Store) ensureBucketOnce(ctx context.Context, region string) error {
 	ok, err := s.core.BucketExists(ctx, s.bucket)
 	if err != nil {
 		return err
