@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -76,19 +75,15 @@ func TestBenchServerCPU(t *testing.T) {
 	}
 	defer d.Close()
 	cfg := benchConfig{
-		conn:        connFlags{addr: d.Addr(), project: devProject, instance: devInstance},
-		table:       "cpu",
-		rows:        8000,
-		concurrency: 4,
-		batch:       100,
-		valueSize:   100,
-		rounds:      2,
-		workloads:   []string{wlSeqWrite, wlScan},
-		emulatorCmd: func() (*exec.Cmd, error) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestEmulatorProcess$")
-			cmd.Env = append(os.Environ(), emulatorProcessEnv+"=1")
-			return cmd, nil
-		},
+		conn:            connFlags{addr: d.Addr(), project: devProject, instance: devInstance},
+		table:           "cpu",
+		rows:            8000,
+		concurrency:     4,
+		batch:           100,
+		valueSize:       100,
+		rounds:          2,
+		workloads:       []string{wlSeqWrite, wlScan},
+		emulatorCmd:     emulatorSubprocess,
 		compareEmulator: true,
 		json:            true,
 		serverMetrics:   fmt.Sprintf("http://%s/metrics", d.HTTPAddr()),

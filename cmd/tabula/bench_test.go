@@ -12,6 +12,15 @@ import (
 	"time"
 )
 
+// emulatorSubprocess is benchConfig.emulatorCmd for tests: this test
+// binary running TestEmulatorProcess, which serves the emulator in a
+// process of its own as "tabula emulator" does.
+func emulatorSubprocess() (*exec.Cmd, error) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEmulatorProcess$")
+	cmd.Env = append(os.Environ(), emulatorProcessEnv+"=1")
+	return cmd, nil
+}
+
 // checkResults asserts that every workload ran in every round, in order,
 // and reported sane numbers.
 func checkResults(t *testing.T, tr targetReport, workloads []string, rows int) {
@@ -112,10 +121,9 @@ func TestBenchCompareEmulator(t *testing.T) {
 		valueSize:   100,
 		workloads:   allWorkloads,
 		emulatorCmd: func() (*exec.Cmd, error) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestEmulatorProcess$")
-			cmd.Env = append(os.Environ(), emulatorProcessEnv+"=1")
+			cmd, err := emulatorSubprocess()
 			procs = append(procs, cmd)
-			return cmd, nil
+			return cmd, err
 		},
 		compareEmulator: true,
 	}
@@ -175,19 +183,15 @@ func TestBenchCompareEmulator(t *testing.T) {
 func TestBenchRounds(t *testing.T) {
 	addr := startEmulator(t)
 	cfg := benchConfig{
-		conn:        connFlags{addr: addr, project: "tabula", instance: "dev"},
-		table:       "rounds",
-		rows:        40,
-		concurrency: 2,
-		batch:       4,
-		valueSize:   100,
-		rounds:      3,
-		workloads:   []string{wlSeqWrite, wlRandRead, wlEmpty},
-		emulatorCmd: func() (*exec.Cmd, error) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestEmulatorProcess$")
-			cmd.Env = append(os.Environ(), emulatorProcessEnv+"=1")
-			return cmd, nil
-		},
+		conn:            connFlags{addr: addr, project: "tabula", instance: "dev"},
+		table:           "rounds",
+		rows:            40,
+		concurrency:     2,
+		batch:           4,
+		valueSize:       100,
+		rounds:          3,
+		workloads:       []string{wlSeqWrite, wlRandRead, wlEmpty},
+		emulatorCmd:     emulatorSubprocess,
 		compareEmulator: true,
 		json:            true,
 	}

@@ -46,30 +46,8 @@ func TestBackgroundMergeOfAllFilesCollects(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	read := func() string {
-		var b strings.Builder
-		if err := tb.Scan(ctx, ScanOptions{}, func(r cell.Row) error {
-			b.WriteString(string(r.Key) + ":" + cellsString(r.Cells) + "\n")
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return b.String()
-	}
-	files := func() (n int, entries uint64) {
-		v, _, err := tb.acquire()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer v.unref()
-		for _, gf := range v.groups {
-			for _, f := range gf.files {
-				n++
-				entries += f.meta.Entries
-			}
-		}
-		return n, entries
-	}
+	read := func() string { return scanString(t, tb) }
+	files := func() (int, uint64) { return fileEntries(t, tb) }
 	want := read()
 	if n, e := files(); n != 5 || e != 52 { // 50 writes, a column and a row marker
 		t.Fatalf("%d files, %d entries; want 5 and 52", n, e)
@@ -148,13 +126,7 @@ func TestPeriodicMajorCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := ""
-	if err := tb.Scan(ctx, ScanOptions{}, func(r cell.Row) error {
-		want += string(r.Key) + ":" + cellsString(r.Cells) + "\n"
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	want := scanString(t, tb)
 	tb.maintMu.Unlock()
 	deadline := time.Now().Add(30 * time.Second)
 	for tb.majors.Load() == 0 {
@@ -163,34 +135,45 @@ func TestPeriodicMajorCompaction(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	tb.lockMaint()
-	v, _, err := tb.acquire()
+	tb.lockMaint() // the major under way, if another started, ends
+	files, entries := fileEntries(t, tb)
 	tb.maintMu.Unlock()
+	// Left: rows r1–r4 at round 3; r0's row marker and every older
+	// version gone.
+	if files != 1 || entries != 4 {
+		t.Fatalf("after the periodic major: %d files, %d entries; want 1 and 4", files, entries)
+	}
+	if got := scanString(t, tb); got != want {
+		t.Fatalf("reads changed:\n got  %s\n want %s", got, want)
+	}
+}
+
+// scanString is every row of tb, one line each.
+func scanString(t *testing.T, tb *Tablet) string {
+	t.Helper()
+	var b strings.Builder
+	if err := tb.Scan(context.Background(), ScanOptions{}, func(r cell.Row) error {
+		b.WriteString(string(r.Key) + ":" + cellsString(r.Cells) + "\n")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// fileEntries counts tb's SSTables and the entries they hold.
+func fileEntries(t *testing.T, tb *Tablet) (files int, entries uint64) {
+	t.Helper()
+	v, _, err := tb.acquire()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer v.unref()
-	var files int
-	var entries uint64
 	for _, gf := range v.groups {
 		for _, f := range gf.files {
 			files++
 			entries += f.meta.Entries
 		}
 	}
-	// Left: rows r1–r4 at round 3; r0's row marker and every older
-	// version gone.
-	if files != 1 || entries != 4 {
-		t.Fatalf("after the periodic major: %d files, %d entries; want 1 and 4", files, entries)
-	}
-	got := ""
-	if err := tb.Scan(ctx, ScanOptions{}, func(r cell.Row) error {
-		got += string(r.Key) + ":" + cellsString(r.Cells) + "\n"
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if got != want {
-		t.Fatalf("reads changed:\n got  %s\n want %s", got, want)
-	}
+	return files, entries
 }
