@@ -9,6 +9,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/pacing"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
@@ -176,4 +177,69 @@ func fileEntries(t *testing.T, tb *Tablet) (files int, entries uint64) {
 		}
 	}
 	return files, entries
+}
+
+// TestCloseCutsPeriodicMajorShort: a tablet closing while its periodic
+// major compaction waits in the pacer does not wait for the rest of it:
+// the compaction is cancelled, the tablet closes, and its data is intact
+// when it opens again.
+func TestCloseCutsPeriodicMajorShort(t *testing.T) {
+	gate := newGatedSleep() // never opened: only a cancellation ends a pacing sleep
+	p := pacing.New(pacing.Config{MinRate: 1 << 10, Quiet: time.Hour, Sleep: gate.sleep})
+	p.Begin() // a request in flight: background work is paced
+	defer p.End()
+	ctx := context.Background()
+	store := blob.NewMemory()
+	opts := Options{ID: "m", Store: store, Dir: "sst", StateStore: NewBlobStateStore(store, "state"),
+		Schema:        tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {}}},
+		MemtableBytes: 1 << 30, Pacer: p}
+	open := func(major time.Duration) *Tablet {
+		o := opts
+		o.MajorInterval = major
+		tb, err := Open(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tb
+	}
+	tb := open(time.Hour)
+	for i := range 200 {
+		if err := tb.Apply(ctx, cell.RowMutation{Row: fmt.Appendf(nil, "r%03d", i), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, make([]byte, 1000))}}); err != nil {
+			t.Fatal(err)
+		}
+		if i%100 == 99 {
+			if err := tb.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := scanString(t, tb)
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	tb = open(10 * time.Millisecond)
+	select {
+	case <-gate.sleeping:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no periodic major compaction waited in the pacer")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- tb.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waited for a paced periodic major compaction (the pacer's sleep never ends)")
+	}
+	tb = open(-1)
+	defer tb.Close()
+	if got := scanString(t, tb); got != want {
+		t.Fatalf("rows after the cut-short major:\n got  %s\n want %s", got, want)
+	}
+	if files, _ := fileEntries(t, tb); files != 2 {
+		t.Fatalf("%d files after the cut-short major, want the 2 flushed", files)
+	}
 }

@@ -927,7 +927,8 @@ func (t *Tablet) kickBackground() {
 	}
 }
 
-// background runs minor and merging compactions when writes ask for them.
+// background runs minor and merging compactions when writes ask for them,
+// and a major compaction every MajorInterval (periodicMajor).
 func (t *Tablet) background() {
 	defer close(t.bgDone)
 	var majorDue <-chan time.Time
@@ -944,7 +945,20 @@ func (t *Tablet) background() {
 		case <-t.kick:
 		case <-majorDue:
 			armMajor()
-			if err := t.periodicMajor(context.Background()); err != nil {
+			// A tablet that closes does not wait for the rest of a
+			// periodic major: it is cut short and tried again by
+			// whoever opens the tablet next.
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				select {
+				case <-t.stop:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			err := t.periodicMajor(ctx)
+			cancel()
+			if err != nil && !errors.Is(err, context.Canceled) {
 				t.opts.Logger.Error("periodic major compaction failed", "tablet", t.id, "err", err)
 			}
 			continue
