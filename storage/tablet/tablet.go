@@ -946,8 +946,8 @@ func (t *Tablet) background() {
 		case <-majorDue:
 			armMajor()
 			// A tablet that closes does not wait for the rest of a
-			// periodic major: it is cut short and tried again by
-			// whoever opens the tablet next.
+			// periodic major: it is cut short, and the next comes an
+			// interval after the tablet is opened again.
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() {
 				select {
