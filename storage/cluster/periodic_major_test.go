@@ -19,7 +19,7 @@ import (
 func TestDevPeriodicMajorCompaction(t *testing.T) {
 	s := devtest.StartT(t, cluster.DevConfig{HTTPAddr: "127.0.0.1:0", MemtableBytes: 64 << 10, MajorInterval: 50 * time.Millisecond})
 	s.CreateTable(t, "pm", []string{"f", "g"})
-	rows := devtest.Rows(400) // well past the 64 KiB memtable: flushed to SSTables
+	rows := devtest.Rows(1000) // about 200 KiB: past the 64 KiB memtable, flushed to SSTables
 	s.WriteRows(t, "pm", rows)
 	before := s.CellDump(t, "pm")
 	deadline := time.Now().Add(30 * time.Second)
