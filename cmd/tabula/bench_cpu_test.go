@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -98,13 +97,7 @@ func TestBenchServerCPU(t *testing.T) {
 		serverMetrics:   fmt.Sprintf("http://%s/metrics", d.HTTPAddr()),
 	}
 	var out, progress bytes.Buffer
-	if err := runBench(ctx, cfg, &out, &progress); err != nil {
-		t.Fatal(err)
-	}
-	var rep benchReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatalf("bad JSON %v:\n%s", err, out.String())
-	}
+	rep := benchJSON(t, ctx, cfg, &progress)
 	for _, tr := range rep.Targets {
 		checkRounds(t, tr, cfg.workloads, cfg.rows, cfg.rounds)
 		var sum float64

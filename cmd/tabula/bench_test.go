@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -19,6 +20,22 @@ func emulatorSubprocess() (*exec.Cmd, error) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestEmulatorProcess$")
 	cmd.Env = append(os.Environ(), emulatorProcessEnv+"=1")
 	return cmd, nil
+}
+
+// benchJSON runs bench with cfg (its json set) and decodes its report;
+// progress gets the progress lines.
+func benchJSON(t *testing.T, ctx context.Context, cfg benchConfig, progress io.Writer) benchReport {
+	t.Helper()
+	cfg.json = true
+	var out bytes.Buffer
+	if err := runBench(ctx, cfg, &out, progress); err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("bad JSON %v:\n%s", err, out.String())
+	}
+	return rep
 }
 
 // checkResults asserts that every workload ran in every round, in order,
@@ -160,16 +177,8 @@ func TestBenchCompareEmulator(t *testing.T) {
 		t.Errorf("no progress for the emulator's workloads on stderr")
 	}
 	// JSON has both targets and a ratio per workload.
-	cfg.json = true
-	out.Reset()
 	cfg.workloads = []string{wlSeqWrite, wlScan}
-	if err := runBench(ctx, cfg, &out, &progress); err != nil {
-		t.Fatal(err)
-	}
-	var rep benchReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := benchJSON(t, ctx, cfg, &progress)
 	if len(rep.Targets) != 2 || rep.Targets[1].Target != "emulator" || len(rep.Ratios) != 2 || rep.Ratios[wlScan] <= 0 {
 		t.Errorf("JSON report: %d targets, ratios %v", len(rep.Targets), rep.Ratios)
 	}
@@ -198,13 +207,7 @@ func TestBenchRounds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out, progress bytes.Buffer
-	if err := runBench(ctx, cfg, &out, &progress); err != nil {
-		t.Fatal(err)
-	}
-	var rep benchReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatalf("bad JSON %v:\n%s", err, out.String())
-	}
+	rep := benchJSON(t, ctx, cfg, &progress)
 	if rep.Rounds != 3 || len(rep.Targets) != 2 {
 		t.Fatalf("rounds %d, %d targets", rep.Rounds, len(rep.Targets))
 	}
