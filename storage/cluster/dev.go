@@ -834,6 +834,11 @@ func newGRPCServer(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServ
 		grpc.MaxRecvMsgSize(tabletserver.MaxRequestBytes),
 		grpc.MaxSendMsgSize(tabletserver.MaxRequestBytes),
 		tabletserver.ServerCodec(), // ReadRows responses encoded without copying values
+		// Scans send megabytes: with gRPC's 32 KiB write buffer a 1 MiB
+		// response left in 32 write(2)s (an export's CPU fell 2–3%
+		// with one; BENCHMARKS.md). Shared: the buffer goes back to a
+		// pool after each flush, so an idle connection holds none.
+		grpc.WriteBufferSize(1 << 20), grpc.SharedWriteBuffer(true),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		// Handle requests on long-lived workers rather than a goroutine
