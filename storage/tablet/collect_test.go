@@ -13,12 +13,12 @@ import (
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
-// TestBackgroundMergeOfAllFilesCollects: the background's merge of some of
-// a group's SSTables keeps every entry; its merge of all of them drops what
-// a major compaction drops — versions the GC policy collects, delete
-// markers and what they shadow — and reads are the same before and after
-// both.
-func TestBackgroundMergeOfAllFilesCollects(t *testing.T) {
+// TestBackgroundMergesCollect: the background's merge of some of a
+// group's SSTables drops the versions the GC policy collects among them
+// and what their markers shadow, and keeps the markers, for the older
+// files; its merge of all of them drops what a major compaction drops,
+// markers included. Reads are the same before and after each.
+func TestBackgroundMergesCollect(t *testing.T) {
 	ctx := context.Background()
 	store := blob.NewMemory()
 	tb, err := Open(ctx, Options{ID: "c", Store: store, Dir: "sst", StateStore: NewBlobStateStore(store, "state"),
@@ -29,15 +29,20 @@ func TestBackgroundMergeOfAllFilesCollects(t *testing.T) {
 	}
 	defer tb.Close()
 	// Five files: every round rewrites rows r0–r9 with a newer
-	// timestamp; round 3 deletes r5's column and r7 whole.
+	// timestamp; round 3 deletes r5's column and r7 whole; round 4
+	// deletes r8 and writes it no more.
 	for round := int64(1); round <= 5; round++ {
 		for i := range 10 {
 			rm := cell.RowMutation{Row: fmt.Appendf(nil, "r%d", i), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), round*1000, fmt.Appendf(nil, "v%d.%d", i, round))}}
-			if round == 3 && i == 5 {
+			switch {
+			case round == 3 && i == 5:
 				rm.Mutations = append(rm.Mutations, cell.DeleteColumn("f", []byte("q"), 0, 0))
-			}
-			if round == 3 && i == 7 {
+			case round == 3 && i == 7:
 				rm.Mutations = append(rm.Mutations, cell.DeleteRow())
+			case round == 4 && i == 8:
+				rm.Mutations = []cell.Mutation{cell.DeleteRow()}
+			case round == 5 && i == 8:
+				continue
 			}
 			if err := tb.Apply(ctx, rm); err != nil {
 				t.Fatal(err)
@@ -48,40 +53,40 @@ func TestBackgroundMergeOfAllFilesCollects(t *testing.T) {
 		}
 	}
 	read := func() string { return scanString(t, tb) }
-	files := func() (int, uint64) { return fileEntries(t, tb) }
 	want := read()
-	if n, e := files(); n != 5 || e != 52 { // 50 writes, a column and a row marker
-		t.Fatalf("%d files, %d entries; want 5 and 52", n, e)
+	if !strings.Contains(want, "r7:f:q@5000=v7.5") || !strings.Contains(want, "r5:f:q@5000=v5.5") || strings.Contains(want, "r8") {
+		t.Fatalf("the writes after the deletes are missing, or r8 is not deleted:\n%s", want)
+	}
+	// 48 writes, r5's column marker, r7's and r8's row markers.
+	if n, e := fileEntries(t, tb); n != 5 || e != 51 {
+		t.Fatalf("%d files, %d entries; want 5 and 51", n, e)
 	}
 	g := tb.groupNames()[0]
-	merge := func(k int) {
+	step := func(k int, wantFiles int, wantEntries uint64, wantMerges uint64, what string) {
+		t.Helper()
 		tb.maintMu.Lock()
-		defer tb.maintMu.Unlock()
-		if err := tb.autoMergeLocked(ctx, g, k); err != nil {
+		err := tb.autoMergeLocked(ctx, g, k)
+		tb.maintMu.Unlock()
+		if err != nil {
 			t.Fatal(err)
 		}
+		n, e := fileEntries(t, tb)
+		if n != wantFiles || e != wantEntries || tb.merges.Load() != wantMerges || tb.collectingMerges.Load() != wantMerges || tb.majors.Load() != 0 {
+			t.Fatalf("after %s: %d files, %d entries, %d merges (%d collecting), %d majors; want %d, %d, %d (all collecting), 0",
+				what, n, e, tb.merges.Load(), tb.collectingMerges.Load(), tb.majors.Load(), wantFiles, wantEntries, wantMerges)
+		}
+		if got := read(); got != want {
+			t.Fatalf("reads changed by the %s:\n got  %s\n want %s", what, got, want)
+		}
 	}
-
-	merge(2) // the newest two of five: a plain merge
-	if n, e := files(); n != 4 || e != 52 || tb.collectingMerges.Load() != 0 || tb.merges.Load() != 1 {
-		t.Fatalf("after merging 2 of 5 files: %d files, %d entries, %d collecting of %d merges; want 4, 52, 0 of 1", n, e, tb.collectingMerges.Load(), tb.merges.Load())
-	}
-	if got := read(); got != want {
-		t.Fatalf("reads changed by a merge:\n got  %s\n want %s", got, want)
-	}
-
-	merge(4) // all of them: collected
-	// Left: the newest version of each row, r7's two writes after its
-	// delete among them.
-	if n, e := files(); n != 1 || e != 10 || tb.collectingMerges.Load() != 1 || tb.merges.Load() != 2 || tb.majors.Load() != 0 {
-		t.Fatalf("after merging all 4 files: %d files, %d entries, %d collecting of %d merges, %d majors; want 1, 10, 1 of 2, 0", n, e, tb.collectingMerges.Load(), tb.merges.Load(), tb.majors.Load())
-	}
-	if got := read(); got != want {
-		t.Fatalf("reads changed by a collecting merge:\n got  %s\n want %s", got, want)
-	}
-	if !strings.Contains(want, "r7:f:q@5000=v7.5") || !strings.Contains(want, "r5:f:q@5000=v5.5") {
-		t.Fatalf("the writes after the deletes are missing:\n%s", want)
-	}
+	// Rounds 5 and 4: nine rows keep their version at 5000 only; r8's
+	// marker stays, or r8's older versions would be read again.
+	step(2, 4, 51-9, 1, "merge of the newest 2 of 5 files")
+	// That and round 3: its writes go (collected, or shadowed by its
+	// markers), its two markers stay.
+	step(2, 3, 12+10+10, 2, "merge of the newest 2 of 4 files")
+	// All: the newest version of the nine live rows, no marker.
+	step(3, 1, 9, 3, "merge of all 3 files")
 }
 
 func TestNextMajorWait(t *testing.T) {
@@ -241,5 +246,56 @@ func TestCloseCutsPeriodicMajorShort(t *testing.T) {
 	}
 	if files, _ := fileEntries(t, tb); files != 2 {
 		t.Fatalf("%d files after the cut-short major, want the 2 flushed", files)
+	}
+}
+
+// TestCollectingMergeHeedsMemtableMarkers: a collecting merge does not
+// read the memtable, where a delete of a column's newest version may wait
+// for its flush; the version below it is then the newest left, live, and
+// the merge must not collect it as the second of two.
+func TestCollectingMergeHeedsMemtableMarkers(t *testing.T) {
+	ctx := context.Background()
+	store := blob.NewMemory()
+	tb, err := Open(ctx, Options{ID: "c", Store: store, Dir: "sst", StateStore: NewBlobStateStore(store, "state"),
+		Schema:        tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {GC: tabletdesc.GCPolicy{MaxVersions: 1}}}},
+		MemtableBytes: 1 << 30, MaxSSTables: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	for _, rm := range []cell.RowMutation{
+		{Row: []byte("a"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("old"))}},
+		{Row: []byte("b"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("gone"))}},
+		{Row: []byte("a"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 2000, []byte("new"))}},
+		{Row: []byte("b"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 2000, []byte("kept"))}},
+	} {
+		if err := tb.Apply(ctx, rm); err != nil {
+			t.Fatal(err)
+		}
+		if err := tb.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// In the memtable only: a's version at 2000 deleted.
+	if err := tb.Apply(ctx, cell.RowMutation{Row: []byte("a"), Mutations: []cell.Mutation{cell.DeleteColumn("f", []byte("q"), 2000, 2001)}}); err != nil {
+		t.Fatal(err)
+	}
+	want := scanString(t, tb)
+	if !strings.Contains(want, "a:f:q@1000=old") || strings.Contains(want, "gone") {
+		t.Fatalf("before the merge: %s", want)
+	}
+	tb.maintMu.Lock()
+	err = tb.autoMergeLocked(ctx, tb.groupNames()[0], 4)
+	tb.maintMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := scanString(t, tb); got != want {
+		t.Fatalf("reads changed by a collecting merge:\n got  %s\n want %s", got, want)
+	}
+	// b, with no marker in the memtable, was collected: a's two
+	// versions and b's newest are left.
+	if n, e := fileEntries(t, tb); n != 1 || e != 3 || tb.collectingMerges.Load() != 1 {
+		t.Fatalf("after the merge: %d files, %d entries, %d collecting merges; want 1, 3, 1", n, e, tb.collectingMerges.Load())
 	}
 }

@@ -472,34 +472,56 @@ func (t *Tablet) majorLocked(ctx context.Context, g string) error {
 }
 
 // autoMergeLocked is the background's merging compaction of the k newest
-// SSTables of group g: a merge, unless the k are all the group's files —
-// then it is resolved as a major compaction is (delete markers, what they
+// SSTables of group g, and it collects. When the k are all the group's
+// files it is resolved as a major compaction is (delete markers, what they
 // shadow and what the GC policies collect dropped), without first flushing
-// the memtable. With every file in the merge, no older entry is left out
+// the memtable: with every file in the merge, no older entry is left out
 // that a dropped marker would have to go on shadowing, and the memtable
 // holds only newer writes, which shadow what they shadow whatever the
-// files hold. Versions the GC policies collect are gone from then on, even
+// files hold. Otherwise it is resolved as a partial merge (resolveKeep):
+// the markers stay, for the older files, and only what they shadow in
+// the k files and what the GC policies collect among the k files'
+// versions go. Versions the GC policies collect are gone from then on, even
 // if the versions above them are deleted later — Bigtable's garbage
 // collection, too, runs when it runs. Without it a table whose rows are
-// rewritten keeps every old version until an explicit major compaction,
-// and every merge copies them all again. Called under maintMu.
+// rewritten keeps every old version until a merge happens to take all the
+// files, and every merge copies them all again. Called under maintMu.
 func (t *Tablet) autoMergeLocked(ctx context.Context, g string, k int) error {
-	return t.rewriteLocked(ctx, g, k, rewriteMergeOrMajor)
+	return t.rewriteLocked(ctx, g, k, rewriteCollect)
 }
 
 // rewriteMode says how rewriteLocked resolves the files it merges.
 type rewriteMode int
 
 const (
-	rewriteMerge        rewriteMode = iota // keep every entry
-	rewriteMajor                           // resolve as Compact(major) does
-	rewriteMergeOrMajor                    // major if the files are all the group's, else merge
+	rewriteMerge   rewriteMode = iota // keep every entry
+	rewriteMajor                      // resolve as Compact(major) does
+	rewriteCollect                    // major if the files are all the group's, else resolveKeep
+)
+
+// resolution is how rewriteFiles writes the entries it merges.
+type resolution int
+
+const (
+	keepAll     resolution = iota // every entry, as it is
+	resolveAll                    // the live versions only (a major compaction)
+	resolveKeep                   // the live versions and every delete marker (a partial merge)
 )
 
 // rewriteFiles writes inputs (the newest files of group g) merged into
-// one new SSTable, resolved as a major compaction does when major is set;
-// nil when nothing is left.
-func (t *Tablet) rewriteFiles(ctx context.Context, v *version, g string, inputs []*tableFile, major bool) (*tableFile, error) {
+// one new SSTable, resolved as res says; nil when nothing is left.
+//
+// resolveKeep may drop, of the inputs' entries, what a read could not
+// return whatever the older files hold: entries shadowed by a marker among
+// the inputs (a marker shadows only older writes, and the older files hold
+// only older writes), older writes of a version (the newest write of a
+// timestamp hides them; an aggregate family's are folded into it, and a
+// read folds that with the older files' writes), and the versions the GC
+// policies collect counting only the inputs' versions (a policy that
+// collects the i-th newest version collects it at any greater rank, which
+// is all the older files' versions can give it). The markers stay: they
+// still shadow the older files' entries.
+func (t *Tablet) rewriteFiles(ctx context.Context, v *version, g string, inputs []*tableFile, res resolution) (*tableFile, error) {
 	srcs := make([]cell.Iterator, len(inputs))
 	for i, f := range inputs {
 		srcs[i] = f.r.NewIterator()
@@ -507,7 +529,8 @@ func (t *Tablet) rewriteFiles(ctx context.Context, v *version, g string, inputs 
 	it := newMergingIter(t.lower, t.upper, srcs...)
 	var out *tableFile
 	var err error
-	if !major {
+	switch res {
+	case keepAll:
 		out, err = t.writeGroupFile(ctx, v.schema, g, func(emit func(k, v []byte) error) error {
 			for ok := it.First(); ok; ok = it.Next() {
 				if err := emit(it.Key(), it.Value()); err != nil {
@@ -516,22 +539,53 @@ func (t *Tablet) rewriteFiles(ctx context.Context, v *version, g string, inputs 
 			}
 			return it.Error()
 		})
-	} else {
+	default:
 		p := resolveParams{snap: math.MaxUint64, families: v.schema.Families, drops: v.drops, now: t.opts.Clock()}
+		var markedRows map[string]bool
+		if markedRows, err = rowsWithMarkers(v); err != nil {
+			break
+		}
 		out, err = t.writeGroupFile(ctx, v.schema, g, func(emit func(k, v []byte) error) error {
 			var es []entry
+			var rs resolver
 			ok := it.First()
 			for ok {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 				es, ok = readRowEntries(it, es[:0])
-				vs, err := resolveRow(es, p)
+				p.noGC = false
+				if len(markedRows) > 0 {
+					k, err := cell.DecodeKey(es[0].key)
+					if err != nil {
+						return err
+					}
+					p.noGC = markedRows[string(k.Row)]
+				}
+				vs, err := rs.resolve(es, p)
 				if err != nil {
 					return err
 				}
-				for _, cv := range vs {
-					if err := emit(cv.raw.key, cv.raw.value); err != nil {
+				if res == resolveAll {
+					for _, cv := range vs {
+						if err := emit(cv.raw.key, cv.raw.value); err != nil {
+							return err
+						}
+					}
+					continue
+				}
+				// The live versions come in the order of their
+				// entries in es: walk both, keeping the markers.
+				j := 0
+				for _, e := range es {
+					switch {
+					case cell.KindOf(e.key) != cell.KindSet:
+						err = emit(e.key, e.value)
+					case j < len(vs) && bytes.Equal(e.key, vs[j].raw.key):
+						err = emit(e.key, vs[j].raw.value) // folded, in an aggregate family
+						j++
+					}
+					if err != nil {
 						return err
 					}
 				}
@@ -551,6 +605,41 @@ func (t *Tablet) rewriteFiles(ctx context.Context, v *version, g string, inputs 
 	return out, nil
 }
 
+// rowsWithMarkers returns the rows with a delete marker in v's
+// memtables. A rewrite that collects does not read the memtables, and a
+// marker there, written before, may delete versions above one that the
+// rewrite would take for collectable — a version that is in fact live, the
+// newest left of its column: the rewrite applies no GC policy to those
+// rows (it still drops what its own files' markers shadow). A marker
+// written after the rewrite has read the memtables finds the version
+// collected, as it would after any earlier GC.
+func rowsWithMarkers(v *version) (map[string]bool, error) {
+	var rows map[string]bool
+	for _, m := range []*memtable.Memtable{v.mem, v.frozen} {
+		if m == nil {
+			continue
+		}
+		it := m.NewIterator()
+		for ok := it.First(); ok; ok = it.Next() {
+			if cell.KindOf(it.Key()) == cell.KindSet {
+				continue
+			}
+			k, err := cell.DecodeKey(it.Key())
+			if err != nil {
+				return nil, err
+			}
+			if rows == nil {
+				rows = map[string]bool{}
+			}
+			rows[string(k.Row)] = true
+		}
+		if err := it.Close(); err != nil {
+			return nil, err
+		}
+	}
+	return rows, nil
+}
+
 func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, mode rewriteMode) error {
 	v, _, err := t.acquire()
 	if err != nil {
@@ -566,13 +655,22 @@ func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, mode rewrit
 	if k == 0 || (!major && k < 2) {
 		return nil
 	}
-	// resolve: the output drops what a major compaction drops. The
-	// compaction is counted as the kind it was asked for.
-	resolve := major || (mode == rewriteMergeOrMajor && k == len(gf.files))
+	// The output drops what a major compaction drops when every file is
+	// an input. The compaction is counted as the kind it was asked for.
+	res := keepAll
+	switch {
+	case major || (mode == rewriteCollect && k == len(gf.files)):
+		res = resolveAll
+	case mode == rewriteCollect:
+		res = resolveKeep
+	}
+	if mode == rewriteCollect {
+		t.collectingBegun.Add(1)
+	}
 	inputs := gf.files[:k]
 	var out *tableFile
 	for attempt := 1; ; attempt++ {
-		if out, err = t.rewriteFiles(ctx, v, g, inputs, resolve); err != nil {
+		if out, err = t.rewriteFiles(ctx, v, g, inputs, res); err != nil {
 			return err
 		}
 		if out == nil {
@@ -631,7 +729,7 @@ func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, mode rewrit
 		t.majors.Add(1)
 	} else {
 		t.merges.Add(1)
-		if resolve {
+		if res != keepAll {
 			t.collectingMerges.Add(1)
 		}
 	}

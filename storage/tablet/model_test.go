@@ -317,18 +317,20 @@ type harness struct {
 	written           map[mVersion]uint64
 }
 
-// collectingMerges is the number of background merges resolved as majors
-// (autoMergeLocked) in every tablet the harness opened so far.
+// collectingMerges is the number of collecting merges (autoMergeLocked)
+// begun in every tablet the harness opened so far: one still under way —
+// the background's run beside the harness's operations — may already have
+// decided to collect a version.
 func (h *harness) collectingMerges() uint64 {
 	n := h.retiredCollecting
 	for _, tb := range h.tablets {
-		n += tb.collectingMerges.Load()
+		n += tb.collectingBegun.Load()
 	}
 	return n
 }
 
 // retire counts tb's collecting merges before the harness drops tb.
-func (h *harness) retire(tb *Tablet) { h.retiredCollecting += tb.collectingMerges.Load() }
+func (h *harness) retire(tb *Tablet) { h.retiredCollecting += tb.collectingBegun.Load() }
 
 // noteWrites records when the versions rm writes were written.
 func (h *harness) noteWrites(rm cell.RowMutation) {
@@ -696,13 +698,26 @@ func (h *harness) step() {
 			h.fatalf("merging compaction: %v", err)
 		}
 	case x < 860:
-		h.count("partial merging compaction")
+		// The newest k files of each group: kept whole, or collected
+		// as the background's merges collect (autoMergeLocked; all k
+		// resolved as a major when k is every file).
+		collect := h.r.IntN(2) == 0
+		if collect {
+			h.count("partial collecting merge")
+		} else {
+			h.count("partial merging compaction")
+		}
 		tb := h.tablets[h.r.IntN(len(h.tablets))]
 		tb.maintMu.Lock()
 		var err error
 		for _, g := range tb.groupNames() {
 			if n := tb.groupLen(g); n > 1 {
-				err = errors.Join(err, tb.mergeLocked(ctx, g, 2+h.r.IntN(n-1)))
+				k := 2 + h.r.IntN(n-1)
+				if collect {
+					err = errors.Join(err, tb.autoMergeLocked(ctx, g, k))
+				} else {
+					err = errors.Join(err, tb.mergeLocked(ctx, g, k))
+				}
 			}
 		}
 		tb.maintMu.Unlock()

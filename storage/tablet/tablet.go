@@ -239,8 +239,11 @@ type Tablet struct {
 	localGen atomic.Uint64
 
 	flushes, merges, majors atomic.Uint64
-	// collectingMerges counts the merges resolved as majors (autoMergeLocked).
-	collectingMerges atomic.Uint64
+	// collectingMerges counts the background merges, which collect
+	// (autoMergeLocked); collectingBegun those begun, done or not: one
+	// under way may have collected a version that a delete since then
+	// uncovered (the model test's bookkeeping of such versions).
+	collectingMerges, collectingBegun atomic.Uint64
 }
 
 // frozenMem is the memtable being flushed and where its log ends.
@@ -1131,8 +1134,9 @@ type Stats struct {
 	VisibleSeq    uint64 // highest published
 	Flushes       uint64 // minor compactions
 	Merges        uint64 // merging compactions
-	// CollectingMerges are the merging compactions of all of a group's
-	// files that collected as a major compaction does (in Merges too).
+	// CollectingMerges are the background merging compactions, which
+	// drop what they may of what their files shadow and the GC policies
+	// collect (autoMergeLocked; in Merges too).
 	CollectingMerges uint64
 	Majors           uint64 // major compactions
 	ScanCache        ScanCacheStats
