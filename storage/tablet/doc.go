@@ -31,6 +31,10 @@
 // A merging compaction bounds the number of SSTables of a group; a major
 // compaction rewrites every SSTable of every group into one per group,
 // dropping delete markers, shadowed data and what the GC policies collect.
+// The background's merges collect too: one of all a group's files as a
+// major does, one of its newest files keeping their markers for the older
+// ones (autoMergeLocked); neither applies GC to a row with a delete marker
+// in the memtable, which they do not read.
 // Readers hold a reference to the version (memtables and file lists) they
 // started on, so compactions never disturb them.
 //
