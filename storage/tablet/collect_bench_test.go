@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
-	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
 // BenchmarkOverwriteMerges: a tablet of 20,000 rows compacted into one
@@ -20,14 +18,7 @@ import (
 // the tablet's files at the end, files their number.
 func BenchmarkOverwriteMerges(b *testing.B) {
 	ctx := context.Background()
-	store := blob.NewMemory()
-	tb, err := Open(ctx, Options{ID: "o", Store: store, Dir: "sst", StateStore: NewBlobStateStore(store, "state"),
-		Schema:        tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {GC: tabletdesc.GCPolicy{MaxVersions: 1}}}},
-		MemtableBytes: 1 << 30})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tb.Close()
+	tb, store := openOneVersion(b, Options{})
 	value := make([]byte, 256)
 	rms := make([]cell.RowMutation, 20000)
 	write := func(rms []cell.RowMutation, ts int64) {

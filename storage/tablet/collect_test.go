@@ -20,14 +20,7 @@ import (
 // markers included. Reads are the same before and after each.
 func TestBackgroundMergesCollect(t *testing.T) {
 	ctx := context.Background()
-	store := blob.NewMemory()
-	tb, err := Open(ctx, Options{ID: "c", Store: store, Dir: "sst", StateStore: NewBlobStateStore(store, "state"),
-		Schema:        tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {GC: tabletdesc.GCPolicy{MaxVersions: 1}}}},
-		MemtableBytes: 1 << 30, MaxSSTables: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	tb, _ := openOneVersion(t, Options{MaxSSTables: 100})
 	// Five files: every round rewrites rows r0–r9 with a newer
 	// timestamp; round 3 deletes r5's column and r7 whole; round 4
 	// deletes r8 and writes it no more.
@@ -109,14 +102,7 @@ func TestNextMajorWait(t *testing.T) {
 // collected data, with reads unchanged.
 func TestPeriodicMajorCompaction(t *testing.T) {
 	ctx := context.Background()
-	store := blob.NewMemory()
-	tb, err := Open(ctx, Options{ID: "m", Store: store, Dir: "sst", StateStore: NewBlobStateStore(store, "state"),
-		Schema:        tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {GC: tabletdesc.GCPolicy{MaxVersions: 1}}}},
-		MemtableBytes: 1 << 30, MajorInterval: 40 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	tb, _ := openOneVersion(t, Options{MajorInterval: 40 * time.Millisecond})
 	tb.maintMu.Lock() // no major before the files are written
 	for round := int64(1); round <= 3; round++ {
 		for i := range 5 {
@@ -255,14 +241,7 @@ func TestCloseCutsPeriodicMajorShort(t *testing.T) {
 // the merge must not collect it as the second of two.
 func TestCollectingMergeHeedsMemtableMarkers(t *testing.T) {
 	ctx := context.Background()
-	store := blob.NewMemory()
-	tb, err := Open(ctx, Options{ID: "c", Store: store, Dir: "sst", StateStore: NewBlobStateStore(store, "state"),
-		Schema:        tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {GC: tabletdesc.GCPolicy{MaxVersions: 1}}}},
-		MemtableBytes: 1 << 30, MaxSSTables: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tb.Close()
+	tb, _ := openOneVersion(t, Options{MaxSSTables: 100})
 	for _, rm := range []cell.RowMutation{
 		{Row: []byte("a"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("old"))}},
 		{Row: []byte("b"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("gone"))}},
@@ -285,7 +264,7 @@ func TestCollectingMergeHeedsMemtableMarkers(t *testing.T) {
 		t.Fatalf("before the merge: %s", want)
 	}
 	tb.maintMu.Lock()
-	err = tb.autoMergeLocked(ctx, tb.groupNames()[0], 4)
+	err := tb.autoMergeLocked(ctx, tb.groupNames()[0], 4)
 	tb.maintMu.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -298,4 +277,22 @@ func TestCollectingMergeHeedsMemtableMarkers(t *testing.T) {
 	if n, e := fileEntries(t, tb); n != 1 || e != 3 || tb.collectingMerges.Load() != 1 {
 		t.Fatalf("after the merge: %d files, %d entries, %d collecting merges; want 1, 3, 1", n, e, tb.collectingMerges.Load())
 	}
+}
+
+// openOneVersion opens a tablet over a fresh memory store, its one family
+// f keeping one version and its memtable never full; opts sets the other
+// options (ID, Store, Dir, StateStore, Schema and MemtableBytes are
+// overwritten). The tablet is closed when tb's test ends.
+func openOneVersion(tb testing.TB, opts Options) (*Tablet, blob.Store) {
+	tb.Helper()
+	store := blob.NewMemory()
+	opts.ID, opts.Store, opts.Dir, opts.StateStore = "c", store, "sst", NewBlobStateStore(store, "state")
+	opts.Schema = tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {GC: tabletdesc.GCPolicy{MaxVersions: 1}}}}
+	opts.MemtableBytes = 1 << 30
+	t, err := Open(context.Background(), opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { t.Close() })
+	return t, store
 }
