@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -135,5 +136,32 @@ func TestLogGCLocalLogs(t *testing.T) {
 	}
 	if files, err := os.ReadDir(LocalLogDir(root, live)); err != nil || len(files) == 0 {
 		t.Errorf("the live server's log: %v, %d files", err, len(files))
+	}
+}
+
+// TestStartTabletServerHTTPPortTaken: a tablet server whose --http port
+// is taken fails to start with the listener's error — after its gRPC
+// server started serving, whose goroutine then sees it stopped and asks
+// for a stop of its own, which must not shut the server down twice (it
+// closed a closed channel and crashed the process).
+func TestStartTabletServerHTTPPortTaken(t *testing.T) {
+	ctx := context.Background()
+	kv := coord.NewLocal(coord.LocalConfig{})
+	t.Cleanup(func() { _ = kv.Close() })
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for range 5 {
+		s, err := StartTabletServer(ctx, ServerConfig{Coord: kv, Store: newLocalStore(t), LogDir: t.TempDir(), Addr: "127.0.0.1:0",
+			HTTPAddr: taken.Addr().String(), Logger: slog.New(slog.DiscardHandler)})
+		if err == nil {
+			s.Close()
+			t.Fatalf("started with --http %s taken", taken.Addr())
+		}
+		if !strings.Contains(err.Error(), taken.Addr().String()) {
+			t.Fatalf("error %q does not name the taken address %s", err, taken.Addr())
+		}
 	}
 }

@@ -210,7 +210,15 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	}
 	defer func() {
 		if err != nil {
-			s.shutdown(false)
+			// Through stopOnce: the gRPC server may already be serving,
+			// and its goroutine, once shutdown stops it, calls stop —
+			// which must not shut down a second time (closing stopping
+			// twice panicked when --http's port turned out taken).
+			s.stopOnce.Do(func() {
+				s.err = err
+				s.shutdown(false)
+				close(s.done)
+			})
 		}
 	}()
 	if in != nil {
