@@ -194,14 +194,35 @@ type ClusterConfig struct {
 	Log               func(format string, args ...any)
 }
 
-// freePort returns a port free on 127.0.0.1 a moment ago.
+// handedOut are the ports freePort returned in this process.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// freePort returns a port free on 127.0.0.1 a moment ago, and never one it
+// returned before in this process: two listeners opened and closed in
+// turn can be given the same port, and a tablet server given it for both
+// --addr and --http could not start (a clean-clone CI run, session 12).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut.ports[p] {
+			handedOut.ports[p] = true
+			return p, nil
+		}
+	}
+	return 0, errors.New("faultcampaign: no port not handed out before in 100 tries")
 }
 
 func freeAddr() (string, error) {
