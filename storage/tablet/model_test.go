@@ -220,9 +220,8 @@ func (m *model) resurrected(before map[mVersion]bool, fams map[string]tabletdesc
 // and a collecting merge may have collected it: one ran since the version
 // was written.
 func (h *harness) forgetResurrected(before map[mVersion]bool) {
-	n := h.collectingMerges()
 	for v := range before {
-		if w, ok := h.written[v]; ok && w >= n {
+		if w, ok := h.written[v]; ok && w >= h.rowCollecting([]byte(v.row)) {
 			delete(before, v) // no collecting merge since its write
 		}
 	}
@@ -310,10 +309,14 @@ type harness struct {
 	// and MergeToCell.
 	agg bool
 	// retiredCollecting: the collecting merges of tablets no longer in
-	// tablets (see collectingMerges); written: per version, the number of
-	// collecting merges when it was last written — one made before
-	// cannot have collected it.
+	// tablets (see collectingMerges). lineage: per tablet, the collecting
+	// merges begun in the tablets it succeeded (the one it reopened, the
+	// one it was split from, and theirs) — with its own, those that may
+	// have collected a version of one of its rows. written: per version,
+	// that number for its row when it was last written — a merge begun
+	// before cannot have collected it.
 	retiredCollecting uint64
+	lineage           map[*Tablet]uint64
 	written           map[mVersion]uint64
 }
 
@@ -329,15 +332,35 @@ func (h *harness) collectingMerges() uint64 {
 	return n
 }
 
-// retire counts tb's collecting merges before the harness drops tb.
-func (h *harness) retire(tb *Tablet) { h.retiredCollecting += tb.collectingBegun.Load() }
+// succeed replaces tb, which the harness drops, by next (tb reopened, or
+// the two halves of its split): they inherit the collecting merges that
+// may have collected versions of their rows.
+func (h *harness) succeed(tb *Tablet, next ...*Tablet) {
+	begun := tb.collectingBegun.Load()
+	h.retiredCollecting += begun
+	if h.lineage == nil {
+		h.lineage = map[*Tablet]uint64{}
+	}
+	for _, n := range next {
+		h.lineage[n] = h.lineage[tb] + begun
+	}
+	delete(h.lineage, tb)
+}
+
+// rowCollecting is the number of collecting merges begun so far that may
+// have collected a version of row: those of its tablet and of the tablets
+// its tablet succeeded.
+func (h *harness) rowCollecting(row []byte) uint64 {
+	tb := h.tabletFor(row)
+	return h.lineage[tb] + tb.collectingBegun.Load()
+}
 
 // noteWrites records when the versions rm writes were written.
 func (h *harness) noteWrites(rm cell.RowMutation) {
 	if h.written == nil {
 		h.written = map[mVersion]uint64{}
 	}
-	n := h.collectingMerges()
+	n := h.rowCollecting(rm.Row)
 	for _, mu := range rm.Mutations {
 		switch mu.Kind {
 		case cell.SetCell, cell.AddToCell, cell.MergeToCell:
@@ -742,8 +765,9 @@ func (h *harness) step() {
 		if err := h.tablets[i].Close(); err != nil {
 			h.fatalf("close: %v", err)
 		}
-		h.retire(h.tablets[i])
-		h.tablets[i] = h.open(h.tablets[i].ID())
+		next := h.open(h.tablets[i].ID())
+		h.succeed(h.tablets[i], next)
+		h.tablets[i] = next
 	case x < 895:
 		h.count("crash and recover")
 		h.crash()
@@ -861,7 +885,7 @@ func (h *harness) split() {
 	}
 	left, right := open(res.Left.ID), open(res.Right.ID)
 	res.Files.Release()
-	h.retire(h.tablets[i])
+	h.succeed(h.tablets[i], left, right)
 	h.tablets = slices.Replace(h.tablets, i, i+1, left, right)
 }
 
@@ -880,8 +904,9 @@ func (h *harness) crash() {
 		h.log = log
 	}
 	for i, tb := range h.tablets {
-		h.retire(tb)
-		h.tablets[i] = h.open(tb.ID())
+		next := h.open(tb.ID())
+		h.succeed(tb, next)
+		h.tablets[i] = next
 	}
 }
 
