@@ -197,3 +197,22 @@ func isLostNow(w mapreduce.Worker) bool {
 		return false
 	}
 }
+
+// TestStartWorkerFailsCleanly: a worker whose registration fails — after
+// its gRPC server began serving — returns the error, every time.
+func TestStartWorkerFailsCleanly(t *testing.T) {
+	svc := coord.NewLocal(coord.LocalConfig{LockDelay: -1})
+	if err := svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		w, err := StartWorker(context.Background(), WorkerConfig{
+			Addr: "127.0.0.1:0", Coord: svc,
+			Worker: mapreduce.LocalWorkerConfig{Dir: t.TempDir(), Slots: 1},
+		})
+		if err == nil {
+			w.Close()
+			t.Fatal("a worker registered with a closed lock service")
+		}
+	}
+}

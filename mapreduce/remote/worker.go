@@ -106,7 +106,13 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (_ *Worker, err error) {
 	w := &Worker{done: make(chan struct{}), log: cfg.Logger}
 	defer func() {
 		if err != nil {
-			w.shutdown()
+			// Through once: the gRPC server may already be serving,
+			// and its goroutine calls stop when shutdown stops it.
+			w.once.Do(func() {
+				w.err = err
+				w.shutdown()
+				close(w.done)
+			})
 		}
 	}()
 	if w.lis, err = net.Listen("tcp", cfg.Addr); err != nil {
