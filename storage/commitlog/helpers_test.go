@@ -25,6 +25,15 @@ func localMode() logMode {
 	return logMode{"local", func(t testing.TB) Options { return Options{Dir: t.TempDir()} }}
 }
 
+// localBufferedMode is localMode with direct I/O off, as on a file system
+// that refuses it.
+func localBufferedMode() logMode {
+	return logMode{"local-buffered", func(t testing.TB) Options {
+		withBufferedIO(t)
+		return Options{Dir: t.TempDir()}
+	}}
+}
+
 func objectMode(name string, newStore func(t testing.TB) blob.Store) logMode {
 	return logMode{name, func(t testing.TB) Options {
 		return Options{Store: newStore(t), Prefix: "logs/ts-1"}
@@ -36,7 +45,7 @@ func memoryMode() logMode {
 }
 
 // unitModes are the modes unit tests run in; the integration tests add S3.
-func unitModes() []logMode { return []logMode{localMode(), memoryMode()} }
+func unitModes() []logMode { return []logMode{localMode(), localBufferedMode(), memoryMode()} }
 
 // forModes runs test as a subtest in every unit mode.
 func forModes(t *testing.T, test func(*testing.T, logMode)) {

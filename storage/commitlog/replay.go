@@ -164,6 +164,13 @@ func (r *replayer) localSegment(path string, seg uint64, start int64) (tornAt in
 			}
 		}
 		if reason != "" {
+			pad, err := s.isPadding(off)
+			if err != nil {
+				return -1, "", fmt.Errorf("commitlog: reading %s: %w", path, err)
+			}
+			if pad {
+				return -1, "", nil
+			}
 			// Damage is a torn tail only if nothing valid
 			// follows it: a crash can cut the last flush short,
 			// but cannot damage a record and leave good ones
@@ -445,6 +452,27 @@ func (s *segReader) frame(off int64) (payload []byte, next int64, reason string,
 		return nil, 0, "checksum mismatch", nil
 	}
 	return payload, off + frameHeaderLen + int64(n), "", nil
+}
+
+// isPadding reports whether the bytes from off to the end are the zero
+// padding a direct write leaves after the last frame (see localLog): all
+// zero, fewer than a block, up to a block boundary. A segment ends there
+// as cleanly as at the end of its file.
+func (s *segReader) isPadding(off int64) (bool, error) {
+	n := s.size - off
+	if s.size%directBlock != 0 || n <= 0 || n >= directBlock {
+		return false, nil
+	}
+	b, err := s.at(off, int(n))
+	if err != nil {
+		return false, err
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // validFrameAfter returns the offset of the first valid frame (checksum and

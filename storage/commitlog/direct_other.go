@@ -1,0 +1,9 @@
+//go:build !linux
+
+package commitlog
+
+import "os"
+
+// setDirect reports false: direct I/O is used on Linux only, and f keeps
+// ordinary buffered writes.
+func setDirect(f *os.File) bool { return false }
