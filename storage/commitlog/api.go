@@ -27,6 +27,12 @@
 // offset is the logical byte offset of its first frame in the segment, so
 // object names sort in log order and a missing object shows as a gap.
 //
+// A local segment is written with direct I/O where the file system takes
+// it (O_DIRECT, Linux): whole 4 KiB blocks, so a segment being written
+// ends in zero padding after its last frame, up to the block boundary.
+// The padding is cut when the segment is closed; replay reads padding it
+// finds (a crash) as the segment's end, not as a torn record.
+//
 // A position in the log is a tabletdesc.LogPosition: (segment, byte offset
 // of the record's frame within the segment), in both modes. It is a value
 // type of its own package because tablet states (storage/meta's METADATA
