@@ -151,6 +151,9 @@ type Dev struct {
 	httpLis  net.Listener
 	serving  atomic.Bool
 	health   *health.Server
+	// serveErr has room for one error from each of its four senders
+	// (the in-process and the client gRPC servers, HTTP, the tablet
+	// server), so that none blocks when nobody reads Err.
 	serveErr chan error
 
 	closeOnce sync.Once
@@ -250,7 +253,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	d := &Dev{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 3)}
+	d := &Dev{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 4)}
 	defer func() {
 		if err != nil {
 			d.abort()
