@@ -84,6 +84,16 @@ func (c *Cache) Close() {
 	}
 }
 
+// Wait blocks until every block offered to the cache so far is admitted
+// or rejected: ristretto admits asynchronously, so a block set a moment
+// ago may not be found yet. For tests and measurements; reads never need
+// it.
+func (c *Cache) Wait() {
+	if c.rc != nil {
+		c.rc.Wait()
+	}
+}
+
 // newFileID returns an identity no other Reader of this cache has: blocks
 // of two files, even two opens of one name, never alias.
 func (c *Cache) newFileID() uint64 { return c.nextID.Add(1) }

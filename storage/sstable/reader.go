@@ -332,6 +332,37 @@ func (r *Reader) dataBlock(i int) (*block, error) {
 	return v.(*block), nil
 }
 
+// Prime puts blocks, the data blocks the file's Writer retained
+// (WriterOptions.RetainBlocks), into the block cache as if each had just
+// been read, so that the first reads of a file just written need not read
+// it back. The blocks are trusted to be this file's: a block whose offset,
+// length and last key are not those of one of the file's index entries is
+// skipped, which guards against a mix-up with a file laid out otherwise,
+// but the bytes themselves are not checked against the file. Prime does
+// nothing without a cache or for a file held in memory.
+func (r *Reader) Prime(blocks []RetainedBlock) {
+	if r.cache == nil || r.memBlocks != nil {
+		return
+	}
+	i := 0
+	for _, rb := range blocks {
+		for i < len(r.index) && uint64(r.index[i].Offset) < rb.Offset {
+			i++
+		}
+		if i == len(r.index) {
+			return
+		}
+		if e := r.index[i]; uint64(e.Offset) != rb.Offset || uint64(e.Length) != rb.Length || !bytes.Equal(e.LastKey, rb.LastKey) {
+			continue
+		}
+		b, err := parseDataBlock(rb.Data)
+		if err != nil {
+			continue // read from the file when needed, where a fault shows
+		}
+		r.cache.set(r.fileID, rb.Offset, b)
+	}
+}
+
 // loadDataBlock reads, checks, decompresses and parses one data block and
 // offers it to the cache.
 func (r *Reader) loadDataBlock(e IndexEntry) (*block, error) {

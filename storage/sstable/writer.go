@@ -18,6 +18,19 @@ type WriterOptions struct {
 	Compression     Compression // default SnappyCompression
 	BloomBitsPerKey int         // default 10; negative: no bloom filters
 	LocalityGroup   string      // recorded in the properties block
+	// RetainBlocks keeps a copy of every data block written (see
+	// RetainedBlocks), for the caller to put in the block cache once
+	// the file is open (Reader.Prime): reads of what was just written
+	// then find it there instead of reading the file back.
+	RetainBlocks bool
+}
+
+// RetainedBlock is a data block a Writer wrote: its place in the file, its
+// last key and its bytes before compression.
+type RetainedBlock struct {
+	Offset, Length uint64 // the stored block, its trailer included
+	LastKey        []byte
+	Data           []byte
 }
 
 // Defaults and limits of WriterOptions.
@@ -67,6 +80,8 @@ type Writer struct {
 	index   blockBuilder
 	nIndex  int
 	scratch []byte // stored block and trailer being written
+
+	retained []RetainedBlock // with opts.RetainBlocks
 
 	rowFilter, colFilter filterBuilder
 	props                Properties
@@ -178,9 +193,13 @@ func (w *Writer) account(key, value []byte, kind cell.Kind, rowLen int) {
 
 // flushBlock compresses and writes the pending data block and indexes it.
 func (w *Writer) flushBlock() error {
-	h, err := w.writeBlock(w.data.finish(), w.opts.Compression)
+	raw := w.data.finish()
+	h, err := w.writeBlock(raw, w.opts.Compression)
 	if err != nil {
 		return err
+	}
+	if w.opts.RetainBlocks {
+		w.retained = append(w.retained, RetainedBlock{Offset: h.offset, Length: h.length, LastKey: bytes.Clone(w.data.lastKey), Data: bytes.Clone(raw)})
 	}
 	var v [2 * binary.MaxVarintLen64]byte
 	w.index.add(w.data.lastKey, binary.AppendUvarint(binary.AppendUvarint(v[:0], h.offset), h.length))
@@ -199,6 +218,15 @@ func (w *Writer) writeBlock(raw []byte, c Compression) (handle, error) {
 	h := handle{offset: w.offset, length: uint64(len(w.scratch))}
 	w.offset += h.length
 	return h, nil
+}
+
+// RetainedBlocks returns the data blocks written so far, in file order,
+// when WriterOptions.RetainBlocks is set (nil otherwise), and lets go of
+// them.
+func (w *Writer) RetainedBlocks() []RetainedBlock {
+	b := w.retained
+	w.retained = nil
+	return b
 }
 
 // EstimatedSize is the number of bytes the file would have if finished now

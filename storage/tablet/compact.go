@@ -211,7 +211,7 @@ func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
 // written; on an error the caller unrefs what written holds.
 func (t *Tablet) writeFrozenGroups(ctx context.Context, v *version, fz *frozenMem, groups []string, written map[string]*tableFile) error {
 	for _, g := range groups {
-		f, err := t.writeGroupFile(ctx, v.schema, g, func(emit func(k, val []byte) error) error {
+		f, err := t.writeGroupFile(ctx, v.schema, g, true, func(emit func(k, val []byte) error) error {
 			it := fz.mem.NewIterator()
 			family := "" // the last entry's: decoding reuses the string
 			for ok := it.First(); ok; ok = it.Next() {
@@ -296,14 +296,22 @@ func (t *Tablet) checkCommitWindow(attempt int, files map[string]*tableFile) err
 // writeGroupFile writes the entries src emits as a new SSTable of group g
 // and opens it. It returns nil (and writes nothing) when src emits nothing.
 // Consecutive duplicate keys are written once.
-func (t *Tablet) writeGroupFile(ctx context.Context, schema tabletdesc.Schema, g string, src func(emit func(k, v []byte) error) error) (*tableFile, error) {
+//
+// With cacheBlocks (a memtable's flush), the file's data blocks go into the
+// block cache as they were written: the rows just written are the likeliest
+// to be read next, and without it their first reads would read the file
+// back (from the page cache, or the object store in a cluster) — as
+// HBase's cache-on-write and RocksDB's prepopulated block cache do for
+// flushes. Merges do not: their output is mostly older data.
+func (t *Tablet) writeGroupFile(ctx context.Context, schema tabletdesc.Schema, g string, cacheBlocks bool, src func(emit func(k, v []byte) error) error) (*tableFile, error) {
 	lg := schema.Group(g)
 	name := newFileName(t.opts.Dir, time.Now())
 	bw, err := t.opts.Store.Create(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	sw := sstable.NewWriter(bw, sstable.WriterOptions{BlockSize: lg.BlockSize, Compression: sstableCompression(lg.Compression), LocalityGroup: g})
+	cacheBlocks = cacheBlocks && t.opts.Cache != nil && !lg.InMemory
+	sw := sstable.NewWriter(bw, sstable.WriterOptions{BlockSize: lg.BlockSize, Compression: sstableCompression(lg.Compression), LocalityGroup: g, RetainBlocks: cacheBlocks})
 	var last []byte
 	n := 0
 	paced, unpaid := isPaced(ctx) && t.opts.Pacer != nil, 0
@@ -349,7 +357,14 @@ func (t *Tablet) writeGroupFile(ctx context.Context, schema tabletdesc.Schema, g
 		return nil, err
 	}
 	meta := tabletdesc.FileMeta{Name: name, Size: props.FileSize, SmallestKey: props.SmallestKey, LargestKey: props.LargestKey, MaxSeq: props.MaxSeq, Entries: props.NumEntries}
-	return openTableFile(ctx, t.opts.Store, meta, sstable.ReaderOptions{Cache: t.opts.Cache, InMemory: lg.InMemory})
+	f, err := openTableFile(ctx, t.opts.Store, meta, sstable.ReaderOptions{Cache: t.opts.Cache, InMemory: lg.InMemory})
+	if err != nil {
+		return nil, err
+	}
+	if cacheBlocks {
+		f.r.Prime(sw.RetainedBlocks())
+	}
+	return f, nil
 }
 
 // Compact runs a compaction now. A merging compaction (major false) merges
@@ -531,7 +546,7 @@ func (t *Tablet) rewriteFiles(ctx context.Context, v *version, g string, inputs 
 	var err error
 	switch res {
 	case keepAll:
-		out, err = t.writeGroupFile(ctx, v.schema, g, func(emit func(k, v []byte) error) error {
+		out, err = t.writeGroupFile(ctx, v.schema, g, false, func(emit func(k, v []byte) error) error {
 			for ok := it.First(); ok; ok = it.Next() {
 				if err := emit(it.Key(), it.Value()); err != nil {
 					return err
@@ -545,7 +560,7 @@ func (t *Tablet) rewriteFiles(ctx context.Context, v *version, g string, inputs 
 		if markedRows, err = rowsWithMarkers(v); err != nil {
 			break
 		}
-		out, err = t.writeGroupFile(ctx, v.schema, g, func(emit func(k, v []byte) error) error {
+		out, err = t.writeGroupFile(ctx, v.schema, g, false, func(emit func(k, v []byte) error) error {
 			var es []entry
 			var rs resolver
 			ok := it.First()
