@@ -11,7 +11,13 @@ import (
 // segment back until recovery). It reports false, leaving f as it was,
 // when the file system refuses direct I/O (tmpfs before Linux 6.6, some
 // overlays): f then keeps ordinary buffered writes.
-func setDirect(f *os.File) bool {
+func setDirect(f *os.File) bool { return setFlag(f, unix.O_DIRECT, true) }
+
+// unsetDirect turns O_DIRECT off for f again, reporting whether it could.
+func unsetDirect(f *os.File) bool { return setFlag(f, unix.O_DIRECT, false) }
+
+// setFlag sets or clears a file status flag of f (fcntl F_SETFL).
+func setFlag(f *os.File, flag int, on bool) bool {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return false
@@ -22,7 +28,12 @@ func setDirect(f *os.File) bool {
 		if err != nil {
 			return
 		}
-		_, err = unix.FcntlInt(fd, unix.F_SETFL, flags|unix.O_DIRECT)
+		if on {
+			flags |= flag
+		} else {
+			flags &^= flag
+		}
+		_, err = unix.FcntlInt(fd, unix.F_SETFL, flags)
 		ok = err == nil
 	})
 	return ok

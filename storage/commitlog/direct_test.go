@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/tabuladb/tabula/storage/tabletdesc"
@@ -176,4 +177,56 @@ func TestPaddingIsNarrow(t *testing.T) {
 		}
 		checkReplayed(t, got, recs, pos)
 	}
+}
+
+// TestDirectWriteRefusedFallsBack: a file system that takes O_DIRECT but
+// refuses a direct write (EINVAL: it wants a larger alignment) does not
+// fail the log; the segment goes on with buffered writes from exactly
+// where its frames end, even when the refused write left part of its
+// bytes behind, and replays whole and clean.
+func TestDirectWriteRefusedFallsBack(t *testing.T) {
+	dir := t.TempDir()
+	if !directSupported(t, dir) {
+		t.Fatalf("the file system of %s does not take O_DIRECT: this test needs one that does (ext4, xfs, btrfs)", dir)
+	}
+	refused, calls := 0, 0
+	segmentWriteAt = func(f *os.File, p []byte, off int64) (int, error) {
+		calls++
+		if calls == 2 { // the first flush after the segment header
+			refused++
+			// Leave what a write cut short might: the start of
+			// its buffer (the tail block's old bytes, then part
+			// of the new frames and perhaps padding).
+			f.WriteAt(p[:len(p)/2+1], off)
+			return 0, syscall.EINVAL
+		}
+		return f.WriteAt(p, off)
+	}
+	t.Cleanup(func() { segmentWriteAt = (*os.File).WriteAt })
+	opts := Options{Dir: dir}
+	l := openLog(t, opts)
+	recs := records(33, 30)
+	pos := writeAll(t, l, recs)
+	if refused != 1 {
+		t.Fatalf("%d writes refused, want 1", refused)
+	}
+	lb := l.backend.(*localLog)
+	if lb.direct {
+		t.Fatal("the segment still writes with direct I/O after a refused write")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, segmentFileName(pos[0].Segment)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(data)) != lb.size {
+		t.Fatalf("segment file of %d bytes, frames end at %d", len(data), lb.size)
+	}
+	got, res, err := replayAll(t, opts, tabletdesc.LogPosition{})
+	if err != nil || res.TornTail {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	checkReplayed(t, got, recs, pos)
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"unsafe"
 )
 
@@ -132,7 +133,7 @@ func (l *localLog) create(seg uint64, flags byte) error {
 // write appends p to the segment at size, not yet synced.
 func (l *localLog) write(p []byte) error {
 	if !l.direct {
-		if _, err := l.f.Write(p); err != nil {
+		if _, err := segmentWriteAt(l.f, p, l.size); err != nil {
 			return err
 		}
 		l.size += int64(len(p))
@@ -149,8 +150,23 @@ func (l *localLog) write(p []byte) error {
 	buf := l.stage[:padded]
 	copy(buf[tail:], p)
 	clear(buf[n:])
-	if _, err := l.f.WriteAt(buf, l.size-int64(tail)); err != nil {
-		return err
+	if _, err := segmentWriteAt(l.f, buf, l.size-int64(tail)); err != nil {
+		if !errors.Is(err, syscall.EINVAL) {
+			return err
+		}
+		// The file system took O_DIRECT but refuses the write
+		// (it needs an alignment beyond directBlock): go on with
+		// buffered writes rather than fail the log. The padding
+		// and whatever the refused write left are cut first, so
+		// that the file ends exactly at size again.
+		if !unsetDirect(l.f) {
+			return err
+		}
+		l.direct = false
+		if terr := l.f.Truncate(l.size); terr != nil {
+			return terr
+		}
+		return l.write(p)
 	}
 	l.size += int64(len(p))
 	// The last block is partial unless n is a multiple of the block:
@@ -160,6 +176,10 @@ func (l *localLog) write(p []byte) error {
 	}
 	return nil
 }
+
+// segmentWriteAt writes a segment's bytes; a variable so that tests can
+// make the file system refuse a direct write.
+var segmentWriteAt = (*os.File).WriteAt
 
 // alignedBuffer returns n bytes (n a multiple of directBlock) starting at
 // a directBlock-aligned address.
