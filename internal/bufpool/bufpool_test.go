@@ -1,6 +1,10 @@
 package bufpool
 
-import "testing"
+import (
+	"testing"
+
+	"google.golang.org/grpc/mem"
+)
 
 // TestDirtyTiers: Get returns a buffer of the asked length with its
 // tier's capacity (the smallest that fits; a fresh one of exactly the
@@ -24,6 +28,35 @@ func TestDirtyTiers(t *testing.T) {
 	for range 100 {
 		if b := p.Get(4 << 10); cap(*b) != 4<<10 {
 			t.Fatalf("Get(4 KiB) returned a buffer of capacity %d", cap(*b))
+		}
+	}
+}
+
+// TestMaterialize: the bytes of every buffer, in order, in one new buffer
+// that shares nothing with them — for one buffer, several, none and an
+// empty one among them.
+func TestMaterialize(t *testing.T) {
+	for _, parts := range [][]string{{"abc"}, {"ab", "", "cde", "f"}, {}, {""}} {
+		var data mem.BufferSlice
+		want := ""
+		for _, p := range parts {
+			data = append(data, mem.SliceBuffer([]byte(p)))
+			want += p
+		}
+		got := Materialize(data)
+		if string(got) != want {
+			t.Fatalf("Materialize(%q) = %q", parts, got)
+		}
+		for _, b := range data {
+			if d := b.ReadOnlyData(); len(d) > 0 && len(got) > 0 && &d[0] == &got[0] {
+				t.Fatalf("Materialize(%q) aliases its input", parts)
+			}
+		}
+		if len(got) > 0 {
+			got[0] ^= 0xff
+			if data.Materialize()[0] == got[0] {
+				t.Fatalf("Materialize(%q): writing the result changed the input", parts)
+			}
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tabuladb/tabula/internal/bufpool"
 	"github.com/tabuladb/tabula/storage/cell"
 )
 
@@ -46,7 +46,7 @@ func (rawCodec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec().Ma
 func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*rawReadRows); ok {
 		if !r.reusing {
-			r.buf = materialize(data) // a fresh buffer the rows may alias
+			r.buf = bufpool.Materialize(data) // a fresh buffer the rows may alias
 			return nil
 		}
 		n := data.Len()
@@ -59,25 +59,6 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	}
 	return protoCodec().Unmarshal(data, v)
-}
-
-// materialize copies data into one fresh buffer, as data.Materialize
-// does but without zeroing the buffer first: bytes.Join allocates its
-// result uninitialized, since it overwrites every byte. (A large buffer
-// is otherwise cleared in full by the runtime before the copy: for a
-// scan, as many bytes zeroed as received.)
-func materialize(data mem.BufferSlice) []byte {
-	if len(data) == 1 {
-		return bytes.Clone(data[0].ReadOnlyData())
-	}
-	var parts [][]byte
-	if len(data) <= 128 {
-		parts = make([][]byte, 0, 128) // a 1 MiB response in 16 KiB frames fits: no allocation
-	}
-	for _, b := range data {
-		parts = append(parts, b.ReadOnlyData())
-	}
-	return bytes.Join(parts, nil)
 }
 
 var readRowsStream = grpc.StreamDesc{StreamName: "ReadRows", ServerStreams: true}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -30,6 +31,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/tabuladb/tabula/internal/bufpool"
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/authview"
 	"github.com/tabuladb/tabula/storage/blob"
@@ -842,6 +844,10 @@ func newGRPCServer(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServ
 		// with one; BENCHMARKS.md). Shared: the buffer goes back to a
 		// pool after each flush, so an idle connection holds none.
 		grpc.WriteBufferSize(1 << 20), grpc.SharedWriteBuffer(true),
+		// Received frames read into buffers that are not cleared
+		// first (gRPC's default pool clears each: as many bytes as
+		// bulk writes send).
+		experimental.BufferPool(bufpool.Frames),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		// Handle requests on long-lived workers rather than a goroutine

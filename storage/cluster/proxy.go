@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tabuladb/tabula/internal/bufpool"
 	"github.com/tabuladb/tabula/security/auth"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 )
@@ -44,7 +45,7 @@ func (proxyCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if f, ok := v.(*frame); ok {
 		// A fresh buffer per frame: the previous one may still be on
 		// its way out through the transport.
-		f.data = data.Materialize()
+		f.data = bufpool.Materialize(data)
 		return nil
 	}
 	if _, ok := v.(proto.Message); !ok && !tabletserver.IsRaw(v) {

@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/tabuladb/tabula/internal/bufpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // registers the codec this one falls back to
@@ -70,7 +71,7 @@ func (readRowsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		if len(data) == 1 {
 			return unmarshalReadRowsRequest(data[0].ReadOnlyData(), m)
 		}
-		return unmarshalReadRowsRequest(data.Materialize(), m)
+		return unmarshalReadRowsRequest(bufpool.Materialize(data), m)
 	}
 	return fallbackCodec().Unmarshal(data, v)
 }

@@ -4,6 +4,7 @@ import (
 	"unicode/utf8"
 
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/tabuladb/tabula/internal/bufpool"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -32,7 +33,7 @@ import (
 // fails) exactly as before. TestMutateRowsDecoderMatchesProto checks the
 // result against proto.Unmarshal.
 func unmarshalMutateRows(data mem.BufferSlice, m *bigtablepb.MutateRowsRequest) error {
-	buf := data.Materialize()
+	buf := bufpool.Materialize(data) // uncleared: every byte is copied over
 	if decodeMutateRows(buf, m) {
 		return nil
 	}
