@@ -84,6 +84,9 @@ func (c *Cache) Close() {
 	}
 }
 
+// Capacity is the bytes of blocks the cache may hold.
+func (c *Cache) Capacity() int64 { return c.capacity }
+
 // Wait blocks until every block offered to the cache so far is admitted
 // or rejected: ristretto admits asynchronously, so a block set a moment
 // ago may not be found yet. For tests and measurements; reads never need

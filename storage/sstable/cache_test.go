@@ -173,11 +173,11 @@ func TestConcurrentReaders(t *testing.T) {
 	}
 }
 
-// buildRetained writes entries with RetainBlocks and returns the file and
-// the blocks the writer retained.
+// buildRetained writes entries retaining every block (RetainBytes) and
+// returns the file and the blocks the writer retained.
 func buildRetained(t *testing.T, entries []entry, opts WriterOptions) ([]byte, []RetainedBlock) {
 	t.Helper()
-	opts.RetainBlocks = true
+	opts.RetainBytes = 1 << 30
 	var buf bytes.Buffer
 	w := NewWriter(&buf, opts)
 	for _, e := range entries {
@@ -240,5 +240,45 @@ func TestPrimeSkipsForeignBlocks(t *testing.T) {
 	sameEntries(t, got, entries)
 	if s := cache.Stats(); s.Hits != 0 || s.Misses != uint64(len(r.Index())) {
 		t.Fatalf("after priming another file's blocks: %+v over %d blocks", s, len(r.Index()))
+	}
+}
+
+// TestRetainBytesBoundsTheCopies: a writer keeps copies of its first
+// blocks only while their bytes fit RetainBytes; priming them leaves the
+// later blocks to be read from the file.
+func TestRetainBytesBoundsTheCopies(t *testing.T) {
+	entries := randomEntries(rand.New(rand.NewPCG(45, 46)), 2000, 10)
+	_, all := buildRetained(t, entries, WriterOptions{BlockSize: 2048, Compression: NoCompression})
+	budget := int64(len(all[0].Data) + len(all[1].Data) + len(all[2].Data))
+	var buf bytes.Buffer
+	w := NewWriter(&buf, WriterOptions{BlockSize: 2048, Compression: NoCompression, RetainBytes: budget})
+	for _, e := range entries {
+		if err := w.Add(e.key, e.value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	kept := w.RetainedBlocks()
+	if len(kept) != 3 || kept[2].Offset != all[2].Offset {
+		t.Fatalf("a budget of the first three blocks kept %d", len(kept))
+	}
+	if w.RetainedBlocks() != nil {
+		t.Fatal("RetainedBlocks returned the blocks twice")
+	}
+	cache := NewCache(16 << 20)
+	defer cache.Close()
+	r := openBytes(t, buf.Bytes(), ReaderOptions{Cache: cache})
+	defer r.Close()
+	r.Prime(kept)
+	cache.settle()
+	got, err := readAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameEntries(t, got, entries)
+	if s := cache.Stats(); s.Hits != 3 || s.Misses != uint64(len(r.Index())-3) {
+		t.Fatalf("three primed blocks of %d: %+v", len(r.Index()), s)
 	}
 }

@@ -333,7 +333,7 @@ func (r *Reader) dataBlock(i int) (*block, error) {
 }
 
 // Prime puts blocks, the data blocks the file's Writer retained
-// (WriterOptions.RetainBlocks), into the block cache as if each had just
+// (WriterOptions.RetainBytes), into the block cache as if each had just
 // been read, so that the first reads of a file just written need not read
 // it back. The blocks are trusted to be this file's: a block whose offset,
 // length and last key are not those of one of the file's index entries is

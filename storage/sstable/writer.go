@@ -18,11 +18,12 @@ type WriterOptions struct {
 	Compression     Compression // default SnappyCompression
 	BloomBitsPerKey int         // default 10; negative: no bloom filters
 	LocalityGroup   string      // recorded in the properties block
-	// RetainBlocks keeps a copy of every data block written (see
-	// RetainedBlocks), for the caller to put in the block cache once
-	// the file is open (Reader.Prime): reads of what was just written
-	// then find it there instead of reading the file back.
-	RetainBlocks bool
+	// RetainBytes keeps a copy of the data blocks written, the first
+	// ones up to this many bytes in all (see RetainedBlocks), for the
+	// caller to put in the block cache once the file is open
+	// (Reader.Prime): reads of what was just written then find it there
+	// instead of reading the file back. Zero keeps none.
+	RetainBytes int64
 }
 
 // RetainedBlock is a data block a Writer wrote: its place in the file, its
@@ -81,7 +82,8 @@ type Writer struct {
 	nIndex  int
 	scratch []byte // stored block and trailer being written
 
-	retained []RetainedBlock // with opts.RetainBlocks
+	retained      []RetainedBlock // up to opts.RetainBytes of them
+	retainedBytes int64
 
 	rowFilter, colFilter filterBuilder
 	props                Properties
@@ -198,7 +200,8 @@ func (w *Writer) flushBlock() error {
 	if err != nil {
 		return err
 	}
-	if w.opts.RetainBlocks {
+	if w.retainedBytes+int64(len(raw)) <= w.opts.RetainBytes {
+		w.retainedBytes += int64(len(raw))
 		w.retained = append(w.retained, RetainedBlock{Offset: h.offset, Length: h.length, LastKey: bytes.Clone(w.data.lastKey), Data: bytes.Clone(raw)})
 	}
 	var v [2 * binary.MaxVarintLen64]byte
@@ -221,7 +224,7 @@ func (w *Writer) writeBlock(raw []byte, c Compression) (handle, error) {
 }
 
 // RetainedBlocks returns the data blocks written so far, in file order,
-// when WriterOptions.RetainBlocks is set (nil otherwise), and lets go of
+// that WriterOptions.RetainBytes let it keep (nil without it), and lets go of
 // them.
 func (w *Writer) RetainedBlocks() []RetainedBlock {
 	b := w.retained

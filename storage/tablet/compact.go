@@ -310,8 +310,14 @@ func (t *Tablet) writeGroupFile(ctx context.Context, schema tabletdesc.Schema, g
 	if err != nil {
 		return nil, err
 	}
-	cacheBlocks = cacheBlocks && t.opts.Cache != nil && !lg.InMemory
-	sw := sstable.NewWriter(bw, sstable.WriterOptions{BlockSize: lg.BlockSize, Compression: sstableCompression(lg.Compression), LocalityGroup: g, RetainBlocks: cacheBlocks})
+	var retain int64
+	if cacheBlocks = cacheBlocks && t.opts.Cache != nil && !lg.InMemory; cacheBlocks {
+		// At most a quarter of the cache: the copies wait in memory
+		// until the file is open, and a flush far larger than the
+		// cache would only push out blocks that reads keep hot.
+		retain = t.opts.Cache.Capacity() / 4
+	}
+	sw := sstable.NewWriter(bw, sstable.WriterOptions{BlockSize: lg.BlockSize, Compression: sstableCompression(lg.Compression), LocalityGroup: g, RetainBytes: retain})
 	var last []byte
 	n := 0
 	paced, unpaid := isPaced(ctx) && t.opts.Pacer != nil, 0
