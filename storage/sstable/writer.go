@@ -18,11 +18,12 @@ type WriterOptions struct {
 	Compression     Compression // default SnappyCompression
 	BloomBitsPerKey int         // default 10; negative: no bloom filters
 	LocalityGroup   string      // recorded in the properties block
-	// RetainBytes keeps a copy of the data blocks written, the first
-	// ones up to this many bytes in all (see RetainedBlocks), for the
-	// caller to put in the block cache once the file is open
-	// (Reader.Prime): reads of what was just written then find it there
-	// instead of reading the file back. Zero keeps none.
+	// RetainBytes keeps a copy of each data block written whose bytes,
+	// with those of the copies kept before it, stay within this many
+	// (see RetainedBlocks), for the caller to put in the block cache
+	// once the file is open (Reader.Prime): reads of what was just
+	// written then find it there instead of reading the file back.
+	// Zero keeps none.
 	RetainBytes int64
 }
 
