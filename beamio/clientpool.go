@@ -32,8 +32,37 @@ type pooledClient struct {
 	timer *time.Timer // closes c when it has lingered unused; nil while in use
 }
 
-// sharedClients is the process's pool.
-var sharedClients = &clientPool{linger: clientLinger, dial: Table.Dial}
+// sharedClients is the process's pool; sharedReusingClients holds the
+// clients whose scans reuse their buffers (client.Options.ReuseScanBuffers),
+// which only callers that are done with a row before the next may share.
+var (
+	sharedClients        = &clientPool{linger: clientLinger, dial: Table.Dial}
+	sharedReusingClients = &clientPool{linger: clientLinger, dial: Table.dialReusing}
+)
+
+// SharedClient returns the worker process's shared connection to t's
+// server with t's credentials, dialing it on first use, and the function
+// that gives it back, to be called exactly once when the caller is done
+// with it (a DoFn's Teardown). Read, Write and the pipelines' own DoFns
+// share it instead of each instance dialing, handshaking and holding a
+// connection of its own; a released connection lingers for the next
+// instance or pipeline of the process (clientLinger). The client must
+// not be closed. reuseScanBuffers selects the connection whose scans
+// reuse their buffers (client.Options.ReuseScanBuffers: a scanned row
+// is valid only until the scanner's next row), for callers that copy
+// what they keep of each row.
+func SharedClient(t Table, reuseScanBuffers bool) (*client.Client, func(), error) {
+	p := sharedClients
+	if reuseScanBuffers {
+		p = sharedReusingClients
+	}
+	c, err := p.acquire(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	var once sync.Once
+	return c, func() { once.Do(func() { p.release(t, c) }) }, nil
+}
 
 // poolKey is t without its table: one connection serves every table of a
 // server reached with the same project, instance and credentials.

@@ -128,6 +128,53 @@ func TestClientPoolClosesAfterLinger(t *testing.T) {
 	}
 }
 
+// TestSharedClient: SharedClient hands out one connection per server and
+// credentials for each kind of scan, and its release gives it back once
+// however often it is called.
+func TestSharedClient(t *testing.T) {
+	tab := Table{Addr: "127.0.0.1:2", Table: "shared"} // nothing listens: clients dial lazily
+	plain1, release1, err := SharedClient(tab, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain2, release2, err := SharedClient(Table{Addr: tab.Addr, Table: "other"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reusing, release3, err := SharedClient(tab, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain1 != plain2 {
+		t.Fatal("two acquisitions of one server got two connections")
+	}
+	if reusing == plain1 {
+		t.Fatal("the buffer-reusing connection is the plain one: its scans' rows would be overwritten under Read")
+	}
+	refs := func(p *clientPool) int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		pc := p.conns[poolKey(tab)]
+		if pc == nil {
+			return -1
+		}
+		return pc.refs
+	}
+	if refs(sharedClients) != 2 || refs(sharedReusingClients) != 1 {
+		t.Fatalf("references: plain %d, reusing %d; want 2 and 1", refs(sharedClients), refs(sharedReusingClients))
+	}
+	release1()
+	release1() // a second call gives nothing back twice
+	if refs(sharedClients) != 1 {
+		t.Fatalf("after releasing one of two twice: %d references, want 1", refs(sharedClients))
+	}
+	release2()
+	release3()
+	if refs(sharedClients) != 0 || refs(sharedReusingClients) != 0 {
+		t.Fatalf("after every release: plain %d, reusing %d references", refs(sharedClients), refs(sharedReusingClients))
+	}
+}
+
 func TestClientPoolDialError(t *testing.T) {
 	boom := errors.New("boom")
 	p := &clientPool{linger: time.Hour, dial: (&countingDialer{fail: boom}).dial}

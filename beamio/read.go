@@ -111,6 +111,18 @@ func (t Table) Dial() (*client.Client, error) {
 	return client.Dial(t.Addr, opts)
 }
 
+// dialReusing is Dial with a client whose scans reuse their buffers
+// (client.Options.ReuseScanBuffers).
+func (t Table) dialReusing() (*client.Client, error) {
+	opts, err := t.Auth.ClientOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts.Project, opts.Instance = t.Project, t.Instance
+	opts.ReuseScanBuffers = true
+	return client.Dial(t.Addr, opts)
+}
+
 // RowRange is the rows [Start, End); an empty End is the end of the
 // table.
 type RowRange struct {

@@ -150,8 +150,9 @@ var (
 type writeFn struct {
 	Cfg WriteConfig
 
-	c   *client.Client
-	sem *byteSemaphore
+	c       *client.Client
+	release func() // gives c back to the process's pool (SharedClient)
+	sem     *byteSemaphore
 
 	// Per bundle.
 	buf      []cell.RowMutation
@@ -172,21 +173,22 @@ func init() {
 	beam.RegisterType(reflect.TypeOf((*writeFn)(nil)).Elem())
 }
 
-// Setup dials the server.
+// Setup takes the process's shared connection to the server.
 func (f *writeFn) Setup() error {
-	c, err := f.Cfg.Table.Dial()
+	c, release, err := SharedClient(f.Cfg.Table, false)
 	if err != nil {
 		return err
 	}
-	f.c = c
+	f.c, f.release = c, release
 	f.sem = newByteSemaphore(f.Cfg.MaxOutstandingBytes)
 	return nil
 }
 
-// Teardown closes the connection.
+// Teardown gives the connection back.
 func (f *writeFn) Teardown() error {
-	if f.c != nil {
-		return f.c.Close()
+	if f.release != nil {
+		f.release()
+		f.c, f.release = nil, nil
 	}
 	return nil
 }

@@ -84,11 +84,11 @@ func Export(ctx context.Context, cfg ExportConfig) (ExportSummary, error) {
 	// are fetched while its tablets are listed and the output is
 	// checked: each is a round trip to the server or more (the samples
 	// read the tablets' files), and the pipeline waits for all.
-	c, err := t.Dial()
+	c, release, err := beamio.SharedClient(t, true)
 	if err != nil {
 		return ExportSummary{}, err
 	}
-	defer c.Close()
+	defer release()
 	pctx, cancelPlan := context.WithCancel(ctx)
 	defer cancelPlan()
 	sampled := fetchSamples(pctx, c, t)
@@ -402,8 +402,9 @@ type writeShardFn struct {
 	// (family:qualifier names).
 	Columns []string
 
-	read beamio.ReadConfig
-	c    *client.Client
+	read    beamio.ReadConfig
+	c       *client.Client
+	release func() // gives c back to the process's pool (beamio.SharedClient)
 
 	inflight *bundleWrites
 }
@@ -424,11 +425,14 @@ func (f *writeShardFn) Setup() error {
 	if err := json.Unmarshal([]byte(f.ReadJSON), &f.read); err != nil {
 		return err
 	}
-	c, err := dialReusing(f.read.Table)
+	// The process's shared connection: the export's own checks left it
+	// connected when the pipeline runs in this process (prism), and the
+	// next export finds it still open.
+	c, release, err := beamio.SharedClient(f.read.Table, true)
 	if err != nil {
 		return err
 	}
-	f.c = c
+	f.c, f.release = c, release
 	if len(f.Filter) > 0 {
 		f.read.Filter = &bigtablepb.RowFilter{}
 		return proto.Unmarshal(f.Filter, f.read.Filter)
@@ -437,8 +441,9 @@ func (f *writeShardFn) Setup() error {
 }
 
 func (f *writeShardFn) Teardown() error {
-	if f.c != nil {
-		return f.c.Close()
+	if f.release != nil {
+		f.release()
+		f.c, f.release = nil, nil
 	}
 	return nil
 }
@@ -643,19 +648,6 @@ func (f *writeShardFn) write(ctx context.Context, spec shardSpec, cols []rowfile
 		return "", rowfile.Stats{}, err
 	}
 	return name, w.Stats(), nil
-}
-
-// dialReusing dials t as beamio.Table.Dial does, with a client whose
-// scans reuse their buffers (a row is valid until the scanner's next row:
-// the shard writers copy what they write).
-func dialReusing(t beamio.Table) (*client.Client, error) {
-	opts, err := t.Auth.ClientOptions()
-	if err != nil {
-		return nil, err
-	}
-	opts.Project, opts.Instance = t.Project, t.Instance
-	opts.ReuseScanBuffers = true
-	return client.Dial(t.Addr, opts)
 }
 
 // shardWriterOptions are the options of an export's shard writers (the
