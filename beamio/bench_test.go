@@ -158,7 +158,10 @@ func init() {
 // BenchmarkRead compares beamio.Read on prism (one worker process, the
 // runner's own parallelism) with a plain client scan of the same rows:
 // the whole table (~120 MB, eight tablets) and its first third (~40 MB,
-// where the pipeline's fixed costs weigh more). Each iteration runs the
+// where the pipeline's fixed costs weigh more), read as users read by
+// default (DefaultBundleBytes: one restriction per tablet of this table);
+// and the whole table again in restrictions of 8 MiB (two per tablet),
+// which shows what each restriction costs. Each iteration runs the
 // scan and the read of each size back to back, so that they share the
 // machine's load (it is shared and noisy); each iteration's ratios are
 // logged, the reported rates and ratios are of the summed times, and
@@ -177,10 +180,11 @@ func BenchmarkRead(b *testing.B) {
 	defer c.Close()
 	third := []byte(fmt.Sprintf("b%07d", benchRows/3))
 	sizes := []struct {
-		name string
-		end  []byte // nil: the whole table
-		rows int64
-	}{{"40MB", third, benchRows / 3}, {"120MB", nil, benchRows}}
+		name   string
+		end    []byte // nil: the whole table
+		rows   int64
+		bundle int64 // ReadConfig.BundleBytes (0: the default, one restriction per tablet here)
+	}{{"40MB", third, benchRows / 3, 0}, {"120MB", nil, benchRows, 0}, {"120MB-8MiB", nil, benchRows, 8 << 20}}
 	type tally struct {
 		rows, bytes  int64
 		elapsed, cpu time.Duration
@@ -209,7 +213,7 @@ func BenchmarkRead(b *testing.B) {
 			scans[i].cpu += cpuTime(b) - cpu
 			scans[i].bytes += bytes
 
-			cfg := ReadConfig{Table: Table{Addr: srv.Addr, Table: table}, BundleBytes: 8 << 20}
+			cfg := ReadConfig{Table: Table{Addr: srv.Addr, Table: table}, BundleBytes: sz.bundle}
 			if sz.end != nil {
 				cfg.Ranges = []RowRange{{End: sz.end}}
 			}
