@@ -27,6 +27,13 @@ const (
 	DefaultChunkBytes    = 1 << 20
 	DefaultResponseBytes = 1 << 20
 	DefaultSampleBytes   = 16 << 20
+	// firstResponseBytes is the size of a scan's first response; each
+	// next one is twice the last, up to DataOptions.ResponseBytes. A
+	// client decodes nothing before a whole response has arrived, so a
+	// stream's first rows wait for its first response: at 1 MiB, 1.3–4
+	// ms of the server's scan, which a beamio.Read paid once per
+	// restriction, with its pipeline idle (BENCHMARKS.md, session 14).
+	firstResponseBytes = 64 << 10
 	// MaxRequestBytes is the gRPC receive limit a server of the
 	// DataService should set (grpc.MaxRecvMsgSize): large enough for a
 	// row mutation carrying a cell of the 100 MiB value limit.

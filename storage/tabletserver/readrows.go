@@ -37,8 +37,9 @@ func readOptions(h filter.Hints) tablet.ReadOptions {
 // (descending when reversed), through the filter, up to rows_limit rows.
 // Rows go out as CellChunks the client libraries reassemble: large values
 // are split over several chunks, and responses are sent once they hold
-// about DataOptions.ResponseBytes, each through the stream, which blocks
-// while the client does not read (flow control).
+// about DataOptions.ResponseBytes (the first ones smaller:
+// firstResponseBytes), each through the stream, which blocks while the
+// client does not read (flow control).
 func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablepb.Bigtable_ReadRowsServer) error {
 	start := time.Now()
 	ctx := stream.Context()
@@ -62,7 +63,8 @@ func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablep
 		slices.Reverse(ranges)
 	}
 	ro := readOptions(f.PushDown())
-	w := &chunkWriter{send: stream.Send, chunkBytes: s.opts.ChunkBytes, respBytes: s.opts.ResponseBytes}
+	w := newChunkWriter(s.opts.ChunkBytes, s.opts.ResponseBytes)
+	w.send = stream.Send
 	if s.opts.EncodedResponses && !(len(ranges) == 1 && ranges[0].SingleRow()) {
 		// Scans are written in wire form (readrows_encode.go); a point
 		// read's one small response gains nothing from it (measured:
@@ -128,11 +130,21 @@ func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablep
 	return nil
 }
 
+// newChunkWriter returns a chunkWriter of values in pieces of chunkBytes
+// and responses growing from firstResponseBytes to respBytes; the caller
+// sets send (or raw).
+func newChunkWriter(chunkBytes, respBytes int) *chunkWriter {
+	return &chunkWriter{chunkBytes: chunkBytes, respBytes: respBytes, limit: min(firstResponseBytes, respBytes)}
+}
+
 // chunkWriter turns rows into CellChunks and batches them into responses.
 type chunkWriter struct {
 	send       func(*bigtablepb.ReadRowsResponse) error
 	chunkBytes int
 	respBytes  int
+	// limit is the size at which the response at hand goes out: from
+	// firstResponseBytes, doubling with each response, up to respBytes.
+	limit int
 
 	resp  *bigtablepb.ReadRowsResponse
 	size  int
@@ -286,14 +298,15 @@ func (w *chunkWriter) flush() error {
 // requires); a value above chunkBytes goes in pieces, every piece but the
 // last carrying the whole value's size; the row's last chunk commits it.
 //
-// A response is sent only at a row boundary, once it holds respBytes: the
+// A response is sent only at a row boundary, once it holds limit: the
 // Go client (v1.58) checks after every response that no row is left
 // half-read, so a row, however large, must not span responses.
 func (w *chunkWriter) row(key []byte, cells []filter.LabeledCell) error {
 	if err := w.cells(key, cells); err != nil {
 		return err
 	}
-	if w.size >= w.respBytes {
+	if w.size >= w.limit {
+		w.limit = min(2*w.limit, w.respBytes)
 		return w.sendResp()
 	}
 	return nil

@@ -314,7 +314,7 @@ func (r *wireResponse) finish(lastScanned []byte, stats *bigtablepb.RequestStats
 // encodeCells is chunkWriter.cells writing wire bytes: the same chunks,
 // the same accounting.
 func (w *chunkWriter) encodeCells(key []byte, cells []filter.LabeledCell) {
-	w.wire.start(w.respBytes + responseSlack)
+	w.wire.start(w.limit + responseSlack)
 	var fam string
 	var qual []byte
 	for i := range cells {

@@ -26,19 +26,21 @@ func TestEncodedResponsesMatchMessages(t *testing.T) {
 	for round := range 100 {
 		chunkBytes, respBytes := 1+r.IntN(3000), 1+r.IntN(20000)
 		var msgs, wire [][]byte
-		a := &chunkWriter{chunkBytes: chunkBytes, respBytes: respBytes, send: func(resp *bigtablepb.ReadRowsResponse) error {
+		a := newChunkWriter(chunkBytes, respBytes)
+		a.send = func(resp *bigtablepb.ReadRowsResponse) error {
 			b, err := MarshalReadRows(resp)
 			if err != nil {
 				return err
 			}
 			msgs = append(msgs, b.Materialize())
 			return nil
-		}}
-		b := &chunkWriter{chunkBytes: chunkBytes, respBytes: respBytes, raw: func(bs mem.BufferSlice) error {
+		}
+		b := newChunkWriter(chunkBytes, respBytes)
+		b.raw = func(bs mem.BufferSlice) error {
 			wire = append(wire, bs.Materialize())
 			bs.Free()
 			return nil
-		}}
+		}
 		for i := range 1 + r.IntN(1000) {
 			key := fmt.Appendf(nil, "row%06d", i)
 			if r.IntN(3) == 0 {
@@ -76,6 +78,54 @@ func TestEncodedResponsesMatchMessages(t *testing.T) {
 		}
 		if a.total != b.total {
 			t.Fatalf("round %d: %d bytes counted from messages, %d from wire", round, a.total, b.total)
+		}
+	}
+}
+
+// TestResponsesGrowToResponseBytes: a scan's first response holds about
+// firstResponseBytes, each next one twice the last, up to respBytes —
+// in both forms — so that a stream's first rows reach the client after a
+// sixteenth of a full response's scan.
+func TestResponsesGrowToResponseBytes(t *testing.T) {
+	const respBytes, rowBytes = 1 << 20, 1000
+	value := bytes.Repeat([]byte{'v'}, rowBytes)
+	var sizes [2][]int
+	msg := newChunkWriter(DefaultChunkBytes, respBytes)
+	msg.send = func(resp *bigtablepb.ReadRowsResponse) error {
+		b, err := MarshalReadRows(resp)
+		if err != nil {
+			return err
+		}
+		sizes[0] = append(sizes[0], b.Len())
+		b.Free()
+		return nil
+	}
+	wire := newChunkWriter(DefaultChunkBytes, respBytes)
+	wire.raw = func(bs mem.BufferSlice) error {
+		sizes[1] = append(sizes[1], bs.Len())
+		bs.Free()
+		return nil
+	}
+	for i := range 10_000 {
+		for _, w := range []*chunkWriter{msg, wire} {
+			if err := w.row(fmt.Appendf(nil, "row%06d", i), []filter.LabeledCell{{Cell: cell.Cell{Family: "f", Value: value}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for form, got := range sizes {
+		want := firstResponseBytes
+		for i, n := range got {
+			// A response goes out at the row that takes its accounted
+			// size (cells and a per-chunk allowance for the encoding)
+			// to the limit: about want bytes, one row's more at most.
+			if n < want*9/10 || n > want+2*rowBytes {
+				t.Fatalf("form %d, response %d: %d bytes, want %d (+ a row)", form, i, n, want)
+			}
+			want = min(2*want, respBytes)
+		}
+		if len(got) < 8 {
+			t.Fatalf("form %d: %d responses for 10 MB of rows: %v", form, len(got), got)
 		}
 	}
 }
@@ -140,13 +190,14 @@ func TestResponseBuffersGoBackToThePool(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 8))
 	var held []mem.BufferSlice // freed at the end, as gRPC does once sent
 	aliased := 0
-	w := &chunkWriter{chunkBytes: 1 << 20, respBytes: 256 << 10, raw: func(bs mem.BufferSlice) error {
+	w := newChunkWriter(1<<20, 256<<10)
+	w.raw = func(bs mem.BufferSlice) error {
 		if len(bs) > 1 {
 			aliased++
 		}
 		held = append(held, bs)
 		return nil
-	}}
+	}
 	var msgs []*bigtablepb.ReadRowsResponse
 	for i := range 300 {
 		key := fmt.Appendf(nil, "row%06d", i)
