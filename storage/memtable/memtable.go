@@ -316,6 +316,59 @@ func (m *Memtable) PayloadBytes() int64 { return m.payload.Load() }
 // Len is the number of entries. It is safe to call concurrently with Add.
 func (m *Memtable) Len() int { return int(m.length.Load()) }
 
+// Sample calls fn with keys spread over the memtable about every spacing
+// bytes of keys and values, ascending, each with an estimate of the bytes
+// of the entries up to and including it, and ends with its last key and
+// PayloadBytes. It visits the nodes of one level of the list — a level
+// whose nodes stand for about spacing bytes of entries each (4^level
+// entries of the average size) — instead of every entry, so that sampling
+// a full memtable costs a few hundred steps, not a walk of every entry
+// with a cache miss each; the offsets are estimates (the entries are taken
+// to be of the average size). key is valid for the memtable's life and
+// must not be modified. Safe to call concurrently with Add: entries added
+// meanwhile may or may not be seen.
+func (m *Memtable) Sample(spacing int64, fn func(key []byte, offset int64)) {
+	n, payload := m.Len(), m.PayloadBytes()
+	if n == 0 {
+		return
+	}
+	height := int(m.height.Load())
+	level, per := 0, int64(1) // entries a node of level stands for
+	for level+1 < height && per*4*payload/int64(n) <= spacing {
+		level++
+		per *= 4
+	}
+	// Count the level's nodes first: the estimates spread the payload
+	// evenly over the gaps between them.
+	nodes := 0
+	for x := m.next(headRef, level); x != 0; x = m.next(x, level) {
+		nodes++
+	}
+	i := 0
+	last := ref(0)
+	var emitted int64
+	for x := m.next(headRef, level); x != 0 && i < nodes; x = m.next(x, level) {
+		i++
+		last = x
+		// Nodes closer than spacing (a level too low, the list not yet
+		// tall enough) are passed over, as is the last (the last key
+		// closes the samples).
+		if off := payload * int64(i) / int64(nodes+1); i < nodes && off-emitted >= spacing && payload-off >= spacing {
+			fn(m.key(x), off)
+			emitted = off
+		}
+	}
+	// The last key: from the level's last node along the bottom level
+	// (about per steps).
+	if last == 0 {
+		last = headRef
+	}
+	for x := m.next(last, 0); x != 0; x = m.next(x, 0) {
+		last = x
+	}
+	fn(m.key(last), payload)
+}
+
 // NewIterator returns an iterator over the entries. An iterator sees every
 // entry added before it was positioned and may see later ones.
 //

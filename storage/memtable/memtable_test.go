@@ -457,3 +457,73 @@ func TestArenaHoldsNoPointers(t *testing.T) {
 		t.Fatalf("Len = %d", m.Len())
 	}
 }
+
+// TestSampleSpreadsKeys: Sample visits keys in order about every spacing
+// bytes, with offsets close to the bytes of the entries up to each key,
+// and ends with the last key and PayloadBytes.
+func TestSampleSpreadsKeys(t *testing.T) {
+	m := New()
+	m.Sample(1<<10, func([]byte, int64) { t.Fatal("an empty memtable gave a sample") })
+
+	const n, valueBytes, spacing = 50_000, 1000, 64 << 10
+	r := rand.New(rand.NewPCG(7, 9))
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "k%09d", r.IntN(1e9)*n+i) // unique, inserted at random
+	}
+	value := make([]byte, valueBytes)
+	for _, k := range keys {
+		m.Add(k, value)
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	entryBytes := int64(len(keys[0]) + valueBytes)
+
+	var got [][]byte
+	var offsets []int64
+	m.Sample(spacing, func(key []byte, offset int64) {
+		got = append(got, key)
+		offsets = append(offsets, offset)
+	})
+	payload := m.PayloadBytes()
+	if want := int(payload / spacing); len(got) < want/4 || len(got) > want*4 {
+		t.Fatalf("%d samples of %d bytes every %d: want about %d", len(got), payload, spacing, want)
+	}
+	if last := len(got) - 1; !bytes.Equal(got[last], keys[n-1]) || offsets[last] != payload {
+		t.Fatalf("last sample %q at %d, want %q at %d", got[last], offsets[last], keys[n-1], payload)
+	}
+	for i := range got {
+		if i > 0 && (bytes.Compare(got[i-1], got[i]) >= 0 || offsets[i-1] >= offsets[i]) {
+			t.Fatalf("sample %d (%q at %d) does not follow %q at %d", i, got[i], offsets[i], got[i-1], offsets[i-1])
+		}
+		rank, found := slices.BinarySearchFunc(keys, got[i], bytes.Compare)
+		if !found {
+			t.Fatalf("sample %q is not a key of the memtable", got[i])
+		}
+		// The estimate against the bytes up to and including the key.
+		if truth := int64(rank+1) * entryBytes; abs(offsets[i]-truth) > payload/20 {
+			t.Fatalf("sample %d at %d, but %d bytes end at its key (payload %d)", i, offsets[i], truth, payload)
+		}
+	}
+
+	// A memtable smaller than the spacing: its last key alone.
+	small := New()
+	small.Add([]byte("a"), []byte("1"))
+	small.Add([]byte("b"), []byte("2"))
+	got = got[:0]
+	small.Sample(spacing, func(key []byte, offset int64) {
+		got = append(got, key)
+		if offset != small.PayloadBytes() {
+			t.Fatalf("offset %d, want %d", offset, small.PayloadBytes())
+		}
+	})
+	if len(got) != 1 || string(got[0]) != "b" {
+		t.Fatalf("samples of a two-entry memtable: %q", got)
+	}
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
