@@ -102,24 +102,19 @@ func (t Table) validate() error {
 
 // Dial connects Tabula's client to the table's server with the table's
 // credentials (Auth).
-func (t Table) Dial() (*client.Client, error) {
-	opts, err := t.Auth.ClientOptions()
-	if err != nil {
-		return nil, err
-	}
-	opts.Project, opts.Instance = t.Project, t.Instance
-	return client.Dial(t.Addr, opts)
-}
+func (t Table) Dial() (*client.Client, error) { return t.dial(false) }
 
 // dialReusing is Dial with a client whose scans reuse their buffers
 // (client.Options.ReuseScanBuffers).
-func (t Table) dialReusing() (*client.Client, error) {
+func (t Table) dialReusing() (*client.Client, error) { return t.dial(true) }
+
+func (t Table) dial(reuseScanBuffers bool) (*client.Client, error) {
 	opts, err := t.Auth.ClientOptions()
 	if err != nil {
 		return nil, err
 	}
 	opts.Project, opts.Instance = t.Project, t.Instance
-	opts.ReuseScanBuffers = true
+	opts.ReuseScanBuffers = reuseScanBuffers
 	return client.Dial(t.Addr, opts)
 }
 
