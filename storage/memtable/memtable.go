@@ -403,32 +403,38 @@ func (it *iterator) First() bool { return it.moveTo(it.m.next(headRef, 0)) }
 
 // SeekGE moves to the first entry whose key is >= key.
 func (it *iterator) SeekGE(key []byte) bool {
-	return it.moveTo(it.m.next(it.m.findLT(key), 0))
+	_, ge := it.m.findLT(key)
+	return it.moveTo(ge)
 }
 
 // SeekLT moves to the last entry whose key is < key.
 func (it *iterator) SeekLT(key []byte) bool {
-	x := it.m.findLT(key)
+	x, _ := it.m.findLT(key)
 	if x == headRef {
 		return it.moveTo(0)
 	}
 	return it.moveTo(x)
 }
 
-// findLT returns the last node whose key is < key, or the head when there is
-// none, by descending the levels.
-func (m *Memtable) findLT(key []byte) ref {
-	x := headRef
+// findLT returns the last node whose key is < key (the head when there is
+// none) and the node after it at the bottom level as the search saw it —
+// the first whose key is >= key (0 when there is none) — by descending the
+// levels. ge must be the node the search compared, not x's successor
+// loaded again: an Add may link a node between x and ge in between, with a
+// key below key, and SeekGE would then stop before key.
+func (m *Memtable) findLT(key []byte) (x, ge ref) {
+	x = headRef
 	for level := int(m.height.Load()) - 1; level >= 0; level-- {
 		for {
 			next := m.next(x, level)
 			if next == 0 || bytes.Compare(m.key(next), key) >= 0 {
+				ge = next
 				break
 			}
 			x = next
 		}
 	}
-	return x
+	return x, ge
 }
 
 // Next moves to the following entry.
