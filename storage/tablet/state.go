@@ -1,6 +1,7 @@
 package tablet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -58,6 +59,9 @@ type blobStateStore struct {
 	mu       sync.Mutex
 	versions map[string]blob.Version // of each state this store last loaded or saved ("": found absent)
 	saving   map[string]*sync.Mutex  // one Save of a tablet at a time
+	// unsettled holds the bytes of a tablet's last Save that failed with
+	// an unknown outcome, until a Save or Load settles it.
+	unsettled map[string][]byte
 }
 
 // NewBlobStateStore returns a StateStore keeping each state as the JSON
@@ -77,7 +81,8 @@ type blobStateStore struct {
 // unconditionally, as it is by a store without versions.
 func NewBlobStateStore(store blob.Store, prefix string) StateStore {
 	return &blobStateStore{store: store, prefix: strings.TrimSuffix(prefix, "/"),
-		versions: make(map[string]blob.Version), saving: make(map[string]*sync.Mutex)}
+		versions: make(map[string]blob.Version), saving: make(map[string]*sync.Mutex),
+		unsettled: make(map[string][]byte)}
 }
 
 // Forget drops what the store keeps of tablet id: its last version (the
@@ -88,6 +93,7 @@ func (b *blobStateStore) Forget(id string) {
 	defer b.mu.Unlock()
 	delete(b.versions, id)
 	delete(b.saving, id)
+	delete(b.unsettled, id)
 }
 
 func (b *blobStateStore) name(id string) string {
@@ -131,6 +137,7 @@ func (b *blobStateStore) Load(ctx context.Context, id string) (tabletdesc.State,
 	if version != "" {
 		b.mu.Lock()
 		b.versions[id] = version
+		delete(b.unsettled, id) // what is stored is now known
 		b.mu.Unlock()
 	}
 	return st, nil
@@ -169,15 +176,65 @@ func (b *blobStateStore) Save(ctx context.Context, st tabletdesc.State) error {
 	}
 	next, err := vs.PutIfVersion(ctx, b.name(st.ID), data, version)
 	if errors.Is(err, blob.ErrVersionMismatch) {
-		// The version stays the stale one: every later Save fails too,
-		// until a Load reads what the other writer left.
-		return fmt.Errorf("tablet %s: state %s: %w (%v)", st.ID, b.name(st.ID), ErrStateConflict, err)
+		next, err = b.settle(ctx, vs, st.ID, data, err)
 	}
 	if err != nil {
+		if !errors.Is(err, ErrStateConflict) {
+			// The outcome is unknown: the object store may have stored
+			// the state and lost its answer (a restart, a timeout). The
+			// next Save's conditional write then finds this one's bytes
+			// and settles it; see settle.
+			b.mu.Lock()
+			b.unsettled[st.ID] = data
+			b.mu.Unlock()
+		}
 		return err
 	}
 	b.mu.Lock()
 	b.versions[st.ID] = next
+	delete(b.unsettled, st.ID)
 	b.mu.Unlock()
 	return nil
+}
+
+// settle decides a conditional write of tablet id's state (data) that was
+// refused because the object is no longer at the version this store
+// knows. The refusal fences another writer's state; it may also come from
+// this store's own write that landed without its answer: an earlier
+// Save whose outcome was unknown, or an attempt of this one retried by
+// the S3 client after the first was stored. Each Save's bytes are unique
+// (their nonce), so the object's content tells them apart: this Save's
+// bytes mean it is done; an unsettled earlier Save's mean the write goes
+// again over them; anything else is another writer's, and the conflict
+// (ErrStateConflict) stands. Called with id's save lock held.
+func (b *blobStateStore) settle(ctx context.Context, vs blob.Versioned, id string, data []byte, refused error) (blob.Version, error) {
+	conflict := fmt.Errorf("tablet %s: state %s: %w (%v)", id, b.name(id), ErrStateConflict, refused)
+	current, version, err := vs.GetVersion(ctx, b.name(id))
+	if blob.IsNotExist(err) {
+		// Deleted behind this store's back: not a state it wrote.
+		return "", conflict
+	}
+	if err != nil {
+		return "", err
+	}
+	if bytes.Equal(current, data) {
+		return version, nil
+	}
+	b.mu.Lock()
+	earlier := b.unsettled[id]
+	b.mu.Unlock()
+	if earlier == nil || !bytes.Equal(current, earlier) {
+		// The version stays the stale one: every later Save fails too,
+		// until a Load reads what the other writer left.
+		return "", conflict
+	}
+	b.mu.Lock()
+	b.versions[id] = version
+	delete(b.unsettled, id)
+	b.mu.Unlock()
+	next, err := vs.PutIfVersion(ctx, b.name(id), data, version)
+	if errors.Is(err, blob.ErrVersionMismatch) {
+		return b.settle(ctx, vs, id, data, err)
+	}
+	return next, err
 }
