@@ -3,6 +3,7 @@ package tablet
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,9 +60,11 @@ type blobStateStore struct {
 	mu       sync.Mutex
 	versions map[string]blob.Version // of each state this store last loaded or saved ("": found absent)
 	saving   map[string]*sync.Mutex  // one Save of a tablet at a time
-	// unsettled holds the bytes of a tablet's last Save that failed with
-	// an unknown outcome, until a Save or Load settles it.
-	unsettled map[string][]byte
+	// unsettled holds digests of the bytes of a tablet's Saves that
+	// failed with an unknown outcome since its version was last known,
+	// until a Save or Load settles them. All were conditional on that
+	// version, so at most one of them can have been stored.
+	unsettled map[string]map[[sha256.Size]byte]bool
 }
 
 // NewBlobStateStore returns a StateStore keeping each state as the JSON
@@ -82,7 +85,7 @@ type blobStateStore struct {
 func NewBlobStateStore(store blob.Store, prefix string) StateStore {
 	return &blobStateStore{store: store, prefix: strings.TrimSuffix(prefix, "/"),
 		versions: make(map[string]blob.Version), saving: make(map[string]*sync.Mutex),
-		unsettled: make(map[string][]byte)}
+		unsettled: make(map[string]map[[sha256.Size]byte]bool)}
 }
 
 // Forget drops what the store keeps of tablet id: its last version (the
@@ -185,7 +188,10 @@ func (b *blobStateStore) Save(ctx context.Context, st tabletdesc.State) error {
 			// next Save's conditional write then finds this one's bytes
 			// and settles it; see settle.
 			b.mu.Lock()
-			b.unsettled[st.ID] = data
+			if b.unsettled[st.ID] == nil {
+				b.unsettled[st.ID] = make(map[[sha256.Size]byte]bool)
+			}
+			b.unsettled[st.ID][sha256.Sum256(data)] = true
 			b.mu.Unlock()
 		}
 		return err
@@ -204,9 +210,9 @@ func (b *blobStateStore) Save(ctx context.Context, st tabletdesc.State) error {
 // Save whose outcome was unknown, or an attempt of this one retried by
 // the S3 client after the first was stored. Each Save's bytes are unique
 // (their nonce), so the object's content tells them apart: this Save's
-// bytes mean it is done; an unsettled earlier Save's mean the write goes
-// again over them; anything else is another writer's, and the conflict
-// (ErrStateConflict) stands. Called with id's save lock held.
+// bytes mean it is done; an earlier Save's with an unknown outcome mean
+// the write goes again over them; anything else is another writer's, and
+// the conflict (ErrStateConflict) stands. Called with id's save lock held.
 func (b *blobStateStore) settle(ctx context.Context, vs blob.Versioned, id string, data []byte, refused error) (blob.Version, error) {
 	conflict := fmt.Errorf("tablet %s: state %s: %w (%v)", id, b.name(id), ErrStateConflict, refused)
 	current, version, err := vs.GetVersion(ctx, b.name(id))
@@ -221,9 +227,9 @@ func (b *blobStateStore) settle(ctx context.Context, vs blob.Versioned, id strin
 		return version, nil
 	}
 	b.mu.Lock()
-	earlier := b.unsettled[id]
+	ours := b.unsettled[id][sha256.Sum256(current)]
 	b.mu.Unlock()
-	if earlier == nil || !bytes.Equal(current, earlier) {
+	if !ours {
 		// The version stays the stale one: every later Save fails too,
 		// until a Load reads what the other writer left.
 		return "", conflict

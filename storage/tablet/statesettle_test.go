@@ -15,16 +15,24 @@ import (
 // client's retry of an already-stored attempt meets.
 type answerLosingStore struct {
 	blob.Store
-	lost, retried bool
+	lost, retried, down bool
 }
 
 var errAnswerLost = errors.New("connection reset before the answer")
 
+var errStoreDown = errors.New("connection refused")
+
 func (s *answerLosingStore) GetVersion(ctx context.Context, name string) ([]byte, blob.Version, error) {
+	if s.down {
+		return nil, "", errStoreDown
+	}
 	return s.Store.(blob.Versioned).GetVersion(ctx, name)
 }
 
 func (s *answerLosingStore) PutIfVersion(ctx context.Context, name string, data []byte, v blob.Version) (blob.Version, error) {
+	if s.down {
+		return "", errStoreDown
+	}
 	next, err := s.Store.(blob.Versioned).PutIfVersion(ctx, name, data, v)
 	if err != nil {
 		return next, err
@@ -98,6 +106,24 @@ func TestSaveSettlesItsOwnLandedWrite(t *testing.T) {
 	}
 	if got := stored(); got != 5 {
 		t.Fatalf("stored state has LastSeq %d, want 5", got)
+	}
+
+	// A stored Save without its answer, then one that did not reach the
+	// store: the first is still recognized as this store's.
+	store.lost = true
+	if err := saveSeq(10); !errors.Is(err, errAnswerLost) {
+		t.Fatalf("save with its answer lost: %v", err)
+	}
+	store.down = true
+	if err := saveSeq(11); !errors.Is(err, errStoreDown) {
+		t.Fatalf("save with the store down: %v", err)
+	}
+	store.down = false
+	if err := saveSeq(12); err != nil {
+		t.Fatalf("save after an unanswered and a failed one: %v", err)
+	}
+	if got := stored(); got != 12 {
+		t.Fatalf("stored state has LastSeq %d, want 12", got)
 	}
 
 	// Another writer after an unsettled Save: still fenced.
