@@ -1,6 +1,9 @@
 package sstable
 
-import "bytes"
+import (
+	"bytes"
+	"runtime"
+)
 
 // iterator implements cell.Iterator over one Reader: a binary search of the
 // in-memory index picks the data block, and a blockIter walks it.
@@ -209,9 +212,6 @@ func (it *iterator) Close() error {
 	return it.err
 }
 
-// warmSink keeps warm's loads from being optimised away.
-var warmSink byte
-
 // warm reads one byte of every cache line of data. A block walked entry by
 // entry costs a cache miss per entry otherwise: the next entry's offset is
 // only known once the current entry's lengths are read, so the misses come
@@ -224,5 +224,7 @@ func warm(data []byte) {
 	for i := 0; i < len(data); i += 64 {
 		x ^= data[i]
 	}
-	warmSink = x
+	// Keeps the loads from being optimised away (a package variable
+	// written here was a data race between concurrent scans).
+	runtime.KeepAlive(x)
 }

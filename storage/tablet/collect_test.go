@@ -103,7 +103,7 @@ func TestNextMajorWait(t *testing.T) {
 func TestPeriodicMajorCompaction(t *testing.T) {
 	ctx := context.Background()
 	tb, _ := openOneVersion(t, Options{MajorInterval: 40 * time.Millisecond})
-	tb.maintMu.Lock() // no major before the files are written
+	tb.lockMaint() // no major before the files are written
 	for round := int64(1); round <= 3; round++ {
 		for i := range 5 {
 			rm := cell.RowMutation{Row: fmt.Appendf(nil, "r%d", i), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), round*1000, fmt.Appendf(nil, "v%d", round))}}
@@ -119,7 +119,7 @@ func TestPeriodicMajorCompaction(t *testing.T) {
 		}
 	}
 	want := scanString(t, tb)
-	tb.maintMu.Unlock()
+	tb.unlockMaint()
 	deadline := time.Now().Add(30 * time.Second)
 	for tb.majors.Load() == 0 {
 		if time.Now().After(deadline) {
@@ -129,7 +129,7 @@ func TestPeriodicMajorCompaction(t *testing.T) {
 	}
 	tb.lockMaint() // the major under way, if another started, ends
 	files, entries := fileEntries(t, tb)
-	tb.maintMu.Unlock()
+	tb.unlockMaint()
 	// Left: rows r1–r4 at round 3; r0's row marker and every older
 	// version gone.
 	if files != 1 || entries != 4 {

@@ -22,7 +22,7 @@ import (
 // memtable meanwhile.
 func (t *Tablet) Flush(ctx context.Context) error {
 	t.lockMaint()
-	defer t.maintMu.Unlock()
+	defer t.unlockMaint()
 	if err := t.checkOpen(); err != nil {
 		return err
 	}
@@ -45,7 +45,7 @@ func (t *Tablet) ReleaseLog(ctx context.Context) error {
 		return nil
 	}
 	t.lockMaint()
-	defer t.maintMu.Unlock()
+	defer t.unlockMaint()
 	if err := t.checkOpen(); err != nil {
 		return err
 	}
@@ -98,7 +98,8 @@ func (t *Tablet) checkOpen() error {
 
 // flushLocked flushes the frozen memtable, freezing the active one first
 // if nothing is frozen. It returns the cut: every entry with a sequence
-// number at or below it is in SSTables afterwards. Called under maintMu.
+// number at or below it is in SSTables afterwards. Called under flushMu
+// (and maintMu too, except by the flusher).
 func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
 	t.writeMu.Lock()
 	if t.frozen == nil {
@@ -172,6 +173,11 @@ func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
 		}
 	}
 
+	// A merge may run beside this flush (flusher): the state and the
+	// version to install are both taken afresh under stateMu. A flush's
+	// files are newer than every other file: they go first.
+	t.stateMu.Lock()
+	defer t.stateMu.Unlock()
 	st := t.state.Clone()
 	for g, f := range written {
 		st.Groups[g] = append([]tabletdesc.FileMeta{f.meta}, st.Groups[g]...)
@@ -251,15 +257,16 @@ const paceChunk = 256 << 10
 
 type pacingKey struct{}
 
-// withPacing marks ctx as the background loop's: the files written under
-// it are paced by Options.Pacer.
-func withPacing(ctx context.Context) context.Context {
-	return context.WithValue(ctx, pacingKey{}, true)
+// withPacing marks ctx as background work's: the files written under it
+// are paced by Options.Pacer, at the pressure that pressure reports.
+func withPacing(ctx context.Context, pressure func() float64) context.Context {
+	return context.WithValue(ctx, pacingKey{}, pressure)
 }
 
-func isPaced(ctx context.Context) bool {
-	paced, _ := ctx.Value(pacingKey{}).(bool)
-	return paced
+// pacedBy returns the pressure function of a paced ctx, nil if unpaced.
+func pacedBy(ctx context.Context) func() float64 {
+	pressure, _ := ctx.Value(pacingKey{}).(func() float64)
+	return pressure
 }
 
 // commitAttempts bounds how often a flush or compaction writes its files
@@ -320,15 +327,15 @@ func (t *Tablet) writeGroupFile(ctx context.Context, schema tabletdesc.Schema, g
 	sw := sstable.NewWriter(bw, sstable.WriterOptions{BlockSize: lg.BlockSize, Compression: sstableCompression(lg.Compression), LocalityGroup: g, RetainBytes: retain})
 	var last []byte
 	n := 0
-	paced, unpaid := isPaced(ctx) && t.opts.Pacer != nil, 0
-	pressure := t.pressure
+	pressure, unpaid := pacedBy(ctx), 0
+	paced := pressure != nil && t.opts.Pacer != nil
 	if w := t.opts.FileCommitWindow; paced && w > 0 {
 		// Pacing must never make the file miss its commit window
 		// (written again, at last failing): it runs unpaced from half
 		// the window on.
-		started := time.Now()
+		started, base := time.Now(), pressure
 		pressure = func() float64 {
-			return max(t.pressure(), float64(time.Since(started))/float64(w/2))
+			return max(base(), float64(time.Since(started))/float64(w/2))
 		}
 	}
 	err = src(func(k, v []byte) error {
@@ -382,7 +389,7 @@ func (t *Tablet) writeGroupFile(ctx context.Context, schema tabletdesc.Schema, g
 // the schema.
 func (t *Tablet) Compact(ctx context.Context, major bool) error {
 	t.lockMaint()
-	defer t.maintMu.Unlock()
+	defer t.unlockMaint()
 	if err := t.checkOpen(); err != nil {
 		return err
 	}
@@ -707,18 +714,39 @@ func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, mode rewrit
 		}
 	}
 
+	// A flush may have run beside this merge (the flusher holds only
+	// flushMu) and put newer files before the inputs: they are replaced
+	// where they are now, in the state and the version both, taken
+	// afresh under stateMu.
+	t.stateMu.Lock()
 	st := t.state.Clone()
+	at := slices.IndexFunc(st.Groups[g], func(m tabletdesc.FileMeta) bool { return m.Name == inputs[0].meta.Name })
+	inState := at >= 0 && at+k <= len(st.Groups[g]) && slices.EqualFunc(st.Groups[g][at:at+k], inputs, func(m tabletdesc.FileMeta, f *tableFile) bool { return m.Name == f.meta.Name })
+	// The version's files are the state's, in the same order; only this
+	// merge (maintMu) and a flush (stateMu) change them.
+	t.mu.RLock()
+	inVersion := t.cur == nil || (t.cur.groups[g] != nil && at+k <= len(t.cur.groups[g].files) && slices.Equal(t.cur.groups[g].files[max(at, 0):max(at, 0)+k], inputs))
+	t.mu.RUnlock()
+	if !inState || !inVersion {
+		t.stateMu.Unlock()
+		if out != nil {
+			out.unref()
+		}
+		return fmt.Errorf("tablet %s: compaction: its input files changed in the state meanwhile", t.id)
+	}
 	var metas []tabletdesc.FileMeta
+	metas = append(metas, st.Groups[g][:at]...)
 	if out != nil {
 		metas = append(metas, out.meta)
 	}
-	metas = append(metas, st.Groups[g][k:]...)
+	metas = append(metas, st.Groups[g][at+k:]...)
 	if len(metas) == 0 {
 		delete(st.Groups, g)
 	} else {
 		st.Groups[g] = metas
 	}
 	if err := t.opts.StateStore.Save(ctx, st); err != nil {
+		t.stateMu.Unlock()
 		if out != nil {
 			out.unref()
 		}
@@ -730,11 +758,16 @@ func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, mode rewrit
 	cur := t.cur
 	if cur != nil {
 		ng := maps.Clone(cur.groups)
-		var files []*tableFile
+		var old []*tableFile
+		if gf := cur.groups[g]; gf != nil {
+			old = gf.files
+		}
+		// Where the state has them: the version holds the state's files.
+		files := slices.Clone(old[:at])
 		if out != nil {
 			files = append(files, out)
 		}
-		files = append(files, cur.groups[g].files[k:]...)
+		files = append(files, old[at+k:]...)
 		if len(files) == 0 {
 			delete(ng, g)
 		} else {
@@ -743,6 +776,7 @@ func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, mode rewrit
 		t.install(newVersion(cur.mem, cur.frozen, ng, cur.schema, cur.drops))
 	}
 	t.mu.Unlock()
+	t.stateMu.Unlock()
 	if out != nil {
 		out.unref()
 	}

@@ -160,7 +160,7 @@ func (t *Tablet) SplitBetweenRows(ctx context.Context) (SplitResult, error) {
 // split is SplitAt with choose picking the key when key is nil.
 func (t *Tablet) split(ctx context.Context, key []byte, choose func(context.Context, *version) ([]byte, error)) (SplitResult, error) {
 	t.lockMaint()
-	defer t.maintMu.Unlock()
+	defer t.unlockMaint()
 	if err := t.checkOpen(); err != nil {
 		return SplitResult{}, err
 	}
@@ -195,8 +195,8 @@ func (t *Tablet) split(ctx context.Context, key []byte, choose func(context.Cont
 	}
 	t.closed.Store(true)
 	close(t.stop)
-	t.maintMu.Unlock()
-	<-t.bgDone // the background loop may wait for maintMu
+	t.unlockMaint()
+	<-t.bgDone // the background loop may wait for maintMu, its flusher for flushMu
 	t.lockMaint()
 	t.release()
 	return res, nil

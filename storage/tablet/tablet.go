@@ -224,15 +224,28 @@ type Tablet struct {
 	mu  sync.RWMutex
 	cur *version
 
-	// maintMu: one flush, compaction or split at a time. state is the last
-	// saved State; it changes only under maintMu.
+	// maintMu: one compaction, split, schema change or other maintenance
+	// at a time; flushMu: one flush at a time. The background flusher
+	// holds flushMu alone, so that a memtable is flushed while a merge
+	// holding maintMu alone goes on (RocksDB's flush and compaction
+	// jobs): a merge paced behind foreground work must not hold up the
+	// flush that the next memtable needs. Everything else holds both
+	// (lockMaint). Lock order: maintMu, flushMu, stateMu, writeMu, mu.
 	maintMu sync.Mutex
+	flushMu sync.Mutex
+	// stateMu orders what a flush and a merge running side by side
+	// install: each takes the last saved state, saves it with its own
+	// change, and installs the version to match under it. state is the
+	// last saved State; it changes under maintMu and flushMu both, or
+	// under stateMu and one of them.
+	stateMu sync.Mutex
 	state   tabletdesc.State
 	// maintWaiters counts callers waiting for maintMu (lockMaint): while
 	// there are any, background work holding it is not paced.
 	maintWaiters atomic.Int32
 
-	kick     chan struct{}
+	kick     chan struct{} // merges may be due
+	flush    chan struct{} // the memtable is full
 	stop     chan struct{}
 	bgDone   chan struct{}
 	closed   atomic.Bool
@@ -295,6 +308,7 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 		id:     opts.ID,
 		rng:    tabletdesc.KeyRange{Start: bytes.Clone(st.Start)},
 		kick:   make(chan struct{}, 1),
+		flush:  make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		bgDone: make(chan struct{}),
 		mem:    memtable.New(),
@@ -442,7 +456,7 @@ func (t *Tablet) notServing(row []byte, reason string) error {
 // State returns a copy of the tablet's last saved state.
 func (t *Tablet) State() tabletdesc.State {
 	t.lockMaint()
-	defer t.maintMu.Unlock()
+	defer t.unlockMaint()
 	return t.state.Clone()
 }
 
@@ -683,7 +697,7 @@ func (t *Tablet) applyLocked(rm cell.RowMutation, enc *commitlog.Encoded) (uint6
 	t.lastSeq = last
 	t.lastCommit = commit
 	if t.mem.Size() >= t.opts.MemtableBytes {
-		t.kickBackground()
+		t.kickFlush()
 	}
 	return last, commit, nil
 }
@@ -855,7 +869,7 @@ func (t *Tablet) SetSchema(ctx context.Context, s tabletdesc.Schema) error {
 	}
 	s = s.Clone()
 	t.lockMaint()
-	defer t.maintMu.Unlock()
+	defer t.unlockMaint()
 	t.writeMu.Lock()
 	t.mu.Lock()
 	if t.cur == nil {
@@ -930,10 +944,23 @@ func (t *Tablet) kickBackground() {
 	}
 }
 
-// background runs minor and merging compactions when writes ask for them,
-// and a major compaction every MajorInterval (periodicMajor).
+func (t *Tablet) kickFlush() {
+	select {
+	case t.flush <- struct{}{}:
+	default:
+	}
+}
+
+// background runs merging compactions when flushes ask for them, and a
+// major compaction every MajorInterval (periodicMajor); its flusher
+// goroutine runs minor compactions when writes ask for them.
 func (t *Tablet) background() {
-	defer close(t.bgDone)
+	flusherDone := make(chan struct{})
+	go t.flusher(flusherDone)
+	defer func() {
+		<-flusherDone
+		close(t.bgDone)
+	}()
 	var majorDue <-chan time.Time
 	armMajor := func() {
 		if d, ok := nextMajorWait(t.opts.MajorInterval, mrand.Float64()); ok {
@@ -978,13 +1005,60 @@ func (t *Tablet) background() {
 	}
 }
 
+// flusher flushes the memtable once it is full, beside whatever merge
+// the background loop runs, until the tablet stops; it closes done.
+func (t *Tablet) flusher(done chan<- struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-t.flush:
+		}
+		flushed, err := t.flushIfFull(context.Background())
+		if err != nil {
+			t.opts.Logger.Error("background flush failed", "tablet", t.id, "err", err)
+			select {
+			case <-t.stop:
+				return
+			case <-time.After(time.Second):
+				t.kickFlush()
+			}
+			continue
+		}
+		if flushed {
+			t.kickBackground() // one more SSTable: a merge may be due
+		}
+	}
+}
+
+// flushIfFull flushes the memtable if it is full or a frozen one is
+// left from a flush that failed, paced by the active memtable's fill
+// (flushPressure). It holds flushMu only.
+func (t *Tablet) flushIfFull(ctx context.Context) (bool, error) {
+	ctx = withPacing(ctx, t.flushPressure)
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	if t.closed.Load() || t.failed.Load() != nil {
+		return false, nil
+	}
+	t.writeMu.Lock()
+	full := t.mem.Size() >= t.opts.MemtableBytes || t.frozen != nil
+	t.writeMu.Unlock()
+	if !full {
+		return false, nil
+	}
+	_, err := t.flushLocked(ctx)
+	return err == nil, err
+}
+
 // periodicMajor is the major compaction the tablet runs every
 // MajorInterval: each group with SSTables rewritten into one, resolved as
 // Compact(major) does, paced as background work is. The memtable is not
 // flushed first: it holds only newer writes, which shadow what they
 // shadow whatever the files hold.
 func (t *Tablet) periodicMajor(ctx context.Context) error {
-	ctx = withPacing(ctx)
+	ctx = withPacing(ctx, t.mergePressure)
 	t.maintMu.Lock()
 	defer t.maintMu.Unlock()
 	if t.closed.Load() || t.failed.Load() != nil {
@@ -1001,24 +1075,29 @@ func (t *Tablet) periodicMajor(ctx context.Context) error {
 	return nil
 }
 
-// lockMaint locks maintMu for a caller that is not the background loop,
-// counted in maintWaiters while it waits so that paced background work
-// holding the lock speeds up (pressure).
+// lockMaint locks maintMu and flushMu for a caller that is not the
+// background loop or its flusher, counted in maintWaiters while it waits
+// so that paced background work holding either speeds up (pressure).
 func (t *Tablet) lockMaint() {
 	t.maintWaiters.Add(1)
 	t.maintMu.Lock()
+	t.flushMu.Lock()
 	t.maintWaiters.Add(-1)
 }
 
-// pressure is how urgently the tablet's background work must finish, for
-// Options.Pacer: 1 or more (unpaced) when a caller waits for maintMu or
-// the tablet is closing; else the larger of the active memtable's fill
-// past half its size (0 at MemtableBytes/2, 1 at MemtableBytes: the next
-// flush is due and cannot start before this work ends; a memtable that
-// writes left half full is no reason to hurry) and the SSTable pile-up
-// (1 at twice MaxSSTables in a group: reads then look at that many
-// files).
-func (t *Tablet) pressure() float64 {
+// unlockMaint unlocks what lockMaint locked.
+func (t *Tablet) unlockMaint() {
+	t.flushMu.Unlock()
+	t.maintMu.Unlock()
+}
+
+// flushPressure is how urgently a background flush must finish, for
+// Options.Pacer: 1 or more (unpaced) when a caller waits for the
+// maintenance locks or the tablet is closing; else the active memtable's
+// fill past half its size (0 at MemtableBytes/2, 1 at MemtableBytes: the
+// next flush is due and cannot start before this one ends; a memtable
+// that writes left half full is no reason to hurry).
+func (t *Tablet) flushPressure() float64 {
 	if t.maintWaiters.Load() > 0 || t.closed.Load() {
 		return math.Inf(1)
 	}
@@ -1027,29 +1106,37 @@ func (t *Tablet) pressure() float64 {
 	if t.cur == nil {
 		return math.Inf(1)
 	}
-	p := 2*float64(t.cur.mem.Size())/float64(t.opts.MemtableBytes) - 1
+	return 2*float64(t.cur.mem.Size())/float64(t.opts.MemtableBytes) - 1
+}
+
+// mergePressure is the same for a background merge: 1 or more when a
+// caller waits for the maintenance locks or the tablet is closing; else
+// the SSTable pile-up (1 at twice MaxSSTables in a group: reads then look
+// at that many files). The memtable's fill does not hurry a merge: the
+// flush it needs runs beside the merge.
+func (t *Tablet) mergePressure() float64 {
+	if t.maintWaiters.Load() > 0 || t.closed.Load() {
+		return math.Inf(1)
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.cur == nil {
+		return math.Inf(1)
+	}
+	p := math.Inf(-1)
 	for _, g := range t.cur.groups {
 		p = max(p, float64(len(g.files)-t.opts.MaxSSTables)/float64(t.opts.MaxSSTables))
 	}
 	return p
 }
 
-// maintain flushes a full memtable and merges groups over MaxSSTables.
-// The files it writes are paced (Options.Pacer).
+// maintain merges groups over MaxSSTables, paced (Options.Pacer).
 func (t *Tablet) maintain(ctx context.Context) error {
-	ctx = withPacing(ctx)
+	ctx = withPacing(ctx, t.mergePressure)
 	t.maintMu.Lock()
 	defer t.maintMu.Unlock()
 	if t.closed.Load() || t.failed.Load() != nil {
 		return nil
-	}
-	t.writeMu.Lock()
-	full := t.mem.Size() >= t.opts.MemtableBytes || t.frozen != nil
-	t.writeMu.Unlock()
-	if full {
-		if _, err := t.flushLocked(ctx); err != nil {
-			return err
-		}
 	}
 	for _, g := range t.groupNames() {
 		n := t.groupLen(g)
@@ -1073,7 +1160,7 @@ func (t *Tablet) Close() error {
 	close(t.stop)
 	<-t.bgDone
 	t.lockMaint()
-	defer t.maintMu.Unlock()
+	defer t.unlockMaint()
 	t.writeMu.Lock()
 	if t.stopErr == nil {
 		t.stopErr = t.notServing(nil, "closed")
@@ -1112,7 +1199,7 @@ func (t *Tablet) abandon() {
 	close(t.stop)
 	<-t.bgDone
 	t.lockMaint()
-	defer t.maintMu.Unlock()
+	defer t.unlockMaint()
 	t.writeMu.Lock()
 	t.stopErr = t.notServing(nil, "crashed")
 	t.writeMu.Unlock()
