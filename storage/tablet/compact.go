@@ -67,7 +67,7 @@ func (t *Tablet) ReleaseLog(ctx context.Context) error {
 	if err := t.opts.StateStore.Save(ctx, st); err != nil {
 		return fmt.Errorf("tablet %s: saving state: %w", t.id, err)
 	}
-	t.state = st
+	t.setState(st)
 	return nil
 }
 
@@ -432,7 +432,7 @@ func (t *Tablet) Compact(ctx context.Context, major bool) error {
 	if err := t.opts.StateStore.Save(ctx, st); err != nil {
 		return err
 	}
-	t.state = st
+	t.setState(st)
 	t.writeMu.Lock()
 	t.mu.Lock()
 	cur := t.cur

@@ -44,8 +44,8 @@ func (g *firstSleeperGate) sleep(ctx context.Context, d time.Duration) error {
 func (g *firstSleeperGate) open() { g.once.Do(func() { close(g.release) }) }
 
 // TestFlushRunsBesideAMerge: while a background merge is held in the
-// pacer (its server busy), the memtable that fills meanwhile is flushed
-// all the same, and the merge, let go, installs its output where its
+// pacer (its server busy), State answers at once and the memtable that
+// fills meanwhile is flushed all the same, and the merge, let go, installs its output where its
 // inputs are — after the flush's newer file — in the saved state and the
 // version both. Before flushes had a lock of their own, the flush waited
 // for the merge (and hurried it, unpaced, into the foreground's time).
@@ -64,7 +64,8 @@ func TestFlushRunsBesideAMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = tb.Close() }()
+	// Let a held merge go before closing: Close waits for it.
+	defer func() { gate.open(); _ = tb.Close() }()
 
 	// Three files of 400 KB, flushed by hand (unpaced): one over
 	// MaxSSTables.
@@ -86,6 +87,19 @@ func TestFlushRunsBesideAMerge(t *testing.T) {
 		t.Fatal("the background merge never waited in the pacer")
 	}
 	flushes := tb.flushes.Load()
+
+	// Reading the state waits for no merge: the master lists a server's
+	// tablets (State) every round, with a deadline of its own.
+	stateRead := make(chan tabletdesc.State, 1)
+	go func() { stateRead <- tb.State() }()
+	select {
+	case st := <-stateRead:
+		if n := len(st.Groups["default"]); n != 3 {
+			t.Fatalf("the state read during the merge has %d files, want the 3 being merged", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("State waited for the merge held in the pacer")
+	}
 
 	// The memtable fills while the merge waits: it is flushed anyway.
 	rows := fillMemtable(t, tb, 1<<20)

@@ -270,7 +270,7 @@ func (t *Tablet) splitLocked(ctx context.Context, key []byte, choose func(contex
 	if err := t.opts.StateStore.Save(ctx, st); err != nil {
 		return SplitResult{}, err
 	}
-	t.state = st
+	t.setState(st)
 	res.Files = openFiles(v)
 	return res, nil
 }

@@ -236,8 +236,8 @@ type Tablet struct {
 	// stateMu orders what a flush and a merge running side by side
 	// install: each takes the last saved state, saves it with its own
 	// change, and installs the version to match under it. state is the
-	// last saved State; it changes under maintMu and flushMu both, or
-	// under stateMu and one of them.
+	// last saved State; it changes only under stateMu (and maintMu or
+	// flushMu or both), so State reads it under stateMu alone.
 	stateMu sync.Mutex
 	state   tabletdesc.State
 	// maintWaiters counts callers waiting for maintMu (lockMaint): while
@@ -453,11 +453,21 @@ func (t *Tablet) notServing(row []byte, reason string) error {
 	return &tabletdesc.NotServingError{Tablet: t.id, Row: bytes.Clone(row), Reason: reason}
 }
 
-// State returns a copy of the tablet's last saved state.
+// State returns a copy of the tablet's last saved state. It waits for no
+// flush or compaction (stateMu is held only while one installs its
+// files): the master lists every server's tablets each round, and the
+// log truncation reads every redo point, through it.
 func (t *Tablet) State() tabletdesc.State {
-	t.lockMaint()
-	defer t.unlockMaint()
+	t.stateMu.Lock()
+	defer t.stateMu.Unlock()
 	return t.state.Clone()
+}
+
+// setState makes st the last saved state; called under lockMaint.
+func (t *Tablet) setState(st tabletdesc.State) {
+	t.stateMu.Lock()
+	t.state = st
+	t.stateMu.Unlock()
 }
 
 // insert adds the entries of rm (sequence numbers from first on) to the
@@ -909,7 +919,7 @@ func (t *Tablet) SetSchema(ctx context.Context, s tabletdesc.Schema) error {
 	if err := t.opts.StateStore.Save(ctx, st); err != nil {
 		return err
 	}
-	t.state = st
+	t.setState(st)
 	return nil
 }
 
