@@ -1102,29 +1102,34 @@ func (t *Tablet) unlockMaint() {
 }
 
 // flushPressure is how urgently a background flush must finish, for
-// Options.Pacer: 1 or more (unpaced) when a caller waits for the
-// maintenance locks or the tablet is closing; else the active memtable's
-// fill past half its size (0 at MemtableBytes/2, 1 at MemtableBytes: the
-// next flush is due and cannot start before this one ends; a memtable
-// that writes left half full is no reason to hurry).
+// Options.Pacer (pressureOf): the active memtable's fill past half its
+// size (0 at MemtableBytes/2, 1 at MemtableBytes: the next flush is due
+// and cannot start before this one ends; a memtable that writes left
+// half full is no reason to hurry).
 func (t *Tablet) flushPressure() float64 {
-	if t.maintWaiters.Load() > 0 || t.closed.Load() {
-		return math.Inf(1)
-	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if t.cur == nil {
-		return math.Inf(1)
-	}
-	return 2*float64(t.cur.mem.Size())/float64(t.opts.MemtableBytes) - 1
+	return t.pressureOf(func(v *version) float64 {
+		return 2*float64(v.mem.Size())/float64(t.opts.MemtableBytes) - 1
+	})
 }
 
-// mergePressure is the same for a background merge: 1 or more when a
-// caller waits for the maintenance locks or the tablet is closing; else
-// the SSTable pile-up (1 at twice MaxSSTables in a group: reads then look
-// at that many files). The memtable's fill does not hurry a merge: the
-// flush it needs runs beside the merge.
+// mergePressure is the same for a background merge: the SSTable pile-up
+// (1 at twice MaxSSTables in a group: reads then look at that many
+// files). The memtable's fill does not hurry a merge: the flush it needs
+// runs beside the merge.
 func (t *Tablet) mergePressure() float64 {
+	return t.pressureOf(func(v *version) float64 {
+		p := math.Inf(-1)
+		for _, g := range v.groups {
+			p = max(p, float64(len(g.files)-t.opts.MaxSSTables)/float64(t.opts.MaxSSTables))
+		}
+		return p
+	})
+}
+
+// pressureOf is 1 or more (unpaced) when a caller waits for the
+// maintenance locks or the tablet is closing, else what of says of the
+// current version.
+func (t *Tablet) pressureOf(of func(*version) float64) float64 {
 	if t.maintWaiters.Load() > 0 || t.closed.Load() {
 		return math.Inf(1)
 	}
@@ -1133,11 +1138,7 @@ func (t *Tablet) mergePressure() float64 {
 	if t.cur == nil {
 		return math.Inf(1)
 	}
-	p := math.Inf(-1)
-	for _, g := range t.cur.groups {
-		p = max(p, float64(len(g.files)-t.opts.MaxSSTables)/float64(t.opts.MaxSSTables))
-	}
-	return p
+	return of(t.cur)
 }
 
 // maintain merges groups over MaxSSTables, paced (Options.Pacer).
