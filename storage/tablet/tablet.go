@@ -240,8 +240,9 @@ type Tablet struct {
 	// flushMu or both), so State reads it under stateMu alone.
 	stateMu sync.Mutex
 	state   tabletdesc.State
-	// maintWaiters counts callers waiting for maintMu (lockMaint): while
-	// there are any, background work holding it is not paced.
+	// maintWaiters counts callers waiting for maintMu and flushMu
+	// (lockMaint): while there are any, the background flush or merge
+	// holding either is not paced.
 	maintWaiters atomic.Int32
 
 	kick     chan struct{} // merges may be due
