@@ -108,9 +108,11 @@ func TestBackgroundFlushPacedUntilSomeoneWaits(t *testing.T) {
 	if n := tb.flushes.Load(); n < 1 {
 		t.Fatalf("%d flushes after Flush returned", n)
 	}
+	// The flush took what the memtable held when it froze it: the 1 MiB
+	// that kicked it, less the memtable's own overhead.
 	st := p.Stats()
-	if st.PacedBytes == 0 || st.Bytes < 1<<20 {
-		t.Fatalf("pacer stats %+v: want the background flush's bytes (over 1 MiB) counted and some of them paced", st)
+	if st.PacedBytes == 0 || st.Bytes < 900<<10 {
+		t.Fatalf("pacer stats %+v: want the background flush's bytes (about 1 MiB) counted and some of them paced", st)
 	}
 	got := 0
 	if err := tb.Scan(context.Background(), ScanOptions{}, func(r cell.Row) error {
