@@ -167,7 +167,7 @@ SIGTERM or SIGINT stops it.`,
 
 func newTabletServerCommand() *cobra.Command {
 	var r roleFlags
-	var memtableBytes, splitBytes, metadataSplitBytes, blockCacheBytes, scanCacheBytes, compactionRate int64
+	var memtableBytes, memtableBudget, splitBytes, metadataSplitBytes, blockCacheBytes, scanCacheBytes, compactionRate int64
 	var majorInterval time.Duration
 	var serverLease, fileCommitWindow time.Duration
 	var tw tabletServerWorker
@@ -194,7 +194,7 @@ back.`,
 			defer svc.Close()
 			s, err := cluster.StartTabletServer(ctx, cluster.ServerConfig{
 				Coord: svc, Store: store, Addr: r.addr, AdvertiseAddr: r.advertise, HTTPAddr: r.http, Cluster: r.cluster,
-				MemtableBytes: memtableBytes, SplitBytes: splitBytes, CompactionRate: compactionRate, MetadataSplitBytes: metadataSplitBytes, MajorInterval: majorInterval,
+				MemtableBytes: memtableBytes, MemtableBudget: memtableBudget, SplitBytes: splitBytes, CompactionRate: compactionRate, MetadataSplitBytes: metadataSplitBytes, MajorInterval: majorInterval,
 				BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
 				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Lease: serverLease, FileCommitWindow: fileCommitWindow, Logger: log, TLS: r.transport, Auth: r.authConfig,
 			})
@@ -227,6 +227,7 @@ back.`,
 	r.register(cmd)
 	f := cmd.Flags()
 	f.Int64Var(&memtableBytes, "memtable-size", 64<<20, "memtable size in bytes that triggers a minor compaction")
+	f.Int64Var(&memtableBudget, "memtable-budget", tabletserver.DefaultMemtableBudget, memtableBudgetHelp)
 	f.Int64Var(&compactionRate, "compaction-rate", pacing.DefaultMinRate, compactionRateHelp)
 	f.DurationVar(&majorInterval, "major-compaction-interval", cluster.DefaultMajorInterval, majorIntervalHelp)
 	f.Int64Var(&splitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")

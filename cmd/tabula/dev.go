@@ -78,6 +78,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.StringVar(&cfg.Addr, "addr", defaultAddr, "gRPC listen address host:port (port 0 picks a free port)")
 	f.StringVar(&cfg.HTTPAddr, "http", "", "HTTP listen address for /metrics, /debug/pprof/ and /healthz (off when empty)")
 	f.Int64Var(&cfg.MemtableBytes, "memtable-size", 64<<20, "memtable size in bytes that triggers a minor compaction")
+	f.Int64Var(&cfg.MemtableBudget, "memtable-budget", tabletserver.DefaultMemtableBudget, memtableBudgetHelp)
 	f.Int64Var(&cfg.CompactionRate, "compaction-rate", pacing.DefaultMinRate, compactionRateHelp)
 	f.DurationVar(&cfg.MajorInterval, "major-compaction-interval", cluster.DefaultMajorInterval, majorIntervalHelp)
 	f.Int64Var(&cfg.SplitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
@@ -119,6 +120,8 @@ func runDev(ctx context.Context, cfg cluster.DevConfig, out io.Writer) error {
 
 // compactionRateHelp documents --compaction-rate (tabula dev and tabula
 // tabletserver).
+const memtableBudgetHelp = "bytes the memtables of all the server's tablets may hold together: past it, the largest are flushed early (negative: no budget)"
+
 const compactionRateHelp = "bytes per second the tablets' own flushes and merging compactions write at while requests are served (faster under pressure, unpaced when idle; negative: never paced)"
 
 // majorIntervalHelp documents --major-compaction-interval (tabula dev and

@@ -79,6 +79,8 @@ type DevConfig struct {
 	// split thresholds (the engine's defaults when zero).
 	MemtableBytes int64
 	SplitBytes    int64
+	// MemtableBudget is ServerConfig.MemtableBudget.
+	MemtableBudget int64
 	// MajorInterval is ServerConfig.MajorInterval.
 	MajorInterval time.Duration
 	// CompactionRate is ServerConfig.CompactionRate.
@@ -312,7 +314,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	d.swept = d.master.gcDeleted
 	if d.server, err = StartTabletServer(ctx, ServerConfig{
 		Coord: d.kv, Store: d.store, LogDir: cfg.Dir, Cluster: "dev",
-		MemtableBytes: cfg.MemtableBytes, SplitBytes: cfg.SplitBytes, CompactionRate: cfg.CompactionRate, MajorInterval: cfg.MajorInterval,
+		MemtableBytes: cfg.MemtableBytes, MemtableBudget: cfg.MemtableBudget, SplitBytes: cfg.SplitBytes, CompactionRate: cfg.CompactionRate, MajorInterval: cfg.MajorInterval,
 		FileCommitWindow: cfg.SweepGrace / 2, // a file slower to commit could be swept
 		BlockCacheBytes:  cfg.BlockCacheBytes, ScanCacheBytes: cfg.ScanCacheBytes,
 		LockDelay: devLockDelay, Logger: d.log, TLS: cfg.TLS,

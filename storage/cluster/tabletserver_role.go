@@ -94,6 +94,10 @@ type ServerConfig struct {
 	// MemtableBytes and SplitBytes tune the tablets (defaults of
 	// tabletserver.HostOptions).
 	MemtableBytes, SplitBytes int64
+	// MemtableBudget bounds the memtables of all the server's tablets
+	// together (tabletserver.HostOptions.MemtableBudget: its default when
+	// zero, none when negative).
+	MemtableBudget int64
 	// MajorInterval is how often each tablet runs a major compaction on
 	// its own (tablet.Options.MajorInterval; DefaultMajorInterval when
 	// zero, never when negative).
@@ -275,6 +279,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		StateStore:          tablet.NewBlobStateStore(cfg.Store, StatePrefix),
 		Limits:              cfg.Limits,
 		MemtableBytes:       cfg.MemtableBytes,
+		MemtableBudget:      cfg.MemtableBudget,
 		MajorInterval:       cfg.MajorInterval,
 		Pacer:               newPacer(cfg.CompactionRate),
 		FileCommitWindow:    cmp.Or(cfg.FileCommitWindow, DefaultGCGrace/2),

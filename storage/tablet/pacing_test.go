@@ -206,3 +206,45 @@ func TestPressure(t *testing.T) {
 		t.Fatalf("closed tablet: merge pressure %v, want >= 1", pr)
 	}
 }
+
+// TestRequestedFlushIsUnpaced: a flush the server asks for (RequestFlush:
+// its memtable budget is spent) flushes a memtable far from full, and does
+// not wait in the pacer although the server is busy; a request on an empty
+// memtable flushes nothing.
+func TestRequestedFlushIsUnpaced(t *testing.T) {
+	p := pacing.New(pacing.Config{MinRate: 64 << 10, Quiet: time.Hour, Sleep: func(context.Context, time.Duration) error {
+		panic("a requested flush waited in the pacer")
+	}})
+	p.Begin() // a request in flight for the whole test
+	defer p.End()
+	tb := openPacedTablet(t, p)
+	tb.RequestFlush()
+	time.Sleep(50 * time.Millisecond)
+	if n := tb.flushes.Load(); n != 0 {
+		t.Fatalf("a requested flush of an empty memtable flushed (%d flushes)", n)
+	}
+	rows := fillMemtable(t, tb, 256<<10) // a quarter of MemtableBytes
+	if n := tb.flushes.Load(); n != 0 {
+		t.Fatalf("%d flushes before the request", n)
+	}
+	tb.RequestFlush()
+	deadline := time.Now().Add(30 * time.Second)
+	for tb.flushes.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no flush 30 s after RequestFlush")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if active, frozen := tb.MemtableBytes(); frozen != 0 || active >= 256<<10 {
+		t.Fatalf("after the requested flush: active memtable %d bytes, frozen %d", active, frozen)
+	}
+	if st := p.Stats(); st.PacedBytes != 0 {
+		t.Fatalf("pacer stats %+v: the requested flush was paced", st)
+	}
+	for i := range rows {
+		row := fmt.Appendf(nil, "r%05d", i)
+		if _, found, err := tb.ReadRow(context.Background(), row, ReadOptions{}); err != nil || !found {
+			t.Fatalf("row %q after the flush: found %v, %v", row, found, err)
+		}
+	}
+}

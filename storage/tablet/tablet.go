@@ -247,6 +247,9 @@ type Tablet struct {
 
 	kick     chan struct{} // merges may be due
 	flush    chan struct{} // the memtable is full
+	// flushWanted: a flush of the memtable however full it is was asked
+	// for (RequestFlush); the flusher takes it.
+	flushWanted atomic.Bool
 	stop     chan struct{}
 	bgDone   chan struct{}
 	closed   atomic.Bool
@@ -955,6 +958,32 @@ func (t *Tablet) kickBackground() {
 	}
 }
 
+// RequestFlush asks the tablet's flusher to flush the active memtable
+// however full it is, unpaced, and returns at once. The server calls it
+// when the memtables of all its tablets together pass its budget (HBase's
+// global memstore limit) on the tablets holding the most. An empty
+// memtable is not flushed.
+func (t *Tablet) RequestFlush() {
+	t.flushWanted.Store(true)
+	t.kickFlush()
+}
+
+// MemtableBytes returns the size of the active memtable and of the one
+// being flushed (0 when none): what the tablet holds in memory besides
+// caches. It waits for no flush or merge.
+func (t *Tablet) MemtableBytes() (active, frozen int64) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.cur == nil {
+		return 0, 0
+	}
+	active = t.cur.mem.Size()
+	if t.cur.frozen != nil {
+		frozen = t.cur.frozen.Size()
+	}
+	return active, frozen
+}
+
 func (t *Tablet) kickFlush() {
 	select {
 	case t.flush <- struct{}{}:
@@ -1043,18 +1072,24 @@ func (t *Tablet) flusher(done chan<- struct{}) {
 	}
 }
 
-// flushIfFull flushes the memtable if it is full or a frozen one is
-// left from a flush that failed, paced by the active memtable's fill
-// (flushPressure). It holds flushMu only.
+// flushIfFull flushes the memtable if it is full, a frozen one is left
+// from a flush that failed, or a flush was requested (RequestFlush),
+// paced by the active memtable's fill (flushPressure) — a requested flush
+// unpaced: the server's memory is what presses. It holds flushMu only.
 func (t *Tablet) flushIfFull(ctx context.Context) (bool, error) {
-	ctx = withPacing(ctx, t.flushPressure)
+	wanted := t.flushWanted.Swap(false)
+	if wanted {
+		ctx = withPacing(ctx, func() float64 { return 1 })
+	} else {
+		ctx = withPacing(ctx, t.flushPressure)
+	}
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
 	if t.closed.Load() || t.failed.Load() != nil {
 		return false, nil
 	}
 	t.writeMu.Lock()
-	full := t.mem.Size() >= t.opts.MemtableBytes || t.frozen != nil
+	full := t.mem.Size() >= t.opts.MemtableBytes || t.frozen != nil || wanted && t.mem.Len() > 0
 	t.writeMu.Unlock()
 	if !full {
 		return false, nil

@@ -103,6 +103,11 @@ type HostOptions struct {
 	// MemtableBytes is each tablet's minor compaction threshold (the
 	// tablet's default when zero).
 	MemtableBytes int64
+	// MemtableBudget bounds the memtables of all open tablets together:
+	// past it, the largest active memtables are flushed before they are
+	// full, unpaced, until 90% of it would remain (see membudget.go);
+	// default DefaultMemtableBudget; negative: no budget.
+	MemtableBudget int64
 	// MajorInterval is the tablets' tablet.Options.MajorInterval (the
 	// tablet's default when zero; negative: never).
 	MajorInterval time.Duration
@@ -177,6 +182,9 @@ func (o *HostOptions) setDefaults() {
 	}
 	if o.Limits == (cell.Limits{}) {
 		o.Limits = cell.DefaultLimits()
+	}
+	if o.MemtableBudget == 0 {
+		o.MemtableBudget = DefaultMemtableBudget
 	}
 	if o.SplitBytes <= 0 {
 		o.SplitBytes = DefaultSplitBytes

@@ -14,9 +14,10 @@ import (
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
-// The Host's background loop: the split policy (a tablet past SplitBytes
-// is split by reference, its children sharing its SSTables) and the
-// truncation of the commit log to the oldest redo point.
+// The Host's background loop: the memtable budget (membudget.go), the
+// split policy (a tablet past SplitBytes is split by reference, its
+// children sharing its SSTables) and the truncation of the commit log to
+// the oldest redo point.
 
 // noteWrite tells the background loop that a tablet grew; the loop looks
 // at tablet sizes at most every 50 ms, so a write pays one channel send.
@@ -33,7 +34,8 @@ func (h *Host) forgetNoSplit(tb *tablet.Tablet) {
 	h.noSplitMu.Unlock()
 }
 
-// background runs splits and log truncation until Close.
+// background runs the memtable budget, splits and log truncation until
+// Close.
 func (h *Host) background() {
 	defer close(h.done)
 	splitTick := time.NewTicker(h.opts.SplitCheckInterval)
@@ -66,6 +68,7 @@ func (h *Host) background() {
 			continue
 		}
 		lastCheck = time.Now()
+		h.enforceMemtableBudget()
 		h.splitBig(ctx)
 	}
 }

@@ -26,7 +26,9 @@ type metrics struct {
 	rowsRead     prometheus.Counter
 	splits       prometheus.Counter
 	logReleases  prometheus.Counter
-	lease        *leaseMetrics
+	// budgetFlushes counts flushes asked for by the memtable budget.
+	budgetFlushes prometheus.Counter
+	lease         *leaseMetrics
 }
 
 func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
@@ -54,9 +56,12 @@ func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
 		logReleases: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tabula_commitlog_release_flushes_total", Help: "Tablets flushed (or, if idle, given a new redo point) because their redo point held commit-log segments HostOptions.LogFlushSegments behind the tail.",
 		}),
+		budgetFlushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tabula_memtable_budget_flushes_total", Help: "Memtables flushed before they were full because the memtables of all tablets together passed HostOptions.MemtableBudget.",
+		}),
 		lease: newLeaseMetrics(h),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, m.logReleases, &tabletCollector{h: h}, &commitLogCollector{h: h}}
+	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, m.logReleases, m.budgetFlushes, &tabletCollector{h: h}, &commitLogCollector{h: h}}
 	m.collectors = append(m.collectors, m.lease.collectors()...)
 	if reg == nil {
 		return m, nil
