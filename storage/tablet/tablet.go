@@ -245,11 +245,12 @@ type Tablet struct {
 	// holding either is not paced.
 	maintWaiters atomic.Int32
 
-	kick     chan struct{} // merges may be due
-	flush    chan struct{} // the memtable is full
 	// flushWanted: a flush of the memtable however full it is was asked
 	// for (RequestFlush); the flusher takes it.
 	flushWanted atomic.Bool
+
+	kick     chan struct{} // merges may be due
+	flush    chan struct{} // the memtable is full
 	stop     chan struct{}
 	bgDone   chan struct{}
 	closed   atomic.Bool
