@@ -120,7 +120,7 @@ func runDev(ctx context.Context, cfg cluster.DevConfig, out io.Writer) error {
 
 // compactionRateHelp documents --compaction-rate (tabula dev and tabula
 // tabletserver).
-const memtableBudgetHelp = "bytes the memtables of all the server's tablets may hold together: past it, the largest are flushed early (negative: no budget)"
+const memtableBudgetHelp = "bytes the memtables of all the server's tablets may hold together: past it, the largest are flushed early, and at twice it writes wait for the flushes (negative: no budget)"
 
 const compactionRateHelp = "bytes per second the tablets' own flushes and merging compactions write at while requests are served (faster under pressure, unpaced when idle; negative: never paced)"
 

@@ -36,7 +36,11 @@ func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMu
 			pending++
 		}
 	}
-	if err := h.checkLease(pending, false); err != nil {
+	err = h.admitWrite(ctx, id)
+	if err == nil {
+		err = h.checkLease(pending, false)
+	}
+	if err != nil {
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = err

@@ -105,8 +105,9 @@ type HostOptions struct {
 	MemtableBytes int64
 	// MemtableBudget bounds the memtables of all open tablets together:
 	// past it, the largest active memtables are flushed before they are
-	// full, unpaced, until 90% of it would remain (see membudget.go);
-	// default DefaultMemtableBudget; negative: no budget.
+	// full, unpaced, until 90% of it would remain, and at twice it writes
+	// (but METADATA's) wait for the flushes (see membudget.go); default
+	// DefaultMemtableBudget; negative: no budget.
 	MemtableBudget int64
 	// MajorInterval is the tablets' tablet.Options.MajorInterval (the
 	// tablet's default when zero; negative: never).
@@ -260,6 +261,10 @@ type Host struct {
 	noSplitMu sync.Mutex
 	noSplit   map[*tablet.Tablet]int64
 
+	// gate holds writes back while the memtables are far over budget
+	// (membudget.go).
+	gate writeGate
+
 	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
@@ -403,6 +408,7 @@ func (h *Host) Close() error {
 	h.mu.Unlock()
 	close(h.stop)
 	<-h.done
+	h.gate.set(false) // writes held back go on, to find no table
 	h.bgCancel()
 	h.reports.Wait()
 	var errs []error

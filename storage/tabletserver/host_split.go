@@ -50,9 +50,18 @@ func (h *Host) background() {
 	}()
 	var lastCheck time.Time
 	for {
+		// While writes wait for flushes (the memtable budget), look
+		// again every 50 ms: no write kicks the loop meanwhile.
+		var recheck <-chan time.Time
+		if h.gate.isShut() {
+			recheck = time.After(50 * time.Millisecond)
+		}
 		select {
 		case <-h.stop:
 			return
+		case <-recheck:
+			h.enforceMemtableBudget()
+			continue
 		case <-splitTick.C:
 		case <-h.kick:
 			// Writes kick often; a check every 50 ms is plenty.

@@ -119,6 +119,9 @@ func (h *Host) checkLease(n int, unacked bool) error {
 // made it durable. Every write of the Host passes here or through
 // applyBatch, which checks the same way.
 func (h *Host) writeTablet(ctx context.Context, id meta.TableID, row []byte, fn func(*tablet.Tablet) error) error {
+	if err := h.admitWrite(ctx, id); err != nil {
+		return err
+	}
 	err := h.withTablet(ctx, id, row, func(tb *tablet.Tablet) error {
 		if err := h.checkLease(1, false); err != nil {
 			return err

@@ -2,7 +2,12 @@ package tabletserver
 
 import (
 	"cmp"
+	"context"
+	"fmt"
 	"slices"
+	"sync"
+
+	"github.com/tabuladb/tabula/storage/meta"
 )
 
 // The server's memtable budget: the memtables of all its tablets
@@ -10,7 +15,9 @@ import (
 // (hbase.regionserver.global.memstore.size). Each tablet flushes its own
 // memtable at MemtableBytes, but a server with many tablets that all take
 // writes would hold that many full memtables; past the budget, the
-// largest are flushed early.
+// largest are flushed early. Writes that outrun the flushes are held back
+// once the memtables hold budgetBlockFactor times the budget, until the
+// flushes bring them under it again (HBase blocks updates the same way).
 
 // DefaultMemtableBudget is HostOptions.MemtableBudget's default: sixteen
 // full memtables of the tablets' default size.
@@ -20,6 +27,9 @@ const DefaultMemtableBudget = 1 << 30
 // memtables under, so that the next few writes do not start another
 // round at once (HBase's lower limit, 0.95 there).
 const budgetLowWater = 0.9
+
+// budgetBlockFactor times the budget is where writes wait for flushes.
+const budgetBlockFactor = 2
 
 // memtableUse is one tablet's memtables as the budget sees them: the
 // active one and the one being flushed (whose memory the flush frees).
@@ -67,8 +77,10 @@ func budgetFlushes(uses []memtableUse, budget int64) []int {
 }
 
 // enforceMemtableBudget asks the tablets budgetFlushes picks to flush
-// (tablet.RequestFlush: in the background, unpaced); the background loop
-// calls it when writes kick it, at most every 50 ms.
+// (tablet.RequestFlush: in the background, unpaced), and holds writes
+// back (writeGate) while the memtables hold budgetBlockFactor times the
+// budget; the background loop calls it when writes kick it, at most every
+// 50 ms, and every 50 ms while writes are held back.
 func (h *Host) enforceMemtableBudget() {
 	budget := h.opts.MemtableBudget
 	if budget <= 0 {
@@ -82,6 +94,9 @@ func (h *Host) enforceMemtableBudget() {
 		uses[i] = memtableUse{active: a, frozen: f}
 		total += a + f
 	}
+	if h.gate.set(total >= budgetBlockFactor*budget) {
+		h.log.Warn("memtables at twice the server's budget: writes wait for flushes", "memtable_bytes", total, "budget", budget)
+	}
 	picked := budgetFlushes(uses, budget)
 	if len(picked) == 0 {
 		return
@@ -93,4 +108,61 @@ func (h *Host) enforceMemtableBudget() {
 	}
 	h.metrics.budgetFlushes.Add(float64(len(picked)))
 	h.log.Info("memtables past the server's budget: flushing the largest", "memtable_bytes", total, "budget", budget, "tablets", len(picked), "flushed_bytes", bytes)
+}
+
+// writeGate holds writes back while the memtables are over
+// budgetBlockFactor times the budget.
+type writeGate struct {
+	mu sync.Mutex
+	// shut is nil while writes pass; otherwise it is closed when they
+	// may pass again.
+	shut chan struct{}
+}
+
+// set shuts the gate (true) or opens it (false), and reports whether it
+// has just been shut.
+func (g *writeGate) set(shut bool) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case shut && g.shut == nil:
+		g.shut = make(chan struct{})
+		return true
+	case !shut && g.shut != nil:
+		close(g.shut)
+		g.shut = nil
+	}
+	return false
+}
+
+// isShut reports whether writes are being held back.
+func (g *writeGate) isShut() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.shut != nil
+}
+
+// admitWrite returns once a write to table id may go on: at once unless
+// the memtables are over budgetBlockFactor times the budget; then when the
+// flushes brought them under it, or with ctx's error — the write was not
+// applied. METADATA's writes are never held back: they are small, and
+// assignments, splits and recoveries wait for them.
+func (h *Host) admitWrite(ctx context.Context, id meta.TableID) error {
+	if id == meta.MetadataTable {
+		return nil
+	}
+	h.gate.mu.Lock()
+	shut := h.gate.shut
+	h.gate.mu.Unlock()
+	if shut == nil {
+		return nil
+	}
+	h.metrics.budgetWaits.Inc()
+	select {
+	case <-shut:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("write not applied: the server's memtables hold over %d bytes (%d times --memtable-budget) and are still being flushed: %w",
+			budgetBlockFactor*h.opts.MemtableBudget, budgetBlockFactor, ctx.Err())
+	}
 }

@@ -1,12 +1,18 @@
 package tabletserver
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/tablet"
 )
 
 func TestBudgetFlushes(t *testing.T) {
@@ -106,5 +112,109 @@ func TestMemtableBudgetFlushesTheLargest(t *testing.T) {
 	}
 	if n != rows {
 		t.Fatalf("read %d rows back, want %d", n, rows)
+	}
+}
+
+// createGatedStore holds every new object (SSTables: the flushes) until
+// release is closed.
+type createGatedStore struct {
+	blob.Store
+	release chan struct{}
+}
+
+func (s *createGatedStore) Create(ctx context.Context, name string) (blob.Writer, error) {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Store.Create(ctx, name)
+}
+
+// TestMemtableBudgetHoldsWritesBack stalls every flush, then fills the
+// memtables to more than twice a 1 MiB budget: the next writes wait (and
+// one whose deadline passes first fails and changes nothing), and once
+// the flushes may go on the waiting write is applied.
+func TestMemtableBudgetHoldsWritesBack(t *testing.T) {
+	const budget = 1 << 20
+	mem := blob.NewMemory()
+	store := &createGatedStore{Store: mem, release: make(chan struct{})}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(store.release)
+		}
+	}
+	defer release()
+	e := newTestEnv(t, HostOptions{Store: store, StateStore: tablet.NewBlobStateStore(mem, "state"),
+		MemtableBytes: 64 << 20, MemtableBudget: budget}, DataOptions{})
+	tbl := e.createTable(tableDef{name: "held", families: []string{"f"}, splits: []string{"k"}})
+	val := make([]byte, 1000)
+	bulk := func(ctx context.Context, prefix string, n int) error {
+		var keys []string
+		var muts []*bigtable.Mutation
+		for i := range n {
+			m := bigtable.NewMutation()
+			m.Set("f", "v", bigtable.Timestamp(1000), val)
+			keys = append(keys, fmt.Sprintf("%s%05d", prefix, i))
+			muts = append(muts, m)
+		}
+		errs, err := tbl.ApplyBulk(ctx, keys, muts)
+		if err == nil && errs != nil {
+			err = errs[0]
+		}
+		return err
+	}
+	// 2.5 MB in one request: admitted whole, the gate being open.
+	if err := bulk(e.ctx, "a", 2500); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.host.gate.isShut() {
+		if time.Now().After(deadline) {
+			t.Fatal("the memtables hold over twice the budget, and writes are still let through after 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A write whose deadline passes while it waits: an error, nothing applied.
+	short, cancel := context.WithTimeout(e.ctx, 200*time.Millisecond)
+	err := bulk(short, "late", 1)
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a write held back past its deadline: %v, want DEADLINE_EXCEEDED", err)
+	}
+	// A write that waits: not applied while the flushes stall.
+	done := make(chan error, 1)
+	go func() { done <- bulk(e.ctx, "b", 10) }()
+	select {
+	case err := <-done:
+		t.Fatalf("a write went through while the memtables held over twice the budget (err %v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the held-back write, once the flushes went on: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held-back write still waits 30 s after the flushes were let go")
+	}
+	if e.host.gate.isShut() {
+		t.Fatal("the gate is still shut after the held-back write went through")
+	}
+	if got := counterValue(t, e.host.metrics.budgetWaits); got < 2 {
+		t.Fatalf("tabula_memtable_budget_write_waits_total = %v, want at least 2", got)
+	}
+	if row, err := tbl.ReadRow(e.ctx, "late00000"); err != nil || len(row) != 0 {
+		t.Fatalf("the write that timed out while held back: row %v, err %v; want no row", row, err)
+	}
+	n := 0
+	if err := tbl.ReadRows(e.ctx, bigtable.InfiniteRange(""), func(bigtable.Row) bool { n++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2510 {
+		t.Fatalf("read %d rows back, want 2510", n)
 	}
 }

@@ -28,7 +28,9 @@ type metrics struct {
 	logReleases  prometheus.Counter
 	// budgetFlushes counts flushes asked for by the memtable budget.
 	budgetFlushes prometheus.Counter
-	lease         *leaseMetrics
+	// budgetWaits counts writes held back by the memtable budget.
+	budgetWaits prometheus.Counter
+	lease       *leaseMetrics
 }
 
 func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
@@ -59,9 +61,12 @@ func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
 		budgetFlushes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tabula_memtable_budget_flushes_total", Help: "Memtables flushed before they were full because the memtables of all tablets together passed HostOptions.MemtableBudget.",
 		}),
+		budgetWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tabula_memtable_budget_write_waits_total", Help: "Writes held back because the memtables of all tablets together held twice HostOptions.MemtableBudget.",
+		}),
 		lease: newLeaseMetrics(h),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, m.logReleases, m.budgetFlushes, &tabletCollector{h: h}, &commitLogCollector{h: h}}
+	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, m.logReleases, m.budgetFlushes, m.budgetWaits, &tabletCollector{h: h}, &commitLogCollector{h: h}}
 	m.collectors = append(m.collectors, m.lease.collectors()...)
 	if reg == nil {
 		return m, nil
