@@ -48,6 +48,27 @@ func TestBudgetFlushes(t *testing.T) {
 	}
 }
 
+// writeKiBRows writes a 1000-byte cell f:v into each of rows with one
+// MutateRows: the request's error, or the first failed entry's.
+func writeKiBRows(ctx context.Context, tbl *bigtable.Table, rows []string) error {
+	val := make([]byte, 1000)
+	muts := make([]*bigtable.Mutation, len(rows))
+	for i := range rows {
+		muts[i] = bigtable.NewMutation()
+		muts[i].Set("f", "v", bigtable.Timestamp(1000), val)
+	}
+	errs, err := tbl.ApplyBulk(ctx, rows, muts)
+	if err != nil {
+		return err
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // TestMemtableBudgetFlushesTheLargest writes into eight tablets whose own
 // memtables never fill (64 MiB each) on a host whose budget is 1 MiB: the
 // background loop flushes the largest memtables early, the memtables of
@@ -61,19 +82,14 @@ func TestMemtableBudgetFlushesTheLargest(t *testing.T) {
 		splits = append(splits, fmt.Sprintf("k%d", i))
 	}
 	tbl := e.createTable(tableDef{name: "budget", families: []string{"f"}, splits: splits})
-	val := make([]byte, 1000)
 	const rows = 4000 // about 4 MB over the eight tablets
 	for start := 0; start < rows; start += 100 {
 		var keys []string
-		var muts []*bigtable.Mutation
 		for i := start; i < start+100; i++ {
-			m := bigtable.NewMutation()
-			m.Set("f", "v", bigtable.Timestamp(1000), val)
 			keys = append(keys, fmt.Sprintf("k%d-%05d", i%8, i))
-			muts = append(muts, m)
 		}
-		if errs, err := tbl.ApplyBulk(e.ctx, keys, muts); err != nil || errs != nil {
-			t.Fatalf("ApplyBulk: %v %v", err, errs)
+		if err := writeKiBRows(e.ctx, tbl, keys); err != nil {
+			t.Fatal(err)
 		}
 	}
 	memtables := func() (total int64, flushes uint64) {
@@ -150,21 +166,12 @@ func TestMemtableBudgetHoldsWritesBack(t *testing.T) {
 	e := newTestEnv(t, HostOptions{Store: store, StateStore: tablet.NewBlobStateStore(mem, "state"),
 		MemtableBytes: 64 << 20, MemtableBudget: budget}, DataOptions{})
 	tbl := e.createTable(tableDef{name: "held", families: []string{"f"}, splits: []string{"k"}})
-	val := make([]byte, 1000)
 	bulk := func(ctx context.Context, prefix string, n int) error {
 		var keys []string
-		var muts []*bigtable.Mutation
 		for i := range n {
-			m := bigtable.NewMutation()
-			m.Set("f", "v", bigtable.Timestamp(1000), val)
 			keys = append(keys, fmt.Sprintf("%s%05d", prefix, i))
-			muts = append(muts, m)
 		}
-		errs, err := tbl.ApplyBulk(ctx, keys, muts)
-		if err == nil && errs != nil {
-			err = errs[0]
-		}
-		return err
+		return writeKiBRows(ctx, tbl, keys)
 	}
 	// 2.5 MB in one request: admitted whole, the gate being open.
 	if err := bulk(e.ctx, "a", 2500); err != nil {
