@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tabuladb/tabula/storage/meta"
 )
@@ -111,12 +112,13 @@ func (h *Host) enforceMemtableBudget() {
 }
 
 // writeGate holds writes back while the memtables are over
-// budgetBlockFactor times the budget.
+// budgetBlockFactor times the budget. Writes read it without a lock;
+// only the background loop (and Close) change it.
 type writeGate struct {
-	mu sync.Mutex
-	// shut is nil while writes pass; otherwise it is closed when they
-	// may pass again.
-	shut chan struct{}
+	mu sync.Mutex // serializes set
+	// shut is nil while writes pass; otherwise its channel is closed
+	// when they may pass again.
+	shut atomic.Pointer[chan struct{}]
 }
 
 // set shuts the gate (true) or opens it (false), and reports whether it
@@ -124,23 +126,21 @@ type writeGate struct {
 func (g *writeGate) set(shut bool) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	cur := g.shut.Load()
 	switch {
-	case shut && g.shut == nil:
-		g.shut = make(chan struct{})
+	case shut && cur == nil:
+		ch := make(chan struct{})
+		g.shut.Store(&ch)
 		return true
-	case !shut && g.shut != nil:
-		close(g.shut)
-		g.shut = nil
+	case !shut && cur != nil:
+		g.shut.Store(nil)
+		close(*cur)
 	}
 	return false
 }
 
 // isShut reports whether writes are being held back.
-func (g *writeGate) isShut() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.shut != nil
-}
+func (g *writeGate) isShut() bool { return g.shut.Load() != nil }
 
 // admitWrite returns once a write to table id may go on: at once unless
 // the memtables are over budgetBlockFactor times the budget; then when the
@@ -151,15 +151,13 @@ func (h *Host) admitWrite(ctx context.Context, id meta.TableID) error {
 	if id == meta.MetadataTable {
 		return nil
 	}
-	h.gate.mu.Lock()
-	shut := h.gate.shut
-	h.gate.mu.Unlock()
+	shut := h.gate.shut.Load()
 	if shut == nil {
 		return nil
 	}
 	h.metrics.budgetWaits.Inc()
 	select {
-	case <-shut:
+	case <-*shut:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("write not applied: the server's memtables hold over %d bytes (%d times --memtable-budget) and are still being flushed: %w",
