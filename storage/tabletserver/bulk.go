@@ -28,7 +28,17 @@ import (
 func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMutation, errs []error) error {
 	st, err := h.table(id)
 	if err != nil {
-		return err
+		if !h.opts.Partial {
+			return err
+		}
+		// No tablet of the table here (servedTable): each entry is
+		// looked up again by its client.
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = notHere(id, rms[i].Row)
+			}
+		}
+		return nil
 	}
 	pending := 0
 	for _, err := range errs {

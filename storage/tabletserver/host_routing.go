@@ -107,7 +107,7 @@ func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn f
 	var err error
 	for attempt := 0; attempt < notServingRetries; attempt++ {
 		var st *servedTable
-		if st, err = h.table(id); err != nil {
+		if st, err = h.servedTable(id, row); err != nil {
 			return err
 		}
 		tb := st.routes.Load().find(row)
@@ -115,7 +115,7 @@ func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn f
 			if h.opts.Partial {
 				// Served elsewhere (or nowhere yet): waiting would
 				// not help, the client must look the row up again.
-				return &tabletdesc.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet of this server holds the row"}
+				return notHere(id, row)
 			}
 			err = &tabletdesc.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet holds the row"}
 		} else if err = fn(tb); !errors.Is(err, tabletdesc.ErrNotServing) {
@@ -147,6 +147,27 @@ func (h *Host) readRow(ctx context.Context, id meta.TableID, key []byte, ro tabl
 	return row, ok, err
 }
 
+// servedTable returns table id for a request about row (a scan's first
+// row still to read): the open table, or ErrTableNotFound — except in
+// Partial mode, where a table none of whose tablets is open here is a gap
+// like any other, answered as notHere: its tablets are served elsewhere,
+// or are moving or merging (a merge unloads the last tablet a server held
+// of the table before the merged one is loaded), and the client must look
+// the row up again rather than be told the table does not exist.
+func (h *Host) servedTable(id meta.TableID, row []byte) (*servedTable, error) {
+	st, err := h.table(id)
+	if err != nil && h.opts.Partial {
+		return nil, notHere(id, row)
+	}
+	return st, err
+}
+
+// notHere is the not-serving answer, in Partial mode, for a row no tablet
+// of this server holds.
+func notHere(id meta.TableID, row []byte) error {
+	return &tabletdesc.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet of this server holds the row"}
+}
+
 // errStopScan ends a scan early without error.
 var errStopScan = errors.New("stop scan")
 
@@ -163,10 +184,6 @@ func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, rev
 	backoff := notServingBackoff
 	retries := 0
 	for {
-		st, err := h.table(id)
-		if err != nil {
-			return err
-		}
 		lo, hi := start, end
 		if last != nil {
 			if reverse {
@@ -174,6 +191,12 @@ func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, rev
 			} else {
 				lo = append(bytes.Clone(last), 0)
 			}
+		}
+		// The row a gap names is lo, in either direction, as
+		// scanTablets names it for a table with no tablet here.
+		st, err := h.servedTable(id, lo)
+		if err != nil {
+			return err
 		}
 		err = scanTablets(ctx, st.routes.Load(), lo, hi, reverse, h.opts.Partial, ro, func(r cell.Row) error {
 			last = r.Key

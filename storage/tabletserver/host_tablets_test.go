@@ -192,10 +192,26 @@ func TestPartialServesOnlyLoadedTablets(t *testing.T) {
 		wantNotServing(t, h, err, c.gap)
 	}
 
-	// A table with no tablet here.
-	if err := putRow(h, meta.TableID{Instance: testInstance, Table: "other"}, "a"); !errors.Is(err, ErrTableNotFound) {
-		t.Fatalf("write to a table not served: %v", err)
+	// A table with no tablet here is a gap too (its tablets are served
+	// elsewhere, or moving or merging), not a missing table: writes, reads
+	// and scans all answer not serving, naming the row.
+	other := meta.TableID{Instance: testInstance, Table: "other"}
+	wantNotServing(t, h, putRow(h, other, "a"), "a")
+	_, _, err := h.readRow(context.Background(), other, []byte("a"), tablet.ReadOptions{})
+	wantNotServing(t, h, err, "a")
+	_, err = scanRows(h, other, "c", "", false)
+	wantNotServing(t, h, err, "c")
+	_, err = scanRows(h, other, "c", "q", true)
+	wantNotServing(t, h, err, "c")
+	errs := make([]error, 2)
+	if err := h.applyBatch(context.Background(), other, []cell.RowMutation{
+		{Row: []byte("d"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("v"))}},
+		{Row: []byte("e"), Mutations: []cell.Mutation{cell.Set("f", []byte("q"), 1000, []byte("v"))}},
+	}, errs); err != nil {
+		t.Fatal(err)
 	}
+	wantNotServing(t, h, errs[0], "d")
+	wantNotServing(t, h, errs[1], "e")
 }
 
 // TestPartialUnloadReload unloads a tablet (writes to it are refused) and
