@@ -38,10 +38,14 @@ func TestDevBackupCrash(t *testing.T) {
 	acked := map[string]bool{}
 	const rounds = 3
 	for round := range rounds {
-		// Backups, one after another, until the kill.
-		killAt := time.Duration(20+rand.IntN(150)) * time.Millisecond
-		stop := time.Now().Add(killAt)
+		// Backups, one after another, until the kill. The kill comes a
+		// random moment after the round's first backup is acknowledged,
+		// so that every round has a backup to restore however long the
+		// first one takes (a split running under it can make it slower
+		// than the whole window), and one request is still in flight.
+		killAt := time.Duration(rand.IntN(150)) * time.Millisecond
 		done := make(chan struct{})
+		firstAcked := make(chan struct{})
 		go func() {
 			defer close(done)
 			for i := 0; ; i++ {
@@ -51,12 +55,16 @@ func TestDevBackupCrash(t *testing.T) {
 					return // the kill
 				}
 				acked[id] = true
-				if time.Now().After(stop) {
-					// Keep at least one request in flight at the kill.
-					continue
+				if i == 0 {
+					close(firstAcked)
 				}
 			}
 		}()
+		select {
+		case <-firstAcked:
+		case <-done:
+			t.Fatalf("round %d: the first backup failed before any kill", round)
+		}
 		time.Sleep(killAt)
 		p.kill()
 		p.wait()

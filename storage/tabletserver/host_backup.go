@@ -5,14 +5,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
-// flushTableAttempts bounds FlushTable's retries when tablets split or
-// move while it runs.
-const flushTableAttempts = 10
+// flushTableAttempts and flushTableBackoff bound flushTable's retries
+// when tablets split or move while it runs. A split leaves its parent in
+// the table's list, answering not serving, until both children are open;
+// a retry at once would find it again, so each retry first waits for the
+// table's structural change (st.mu) and then a little longer each time.
+const (
+	flushTableAttempts = 12
+	flushTableBackoff  = 2 * time.Millisecond
+	flushTableMaxWait  = 200 * time.Millisecond
+)
 
 // FlushTableStates flushes the memtable of every tablet of table t and returns
 // their saved states in key order, covering every row of the table (one
@@ -31,10 +39,24 @@ func (h *Host) FlushServedTablets(ctx context.Context, t meta.Table) ([]tabletde
 
 func (h *Host) flushTable(ctx context.Context, t meta.Table, partial bool) ([]tabletdesc.State, error) {
 	var lastErr error
-	for range flushTableAttempts {
+	wait := flushTableBackoff
+	for attempt := range flushTableAttempts {
 		st, err := h.table(t.ID)
 		if err != nil {
 			return nil, err
+		}
+		if attempt > 0 {
+			// A split or merge in progress holds st.mu until its
+			// tablets are in the list.
+			st.mu.Lock()
+			//lint:ignore SA2001 waiting for the holder is the point
+			st.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, flushTableMaxWait)
 		}
 		tabs := st.list()
 		var states []tabletdesc.State
