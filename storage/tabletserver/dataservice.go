@@ -498,15 +498,19 @@ func (s *DataService) SampleRowKeys(req *bigtablepb.SampleRowKeysRequest, stream
 		return err
 	}
 	var out []*bigtablepb.SampleRowKeysResponse
-	// A split under way closes a tablet of the list: sample the new list.
+	// A split under way closes a tablet of the list: sample the new list,
+	// backing off as withTablet does (a split under load can leave its
+	// rows unserved for tens of milliseconds).
+	backoff := notServingBackoff
 	for attempt := 0; ; attempt++ {
 		out, err = s.sampleTable(t.ID)
 		if !errors.Is(err, tabletdesc.ErrNotServing) || attempt >= notServingRetries {
 			break
 		}
-		if err := ctxtime.Sleep(stream.Context(), notServingBackoff); err != nil {
+		if err := ctxtime.Sleep(stream.Context(), backoff); err != nil {
 			return s.fail("SampleRowKeys", err)
 		}
+		backoff = min(2*backoff, notServingMaxBackoff)
 	}
 	if err != nil {
 		return s.fail("SampleRowKeys", err)

@@ -95,8 +95,9 @@ func checkCoverage(tabs []*tablet.Tablet) error {
 // closed): the new tablets appear within the time a split takes to open
 // its children, which is short because a split copies no data.
 const (
-	notServingRetries = 30
-	notServingBackoff = 2 * time.Millisecond
+	notServingRetries    = 30
+	notServingBackoff    = 2 * time.Millisecond
+	notServingMaxBackoff = 100 * time.Millisecond
 )
 
 // withTablet calls fn with the tablet holding row, looking it up again
@@ -124,7 +125,7 @@ func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn f
 		if err := ctxtime.Sleep(ctx, backoff); err != nil {
 			return err
 		}
-		backoff = min(2*backoff, 100*time.Millisecond)
+		backoff = min(2*backoff, notServingMaxBackoff)
 	}
 	// A tablet that stopped serving (closed, splitting) does not say which
 	// row was asked for; the client's NotServing detail wants it.
@@ -218,7 +219,7 @@ func (h *Host) scan(ctx context.Context, id meta.TableID, start, end []byte, rev
 		if err := ctxtime.Sleep(ctx, backoff); err != nil {
 			return err
 		}
-		backoff = min(2*backoff, 100*time.Millisecond)
+		backoff = min(2*backoff, notServingMaxBackoff)
 	}
 }
 
