@@ -581,7 +581,11 @@ func (g *Gateway) MutateRows(req *bigtablepb.MutateRowsRequest, stream bigtablep
 // locations to invalidate.
 func (g *Gateway) mutateRowsRound(ctx context.Context, table meta.TableID, req *bigtablepb.MutateRowsRequest, idx []int, statuses []*statuspb.Status) (retry []int, stale []meta.Location) {
 	entries := req.GetEntries()
-	locs := make(map[int]meta.Location, len(idx))
+	// By entry index; located[i] says whether locs[i] was found. Slices,
+	// not a map: a bulk write has up to 100,000 entries, each looked up
+	// three times below.
+	locs := make([]meta.Location, len(entries))
+	located := make([]bool, len(entries))
 	// Locate in key order, reusing the previous location while it
 	// contains the row: entries clustered in a tablet cost one lookup.
 	sorted := slices.Clone(idx)
@@ -599,7 +603,7 @@ func (g *Gateway) mutateRowsRound(ctx context.Context, table meta.TableID, req *
 			}
 			loc, have = l, true
 		}
-		locs[i] = loc
+		locs[i], located[i] = loc, true
 		if loc.Server == "" {
 			statuses[i] = status.Convert(unassigned(loc)).Proto()
 		}
@@ -608,8 +612,8 @@ func (g *Gateway) mutateRowsRound(ctx context.Context, table meta.TableID, req *
 	// order).
 	first := make(map[string]meta.Location)
 	groups, _ := fanout.Group(sorted, func(i int) (string, bool) {
-		l, ok := locs[i]
-		if !ok || l.Server == "" {
+		l := locs[i]
+		if !located[i] || l.Server == "" {
 			return "", false
 		}
 		addr := meta.ServerAddr(l.Server)
@@ -647,8 +651,8 @@ func (g *Gateway) mutateRowsRound(ctx context.Context, table meta.TableID, req *
 	})
 	seen := make(map[string]bool)
 	for _, i := range idx {
-		l, ok := locs[i]
-		if !ok || (l.Server != "" && !tabletpb.IsNotServing(status.FromProto(statuses[i]).Err())) {
+		l := locs[i]
+		if !located[i] || (l.Server != "" && !notServingStatus(statuses[i])) {
 			continue
 		}
 		retry = append(retry, i)
@@ -658,6 +662,13 @@ func (g *Gateway) mutateRowsRound(ctx context.Context, table meta.TableID, req *
 		}
 	}
 	return retry, stale
+}
+
+// notServingStatus reports whether st is a tablet server's "not serving"
+// answer; an OK status (nearly every entry of a bulk write) is answered
+// without converting it to an error.
+func notServingStatus(st *statuspb.Status) bool {
+	return st.GetCode() != int32(codes.OK) && tabletpb.IsNotServing(status.FromProto(st).Err())
 }
 
 // mutateRowsGroup sends sub to loc's server and returns the status of each
