@@ -46,8 +46,9 @@ func (h *Host) flushTable(ctx context.Context, t meta.Table, partial bool) ([]ta
 			return nil, err
 		}
 		if attempt > 0 {
-			// A split or merge in progress holds st.mu until its
-			// tablets are in the list.
+			// A split in progress holds st.mu until its children
+			// are in the list; a tablet unloaded or loaded meanwhile
+			// (a merge, a move) is waited out by the backoff.
 			st.mu.Lock()
 			//lint:ignore SA2001 waiting for the holder is the point
 			st.mu.Unlock()
