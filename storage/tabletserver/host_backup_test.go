@@ -2,13 +2,17 @@ package tabletserver
 
 import (
 	"context"
+	"io"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 
 	"github.com/tabuladb/tabula/storage/blob"
+	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
@@ -36,15 +40,17 @@ func (s *stallingStates) Load(ctx context.Context, id string) (tabletdesc.State,
 	return s.StateStore.Load(ctx, id)
 }
 
-// TestFlushTableStatesWaitsForASplit: a backup's flush of a table that
-// meets a split between its parent closing and its children opening waits
-// for the split and returns states covering the table, where it used to
-// retry at once, find the closed parent every time and fail.
-func TestFlushTableStatesWaitsForASplit(t *testing.T) {
+// stalledSplit returns an env with table "bk" of tablets [, m) and [m, ),
+// six rows, and a split of its first tablet stopped between the parent
+// closing and the children opening (the children's state loads are held):
+// release lets it finish, and splitErr then receives its result. A failing
+// test releases it at cleanup, before the env closes.
+func stalledSplit(t *testing.T) (e *testEnv, tm meta.Table, release func(), splitErr <-chan error) {
+	t.Helper()
 	store := blob.NewMemory()
 	states := &stallingStates{StateStore: tablet.NewBlobStateStore(store, "state"),
 		entered: make(chan struct{}), release: make(chan struct{})}
-	e := newTestEnv(t, HostOptions{Store: store, StateStore: states, SplitCheckInterval: time.Hour}, DataOptions{})
+	e = newTestEnv(t, HostOptions{Store: store, StateStore: states, SplitCheckInterval: time.Hour}, DataOptions{})
 	d := tableDef{name: "bk", families: []string{"f"}, splits: []string{"m"}}
 	tbl := e.createTable(d)
 	for _, k := range []string{"a", "c", "e", "g", "n", "z"} {
@@ -54,19 +60,26 @@ func TestFlushTableStatesWaitsForASplit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tm := e.tableMeta(d)
-	// Registered after the env's cleanup, so it runs first: a failing
-	// test does not leave the split, and the Host's Close, stuck.
-	release := sync.OnceFunc(func() { close(states.release) })
+	tm = e.tableMeta(d)
+	// Registered after the env's cleanup, so it runs first.
+	release = sync.OnceFunc(func() { close(states.release) })
 	t.Cleanup(release)
 
 	states.mu.Lock()
 	states.armed = true
 	states.mu.Unlock()
-	splitErr := make(chan error, 1)
-	go func() { splitErr <- e.host.SplitTablet(e.ctx, tm.ID, "bk-0") }()
+	errc := make(chan error, 1)
+	go func() { errc <- e.host.SplitTablet(e.ctx, tm.ID, "bk-0") }()
 	<-states.entered
+	return e, tm, release, errc
+}
 
+// TestFlushTableStatesWaitsForASplit: a backup's flush of a table that
+// meets a split between its parent closing and its children opening waits
+// for the split and returns states covering the table, where it used to
+// retry at once, find the closed parent every time and fail.
+func TestFlushTableStatesWaitsForASplit(t *testing.T) {
+	e, tm, release, splitErr := stalledSplit(t)
 	flushed := make(chan error, 1)
 	var got []tabletdesc.State
 	go func() {
@@ -89,5 +102,46 @@ func TestFlushTableStatesWaitsForASplit(t *testing.T) {
 	}
 	if len(got) != 3 || !coversTable(got) {
 		t.Fatalf("%d states after the split (covering the table: %v), want the 3 tablets", len(got), coversTable(got))
+	}
+}
+
+// TestSampleRowKeysWaitsForASplit: SampleRowKeys that meets a split whose
+// rows stay unserved for longer than 30 retries 2 ms apart (which it used
+// to give up after, answering not serving) keeps backing off and answers
+// once the children are open.
+func TestSampleRowKeysWaitsForASplit(t *testing.T) {
+	e, _, release, splitErr := stalledSplit(t)
+	type answer struct {
+		keys []string
+		err  error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		var a answer
+		stream, err := e.stub.SampleRowKeys(e.ctx, &bigtablepb.SampleRowKeysRequest{TableName: tableName("bk")})
+		for err == nil {
+			var r *bigtablepb.SampleRowKeysResponse
+			if r, err = stream.Recv(); err == nil {
+				a.keys = append(a.keys, string(r.GetRowKey()))
+			}
+		}
+		if err != io.EOF {
+			a.err = err
+		}
+		answered <- a
+	}()
+	time.Sleep(150 * time.Millisecond) // more than the old 60 ms of retries
+	release()
+	if err := <-splitErr; err != nil {
+		t.Fatal(err)
+	}
+	a := <-answered
+	if a.err != nil {
+		t.Fatalf("SampleRowKeys across a split stalled for 150 ms: %v", a.err)
+	}
+	// At least the three tablets' ends: the boundary m among them, and
+	// last the empty key.
+	if n := len(a.keys); n < 3 || a.keys[n-1] != "" || !slices.Contains(a.keys, "m") {
+		t.Fatalf("SampleRowKeys answered keys %q, want the three tablets' ends", a.keys)
 	}
 }
