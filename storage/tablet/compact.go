@@ -108,18 +108,7 @@ func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
 			t.writeMu.Unlock()
 			return cut, nil
 		}
-		fz := &frozenMem{mem: t.mem, seq: t.lastSeq, commit: t.lastCommit}
-		if t.opts.Log != nil {
-			fz.redo = t.opts.Log.Tail()
-		}
-		t.frozen = fz
-		t.mem = memtable.New()
-		t.lastCommit = nil
-		t.mu.Lock()
-		if t.cur != nil {
-			t.install(newVersion(t.mem, fz.mem, t.cur.groups, t.cur.schema, t.cur.drops))
-		}
-		t.mu.Unlock()
+		t.freezeLocked()
 	}
 	fz := t.frozen
 	t.writeMu.Unlock()
@@ -212,19 +201,45 @@ func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
 	return fz.seq, nil
 }
 
+// freezeLocked makes the active memtable the frozen one and starts a new
+// active memtable. Called under writeMu, with nothing frozen.
+func (t *Tablet) freezeLocked() {
+	fz := &frozenMem{mem: t.mem, seq: t.lastSeq, commit: t.lastCommit}
+	if t.opts.Log != nil {
+		fz.redo = t.opts.Log.Tail()
+	}
+	t.frozen = fz
+	t.mem = memtable.New()
+	t.lastCommit = nil
+	t.mu.Lock()
+	if t.cur != nil {
+		t.install(newVersion(t.mem, fz.mem, t.cur.groups, t.cur.schema, t.cur.drops))
+	}
+	t.mu.Unlock()
+}
+
 // writeFrozenGroups writes the frozen memtable fz as one SSTable per
 // locality group of groups (none for a group without entries) into
 // written; on an error the caller unrefs what written holds.
 func (t *Tablet) writeFrozenGroups(ctx context.Context, v *version, fz *frozenMem, groups []string, written map[string]*tableFile) error {
+	// The flush collects (flushcollect.go): markers in the newer, active
+	// memtable keep their rows whole.
+	marked, err := rowsWithMarkers(v.mem)
+	if err != nil {
+		return fmt.Errorf("tablet %s: minor compaction: %w", t.id, err)
+	}
+	t.flushesCollecting.Add(1)
 	for _, g := range groups {
+		fc := flushCollector{families: v.schema.Families, drops: v.drops, marked: marked, now: t.opts.Clock()}
 		f, err := t.writeGroupFile(ctx, v.schema, g, true, func(emit func(k, val []byte) error) error {
 			it := fz.mem.NewIterator()
 			family := "" // the last entry's: decoding reuses the string
 			for ok := it.First(); ok; ok = it.Next() {
 				key := it.Key()
+				var k cell.Key
+				var err error
 				if cell.KindOf(key) != cell.KindRowDelete {
-					k, err := cell.DecodeKeyWithFamily(key, family)
-					if err != nil {
+					if k, err = cell.DecodeKeyWithFamily(key, family); err != nil {
 						return err
 					}
 					family = k.Family
@@ -233,6 +248,11 @@ func (t *Tablet) writeFrozenGroups(ctx context.Context, v *version, fz *frozenMe
 					if fg, ok := v.schema.GroupOf(k.Family); !ok || fg != g {
 						continue
 					}
+				} else if k, err = cell.DecodeKey(key); err != nil {
+					return err
+				}
+				if fc.skip(k) {
+					continue
 				}
 				if err := emit(key, it.Value()); err != nil {
 					return err
@@ -240,6 +260,7 @@ func (t *Tablet) writeFrozenGroups(ctx context.Context, v *version, fz *frozenMe
 			}
 			return nil
 		})
+		t.flushCollected.Add(uint64(fc.collected))
 		if err != nil {
 			return fmt.Errorf("tablet %s: minor compaction: %w", t.id, err)
 		}
@@ -570,7 +591,7 @@ func (t *Tablet) rewriteFiles(ctx context.Context, v *version, g string, inputs 
 	default:
 		p := resolveParams{snap: math.MaxUint64, families: v.schema.Families, drops: v.drops, now: t.opts.Clock()}
 		var markedRows map[string]bool
-		if markedRows, err = rowsWithMarkers(v); err != nil {
+		if markedRows, err = rowsWithMarkers(v.mem, v.frozen); err != nil {
 			break
 		}
 		out, err = t.writeGroupFile(ctx, v.schema, g, false, func(emit func(k, v []byte) error) error {
@@ -633,17 +654,18 @@ func (t *Tablet) rewriteFiles(ctx context.Context, v *version, g string, inputs 
 	return out, nil
 }
 
-// rowsWithMarkers returns the rows with a delete marker in v's
-// memtables. A rewrite that collects does not read the memtables, and a
+// rowsWithMarkers returns the rows with a delete marker in mems (nil ones
+// skipped): the memtables newer than what a rewrite or a flush collects
+// in. A rewrite that collects does not read the memtables, and a
 // marker there, written before, may delete versions above one that the
 // rewrite would take for collectable — a version that is in fact live, the
 // newest left of its column: the rewrite applies no GC policy to those
 // rows (it still drops what its own files' markers shadow). A marker
 // written after the rewrite has read the memtables finds the version
 // collected, as it would after any earlier GC.
-func rowsWithMarkers(v *version) (map[string]bool, error) {
+func rowsWithMarkers(mems ...*memtable.Memtable) (map[string]bool, error) {
 	var rows map[string]bool
-	for _, m := range []*memtable.Memtable{v.mem, v.frozen} {
+	for _, m := range mems {
 		if m == nil {
 			continue
 		}

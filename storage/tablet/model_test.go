@@ -308,36 +308,55 @@ type harness struct {
 	// agg adds aggregate families (aggFamilies) written with AddToCell
 	// and MergeToCell.
 	agg bool
-	// retiredCollecting: the collecting merges of tablets no longer in
-	// tablets (see collectingMerges). lineage: per tablet, the collecting
-	// merges begun in the tablets it succeeded (the one it reopened, the
-	// one it was split from, and theirs) — with its own, those that may
-	// have collected a version of one of its rows. written: per version,
-	// that number for its row when it was last written — a merge begun
-	// before cannot have collected it.
-	retiredCollecting uint64
-	lineage           map[*Tablet]uint64
-	written           map[mVersion]uint64
+	// retiredMerges and retiredCollected: the collecting merges begun
+	// and the entries flushes collected in tablets no longer in tablets
+	// (see collectingMerges and flushCollected). lineage: per tablet, the
+	// collecting merges and flushes begun in the tablets it succeeded
+	// (the one it reopened, the one it was split from, and theirs) — with
+	// its own, those that may have collected a version of one of its
+	// rows. written: per version, that number for its row when it was
+	// last written — a merge or flush begun before cannot have collected
+	// it.
+	retiredMerges, retiredCollected uint64
+	lineage                         map[*Tablet]uint64
+	written                         map[mVersion]uint64
 }
 
-// collectingMerges is the number of collecting merges (autoMergeLocked)
-// begun in every tablet the harness opened so far: one still under way —
-// the background's run beside the harness's operations — may already have
+// mayCollect is the number of collecting merges (autoMergeLocked) and
+// flushes (flushcollect.go) begun in tb: one still under way — the
+// background's run beside the harness's operations — may already have
 // decided to collect a version.
+func mayCollect(tb *Tablet) uint64 {
+	return tb.collectingBegun.Load() + tb.flushesCollecting.Load()
+}
+
+// collectingMerges is the number of collecting merges begun in every
+// tablet the harness opened so far.
 func (h *harness) collectingMerges() uint64 {
-	n := h.retiredCollecting
+	n := h.retiredMerges
 	for _, tb := range h.tablets {
 		n += tb.collectingBegun.Load()
 	}
 	return n
 }
 
+// flushCollected is the number of entries the flushes of every tablet the
+// harness opened so far left out of their files.
+func (h *harness) flushCollected() uint64 {
+	n := h.retiredCollected
+	for _, tb := range h.tablets {
+		n += tb.flushCollected.Load()
+	}
+	return n
+}
+
 // succeed replaces tb, which the harness drops, by next (tb reopened, or
-// the two halves of its split): they inherit the collecting merges that
-// may have collected versions of their rows.
+// the two halves of its split): they inherit the collecting merges and
+// flushes that may have collected versions of their rows.
 func (h *harness) succeed(tb *Tablet, next ...*Tablet) {
-	begun := tb.collectingBegun.Load()
-	h.retiredCollecting += begun
+	h.retiredMerges += tb.collectingBegun.Load()
+	h.retiredCollected += tb.flushCollected.Load()
+	begun := mayCollect(tb)
 	if h.lineage == nil {
 		h.lineage = map[*Tablet]uint64{}
 	}
@@ -347,12 +366,12 @@ func (h *harness) succeed(tb *Tablet, next ...*Tablet) {
 	delete(h.lineage, tb)
 }
 
-// rowCollecting is the number of collecting merges begun so far that may
-// have collected a version of row: those of its tablet and of the tablets
-// its tablet succeeded.
+// rowCollecting is the number of collecting merges and flushes begun so
+// far that may have collected a version of row: those of its tablet and
+// of the tablets its tablet succeeded.
 func (h *harness) rowCollecting(row []byte) uint64 {
 	tb := h.tabletFor(row)
-	return h.lineage[tb] + tb.collectingBegun.Load()
+	return h.lineage[tb] + mayCollect(tb)
 }
 
 // noteWrites records when the versions rm writes were written.
@@ -1027,6 +1046,7 @@ func runModelOn(t *testing.T, seed uint64, ops int, memOnly bool, store blob.Sto
 		}
 	}
 	h.counts["collecting merge"] = int(h.collectingMerges())
+	h.counts["entries collected by flushes"] = int(h.flushCollected())
 	// The scan cache's hits must be among the reads compared, or its path
 	// (rows cached under a generation of files) went untested.
 	if st := h.scache.Stats(); !memOnly && st.Hits == 0 {
@@ -1057,18 +1077,23 @@ func TestModel(t *testing.T) {
 		}
 		seeds = []uint64{n}
 	}
-	collecting := 0
+	collecting, flushCollected := 0, 0
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			counts := runModel(t, seed, ops, false)
 			t.Logf("seed %d: %d operations: %v", seed, ops, counts)
 			collecting += counts["collecting merge"]
+			flushCollected += counts["entries collected by flushes"]
 		})
 	}
-	// Background merges of whole groups collect as majors do; reads after
-	// them must have been compared (some seeds have none).
+	// Background merges of whole groups collect as majors do, and flushes
+	// collect in their memtables; reads after them must have been
+	// compared (some seeds have none).
 	if collecting == 0 && !t.Failed() {
 		t.Errorf("no collecting merge in any of the %d seeds", len(seeds))
+	}
+	if flushCollected == 0 && !t.Failed() {
+		t.Errorf("no flush collected an entry in any of the %d seeds", len(seeds))
 	}
 }
 

@@ -262,6 +262,10 @@ type Tablet struct {
 	// under way may have collected a version that a delete since then
 	// uncovered (the model test's bookkeeping of such versions).
 	collectingMerges, collectingBegun atomic.Uint64
+	// flushesCollecting counts the flushes begun, each of which may
+	// collect (flushcollect.go), as collectingBegun counts the merges;
+	// flushCollected the entries they left out.
+	flushesCollecting, flushCollected atomic.Uint64
 }
 
 // frozenMem is the memtable being flushed and where its log ends.
@@ -1273,15 +1277,19 @@ type Stats struct {
 	// drop what they may of what their files shadow and the GC policies
 	// collect (autoMergeLocked; in Merges too).
 	CollectingMerges uint64
-	Majors           uint64 // major compactions
-	ScanCache        ScanCacheStats
-	BlockCache       sstable.CacheStats
+	// FlushCollected are the entries of frozen memtables that flushes
+	// left out of their SSTables: older writes of a version and what the
+	// GC policies collect (flushcollect.go).
+	FlushCollected uint64
+	Majors         uint64 // major compactions
+	ScanCache      ScanCacheStats
+	BlockCache     sstable.CacheStats
 }
 
 // Stats returns the tablet's current figures.
 func (t *Tablet) Stats() Stats {
 	s := Stats{Groups: make(map[string]GroupStats), VisibleSeq: t.visible.Load(),
-		Flushes: t.flushes.Load(), Merges: t.merges.Load(), CollectingMerges: t.collectingMerges.Load(), Majors: t.majors.Load()}
+		Flushes: t.flushes.Load(), Merges: t.merges.Load(), CollectingMerges: t.collectingMerges.Load(), FlushCollected: t.flushCollected.Load(), Majors: t.majors.Load()}
 	t.writeMu.Lock()
 	s.LastSeq = t.lastSeq
 	t.writeMu.Unlock()

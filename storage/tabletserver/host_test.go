@@ -604,3 +604,45 @@ func (e *logTruncationEnv) crashAndCount(want int) {
 		t.Fatalf("%d rows after truncation and a crash, want %d", n, want)
 	}
 }
+
+// TestFlushCollectedMetric: a flush of a table whose family keeps one
+// version leaves a row's two older versions out of its SSTable, and
+// tabula_flush_collected_entries_total counts them for the table.
+func TestFlushCollectedMetric(t *testing.T) {
+	e := newTestEnv(t, HostOptions{}, DataOptions{})
+	d := tableDef{name: "collected", families: []string{"f"}, gc: map[string]tabletdesc.GCPolicy{"f": {MaxVersions: 1}}}
+	tbl := e.createTable(d)
+	for ts := 1; ts <= 3; ts++ {
+		m := bigtable.NewMutation()
+		m.Set("f", "q", bigtable.Timestamp(ts*1000), []byte(fmt.Sprint("v", ts)))
+		if err := tbl.Apply(e.ctx, "r", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.host.FlushTableStates(e.ctx, e.tableMeta(d)); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, e.ctx, tbl, bigtable.RowList{"r"}); got != "r{f:q@3000=v3}" {
+		t.Fatalf("after the flush: %s", got)
+	}
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64 = -1
+	for _, mf := range mfs {
+		if mf.GetName() != "tabula_flush_collected_entries_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "table" && strings.HasSuffix(l.GetValue(), "collected") {
+					got = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if got != 2 {
+		t.Fatalf("tabula_flush_collected_entries_total for the table = %v, want 2", got)
+	}
+}

@@ -164,10 +164,11 @@ var (
 	descCacheBytes  = prometheus.NewDesc("tabula_block_cache_bytes", "Bytes of SSTable blocks in the block cache.", nil, nil)
 	descBgBytes     = prometheus.NewDesc("tabula_background_write_bytes_total", "Bytes the tablets' own flushes and merging compactions wrote, by whether the pacer charged them at a finite rate (paced) or not (unpaced: the server idle or the work pressed).", []string{"pacing"}, nil)
 	descBgWaited    = prometheus.NewDesc("tabula_background_paced_seconds_total", "Time the tablets' own flushes and merging compactions waited in the pacer while requests were served.", nil, nil)
+	descCollected   = prometheus.NewDesc("tabula_flush_collected_entries_total", "Entries of frozen memtables that the open tablets' flushes left out of their SSTables: older writes of a version and versions the GC policies collect.", []string{"table"}, nil)
 )
 
 func (c *tabletCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTablets, descMemtable, descSSTables, descSSTBytes, descCompactions, descCache, descCacheBytes, descBgBytes, descBgWaited} {
+	for _, d := range []*prometheus.Desc{descTablets, descMemtable, descSSTables, descSSTBytes, descCompactions, descCache, descCacheBytes, descBgBytes, descBgWaited, descCollected} {
 		ch <- d
 	}
 }
@@ -181,7 +182,7 @@ func (c *tabletCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		tabs := st.list()
-		var mem, ssts, sstBytes, flushes, merges, majors float64
+		var mem, ssts, sstBytes, flushes, merges, majors, collected float64
 		for _, tb := range tabs {
 			s := tb.Stats()
 			mem += float64(s.MemtableBytes + s.FrozenBytes)
@@ -192,6 +193,7 @@ func (c *tabletCollector) Collect(ch chan<- prometheus.Metric) {
 			flushes += float64(s.Flushes)
 			merges += float64(s.Merges)
 			majors += float64(s.Majors)
+			collected += float64(s.FlushCollected)
 		}
 		name := id.String()
 		ch <- prometheus.MustNewConstMetric(descTablets, prometheus.GaugeValue, float64(len(tabs)), name)
@@ -201,6 +203,7 @@ func (c *tabletCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCompactions, prometheus.CounterValue, flushes, name, "minor")
 		ch <- prometheus.MustNewConstMetric(descCompactions, prometheus.CounterValue, merges, name, "merging")
 		ch <- prometheus.MustNewConstMetric(descCompactions, prometheus.CounterValue, majors, name, "major")
+		ch <- prometheus.MustNewConstMetric(descCollected, prometheus.CounterValue, collected, name)
 	}
 	if bc := c.h.opts.Cache; bc != nil {
 		s := bc.Stats()
