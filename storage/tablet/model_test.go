@@ -646,6 +646,41 @@ func (h *harness) step() {
 		x = 700
 	}
 	switch {
+	case x < 130:
+		// A batch of one tablet's rows, in no order and with rows
+		// repeated: ApplyBatch applies them in key order, each row's
+		// entries in the batch's order.
+		h.count("apply batch")
+		first := h.mutation()
+		tb := h.tabletFor(first.Row)
+		rms := []cell.RowMutation{first}
+		for range 1 + h.r.IntN(6) {
+			rm := h.mutation()
+			if h.r.IntN(3) == 0 {
+				rm.Row = rms[h.r.IntN(len(rms))].Row
+			}
+			if tb.Contains(rm.Row) {
+				rms = append(rms, rm)
+			}
+		}
+		var rows []string
+		wants := make([]cell.RowMutation, len(rms))
+		for i, rm := range rms {
+			wants[i] = rm.Clone()
+			wants[i].AssignTimestamps(h.clock.Load())
+			rows = append(rows, string(rm.Row))
+		}
+		before := h.m.collectable(rows, h.schema.Families, h.clock.Load())
+		for i, err := range tb.ApplyBatch(ctx, rms) {
+			if err != nil {
+				h.fatalf("apply batch entry %d %+v: %v", i, rms[i], err)
+			}
+		}
+		for _, want := range wants {
+			h.m.apply(want)
+			h.noteWrites(want)
+		}
+		h.forgetResurrected(before)
 	case x < 520:
 		h.count("apply")
 		rm := h.mutation()
