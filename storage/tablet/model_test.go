@@ -375,11 +375,15 @@ func (h *harness) rowCollecting(row []byte) uint64 {
 }
 
 // noteWrites records when the versions rm writes were written.
-func (h *harness) noteWrites(rm cell.RowMutation) {
+//
+// n is rowCollecting(rm.Row) read before the write was applied: a flush
+// may freeze the memtable the write went into, and begin collecting in
+// it, before the write returns — only what began before the write cannot
+// have collected it.
+func (h *harness) noteWrites(rm cell.RowMutation, n uint64) {
 	if h.written == nil {
 		h.written = map[mVersion]uint64{}
 	}
-	n := h.rowCollecting(rm.Row)
 	for _, mu := range rm.Mutations {
 		switch mu.Kind {
 		case cell.SetCell, cell.AddToCell, cell.MergeToCell:
@@ -671,6 +675,7 @@ func (h *harness) step() {
 			rows = append(rows, string(rm.Row))
 		}
 		before := h.m.collectable(rows, h.schema.Families, h.clock.Load())
+		collecting := h.rowCollecting(first.Row) // one tablet: the same for every row
 		for i, err := range tb.ApplyBatch(ctx, rms) {
 			if err != nil {
 				h.fatalf("apply batch entry %d %+v: %v", i, rms[i], err)
@@ -678,7 +683,7 @@ func (h *harness) step() {
 		}
 		for _, want := range wants {
 			h.m.apply(want)
-			h.noteWrites(want)
+			h.noteWrites(want, collecting)
 		}
 		h.forgetResurrected(before)
 	case x < 520:
@@ -687,11 +692,12 @@ func (h *harness) step() {
 		want := rm.Clone()
 		want.AssignTimestamps(h.clock.Load())
 		before := h.m.collectable([]string{string(rm.Row)}, h.schema.Families, h.clock.Load())
+		collecting := h.rowCollecting(rm.Row)
 		if err := h.tabletFor(rm.Row).Apply(ctx, rm); err != nil {
 			h.fatalf("apply %+v: %v", rm, err)
 		}
 		h.m.apply(want)
-		h.noteWrites(want)
+		h.noteWrites(want, collecting)
 		h.forgetResurrected(before)
 	case x < 540:
 		h.count("invalid apply")
@@ -735,7 +741,7 @@ func (h *harness) step() {
 		rm := cell.RowMutation{Row: row, Mutations: muts}
 		rm.AssignTimestamps(h.clock.Load())
 		h.m.apply(rm)
-		h.noteWrites(rm)
+		h.noteWrites(rm, h.rowCollecting(rm.Row)) // before the write
 		got, err := h.tabletFor(row).ReadModifyWrite(ctx, row, incr)
 		if err != nil {
 			h.fatalf("read-modify-write: %v", err)

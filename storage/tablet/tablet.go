@@ -215,6 +215,7 @@ type Tablet struct {
 	stopErr    error // writes refused with it (closed, split, failed)
 	mem        *memtable.Memtable
 	frozen     *frozenMem
+	keyBuf     []byte // insert's internal keys are encoded here
 
 	visible atomic.Uint64 // the published snapshot
 	failed  atomic.Pointer[failedError]
@@ -482,7 +483,8 @@ func (t *Tablet) setState(st tabletdesc.State) {
 // insert adds the entries of rm (sequence numbers from first on) to the
 // active memtable. Called under writeMu (or before the tablet is shared).
 func (t *Tablet) insert(rm cell.RowMutation, first uint64) {
-	var buf []byte
+	buf := t.keyBuf[:0] // Add copies the key: the buffer serves every insert
+	defer func() { t.keyBuf = buf }()
 	for i, m := range rm.Mutations {
 		k := cell.Key{Row: rm.Row, Seq: first + uint64(i)}
 		var value []byte
