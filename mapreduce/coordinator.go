@@ -416,6 +416,7 @@ func (co *coordinator) run(ctx context.Context) (*Result, error) {
 	}
 	// Stop whatever still runs and wait for it: nothing may write after
 	// the job has ended.
+	co.s.Stop()
 	cancelAll()
 	co.drain()
 	res := &Result{JobID: co.spec.ID, Counters: co.counters(), Timestamp: co.spec.Timestamp, Elapsed: time.Since(co.started)}
@@ -479,15 +480,27 @@ func (co *coordinator) outputTasks() []sched.TaskID {
 	return ids
 }
 
-// drain waits for the attempts' goroutines, dropping their reports.
+// drain waits for the attempts' goroutines. Their last events still go
+// to the scheduler, whose actions no longer matter (the job's end cleans
+// every worker up): a straggler killed when its backup won may report
+// only now, after the job ended, and the job's counters count it killed.
 func (co *coordinator) drain() {
 	finished := make(chan struct{})
 	go func() { co.wg.Wait(); close(finished) }()
 	for {
 		select {
-		case <-co.events:
+		case ev := <-co.events:
+			co.s.Step(time.Now(), ev.ev)
 		case <-finished:
-			return
+			// Events sent before their goroutines ended.
+			for {
+				select {
+				case ev := <-co.events:
+					co.s.Step(time.Now(), ev.ev)
+				default:
+					return
+				}
+			}
 		}
 	}
 }

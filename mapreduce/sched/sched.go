@@ -258,6 +258,21 @@ func New(cfg Config) *Scheduler {
 // Over reports whether the job has ended (JobDone or JobFailed returned).
 func (s *Scheduler) Over() bool { return s.over }
 
+// Stop ends the job from outside: its caller cancelled it, or the
+// coordinator stops what still runs once the job is over. Every attempt
+// still running is being stopped; its report, when it comes, counts it
+// killed (not failed), and no step starts anything after Stop.
+func (s *Scheduler) Stop() {
+	s.over = true
+	for _, ts := range [][]*task{s.maps, s.reduces} {
+		for _, t := range ts {
+			for _, a := range t.running() {
+				a.state = killing
+			}
+		}
+	}
+}
+
 func (s *Scheduler) task(id TaskID) *task {
 	ts := s.maps
 	if id.Kind == Reduce {

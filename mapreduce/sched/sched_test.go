@@ -304,3 +304,30 @@ func TestEmptyJob(t *testing.T) {
 		t.Fatalf("want done: %v", h.acts)
 	}
 }
+
+// TestStopCountsRunningAttemptsKilled: a job stopped from outside (its
+// context cancelled) with attempts running counts their reports, failed
+// or succeeded, as kills, discards what they wrote, and starts nothing.
+func TestStopCountsRunningAttemptsKilled(t *testing.T) {
+	h := newHarness(t, Config{MapHosts: []string{"", "", ""}, Reducers: 1},
+		WorkerJoined{Name: "w1", Slots: 2}, WorkerJoined{Name: "w2", Slots: 2})
+	att := h.started
+	if len(att) != 3 {
+		t.Fatalf("%d attempts started, want the 3 maps", len(att))
+	}
+	h.s.Stop()
+	if !h.s.Over() {
+		t.Fatal("not over after Stop")
+	}
+	acts := h.step(AttemptFailed{Attempt: att[0].Attempt, Err: errors.New("context canceled"), FetchFailedMap: -1})
+	acts = append(acts, h.step(AttemptSucceeded{att[1].Attempt})...)
+	if len(find[Start](acts))+len(find[Commit](acts)) != 0 {
+		t.Errorf("actions after Stop: %v", acts)
+	}
+	if d := find[Discard](acts); len(d) != 1 || d[0].Attempt != att[1].Attempt {
+		t.Errorf("want the late success discarded: %v", acts)
+	}
+	if h.s.Failed != 0 || h.s.Killed != 2 {
+		t.Errorf("failed %d killed %d, want 0 and 2", h.s.Failed, h.s.Killed)
+	}
+}
