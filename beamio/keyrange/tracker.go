@@ -92,14 +92,56 @@ func (t *Tracker) TryClaimKey(key []byte) bool {
 func (t *Tracker) TryClaimKeys(n int, key func(i int) []byte) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if n == 0 {
+		return 0
+	}
+	if t.stopped || !t.endsAfter(key(n-1)) {
+		return t.claimEachLocked(n, key)
+	}
+	// The batch's last key is before End, so every key is once the keys
+	// are known to ascend: one comparison per key instead of
+	// claimLocked's two (a batch is a read's rows, and these comparisons
+	// were about a tenth of Read's own CPU).
+	last := t.claimed
+	for i := range n {
+		k := key(i)
+		if len(k) == 0 || (last != nil && bytes.Compare(k, last) <= 0) ||
+			(last == nil && bytes.Compare(k, t.rest.Start) < 0) {
+			// Not an ascending batch within the restriction: claim
+			// key by key from the start (nothing was recorded yet),
+			// which stops where TryClaimKey would — possibly before
+			// this key, at one at or past End.
+			return t.claimEachLocked(n, key)
+		}
+		last = k
+	}
+	return t.keep(n, last)
+}
+
+// endsAfter reports whether key is before the restriction's End (always,
+// when the restriction is unbounded). Callers hold mu.
+func (t *Tracker) endsAfter(key []byte) bool {
+	return t.rest.Unbounded() || bytes.Compare(key, t.rest.End) < 0
+}
+
+// claimEachLocked is TryClaimKeys checking every key with claimLocked.
+// Callers hold mu.
+func (t *Tracker) claimEachLocked(n int, key func(i int) []byte) int {
 	last := t.claimed
 	claimed := 0
 	for ; claimed < n; claimed++ {
-		if !t.claimLocked(key(claimed), last) {
+		k := key(claimed)
+		if !t.claimLocked(k, last) {
 			break
 		}
-		last = key(claimed)
+		last = k
 	}
+	return t.keep(claimed, last)
+}
+
+// keep records last as the last key claimed when claimed keys were, and
+// returns claimed. Callers hold mu.
+func (t *Tracker) keep(claimed int, last []byte) int {
 	if claimed > 0 {
 		t.claimed = append(t.claimed[:0], last...)
 	}

@@ -70,6 +70,11 @@ type benchConfig struct {
 	rounds          int // each workload runs this many times per target, the order alternating
 	json            bool
 	keep            bool
+	// sessions: the workloads' client dials the server itself, as
+	// applications outside the emulator mechanism do, and so sends its
+	// single-row reads and writes on sessions where the server offers
+	// them (storage/datasession).
+	sessions bool
 	// serverMetrics is the server's Prometheus /metrics URL, from which
 	// its CPU per operation is read; empty: not measured.
 	serverMetrics string
@@ -136,6 +141,7 @@ spread evenly over the rows, so that a cluster serves it from N tablets
 	cmd.Flags().IntVar(&b.rounds, "rounds", 1, "times to run every workload on each target, alternating which goes first; medians and ranges are reported")
 	cmd.Flags().BoolVar(&b.json, "json", false, "print the results as JSON")
 	cmd.Flags().BoolVar(&b.keep, "keep", false, "keep the table afterwards")
+	cmd.Flags().BoolVar(&b.sessions, "sessions", false, "the workloads' official client dials each target itself (not through a connection of its own, as BIGTABLE_EMULATOR_HOST makes it): it sends ReadRow and single-row Apply on sessions when the target offers them; empty stays a plain PingAndWarm on a connection")
 	cmd.Flags().StringVar(&b.serverMetrics, "server-metrics", "", "the server's Prometheus /metrics URL (e.g. http://127.0.0.1:8087/metrics, tabula's --http): report its process CPU per operation")
 	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{cmd: cmd, err: err} })
 	return cmd
@@ -442,11 +448,13 @@ func median(xs []float64) float64 {
 // benchTarget is one server under test: its connection, its freshly
 // created table and the results so far.
 type benchTarget struct {
-	cfg     benchConfig
-	conn    *conn
-	runner  *benchRunner
-	memNote string
-	report  targetReport
+	cfg    benchConfig
+	conn   *conn
+	runner *benchRunner
+	// sessionData is the workloads' client with --sessions (nil without).
+	sessionData *bigtable.Client
+	memNote     string
+	report      targetReport
 	// cpu reads the target process's CPU time; nil: not measured.
 	cpu cpuMeter
 }
@@ -475,7 +483,15 @@ func openBenchTarget(ctx context.Context, b benchConfig, target string, cf connF
 		_, err := data.PingAndWarm(ctx, &btpb.PingAndWarmRequest{Name: instance})
 		return err
 	}
-	t.runner = &benchRunner{cfg: b, tbl: c.data.Open(b.table), ping: ping, progress: progress, target: target, pool: valuePool(b.valueSize)}
+	tbl := c.data.Open(b.table)
+	if b.sessions {
+		if t.sessionData, err = cf.sessionClient(ctx, c.tls); err != nil {
+			t.close()
+			return nil, fmt.Errorf("%s %s: %w", target, cf.addr, err)
+		}
+		tbl = t.sessionData.Open(b.table)
+	}
+	t.runner = &benchRunner{cfg: b, tbl: tbl, ping: ping, progress: progress, target: target, pool: valuePool(b.valueSize)}
 	if err := t.runner.awaitTablets(ctx, append([]string{benchKey(0)}, splits...)); err != nil {
 		t.close()
 		return nil, fmt.Errorf("%s %s: %w", target, cf.addr, err)
@@ -530,6 +546,9 @@ func (t *benchTarget) close() {
 		dctx, cancel := context.WithTimeout(context.Background(), defaultTimeout)
 		defer cancel()
 		_ = t.conn.admin.DeleteTable(master.WithPurge(dctx), t.cfg.table) // a scratch table: not kept for undelete
+	}
+	if t.sessionData != nil {
+		t.sessionData.Close()
 	}
 	t.conn.Close()
 }

@@ -108,6 +108,27 @@ func (c connFlags) dial(ctx context.Context) (*conn, error) {
 	return &conn{cc: cc, data: data, admin: admin, names: c, tls: tc}, nil
 }
 
+// sessionClient returns an official data client that dials c's server
+// itself, with tc's TLS (nil: plaintext) and c's token, as applications
+// outside the emulator mechanism do: unlike the clients of dial, whose
+// connection is given to them, it builds the session data plane and sends
+// its single-row reads and writes on sessions when the server's client
+// configuration says so.
+func (c connFlags) sessionClient(ctx context.Context, tc *tls.Config) (*bigtable.Client, error) {
+	opts := []option.ClientOption{option.WithEndpoint(c.addr), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(tlsconfig.DialOption(tc)),
+		option.WithGRPCDialOption(grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize), grpc.MaxCallSendMsgSize(maxMessageSize)))}
+	if c.token != "" {
+		opts = append(opts, option.WithGRPCDialOption(grpc.WithPerRPCCredentials(auth.BearerToken(c.token))))
+	}
+	data, err := bigtable.NewClientWithConfig(ctx, c.project, c.instance,
+		bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}, DisableDirectAccess: true}, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("data client for %s: %w", c.addr, err)
+	}
+	return data, nil
+}
+
 // Close closes both clients and the channel. Whether a client closes a
 // channel given with WithGRPCConn has varied between client versions, so
 // the channel is closed here too, last; a second close only returns an

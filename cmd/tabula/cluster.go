@@ -170,6 +170,7 @@ func newTabletServerCommand() *cobra.Command {
 	var memtableBytes, memtableBudget, splitBytes, metadataSplitBytes, blockCacheBytes, scanCacheBytes, compactionRate int64
 	var majorInterval time.Duration
 	var serverLease, fileCommitWindow time.Duration
+	var classicOnly bool
 	var tw tabletServerWorker
 	cmd := &cobra.Command{
 		Use:   "tabletserver",
@@ -197,6 +198,7 @@ back.`,
 				MemtableBytes: memtableBytes, MemtableBudget: memtableBudget, SplitBytes: splitBytes, CompactionRate: compactionRate, MetadataSplitBytes: metadataSplitBytes, MajorInterval: majorInterval,
 				BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
 				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Lease: serverLease, FileCommitWindow: fileCommitWindow, Logger: log, TLS: r.transport, Auth: r.authConfig,
+				ClassicOnly: classicOnly,
 			})
 			if err != nil {
 				return err
@@ -236,6 +238,7 @@ back.`,
 	f.Int64Var(&scanCacheBytes, "scan-cache-size", cluster.DefaultScanCacheBytes, "scan cache in bytes (negative: none)")
 	f.DurationVar(&serverLease, "server-lease", cluster.DefaultServerLease, "the server's own lease, shorter than --session-ttl: it stops serving this long after the start of its last successful session renewal (renewing every quarter of it), and the master reassigns its tablets this long plus a tenth after ending its session (negative: the session TTL)")
 	f.DurationVar(&fileCommitWindow, "file-commit-window", cluster.DefaultGCGrace/2, "a new SSTable is written again under a fresh name when saving the tablet state that lists it starts later than this after its name's time; keep it below the master's --gc-grace, which spares files younger than that")
+	f.BoolVar(&classicOnly, "classic-only", false, classicOnlyHelp)
 	tw.register(cmd)
 	return cmd
 }

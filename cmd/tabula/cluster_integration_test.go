@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"google.golang.org/api/option"
 
+	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/cluster/statuspage"
 )
@@ -198,6 +200,8 @@ func TestClusterSplitSpreadScanAndRecover(t *testing.T) {
 	}
 	t.Logf("scan of %d rows over %d tablets: %v local requests, 0 forwarded", n, len(tabs), after["local"]-before["local"])
 
+	sessionCallsMatch(t, ctx, c, entry.addr, tbl, rows)
+
 	// kill -9 of a tablet server during continuous writes.
 	victim := c.servers[2]
 	writer := c.servers[0]
@@ -292,5 +296,78 @@ func TestClusterSplitSpreadScanAndRecover(t *testing.T) {
 	// attempted writes.
 	if count < rows+len(acked) || int64(count) > int64(rows)+attempted.Load() {
 		t.Fatalf("table has %d rows, want %d acknowledged up to %d attempted", count, rows+len(acked), int64(rows)+attempted.Load())
+	}
+}
+
+// sessionCallsMatch: an official client that dials the entry server itself
+// sends its point reads and single-row writes on sessions, which the
+// gateway routes to the rows' servers as it routes the classic calls: the
+// reads return what classic reads of the same rows return.
+func sessionCallsMatch(t *testing.T, ctx context.Context, c *testCluster, addr string, classic *bigtable.Table, rows int) {
+	t.Helper()
+	sc, err := bigtable.NewClientWithConfig(ctx, "p", "i", bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}, DisableDirectAccess: true},
+		option.WithEndpoint(addr), option.WithoutAuthentication(), option.WithGRPCDialOption(tlsconfig.DialOption(tlsFor(addr))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	st := sc.Open("t")
+	calls := func() float64 {
+		var n float64
+		for _, s := range c.servers {
+			resp, err := httpGet(s.http + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := bufio.NewScanner(resp.Body)
+			for lines.Scan() {
+				line := lines.Text()
+				if strings.HasPrefix(line, "tabula_session_calls_total{") && strings.Contains(line, `code="OK"`) {
+					v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+					if err != nil {
+						t.Fatal(err)
+					}
+					n += v
+				}
+			}
+			resp.Body.Close()
+		}
+		return n
+	}
+	// The client turns sessions on after its first poll of the server's
+	// configuration.
+	waitFor(t, 30*time.Second, "a read on a session", func() (bool, string) {
+		before := calls()
+		if _, err := st.ReadRow(ctx, spreadKey("r", 0)); err != nil {
+			t.Fatal(err)
+		}
+		return calls() > before, ""
+	})
+	before := calls()
+	const reads = 200
+	for i := range reads {
+		key := spreadKey("r", i*rows/reads)
+		want, err := classic.ReadRow(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.ReadRow(ctx, key)
+		if err != nil {
+			t.Fatalf("session read of %s: %v", key, err)
+		}
+		if len(want["f"]) != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("session read of %s: %.200v, classic %.200v", key, got, want)
+		}
+	}
+	m := bigtable.NewMutation()
+	m.Set("f", "s", bigtable.Timestamp(2000), []byte("on a session"))
+	if err := st.Apply(ctx, spreadKey("r", 7), m); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := classic.ReadRow(ctx, spreadKey("r", 7), bigtable.RowFilter(bigtable.ColumnFilter("s"))); err != nil || len(got["f"]) != 1 || string(got["f"][0].Value) != "on a session" {
+		t.Fatalf("the session's write read back classically: %v, %v", got, err)
+	}
+	if n := calls() - before; n < reads+1 {
+		t.Fatalf("%v calls went on sessions, want %d", n, reads+1)
 	}
 }

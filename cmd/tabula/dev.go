@@ -85,6 +85,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.Int64Var(&cfg.BlockCacheBytes, "block-cache-size", 0, blockCacheHelp)
 	f.Int64Var(&cfg.ScanCacheBytes, "scan-cache-size", cluster.DefaultScanCacheBytes, "scan cache in bytes (negative: none)")
 	f.BoolVar(&cfg.InstanceAgnostic, "instance-agnostic", false, "serve every project and instance from one namespace")
+	f.BoolVar(&cfg.ClassicOnly, "classic-only", false, classicOnlyHelp)
 	f.DurationVar(&cfg.LogTruncateInterval, "log-truncate-interval", tabletserver.DefaultLogTruncateInterval, "how often the commit log drops what every tablet has flushed")
 	f.DurationVar(&cfg.SweepInterval, "sweep-interval", cluster.DefaultGCInterval, "how often SSTables no tablet references any more are deleted")
 	f.DurationVar(&cfg.SweepGrace, "sweep-grace", cluster.DefaultGCGrace, "files younger than this are never swept (a compaction may be writing them)")
@@ -118,10 +119,15 @@ func runDev(ctx context.Context, cfg cluster.DevConfig, out io.Writer) error {
 	}
 }
 
-// compactionRateHelp documents --compaction-rate (tabula dev and tabula
+// memtableBudgetHelp documents --memtable-budget (tabula dev and tabula
 // tabletserver).
 const memtableBudgetHelp = "bytes the memtables of all the server's tablets may hold together: past it, the largest are flushed early, and at twice it writes wait for the flushes (negative: no budget)"
 
+// classicOnlyHelp is --classic-only's help, for tabula dev and tabletserver.
+const classicOnlyHelp = "keep clients on the classic data API: do not send the official clients' single-row reads and writes to sessions (they use sessions only when they dial the server themselves, not through BIGTABLE_EMULATOR_HOST, and only without --auth)"
+
+// compactionRateHelp documents --compaction-rate (tabula dev and tabula
+// tabletserver).
 const compactionRateHelp = "bytes per second the tablets' own flushes and merging compactions write at while requests are served (faster under pressure, unpaced when idle; negative: never paced)"
 
 // majorIntervalHelp documents --major-compaction-interval (tabula dev and

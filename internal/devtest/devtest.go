@@ -25,7 +25,9 @@ import (
 	"cloud.google.com/go/iam"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/security/auth"
 	"github.com/tabuladb/tabula/security/tlsconfig"
@@ -185,14 +187,23 @@ func StartTWithToken(t testing.TB, cfg cluster.DevConfig, token string) *Server 
 // directory Start made.
 func (s *Server) Close() error {
 	var errs []error
+	// The clients share one connection, which a client's Close may close
+	// (whether a client closes a connection given with WithGRPCConn
+	// varies between versions): closing it again only says so (Canceled).
+	closed := func(err error) error {
+		if status.Code(err) == codes.Canceled {
+			return nil
+		}
+		return err
+	}
 	if s.Data != nil {
-		errs = append(errs, s.Data.Close())
+		errs = append(errs, closed(s.Data.Close()))
 	}
 	if s.Admin != nil {
-		errs = append(errs, s.Admin.Close())
+		errs = append(errs, closed(s.Admin.Close()))
 	}
 	if s.conn != nil {
-		errs = append(errs, s.conn.Close())
+		s.conn.Close()
 	}
 	if s.dev != nil {
 		errs = append(errs, s.dev.Close())
@@ -212,6 +223,16 @@ func (s *Server) HTTPAddr() string { return s.dev.HTTPAddr() }
 func ClientOptions(addr string) []option.ClientOption {
 	return []option.ClientOption{option.WithEndpoint(addr), option.WithoutAuthentication(),
 		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+}
+
+// SessionClient returns an official data client that dials the server
+// itself (ClientOptions), as applications outside the emulator mechanism
+// do: it sends single-row reads and writes on sessions
+// (storage/datasession) once the server's client configuration says so.
+// The caller closes it.
+func (s *Server) SessionClient(ctx context.Context) (*bigtable.Client, error) {
+	return bigtable.NewClientWithConfig(ctx, Project, Instance,
+		bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}, DisableDirectAccess: true}, ClientOptions(s.Addr)...)
 }
 
 // Context returns a context for one of t's calls, cancelled when t ends

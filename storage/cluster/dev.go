@@ -94,6 +94,11 @@ type DevConfig struct {
 	// InstanceAgnostic maps every instance to one, so that clients
 	// configured with any project and instance see the same tables.
 	InstanceAgnostic bool
+	// ClassicOnly keeps clients on the classic data API: the server's
+	// GetClientConfiguration does not send them to sessions
+	// (storage/datasession), which otherwise carry the official clients'
+	// single-row reads and writes when the server has no authentication.
+	ClassicOnly bool
 	// StopTimeout bounds the graceful stop of Close before in-flight
 	// requests are cut; default 10 s.
 	StopTimeout time.Duration
@@ -356,7 +361,8 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	unary = append(unary, missingTableUnary(catalog, in.instance))
 	stream = append(stream, missingTableStream(catalog, in.instance))
 	d.grpc = newGRPCServer(unary, stream, tlsconfig.ServerOptions(cfg.TLS.Server)...)
-	d.server.register(d.grpc, authview.Wrap(d.server.data, authview.Options{Catalog: catalog, Instance: in.instance}))
+	data := authview.Wrap(d.server.data, authview.Options{Catalog: catalog, Instance: in.instance})
+	d.server.register(d.grpc, withSessions(data, sessionLoad(cfg.ClassicOnly, guard != nil), unary, stream, d.server.stopping, reg))
 	d.master.register(d.grpc)
 	if cfg.RegisterServices != nil {
 		cfg.RegisterServices(d.grpc)
@@ -439,7 +445,8 @@ func (d *Dev) httpHandler(reg *prometheus.Registry) http.Handler {
 func (d *Dev) Close() error {
 	d.closeOnce.Do(func() {
 		d.serving.Store(false)
-		d.health.Shutdown() // NOT_SERVING, so that balancers move away first
+		d.health.Shutdown()      // NOT_SERVING, so that balancers move away first
+		d.server.beginStopping() // sessions end, which GracefulStop would wait for
 		d.log.Info("stopping")
 		done := make(chan struct{})
 		go func() {

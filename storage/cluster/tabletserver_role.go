@@ -78,6 +78,9 @@ type ServerConfig struct {
 	// MasterConfig.LogDir names the same directory. A local log is not
 	// sorted (ListLogSegments refuses it): a recovery replays it whole.
 	LogDir string
+	// ClassicOnly is DevConfig.ClassicOnly: clients stay on the
+	// classic data API.
+	ClassicOnly bool
 	// Addr is the gRPC listen address (host:port; port 0 picks one).
 	Addr string
 	// AdvertiseAddr is the address the server is known by — its name in
@@ -179,8 +182,15 @@ type TabletServer struct {
 
 	stopOnce sync.Once
 	done     chan struct{}
-	stopping chan struct{} // closed when shutdown begins
+	stopping chan struct{} // closed when shutdown begins (beginStopping)
+	stopped  sync.Once     // closes stopping
 	err      error
+}
+
+// beginStopping closes stopping, once: the long-lived streams (point
+// reads between servers, clients' sessions) end.
+func (s *TabletServer) beginStopping() {
+	s.stopped.Do(func() { close(s.stopping) })
 }
 
 // StartTabletServer starts a tablet server and returns once it listens and
@@ -332,7 +342,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		}, tlsconfig.ServerOptions(cfg.TLS.Server)...)...,
 	)
 	data := authview.Wrap(s.gateway, authview.Options{Catalog: NewCoordCatalog(cfg.Coord)})
-	s.register(s.grpc, data)
+	s.register(s.grpc, withSessions(data, sessionLoad(cfg.ClassicOnly, guard != nil), unary, stream, s.stopping, s.registry))
 	if guard == nil {
 		gateway.RegisterPointReads(s.grpc, data.ReadRows, func() error {
 			if s.sess.Valid() {
@@ -443,7 +453,7 @@ func (s *TabletServer) Close() error {
 }
 
 func (s *TabletServer) shutdown(clean bool) {
-	close(s.stopping) // ends the long-lived point-read streams, which GracefulStop would wait for
+	s.beginStopping() // ends the long-lived point-read streams and sessions, which GracefulStop would wait for
 	if s.grpc != nil {
 		if clean {
 			done := make(chan struct{})
