@@ -34,6 +34,10 @@ var implementedRPCs = map[string]bool{
 	"google.bigtable.v2.Bigtable.CheckAndMutateRow":  true,
 	"google.bigtable.v2.Bigtable.PingAndWarm":        true,
 	"google.bigtable.v2.Bigtable.ReadModifyWriteRow": true,
+	// The session data plane (storage/datasession).
+	"google.bigtable.v2.Bigtable.GetClientConfiguration": true,
+	"google.bigtable.v2.Bigtable.OpenTable":              true,
+	"google.bigtable.v2.Bigtable.OpenAuthorizedView":     true,
 
 	"google.bigtable.admin.v2.BigtableTableAdmin.CreateTable":              true,
 	"google.bigtable.admin.v2.BigtableTableAdmin.ListTables":               true,

@@ -49,6 +49,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tabuladb/tabula/storage/meta"
 )
 
 // Defaults of Options.
@@ -107,6 +109,9 @@ func Wrap(inner bigtablepb.BigtableServer, opts Options) *Server {
 // GetClientConfiguration tells the client what share of its single-row
 // calls to send on sessions, and to ask again every five minutes.
 func (s *Server) GetClientConfiguration(ctx context.Context, req *bigtablepb.GetClientConfigurationRequest) (*bigtablepb.ClientConfiguration, error) {
+	if _, _, err := meta.ParseInstanceName(req.GetInstanceName()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "instance_name: %v", err)
+	}
 	return &bigtablepb.ClientConfiguration{
 		Polling: &bigtablepb.ClientConfiguration_PollingConfiguration_{
 			PollingConfiguration: &bigtablepb.ClientConfiguration_PollingConfiguration{
@@ -194,11 +199,11 @@ func (s *Server) serve(stream sessionStream, kind string, open func(payload []by
 	if err != nil {
 		return err
 	}
-	os := first.GetOpenSession()
-	if os == nil {
+	opening := first.GetOpenSession()
+	if opening == nil {
 		return status.Errorf(codes.InvalidArgument, "session: the first message must be open_session, got %T", first.GetPayload())
 	}
-	t, err := open(os.GetPayload())
+	t, err := open(opening.GetPayload())
 	if err != nil {
 		return err
 	}
@@ -369,16 +374,23 @@ func (s *Server) dispatch(ctx context.Context, t target, payload []byte) ([]byte
 		if err != nil {
 			return nil, "ReadRow", err
 		}
+		if b, ok := encodeReadAnswer(row); ok {
+			return b, "ReadRow", nil
+		}
 		b, err := t.kind.encodeRead(&bigtablepb.SessionReadRowResponse{Row: row})
 		return b, "ReadRow", err
 	default:
 		if err := s.mutateRow(ctx, t, mutate); err != nil {
 			return nil, "MutateRow", err
 		}
-		b, err := t.kind.encodeMutate(&bigtablepb.SessionMutateRowResponse{})
-		return b, "MutateRow", err
+		return mutateAnswer, "MutateRow", nil
 	}
 }
+
+// mutateAnswer is the answer of every MutateRow that succeeded: a
+// TableResponse or an AuthorizedViewResponse (alike on the wire) holding
+// an empty SessionMutateRowResponse as mutate_row (field 2).
+var mutateAnswer = []byte{2<<3 | 2, 0}
 
 func stopped(c <-chan struct{}) bool {
 	select {
@@ -390,11 +402,11 @@ func stopped(c <-chan struct{}) bool {
 }
 
 // payloadKind decodes the calls of one kind of session and encodes their
-// answers: TableRequest and TableResponse, or their authorized-view twins.
+// read answers (when encodeReadAnswer cannot): TableRequest and
+// TableResponse, or their authorized-view twins.
 type payloadKind struct {
 	decode       func([]byte) (*bigtablepb.SessionReadRowRequest, *bigtablepb.SessionMutateRowRequest, error)
 	encodeRead   func(*bigtablepb.SessionReadRowResponse) ([]byte, error)
-	encodeMutate func(*bigtablepb.SessionMutateRowResponse) ([]byte, error)
 }
 
 var tableKind = payloadKind{
@@ -417,9 +429,6 @@ var tableKind = payloadKind{
 	encodeRead: func(r *bigtablepb.SessionReadRowResponse) ([]byte, error) {
 		return proto.Marshal(&bigtablepb.TableResponse{Payload: &bigtablepb.TableResponse_ReadRow{ReadRow: r}})
 	},
-	encodeMutate: func(r *bigtablepb.SessionMutateRowResponse) ([]byte, error) {
-		return proto.Marshal(&bigtablepb.TableResponse{Payload: &bigtablepb.TableResponse_MutateRow{MutateRow: r}})
-	},
 }
 
 var viewKind = payloadKind{
@@ -441,9 +450,6 @@ var viewKind = payloadKind{
 	},
 	encodeRead: func(r *bigtablepb.SessionReadRowResponse) ([]byte, error) {
 		return proto.Marshal(&bigtablepb.AuthorizedViewResponse{Payload: &bigtablepb.AuthorizedViewResponse_ReadRow{ReadRow: r}})
-	},
-	encodeMutate: func(r *bigtablepb.SessionMutateRowResponse) ([]byte, error) {
-		return proto.Marshal(&bigtablepb.AuthorizedViewResponse{Payload: &bigtablepb.AuthorizedViewResponse_MutateRow{MutateRow: r}})
 	},
 }
 

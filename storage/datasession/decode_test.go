@@ -81,3 +81,62 @@ func TestDecodeCallMatchesProto(t *testing.T) {
 		t.Errorf("only %d of %d payloads took the fast path", fast, len(payloads))
 	}
 }
+
+// TestEncodeAnswersMatchProto: the read and write answers encoded here
+// decode, as a TableResponse and as an AuthorizedViewResponse, to the
+// messages they stand for.
+func TestEncodeAnswersMatchProto(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	rows := []*bigtablepb.Row{nil, {Key: []byte("k")}}
+	for i := range 100 {
+		row := &bigtablepb.Row{Key: []byte(fmt.Sprintf("row%d", i))}
+		for f := range r.IntN(3) + 1 {
+			fam := &bigtablepb.Family{Name: fmt.Sprintf("f%d", f)}
+			for c := range r.IntN(3) + 1 {
+				col := &bigtablepb.Column{Qualifier: []byte(fmt.Sprintf("q%d", c))}
+				if c == 0 && i%5 == 0 {
+					col.Qualifier = nil // the empty qualifier
+				}
+				for v := range r.IntN(3) + 1 {
+					cell := &bigtablepb.Cell{TimestampMicros: int64(r.IntN(3)) * 1000 * int64(v+1), Value: make([]byte, r.IntN(300))}
+					if i%4 == 0 {
+						cell.Labels = []string{"l1", fmt.Sprint(v)}
+					}
+					col.Cells = append(col.Cells, cell)
+				}
+				fam.Columns = append(fam.Columns, col)
+			}
+			row.Families = append(row.Families, fam)
+		}
+		rows = append(rows, row)
+	}
+	for i, row := range rows {
+		b, ok := encodeReadAnswer(row)
+		if !ok {
+			t.Fatalf("row %d: not encoded", i)
+		}
+		var tr bigtablepb.TableResponse
+		if err := proto.Unmarshal(b, &tr); err != nil {
+			t.Fatalf("row %d: %v", i, err)
+		}
+		want := &bigtablepb.TableResponse{Payload: &bigtablepb.TableResponse_ReadRow{ReadRow: &bigtablepb.SessionReadRowResponse{Row: row}}}
+		if !proto.Equal(&tr, want) {
+			t.Fatalf("row %d: decodes to %v, want %v", i, &tr, want)
+		}
+		var vr bigtablepb.AuthorizedViewResponse
+		if err := proto.Unmarshal(b, &vr); err != nil || !proto.Equal(vr.GetReadRow(), want.GetReadRow()) {
+			t.Fatalf("row %d as a view's answer: %v, %v", i, &vr, err)
+		}
+	}
+	if _, ok := encodeReadAnswer(&bigtablepb.Row{Key: []byte("k"), Families: []*bigtablepb.Family{{Name: "\xff"}}}); ok {
+		t.Error("a family name that is not UTF-8 was encoded")
+	}
+	for _, m := range []proto.Message{
+		&bigtablepb.TableResponse{Payload: &bigtablepb.TableResponse_MutateRow{MutateRow: &bigtablepb.SessionMutateRowResponse{}}},
+		&bigtablepb.AuthorizedViewResponse{Payload: &bigtablepb.AuthorizedViewResponse_MutateRow{MutateRow: &bigtablepb.SessionMutateRowResponse{}}},
+	} {
+		if b, err := proto.Marshal(m); err != nil || string(b) != string(mutateAnswer) {
+			t.Errorf("%T marshals to %x (%v), the constant is %x", m, b, err, mutateAnswer)
+		}
+	}
+}

@@ -67,6 +67,8 @@ func (readRowsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	case *bigtablepb.MutateRowsRequest:
 		return unmarshalMutateRows(data, m) // mutatecodec.go
+	case *bigtablepb.SessionRequest: // sessioncodec.go
+		return unmarshalSessionRequest(data, m)
 	case *bigtablepb.ReadRowsRequest: // request_decode.go
 		if len(data) == 1 {
 			return unmarshalReadRowsRequest(data[0].ReadOnlyData(), m)
@@ -81,6 +83,10 @@ func (readRowsCodec) Marshal(v any) (mem.BufferSlice, error) {
 	case *bigtablepb.ReadRowsResponse:
 		if fastEncodable(m) {
 			return encodeReadRows(m)
+		}
+	case *bigtablepb.SessionResponse: // sessioncodec.go
+		if b, ok := marshalSessionResponse(m); ok {
+			return b, nil
 		}
 	case *RawFrame:
 		if m.bufs == nil {
