@@ -37,7 +37,6 @@ package datasession
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -92,9 +91,12 @@ type Options struct {
 // classic one (see the package doc).
 type Server struct {
 	bigtablepb.BigtableServer
-	opts   Options
-	unary  grpc.UnaryServerInterceptor
-	stream grpc.StreamServerInterceptor
+	opts Options
+	// readRows is ReadRows' generated handler inside the stream
+	// interceptors, and mutateRow MutateRow's inside the unary ones:
+	// composed once.
+	readRows    grpc.StreamHandler
+	mutateRowFn grpc.UnaryHandler
 }
 
 // Wrap returns inner with the session data plane in front of it.
@@ -103,7 +105,13 @@ func Wrap(inner bigtablepb.BigtableServer, opts Options) *Server {
 		opts.KeepAlive = DefaultKeepAlive
 	}
 	opts.Load = min(max(opts.Load, 0), 1)
-	return &Server{BigtableServer: inner, opts: opts, unary: chainUnary(opts.Unary), stream: chainStream(opts.Stream)}
+	readRowsInfo := &grpc.StreamServerInfo{FullMethod: bigtablepb.Bigtable_ReadRows_FullMethodName, IsServerStream: true}
+	s := &Server{BigtableServer: inner, opts: opts, readRows: wrapHandler(opts.Stream, readRowsInfo, readRowsHandler)}
+	mutateRowInfo := &grpc.UnaryServerInfo{Server: inner, FullMethod: bigtablepb.Bigtable_MutateRow_FullMethodName}
+	s.mutateRowFn = wrapUnary(opts.Unary, mutateRowInfo, func(ctx context.Context, req any) (any, error) {
+		return inner.MutateRow(ctx, req.(*bigtablepb.MutateRowRequest))
+	})
+	return s
 }
 
 // GetClientConfiguration tells the client what share of its single-row
@@ -405,8 +413,8 @@ func stopped(c <-chan struct{}) bool {
 // read answers (when encodeReadAnswer cannot): TableRequest and
 // TableResponse, or their authorized-view twins.
 type payloadKind struct {
-	decode       func([]byte) (*bigtablepb.SessionReadRowRequest, *bigtablepb.SessionMutateRowRequest, error)
-	encodeRead   func(*bigtablepb.SessionReadRowResponse) ([]byte, error)
+	decode     func([]byte) (*bigtablepb.SessionReadRowRequest, *bigtablepb.SessionMutateRowRequest, error)
+	encodeRead func(*bigtablepb.SessionReadRowResponse) ([]byte, error)
 }
 
 var tableKind = payloadKind{
@@ -462,12 +470,10 @@ func unknownCall(p any) error {
 
 // --- the calls, as classic calls ---
 
-// Bigtable's generated handlers: a call runs through the very code a
-// classic request does once it has been received.
-var (
-	readRowsHandler  = streamHandler("ReadRows")
-	mutateRowHandler = methodHandler("MutateRow")
-)
+// readRowsHandler is ReadRows' generated handler: a session's read runs
+// through the very code a classic request does once it has been received
+// (a write calls the service's MutateRow, as MutateRow's handler does).
+var readRowsHandler = streamHandler("ReadRows")
 
 func streamHandler(name string) grpc.StreamHandler {
 	for _, d := range bigtablepb.Bigtable_ServiceDesc.Streams {
@@ -476,15 +482,6 @@ func streamHandler(name string) grpc.StreamHandler {
 		}
 	}
 	panic("datasession: no stream " + name + " in google.bigtable.v2.Bigtable")
-}
-
-func methodHandler(name string) grpc.MethodHandler {
-	for _, d := range bigtablepb.Bigtable_ServiceDesc.Methods {
-		if d.MethodName == name {
-			return d.Handler
-		}
-	}
-	panic("datasession: no method " + name + " in google.bigtable.v2.Bigtable")
 }
 
 // readRow reads one row as a ReadRows of its key would, and returns it (nil
@@ -497,14 +494,7 @@ func (s *Server) readRow(ctx context.Context, t target, r *bigtablepb.SessionRea
 		RowsLimit: 1,
 	}
 	cs := &rowStream{ctx: ctx, req: req}
-	info := &grpc.StreamServerInfo{FullMethod: bigtablepb.Bigtable_ReadRows_FullMethodName, IsServerStream: true}
-	var err error
-	if s.stream != nil {
-		err = s.stream(s.BigtableServer, cs, info, readRowsHandler)
-	} else {
-		err = readRowsHandler(s.BigtableServer, cs)
-	}
-	if err != nil {
+	if err := s.readRows(s.BigtableServer, cs); err != nil {
 		return nil, err
 	}
 	return cs.rows.result()
@@ -512,75 +502,39 @@ func (s *Server) readRow(ctx context.Context, t target, r *bigtablepb.SessionRea
 
 // mutateRow applies one row's mutations as a MutateRow would.
 func (s *Server) mutateRow(ctx context.Context, t target, r *bigtablepb.SessionMutateRowRequest) error {
-	req := &bigtablepb.MutateRowRequest{
+	_, err := s.mutateRowFn(ctx, &bigtablepb.MutateRowRequest{
 		TableName: t.table, AuthorizedViewName: t.view, AppProfileId: t.appProfile,
 		RowKey: r.GetKey(), Mutations: r.GetMutations(),
-	}
-	dec := func(m any) error {
-		out, ok := m.(*bigtablepb.MutateRowRequest)
-		if !ok {
-			return fmt.Errorf("datasession: MutateRow decodes into %T", m)
-		}
-		// Fields set one by one: proto.Merge goes by reflection.
-		out.TableName, out.AuthorizedViewName, out.AppProfileId = req.TableName, req.AuthorizedViewName, req.AppProfileId
-		out.RowKey, out.Mutations = req.RowKey, req.Mutations
-		return nil
-	}
-	var interceptor grpc.UnaryServerInterceptor
-	if s.unary != nil {
-		interceptor = s.unary
-	}
-	_, err := mutateRowHandler(s.BigtableServer, ctx, dec, interceptor)
+	})
 	return err
 }
 
-// chainUnary composes interceptors as grpc.ChainUnaryInterceptor does:
-// the first is the outermost.
-func chainUnary(list []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
-	var live []grpc.UnaryServerInterceptor
-	for _, i := range list {
-		if i != nil {
-			live = append(live, i)
+// wrapUnary returns handler inside the unary interceptors, the first
+// outermost (as grpc.ChainUnaryInterceptor orders them), for calls of
+// info's method: composed once.
+func wrapUnary(list []grpc.UnaryServerInterceptor, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) grpc.UnaryHandler {
+	h := handler
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i] == nil {
+			continue
 		}
+		interceptor, next := list[i], h
+		h = func(ctx context.Context, req any) (any, error) { return interceptor(ctx, req, info, next) }
 	}
-	if len(live) == 0 {
-		return nil
-	}
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		var next func(i int) grpc.UnaryHandler
-		next = func(i int) grpc.UnaryHandler {
-			if i == len(live) {
-				return handler
-			}
-			return func(ctx context.Context, req any) (any, error) {
-				return live[i](ctx, req, info, next(i+1))
-			}
-		}
-		return next(0)(ctx, req)
-	}
+	return h
 }
 
-// chainStream is chainUnary for stream interceptors.
-func chainStream(list []grpc.StreamServerInterceptor) grpc.StreamServerInterceptor {
-	var live []grpc.StreamServerInterceptor
-	for _, i := range list {
-		if i != nil {
-			live = append(live, i)
+// wrapHandler returns handler inside the stream interceptors, the first
+// outermost (as grpc.ChainStreamInterceptor orders them), for calls of
+// info's method: composed once, so that a call allocates no closures.
+func wrapHandler(list []grpc.StreamServerInterceptor, info *grpc.StreamServerInfo, handler grpc.StreamHandler) grpc.StreamHandler {
+	h := handler
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i] == nil {
+			continue
 		}
+		interceptor, next := list[i], h
+		h = func(srv any, ss grpc.ServerStream) error { return interceptor(srv, ss, info, next) }
 	}
-	if len(live) == 0 {
-		return nil
-	}
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		var next func(i int) grpc.StreamHandler
-		next = func(i int) grpc.StreamHandler {
-			if i == len(live) {
-				return handler
-			}
-			return func(srv any, ss grpc.ServerStream) error {
-				return live[i](srv, ss, info, next(i+1))
-			}
-		}
-		return next(0)(srv, ss)
-	}
+	return h
 }

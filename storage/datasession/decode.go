@@ -6,6 +6,8 @@ import (
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
 // decodeCallFast decodes a call's payload — a TableRequest or an
@@ -49,10 +51,13 @@ func decodeReadRow(b []byte) (*bigtablepb.SessionReadRowRequest, bool) {
 			r.Key = v
 			continue
 		}
-		r.Filter = &bigtablepb.RowFilter{}
-		if proto.Unmarshal(v, r.Filter) != nil {
+		// Shared with the other calls and requests sending the same
+		// filter: nothing modifies it.
+		f, ok := tabletserver.SharedFilter(v)
+		if !ok {
 			return nil, false
 		}
+		r.Filter = f
 	}
 	return r, true
 }

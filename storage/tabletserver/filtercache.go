@@ -35,11 +35,19 @@ func (fc *filterCache) compile(f *bigtablepb.RowFilter, field string, compile fu
 	if f == nil {
 		return compile()
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(f)
-	if err != nil {
-		return compile()
+	var key string
+	if enc, ok := sharedEncoding(f); ok {
+		// A filter decoded from bytes many requests send: keyed by
+		// those bytes, without encoding it again (which cost a
+		// session's point read 7% of the server's CPU).
+		key = field + "\x00s" + enc
+	} else {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(f)
+		if err != nil {
+			return compile()
+		}
+		key = field + "\x00d" + string(b)
 	}
-	key := field + "\x00" + string(b)
 	if cf, ok := fc.c.Get(key); ok {
 		return cf, nil
 	}

@@ -162,15 +162,26 @@ func decodeRowSet(b []byte, rs *bigtablepb.RowSet) bool {
 var sharedFilters = struct {
 	sync.RWMutex
 	m map[string]*bigtablepb.RowFilter
-}{m: map[string]*bigtablepb.RowFilter{}}
+	// enc maps each filter of m back to its encoding: the filter cache
+	// finds a shared filter's compiled form by it without encoding the
+	// filter again (filterCache.compile).
+	enc map[*bigtablepb.RowFilter]string
+}{m: map[string]*bigtablepb.RowFilter{}, enc: map[*bigtablepb.RowFilter]string{}}
 
 const (
 	sharedFiltersMax    = 1024
 	sharedFilterMaxSize = 4 << 10 // larger filters are decoded per request
 )
 
-// sharedFilter returns the decoded filter of encoding b, which its callers
-// must not modify; false when b does not decode.
+// SharedFilter returns the decoded filter of encoding b, shared with every
+// request that sends the same bytes (decoded once, kept in a bounded
+// table): callers must not modify it. False when b does not decode. For
+// the decoders of requests that carry filters (point reads here, the
+// sessions' calls in storage/datasession): a filter is a chain of nested
+// oneofs, which protobuf's generic decoder allocates by reflection.
+func SharedFilter(b []byte) (*bigtablepb.RowFilter, bool) { return sharedFilter(b) }
+
+// sharedFilter is SharedFilter.
 func sharedFilter(b []byte) (*bigtablepb.RowFilter, bool) {
 	if len(b) > sharedFilterMaxSize {
 		f := &bigtablepb.RowFilter{}
@@ -189,8 +200,20 @@ func sharedFilter(b []byte) (*bigtablepb.RowFilter, bool) {
 	sharedFilters.Lock()
 	if len(sharedFilters.m) >= sharedFiltersMax {
 		sharedFilters.m = map[string]*bigtablepb.RowFilter{}
+		sharedFilters.enc = map[*bigtablepb.RowFilter]string{}
 	}
-	sharedFilters.m[string(b)] = f
+	enc := string(b)
+	sharedFilters.m[enc] = f
+	sharedFilters.enc[f] = enc
 	sharedFilters.Unlock()
 	return f, true
+}
+
+// sharedEncoding returns the encoding f was decoded from when f is a
+// shared filter (sharedFilter's), false otherwise.
+func sharedEncoding(f *bigtablepb.RowFilter) (string, bool) {
+	sharedFilters.RLock()
+	enc, ok := sharedFilters.enc[f]
+	sharedFilters.RUnlock()
+	return enc, ok
 }
