@@ -124,7 +124,7 @@ func runDev(ctx context.Context, cfg cluster.DevConfig, out io.Writer) error {
 const memtableBudgetHelp = "bytes the memtables of all the server's tablets may hold together: past it, the largest are flushed early, and at twice it writes wait for the flushes (negative: no budget)"
 
 // classicOnlyHelp is --classic-only's help, for tabula dev and tabletserver.
-const classicOnlyHelp = "keep clients on the classic data API: do not send the official clients' single-row reads and writes to sessions (they use sessions only when they dial the server themselves, not through BIGTABLE_EMULATOR_HOST, and only without --auth)"
+const classicOnlyHelp = "keep clients on the classic data API: do not send the official clients' single-row reads and writes to sessions (they use sessions only when they dial the server themselves, not through BIGTABLE_EMULATOR_HOST)"
 
 // compactionRateHelp documents --compaction-rate (tabula dev and tabula
 // tabletserver).

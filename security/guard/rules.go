@@ -73,12 +73,14 @@ var rules = map[string]rule{
 	dataPrefix + "GetClientConfiguration":                {kind: ruleAuthenticated},
 	dataPrefix + "GenerateInitialChangeStreamPartitions": {check: needTable(acl.Read)},
 	dataPrefix + "ReadChangeStream":                      {check: needTable(acl.Read)},
-	// SQL may read any table of the instance; sessions carry requests
-	// the guard does not look into.
-	dataPrefix + "PrepareQuery":         {kind: ruleSuperuser},
-	dataPrefix + "ExecuteQuery":         {kind: ruleSuperuser},
-	dataPrefix + "OpenTable":            {kind: ruleSuperuser},
-	dataPrefix + "OpenAuthorizedView":   {kind: ruleSuperuser},
+	// SQL may read any table of the instance.
+	dataPrefix + "PrepareQuery": {kind: ruleSuperuser},
+	dataPrefix + "ExecuteQuery": {kind: ruleSuperuser},
+	// A session's stream only carries calls: the server runs each through
+	// its interceptors, this guard's among them, as the classic call it
+	// stands for (storage/datasession), which is checked as such.
+	dataPrefix + "OpenTable":            {kind: ruleAuthenticated},
+	dataPrefix + "OpenAuthorizedView":   {kind: ruleAuthenticated},
 	dataPrefix + "OpenMaterializedView": {kind: ruleSuperuser},
 
 	// --- tabula.scripts.v1.Scripts: scripts run with the caller's rights ---

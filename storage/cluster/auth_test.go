@@ -70,7 +70,9 @@ type authEnv struct {
 	// the script service (served by the tablet's own server, not routed
 	// by a gateway) is made on each of them.
 	servers []string
-	logs    *syncBuffer
+	// dev is the server, when it is a tabula dev.
+	dev  *Dev
+	logs *syncBuffer
 	// refused are the connections whose every call must be refused, and
 	// the code: UNAUTHENTICATED (bad or no credentials), or OK for "any
 	// error" (a certificate the TLS handshake refuses).
@@ -167,7 +169,7 @@ func startAuthDevWith(t *testing.T, tweak func(*DevConfig)) *authEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	env.addr, env.transport = d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials())
+	env.addr, env.transport, env.dev = d.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), d
 	env.connect(t)
 	return env
 }
@@ -373,8 +375,10 @@ var apiCases = map[string]apiCase{
 	"ExecuteQuery": {need: "root", deniedAs: "admin", req: func(string) proto.Message {
 		return &bigtablepb.ExecuteQueryRequest{InstanceName: authInstance, Query: "SELECT * FROM t"}
 	}},
-	"OpenTable":            {need: "root", deniedAs: "admin", req: newInput("google.bigtable.v2.OpenTableRequest")},
-	"OpenAuthorizedView":   {need: "root", deniedAs: "admin", req: newInput("google.bigtable.v2.OpenAuthorizedViewRequest")},
+	// A session's stream needs credentials only: the calls on it are
+	// checked one by one as their classic calls (TestSessionsUnderAuth).
+	"OpenTable":            {need: "nobody", req: newInput("google.bigtable.v2.SessionRequest")},
+	"OpenAuthorizedView":   {need: "nobody", req: newInput("google.bigtable.v2.SessionRequest")},
 	"OpenMaterializedView": {need: "root", deniedAs: "admin", req: newInput("google.bigtable.v2.OpenMaterializedViewRequest")},
 
 	// google.bigtable.admin.v2.BigtableTableAdmin

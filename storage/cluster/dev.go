@@ -97,7 +97,7 @@ type DevConfig struct {
 	// ClassicOnly keeps clients on the classic data API: the server's
 	// GetClientConfiguration does not send them to sessions
 	// (storage/datasession), which otherwise carry the official clients'
-	// single-row reads and writes when the server has no authentication.
+	// single-row reads and writes.
 	ClassicOnly bool
 	// StopTimeout bounds the graceful stop of Close before in-flight
 	// requests are cut; default 10 s.
@@ -362,7 +362,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	stream = append(stream, missingTableStream(catalog, in.instance))
 	d.grpc = newGRPCServer(unary, stream, tlsconfig.ServerOptions(cfg.TLS.Server)...)
 	data := authview.Wrap(d.server.data, authview.Options{Catalog: catalog, Instance: in.instance})
-	d.server.register(d.grpc, withSessions(data, sessionLoad(cfg.ClassicOnly, guard != nil), unary, stream, d.server.stopping, reg))
+	d.server.register(d.grpc, withSessions(data, sessionLoad(cfg.ClassicOnly), unary, stream, d.server.stopping, reg))
 	d.master.register(d.grpc)
 	if cfg.RegisterServices != nil {
 		cfg.RegisterServices(d.grpc)

@@ -9,13 +9,11 @@ import (
 )
 
 // sessionLoad is the share of their single-row calls the clients are sent
-// to sessions with: all, unless the server is configured classic-only or
-// requires credentials. With authentication on, the guard admits a
-// session's stream to superusers only (it checks the classic requests
-// one by one, and a session's calls arrive inside one stream), so
-// clients are not sent to sessions they could not open.
-func sessionLoad(classicOnly, auth bool) float32 {
-	if classicOnly || auth {
+// to sessions with: all, unless the server is configured classic-only.
+// With authentication on too: each call on a session runs through the
+// guard's interceptors as the classic call it stands for.
+func sessionLoad(classicOnly bool) float32 {
+	if classicOnly {
 		return 0
 	}
 	return 1

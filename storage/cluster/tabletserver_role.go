@@ -342,7 +342,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		}, tlsconfig.ServerOptions(cfg.TLS.Server)...)...,
 	)
 	data := authview.Wrap(s.gateway, authview.Options{Catalog: NewCoordCatalog(cfg.Coord)})
-	s.register(s.grpc, withSessions(data, sessionLoad(cfg.ClassicOnly, guard != nil), unary, stream, s.stopping, s.registry))
+	s.register(s.grpc, withSessions(data, sessionLoad(cfg.ClassicOnly), unary, stream, s.stopping, s.registry))
 	if guard == nil {
 		gateway.RegisterPointReads(s.grpc, data.ReadRows, func() error {
 			if s.sess.Valid() {
