@@ -40,9 +40,20 @@ import (
 //   - tokens only: no client certificate anywhere; the servers prove who
 //     they are with their server token (AuthConfig.ServerToken, principal
 //     tabula-server).
+//
+// Then checkSessionCalls: calls on sessions, decided through the gateway
+// as their classic calls.
 func TestAuthWholeAPIThroughGateway(t *testing.T) {
-	t.Run("mutual TLS", func(t *testing.T) { checkWholeAPI(t, startAuthCluster(t, true)) })
-	t.Run("tokens only", func(t *testing.T) { checkWholeAPI(t, startAuthCluster(t, false)) })
+	t.Run("mutual TLS", func(t *testing.T) {
+		e := startAuthCluster(t, true)
+		checkWholeAPI(t, e)
+		checkSessionCalls(t, e)
+	})
+	t.Run("tokens only", func(t *testing.T) {
+		e := startAuthCluster(t, false)
+		checkWholeAPI(t, e)
+		checkSessionCalls(t, e)
+	})
 }
 
 // startAuthCluster starts the cluster of TestAuthWholeAPIThroughGateway,

@@ -3,8 +3,6 @@ package cluster
 import (
 	"bufio"
 	"context"
-	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -27,9 +25,8 @@ import (
 // TestSessionsUnderAuth: with authentication on, the official client's
 // calls on sessions are checked one by one as the classic calls they
 // stand for — a reader reads its table on a session and is refused a
-// write there, and a table without its grant; a writer writes; a caller
-// without credentials opens no session — and the refused write changes
-// nothing.
+// write there, and a table without its grant; a writer writes — and the
+// refused write changes nothing; then checkSessionCalls on raw sessions.
 func TestSessionsUnderAuth(t *testing.T) {
 	e := startAuthDevWith(t, func(c *DevConfig) { c.HTTPAddr = "127.0.0.1:0" })
 	const table, other = "sessauth", "sessauth-nogrant"
@@ -106,16 +103,100 @@ func TestSessionsUnderAuth(t *testing.T) {
 	if err := writer.Apply(ctx, "r3", m); err != nil {
 		t.Fatalf("a writer's write on a session: %v", err)
 	}
-	// Without credentials no session opens.
-	st, err := e.data("none").OpenTable(ctx)
+	checkSessionCalls(t, e)
+}
+
+// checkSessionCalls makes calls on raw sessions (the protocol's own
+// messages, so that they are certainly on sessions) of env as a reader, a
+// writer and without credentials: each is decided as its classic call —
+// the reader reads its table's row, is refused a write (the table
+// unchanged) and any read of a table without its grant; the writer writes.
+func checkSessionCalls(t *testing.T, e *authEnv) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const table, other = "sesscalls", "sesscalls-nogrant"
+	e.createTable(t, table)
+	if _, err := e.admin("root").CreateTable(ctx, &adminpb.CreateTableRequest{Parent: authInstance, TableId: other, Table: &adminpb.Table{
+		ColumnFamilies: map[string]*adminpb.ColumnFamily{"a": {}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	open := func(who, tb string) bigtablepb.Bigtable_OpenTableClient {
+		t.Helper()
+		st, err := e.data(who).OpenTable(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		payload, _ := proto.Marshal(&bigtablepb.OpenTableRequest{TableName: tablePath(tb)})
+		if err := st.Send(&bigtablepb.SessionRequest{Payload: &bigtablepb.SessionRequest_OpenSession{OpenSession: &bigtablepb.OpenSessionRequest{Payload: payload}}}); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// call sends one call and returns its answer, skipping the session's
+	// other frames (its opening, parameters, heartbeats).
+	call := func(st bigtablepb.Bigtable_OpenTableClient, id int64, req *bigtablepb.TableRequest) (*bigtablepb.TableResponse, error) {
+		t.Helper()
+		payload, _ := proto.Marshal(req)
+		if err := st.Send(&bigtablepb.SessionRequest{Payload: &bigtablepb.SessionRequest_VirtualRpc{VirtualRpc: &bigtablepb.VirtualRpcRequest{RpcId: id, Payload: payload}}}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				t.Fatalf("call %d: the session ended: %v", id, err)
+			}
+			if er := m.GetError(); er != nil {
+				if er.GetRpcId() != id {
+					t.Fatalf("an error frame of call %d, want %d's", er.GetRpcId(), id)
+				}
+				return nil, status.ErrorProto(er.GetStatus())
+			}
+			if vr := m.GetVirtualRpc(); vr != nil {
+				if vr.GetRpcId() != id {
+					t.Fatalf("the answer of call %d, want %d's", vr.GetRpcId(), id)
+				}
+				var resp bigtablepb.TableResponse
+				if err := proto.Unmarshal(vr.GetPayload(), &resp); err != nil {
+					t.Fatal(err)
+				}
+				return &resp, nil
+			}
+		}
+	}
+	read := func(key string) *bigtablepb.TableRequest {
+		return &bigtablepb.TableRequest{Payload: &bigtablepb.TableRequest_ReadRow{ReadRow: &bigtablepb.SessionReadRowRequest{Key: []byte(key)}}}
+	}
+	write := &bigtablepb.TableRequest{Payload: &bigtablepb.TableRequest_MutateRow{MutateRow: &bigtablepb.SessionMutateRowRequest{
+		Key: []byte("r1"), Mutations: []*bigtablepb.Mutation{setCell("a", "x", "on a session")}}}}
+
+	reader := open("reader", table)
+	resp, err := call(reader, 1, read("r1"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the reader's read on a session: %v", err)
 	}
-	payload, _ := proto.Marshal(&bigtablepb.OpenTableRequest{TableName: tablePath(table)})
-	if err := st.Send(&bigtablepb.SessionRequest{Payload: &bigtablepb.SessionRequest_OpenSession{OpenSession: &bigtablepb.OpenSessionRequest{Payload: payload}}}); err != nil && !errors.Is(err, io.EOF) {
-		t.Fatal(err)
+	if fams := resp.GetReadRow().GetRow().GetFamilies(); len(fams) != 2 {
+		t.Fatalf("the reader's r1: %v, want families a and b", resp)
 	}
-	if _, err := st.Recv(); status.Code(err) != codes.Unauthenticated {
+	before := e.snapshot(t, table)
+	if _, err := call(reader, 2, write); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("the reader's write on a session: %v, want PERMISSION_DENIED", err)
+	}
+	if after := e.snapshot(t, table); after != before {
+		t.Fatalf("the refused write changed the table:\n%s\nbefore:\n%s", after, before)
+	}
+	if _, err := call(open("reader", other), 1, read("r1")); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("the reader's read of a table without its grant: %v, want PERMISSION_DENIED", err)
+	}
+	if _, err := call(open("writer", table), 1, write); err != nil {
+		t.Fatalf("the writer's write on a session: %v", err)
+	}
+	if _, err := call(open("writer", table), 1, read("r1")); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("the writer's read on a session: %v, want PERMISSION_DENIED", err)
+	}
+	// Without credentials no session opens.
+	if _, err := open("none", table).Recv(); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("a session opened without credentials: %v, want UNAUTHENTICATED", err)
 	}
 }
