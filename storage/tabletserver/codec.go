@@ -67,6 +67,8 @@ func (readRowsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	case *bigtablepb.MutateRowsRequest:
 		return unmarshalMutateRows(data, m) // mutatecodec.go
+	case *bigtablepb.MutateRowRequest:
+		return unmarshalMutateRow(data, m) // mutatecodec.go
 	case *bigtablepb.SessionRequest: // sessioncodec.go
 		return unmarshalSessionRequest(data, m)
 	case *bigtablepb.ReadRowsRequest: // request_decode.go

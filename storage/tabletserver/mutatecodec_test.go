@@ -250,3 +250,57 @@ func TestMutateRowsDecoderBoundsItsSlabs(t *testing.T) {
 		}
 	}
 }
+
+// TestMutateRowDecoderMatchesProto: single-row writes — each entry of
+// randomMutateRows' requests as a MutateRowRequest with the request's
+// names, SetCells only or mixed with other mutations, over split buffers,
+// damaged and extended — decode as proto.Unmarshal decodes them, and
+// keep nothing of gRPC's buffers.
+func TestMutateRowDecoderMatchesProto(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	fast, total := 0, 0
+	check := func(wire []byte, i int) {
+		t.Helper()
+		total++
+		want := &bigtablepb.MutateRowRequest{}
+		wantErr := proto.Unmarshal(wire, want)
+		data := splitBuffers(r, bytes.Clone(wire))
+		got := &bigtablepb.MutateRowRequest{TableName: "stale", Mutations: []*bigtablepb.Mutation{{}}}
+		err := (readRowsCodec{}).Unmarshal(data, got)
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("request %d: error %v, protobuf's %v", i, err, wantErr)
+		}
+		for _, b := range data {
+			clear(b.ReadOnlyData())
+		}
+		if err == nil && !proto.Equal(got, want) {
+			t.Fatalf("request %d: decoded\n%v\nwant\n%v", i, got, want)
+		}
+		if decodeMutateRow(bytes.Clone(wire), &bigtablepb.MutateRowRequest{}) {
+			fast++
+		}
+	}
+	for i := range 300 {
+		rows := randomMutateRows(r, i%2 == 1)
+		for _, e := range rows.Entries {
+			req := &bigtablepb.MutateRowRequest{TableName: rows.TableName, AppProfileId: rows.AppProfileId,
+				AuthorizedViewName: rows.AuthorizedViewName, RowKey: e.RowKey, Mutations: e.Mutations}
+			wire, err := proto.Marshal(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(wire, i)
+			if len(wire) > 1 {
+				check(wire[:r.IntN(len(wire))], i)
+				c := bytes.Clone(wire)
+				c[r.IntN(len(c))] ^= byte(1 + r.IntN(255))
+				check(c, i)
+			}
+			check(append(bytes.Clone(wire), 0x40, 0x01), i) // field 8, a varint
+		}
+	}
+	if fast == 0 || fast == total {
+		t.Fatalf("%d of %d requests took the fast path: one of the two paths went untested", fast, total)
+	}
+	t.Logf("%d of %d requests decoded by the fast path", fast, total)
+}
