@@ -242,12 +242,14 @@ func (s *Server) serve(stream sessionStream, kind string, open func(payload []by
 	case <-s.opts.Stopping:
 	}
 	// Stopping: the client is told to go, and moves its calls to other
-	// sessions; it closes this one once its call is answered.
+	// sessions; it closes this one once its call is answered. Calls are
+	// refused from here on; one the worker admitted has stored its id
+	// before it looked (work), so the GoAway names it.
+	ss.goingAway.Store(true)
 	if err := ss.send(&bigtablepb.SessionResponse{Payload: &bigtablepb.SessionResponse_GoAway{GoAway: &bigtablepb.GoAwayResponse{
 		Reason: "server stopping", Description: "the server is shutting down", LastRpcIdAdmitted: ss.lastRPC.Load()}}}); err != nil {
 		return nil
 	}
-	ss.goingAway.Store(true)
 	grace := time.NewTimer(DefaultGoAwayGrace)
 	defer grace.Stop()
 	select {
