@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -145,5 +148,60 @@ func TestBenchServerCPU(t *testing.T) {
 		if tb == "never" {
 			t.Error("the failed run created its table")
 		}
+	}
+}
+
+// TestBenchSessions: with --sessions the workloads' client dials the
+// server itself, and its point reads and single-row writes reach a tabula
+// dev on sessions (the server's count of calls on sessions grows by about
+// the reads and writes made).
+func TestBenchSessions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	d, err := cluster.StartDev(ctx, cluster.DevConfig{Dir: t.TempDir(), Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Logger: quietDevLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	calls := func() int {
+		resp, err := http.Get(fmt.Sprintf("http://%s/metrics", d.HTTPAddr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		n := 0
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			if strings.HasPrefix(line, "tabula_session_calls_total{") && strings.Contains(line, `code="OK"`) {
+				v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += int(v)
+			}
+		}
+		return n
+	}
+	cfg := benchConfig{
+		conn:        connFlags{addr: d.Addr(), project: devProject, instance: devInstance},
+		table:       "sessions",
+		rows:        2000,
+		concurrency: 4,
+		batch:       1,
+		valueSize:   100,
+		rounds:      1,
+		workloads:   []string{wlSeqWrite, wlRandRead},
+		sessions:    true,
+	}
+	var out, progress bytes.Buffer
+	if err := runBench(ctx, cfg, &out, &progress); err != nil {
+		t.Fatal(err)
+	}
+	// The client turns sessions on after its first poll of the server's
+	// configuration, a few calls in: nearly all of the 4,000 go on them
+	// (and the reads by which bench waits for the table's tablets).
+	if n := calls(); n < 3000 || n > 4010 {
+		t.Errorf("%d calls on sessions of 2,000 single-row writes and 2,000 reads", n)
 	}
 }
