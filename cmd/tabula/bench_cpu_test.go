@@ -1,17 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/storage/cluster"
 )
 
@@ -169,19 +168,11 @@ func TestBenchSessions(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		n := 0
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			line := sc.Text()
-			if strings.HasPrefix(line, "tabula_session_calls_total{") && strings.Contains(line, `code="OK"`) {
-				v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				n += int(v)
-			}
+		n, err := devtest.SumMetric(resp.Body, "tabula_session_calls_total", `code="OK"`)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return n
+		return int(n)
 	}
 	cfg := benchConfig{
 		conn:        connFlags{addr: d.Addr(), project: devProject, instance: devInstance},

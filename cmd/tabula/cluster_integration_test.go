@@ -17,6 +17,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/api/option"
 
+	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/cluster/statuspage"
@@ -319,18 +320,12 @@ func sessionCallsMatch(t *testing.T, ctx context.Context, c *testCluster, addr s
 			if err != nil {
 				t.Fatal(err)
 			}
-			lines := bufio.NewScanner(resp.Body)
-			for lines.Scan() {
-				line := lines.Text()
-				if strings.HasPrefix(line, "tabula_session_calls_total{") && strings.Contains(line, `code="OK"`) {
-					v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-					if err != nil {
-						t.Fatal(err)
-					}
-					n += v
-				}
-			}
+			v, err := devtest.SumMetric(resp.Body, "tabula_session_calls_total", `code="OK"`)
 			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += v
 		}
 		return n
 	}

@@ -1,13 +1,10 @@
 package datasession_test
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -33,20 +30,11 @@ func sessionCalls(t *testing.T, srv *devtest.Server, method string) int {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	n := 0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "tabula_session_calls_total{") || !strings.Contains(line, `method="`+method+`"`) {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		n += int(v)
+	n, err := devtest.SumMetric(resp.Body, "tabula_session_calls_total", `method="`+method+`"`)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return n
+	return int(n)
 }
 
 // sessionClient returns an official client that dials the server itself,
