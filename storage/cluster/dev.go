@@ -827,7 +827,13 @@ func (s *tableNameStream) RecvMsg(m any) error {
 		return err
 	}
 	if s.name == "" {
-		s.name = tableNameOf(m)
+		// Written only when found: a session's messages name no table,
+		// and its stream is read by a goroutine of its own, which may
+		// still be receiving when the handler returns and this
+		// interceptor reads name (storage/datasession).
+		if name := tableNameOf(m); name != "" {
+			s.name = name
+		}
 	}
 	return nil
 }

@@ -239,6 +239,11 @@ func (s *Server) serve(stream sessionStream, kind string, open func(payload []by
 	select {
 	case err := <-done:
 		return err
+	case <-ctx.Done():
+		// The client went away. Its call may still be running (a call
+		// that does not heed its context): the stream is given back
+		// now, and the call's answer is dropped (ss.end).
+		return status.FromContextError(ctx.Err()).Err()
 	case <-s.opts.Stopping:
 	}
 	// Stopping: the client is told to go, and moves its calls to other

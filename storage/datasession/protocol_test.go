@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -257,5 +258,75 @@ func TestSessionRefusals(t *testing.T) {
 	cfg, err := c.GetClientConfiguration(ctx, &bigtablepb.GetClientConfigurationRequest{InstanceName: "projects/p/instances/i"})
 	if err != nil || cfg.GetSessionConfiguration().GetSessionLoad() != 0 {
 		t.Errorf("GetClientConfiguration of a server with Load 0: %v, %v", cfg, err)
+	}
+}
+
+// stuckServer's ReadRows ignores its context and returns only when
+// released.
+type stuckServer struct {
+	bigtablepb.UnimplementedBigtableServer
+	entered, release chan struct{}
+}
+
+func (s *stuckServer) ReadRows(*bigtablepb.ReadRowsRequest, bigtablepb.Bigtable_ReadRowsServer) error {
+	close(s.entered)
+	<-s.release
+	return nil
+}
+
+// TestSessionEndsWhenClientLeaves: a client that goes away during a call
+// gets its session ended at once, even while the call still runs (the
+// server's stream is not held until the call gives up).
+func TestSessionEndsWhenClientLeaves(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	inner := &stuckServer{entered: make(chan struct{}), release: make(chan struct{})}
+	defer close(inner.release)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	bigtablepb.RegisterBigtableServer(srv, datasession.Wrap(inner, datasession.Options{Load: 1, Metrics: datasession.NewMetrics(reg)}))
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := bigtablepb.NewBigtableClient(conn).OpenTable(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, _ := proto.Marshal(&bigtablepb.OpenTableRequest{TableName: "projects/p/instances/i/tables/t"})
+	if err := st.Send(&bigtablepb.SessionRequest{Payload: &bigtablepb.SessionRequest_OpenSession{OpenSession: &bigtablepb.OpenSessionRequest{Payload: payload}}}); err != nil {
+		t.Fatal(err)
+	}
+	sendCall(t, st, 1, readCall("r"))
+	<-inner.entered
+	open := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "tabula_sessions_open" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no tabula_sessions_open")
+		return -1
+	}
+	if n := open(); n != 1 {
+		t.Fatalf("%v sessions open during the call, want 1", n)
+	}
+	cancel() // the client leaves; the call stays stuck
+	deadline := time.Now().Add(10 * time.Second)
+	for open() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the session stayed open while its call was stuck after the client left")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
