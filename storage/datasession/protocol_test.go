@@ -50,9 +50,9 @@ func (s *slowServer) MutateRow(ctx context.Context, req *bigtablepb.MutateRowReq
 	return &bigtablepb.MutateRowResponse{}, nil
 }
 
-// session opens a session of table "projects/p/instances/i/tables/t" on a
-// server of inner wrapped with opts, and returns its stream.
-func openSession(t *testing.T, inner bigtablepb.BigtableServer, opts datasession.Options) bigtablepb.Bigtable_OpenTableClient {
+// serveWrapped serves inner wrapped with opts on a loopback port for the
+// test's duration and returns a client of it.
+func serveWrapped(t *testing.T, inner bigtablepb.BigtableServer, opts datasession.Options) bigtablepb.BigtableClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,14 +67,26 @@ func openSession(t *testing.T, inner bigtablepb.BigtableServer, opts datasession
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	return bigtablepb.NewBigtableClient(conn)
+}
+
+// openTable is the message opening a session of table.
+func openTable(table string) *bigtablepb.SessionRequest {
+	payload, _ := proto.Marshal(&bigtablepb.OpenTableRequest{TableName: table})
+	return &bigtablepb.SessionRequest{Payload: &bigtablepb.SessionRequest_OpenSession{OpenSession: &bigtablepb.OpenSessionRequest{Payload: payload}}}
+}
+
+// session opens a session of table "projects/p/instances/i/tables/t" on a
+// server of inner wrapped with opts, and returns its stream.
+func openSession(t *testing.T, inner bigtablepb.BigtableServer, opts datasession.Options) bigtablepb.Bigtable_OpenTableClient {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	st, err := bigtablepb.NewBigtableClient(conn).OpenTable(ctx)
+	st, err := serveWrapped(t, inner, opts).OpenTable(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload, _ := proto.Marshal(&bigtablepb.OpenTableRequest{TableName: "projects/p/instances/i/tables/t"})
-	if err := st.Send(&bigtablepb.SessionRequest{Payload: &bigtablepb.SessionRequest_OpenSession{OpenSession: &bigtablepb.OpenSessionRequest{Payload: payload}}}); err != nil {
+	if err := st.Send(openTable("projects/p/instances/i/tables/t")); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := st.Recv(); err != nil || m.GetOpenSession() == nil {
@@ -208,24 +220,11 @@ func TestSessionGoAway(t *testing.T) {
 // TestSessionRefusals: a session must open with open_session naming a
 // table; a server already stopping refuses new sessions.
 func TestSessionRefusals(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	stopping := make(chan struct{})
 	close(stopping)
-	srv := grpc.NewServer()
-	bigtablepb.RegisterBigtableServer(srv, datasession.Wrap(&slowServer{}, datasession.Options{Stopping: stopping}))
-	go srv.Serve(lis)
-	defer srv.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	c := serveWrapped(t, &slowServer{}, datasession.Options{Stopping: stopping})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c := bigtablepb.NewBigtableClient(conn)
 	open := func(first *bigtablepb.SessionRequest) error {
 		st, err := c.OpenTable(ctx)
 		if err != nil {
@@ -237,16 +236,14 @@ func TestSessionRefusals(t *testing.T) {
 		_, err = st.Recv()
 		return err
 	}
-	noTable, _ := proto.Marshal(&bigtablepb.OpenTableRequest{})
-	withTable, _ := proto.Marshal(&bigtablepb.OpenTableRequest{TableName: "projects/p/instances/i/tables/t"})
 	for _, tc := range []struct {
 		name  string
 		first *bigtablepb.SessionRequest
 		code  codes.Code
 	}{
 		{"a call first", &bigtablepb.SessionRequest{Payload: &bigtablepb.SessionRequest_VirtualRpc{VirtualRpc: &bigtablepb.VirtualRpcRequest{RpcId: 1}}}, codes.InvalidArgument},
-		{"no table", &bigtablepb.SessionRequest{Payload: &bigtablepb.SessionRequest_OpenSession{OpenSession: &bigtablepb.OpenSessionRequest{Payload: noTable}}}, codes.InvalidArgument},
-		{"stopping", &bigtablepb.SessionRequest{Payload: &bigtablepb.SessionRequest_OpenSession{OpenSession: &bigtablepb.OpenSessionRequest{Payload: withTable}}}, codes.Unavailable},
+		{"no table", openTable(""), codes.InvalidArgument},
+		{"stopping", openTable("projects/p/instances/i/tables/t"), codes.Unavailable},
 	} {
 		if err := open(tc.first); status.Code(err) != tc.code {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.code)
@@ -281,26 +278,13 @@ func TestSessionEndsWhenClientLeaves(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	inner := &stuckServer{entered: make(chan struct{}), release: make(chan struct{})}
 	defer close(inner.release)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	bigtablepb.RegisterBigtableServer(srv, datasession.Wrap(inner, datasession.Options{Load: 1, Metrics: datasession.NewMetrics(reg)}))
-	go srv.Serve(lis)
-	defer srv.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	c := serveWrapped(t, inner, datasession.Options{Load: 1, Metrics: datasession.NewMetrics(reg)})
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := bigtablepb.NewBigtableClient(conn).OpenTable(ctx)
+	st, err := c.OpenTable(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload, _ := proto.Marshal(&bigtablepb.OpenTableRequest{TableName: "projects/p/instances/i/tables/t"})
-	if err := st.Send(&bigtablepb.SessionRequest{Payload: &bigtablepb.SessionRequest_OpenSession{OpenSession: &bigtablepb.OpenSessionRequest{Payload: payload}}}); err != nil {
+	if err := st.Send(openTable("projects/p/instances/i/tables/t")); err != nil {
 		t.Fatal(err)
 	}
 	sendCall(t, st, 1, readCall("r"))
