@@ -18,6 +18,10 @@
 // interceptors (Options.Unary, Options.Stream), so that it is checked,
 // routed, fenced, counted and answered exactly as the classic call would
 // be: the same errors, the same authorized-view rules, the same metrics.
+// A ReadRow's row comes back whole from a tablet served here
+// (tabletserver.WithRowTaker) rather than encoded as CellChunks only to be
+// merged again; from a tablet a gateway reaches elsewhere, it is merged
+// from the responses the gateway relays.
 // A session carries one virtual RPC at a time (the client's protocol), so
 // a session is served by one goroutine in order.
 //
@@ -50,6 +54,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tabuladb/tabula/storage/meta"
+
+	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
 // Defaults of Options.
@@ -500,11 +506,15 @@ func (s *Server) readRow(ctx context.Context, t target, r *bigtablepb.SessionRea
 		Filter:    r.GetFilter(),
 		RowsLimit: 1,
 	}
-	cs := &rowStream{ctx: ctx, req: req}
+	cs := &rowStream{req: req}
+	// A tablet served here hands the row over whole (takeRow); one served
+	// elsewhere answers through a gateway, whose responses the stream
+	// merges (SendMsg).
+	cs.ctx = tabletserver.WithRowTaker(ctx, cs.takeRow)
 	if err := s.readRows(s.BigtableServer, cs); err != nil {
 		return nil, err
 	}
-	return cs.rows.result()
+	return cs.result()
 }
 
 // mutateRow applies one row's mutations as a MutateRow would.

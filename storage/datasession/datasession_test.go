@@ -65,8 +65,8 @@ func sessionClient(t *testing.T, srv *devtest.Server, table string) *bigtable.Cl
 // TestSessionReadsAndWritesMatchClassic: the official client's ReadRow
 // and Apply on sessions answer and write what the classic calls do — rows
 // with versions, families and a value split over several chunks; filters,
-// including one that leaves nothing; missing rows — and fail with the
-// classic calls' codes.
+// including one that leaves nothing and ones that label cells; missing
+// rows — and fail with the classic calls' codes.
 func TestSessionReadsAndWritesMatchClassic(t *testing.T) {
 	ctx := devtest.Context(t)
 	const table = "sessions"
@@ -104,6 +104,11 @@ func TestSessionReadsAndWritesMatchClassic(t *testing.T) {
 		{"r1", []bigtable.ReadOption{bigtable.RowFilter(bigtable.ChainFilters(bigtable.ColumnFilter("a"), bigtable.StripValueFilter()))}},
 		{"r1", []bigtable.ReadOption{bigtable.RowFilter(bigtable.ColumnFilter("nothing"))}},
 		{"r2", []bigtable.ReadOption{bigtable.RowFilter(bigtable.ColumnFilter("big"))}},
+		// Labels, and an interleave that returns every cell twice.
+		{"r1", []bigtable.ReadOption{bigtable.RowFilter(bigtable.InterleaveFilters(
+			bigtable.ChainFilters(bigtable.FamilyFilter("f"), bigtable.LabelFilter("x")),
+			bigtable.ChainFilters(bigtable.ColumnFilter("c"), bigtable.LabelFilter("y"))))}},
+		{"r1", []bigtable.ReadOption{bigtable.RowFilter(bigtable.InterleaveFilters(bigtable.LabelFilter("x"), bigtable.LabelFilter("y")))}},
 	}
 	before := sessionCalls(t, dev, "ReadRow")
 	for i, r := range reads {

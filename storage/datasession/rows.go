@@ -1,6 +1,7 @@
 package datasession
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,17 +12,64 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tabuladb/tabula/storage/filter"
 	"github.com/tabuladb/tabula/storage/tabletserver"
 )
 
 // rowStream is the server stream a session's ReadRow runs its ReadRows
-// on: it hands the handler the request once and merges the responses'
-// chunks into the row.
+// on: it hands the handler the request once, and takes the row whole
+// (takeRow, from a tablet served here) or merges the responses' chunks
+// into it (SendMsg, from a tablet a gateway reaches elsewhere).
 type rowStream struct {
 	ctx      context.Context
 	req      *bigtablepb.ReadRowsRequest
 	received bool
 	rows     chunkMerger
+	taken    *bigtablepb.Row
+}
+
+// takeRow is the stream's tabletserver.RowTaker: it builds the row as
+// chunkMerger would from the chunks of cells — a family each time the
+// family changes from one cell to the next, a column each time the
+// family or the qualifier does — with the cells' bytes shared, not
+// copied (they are immutable: tabletserver.RowTaker).
+func (s *rowStream) takeRow(key []byte, cells []filter.LabeledCell) error {
+	if s.taken != nil || s.rows.row != nil {
+		return status.Error(codes.Internal, "datasession: ReadRows returned a second row for one key")
+	}
+	row := &bigtablepb.Row{Key: key}
+	slab := make([]bigtablepb.Cell, len(cells)) // one allocation for the row's cells
+	var family *bigtablepb.Family
+	var column *bigtablepb.Column
+	for i := range cells {
+		c := &cells[i]
+		if i == 0 || c.Family != cells[i-1].Family {
+			family = &bigtablepb.Family{Name: c.Family}
+			row.Families = append(row.Families, family)
+			column = nil
+		}
+		if column == nil || !bytes.Equal(c.Qualifier, cells[i-1].Qualifier) {
+			column = &bigtablepb.Column{Qualifier: c.Qualifier}
+			family.Columns = append(family.Columns, column)
+		}
+		cl := &slab[i]
+		cl.TimestampMicros, cl.Value, cl.Labels = c.Timestamp, c.Value, c.Labels
+		column.Cells = append(column.Cells, cl)
+	}
+	s.taken = row
+	return nil
+}
+
+// result returns the row read (nil when none was, or the filter left no
+// cell).
+func (s *rowStream) result() (*bigtablepb.Row, error) {
+	if s.taken != nil {
+		if s.rows.row != nil {
+			return nil, status.Error(codes.Internal, "datasession: ReadRows returned a second row for one key")
+		}
+		return s.taken, nil
+	}
+	return s.rows.result()
 }
 
 func (s *rowStream) Context() context.Context     { return s.ctx }

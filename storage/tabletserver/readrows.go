@@ -73,6 +73,10 @@ func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablep
 		w.raw = rawSender(stream)
 	}
 	limit := req.GetRowsLimit()
+	take := rowTakerOf(ctx)
+	if take != nil && req.GetRequestStatsView() == bigtablepb.ReadRowsRequest_REQUEST_STATS_FULL {
+		return invalidf("request_stats_view", "a ReadRows whose rows are taken whole cannot return request stats")
+	}
 	var stats bigtablepb.ReadIterationStats
 	// The filtered cells of the row at hand: one buffer for the request
 	// (the chunks keep the cells' bytes, not the slice).
@@ -84,11 +88,19 @@ func (s *DataService) ReadRows(req *bigtablepb.ReadRowsRequest, stream bigtablep
 			filtered = f.ApplyAppend(filtered[:0], row)
 			cells := filtered
 			if len(cells) == 0 {
+				if take != nil {
+					return nil // nothing to send: no response carries the row
+				}
 				return w.skip(row.Key)
 			}
 			stats.RowsReturnedCount++
 			stats.CellsReturnedCount += int64(len(cells))
-			if err := w.row(row.Key, cells); err != nil {
+			if take != nil {
+				w.total += takenBytes(row.Key, cells)
+				if err := take(row.Key, cells); err != nil {
+					return err
+				}
+			} else if err := w.row(row.Key, cells); err != nil {
 				return err
 			}
 			if limit > 0 && stats.RowsReturnedCount >= limit {
