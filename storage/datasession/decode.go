@@ -42,7 +42,7 @@ func decodeReadRow(b []byte) (*bigtablepb.SessionReadRowRequest, bool) {
 	r := &bigtablepb.SessionReadRowRequest{}
 	seen := [3]bool{}
 	for len(b) > 0 {
-		num, v, rest, ok := bytesField(b)
+		num, v, rest, ok := tabletserver.NextBytesField(b)
 		if !ok || num < 1 || num > 2 || seen[num] {
 			return nil, false
 		}
@@ -67,7 +67,7 @@ func decodeMutateRow(b []byte) (*bigtablepb.SessionMutateRowRequest, bool) {
 	r := &bigtablepb.SessionMutateRowRequest{}
 	keySeen := false
 	for len(b) > 0 {
-		num, v, rest, ok := bytesField(b)
+		num, v, rest, ok := tabletserver.NextBytesField(b)
 		if !ok {
 			return nil, false
 		}
@@ -86,19 +86,6 @@ func decodeMutateRow(b []byte) (*bigtablepb.SessionMutateRowRequest, bool) {
 		}
 	}
 	return r, true
-}
-
-// bytesField consumes one length-delimited field of b.
-func bytesField(b []byte) (num protowire.Number, v, rest []byte, ok bool) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 || typ != protowire.BytesType {
-		return 0, nil, nil, false
-	}
-	v, m := protowire.ConsumeBytes(b[n:])
-	if m < 0 {
-		return 0, nil, nil, false
-	}
-	return num, v, b[n+m:], true
 }
 
 // Field numbers of the read answer: TableResponse and

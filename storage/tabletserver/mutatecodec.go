@@ -61,7 +61,7 @@ func decodeMutateRows(b []byte, m *bigtablepb.MutateRowsRequest) bool {
 		m.Entries = make([]*bigtablepb.MutateRowsRequest_Entry, 0, nEntries)
 	}
 	for len(b) > 0 {
-		num, v, rest, ok := nextBytesField(b)
+		num, v, rest, ok := NextBytesField(b)
 		if !ok {
 			return false
 		}
@@ -106,7 +106,7 @@ const maxFastMutations = 100_000
 // fast path takes (checked again, field by field, when decoding).
 func countMutateRows(b []byte) (entries, muts int, ok bool) {
 	for len(b) > 0 {
-		num, v, rest, ok := nextBytesField(b)
+		num, v, rest, ok := NextBytesField(b)
 		if !ok {
 			return 0, 0, false
 		}
@@ -116,7 +116,7 @@ func countMutateRows(b []byte) (entries, muts int, ok bool) {
 		}
 		entries++
 		for len(v) > 0 {
-			num, _, rest, ok := nextBytesField(v)
+			num, _, rest, ok := NextBytesField(v)
 			if !ok {
 				return 0, 0, false
 			}
@@ -149,7 +149,7 @@ type mutateRowsSlabs struct {
 func (s *mutateRowsSlabs) decodeEntry(b []byte, e *bigtablepb.MutateRowsRequest_Entry) bool {
 	first := s.used
 	for len(b) > 0 {
-		num, v, rest, ok := nextBytesField(b)
+		num, v, rest, ok := NextBytesField(b)
 		if !ok {
 			return false
 		}
@@ -180,7 +180,7 @@ func (s *mutateRowsSlabs) decodeEntry(b []byte, e *bigtablepb.MutateRowsRequest_
 func (s *mutateRowsSlabs) decodeMutation(b []byte, mu *bigtablepb.Mutation, i int) bool {
 	seen := false
 	for len(b) > 0 {
-		num, v, rest, ok := nextBytesField(b)
+		num, v, rest, ok := NextBytesField(b)
 		if !ok || num != 1 || seen {
 			// Another kind of mutation, a second SetCell (protobuf
 			// merges the two) or another field.
@@ -250,11 +250,12 @@ func (s *mutateRowsSlabs) decodeSetCell(b []byte, sc *bigtablepb.Mutation_SetCel
 	return true
 }
 
-// nextBytesField splits off the first field of b, a message's encoding:
+// NextBytesField splits off the first field of b, a message's encoding:
 // its number, its bytes and what follows; ok is false unless b starts
 // with a well-formed length-delimited field (the only wire type the fast
-// decoders accept where they use it).
-func nextBytesField(b []byte) (num protowire.Number, v, rest []byte, ok bool) {
+// decoders accept where they use it: this package's and
+// storage/datasession's).
+func NextBytesField(b []byte) (num protowire.Number, v, rest []byte, ok bool) {
 	num, typ, n := protowire.ConsumeTag(b)
 	if n < 0 || typ != protowire.BytesType {
 		return 0, nil, nil, false
@@ -289,7 +290,7 @@ func decodeMutateRow(b []byte, m *bigtablepb.MutateRowRequest) bool {
 	proto.Reset(m)
 	nMuts := 0
 	for rest := b; len(rest) > 0; {
-		num, _, next, ok := nextBytesField(rest)
+		num, _, next, ok := NextBytesField(rest)
 		if !ok {
 			return false
 		}
@@ -308,7 +309,7 @@ func decodeMutateRow(b []byte, m *bigtablepb.MutateRowRequest) bool {
 		setCells: make([]bigtablepb.Mutation_SetCell, nMuts),
 	}
 	for len(b) > 0 {
-		num, v, rest, _ := nextBytesField(b) // well-formed: counted above
+		num, v, rest, _ := NextBytesField(b) // well-formed: counted above
 		b = rest
 		switch num {
 		case 1, 4, 6:

@@ -133,7 +133,7 @@ func decodeReadRowsRequest(b []byte, req *bigtablepb.ReadRowsRequest) bool {
 // decodeRowSet appends the row keys and ranges encoded in b to rs.
 func decodeRowSet(b []byte, rs *bigtablepb.RowSet) bool {
 	for len(b) > 0 {
-		num, v, rest, ok := nextBytesField(b)
+		num, v, rest, ok := NextBytesField(b)
 		if !ok {
 			return false
 		}

@@ -64,7 +64,7 @@ func unmarshalSessionRequest(data mem.BufferSlice, m *bigtablepb.SessionRequest)
 // decodeVirtualRPCRequest decodes a SessionRequest holding exactly one
 // VirtualRpc; false for anything else.
 func decodeVirtualRPCRequest(b []byte) (*bigtablepb.VirtualRpcRequest, bool) {
-	num, v, rest, ok := nextBytesField(b)
+	num, v, rest, ok := NextBytesField(b)
 	if !ok || num != sessReqVirtualRPC || len(rest) > 0 {
 		return nil, false
 	}
