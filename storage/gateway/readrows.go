@@ -113,7 +113,12 @@ func (g *Gateway) readTablets(ctx context.Context, req *bigtablepb.ReadRowsReque
 // readTablet runs one sub-request, relaying its responses.
 func (g *Gateway) readTablet(ctx context.Context, loc meta.Location, sub *bigtablepb.ReadRowsRequest, r *readRelay) error {
 	if g.route("ReadRows", loc) {
-		err := g.local.ReadRows(sub, &readRowsCapture{ctx: ctx, send: r.relay})
+		// The rows go through the relay, which counts them against the
+		// limit and resumes after them: not to a taker the caller's
+		// context may carry (a session's ReadRow, which a tablet the
+		// caller's own request covered would hand its row).
+		cctx := tabletserver.WithRowTaker(ctx, nil)
+		err := g.local.ReadRows(sub, &readRowsCapture{ctx: cctx, send: r.relay})
 		if r.sendErr != nil {
 			return r.sendErr
 		}

@@ -26,7 +26,8 @@ type rowTakerKey struct{}
 // response (its interceptors, checks and errors are the same). The
 // request must not ask for request stats, which travel in a response.
 // A ReadRows forwarded to another server (storage/gateway) does not see
-// the taker: its rows come back as responses.
+// the taker: its rows come back as responses. A nil take removes the
+// taker ctx carries (the gateway's relay of a local part does).
 func WithRowTaker(ctx context.Context, take RowTaker) context.Context {
 	return context.WithValue(ctx, rowTakerKey{}, take)
 }
