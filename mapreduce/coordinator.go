@@ -375,12 +375,19 @@ func (co *coordinator) run(ctx context.Context) (*Result, error) {
 			if s, ok := ev.ev.(sched.AttemptSucceeded); ok && ev.result != nil {
 				co.results[s.Attempt] = *ev.result
 			}
-			// An attempt that failed because its worker was lost must not
-			// count as a failure: report the loss first if the watcher's
-			// event has not arrived yet.
+			// An attempt that failed because its worker was lost — or,
+			// a reduce, because the worker holding the map output it
+			// fetched was — must not count as a failure: report the
+			// loss first if the watcher's event has not arrived yet.
 			if f, ok := ev.ev.(sched.AttemptFailed); ok {
 				if w := co.workerOf(f.Attempt); w != nil && isLost(w) {
-					acts = co.s.Step(time.Now(), sched.WorkerLost{Name: w.Name()})
+					acts = append(acts, co.s.Step(time.Now(), sched.WorkerLost{Name: w.Name()})...)
+				}
+				if f.FetchFailedMap >= 0 {
+					holder := co.workers[co.committedWorker[sched.TaskID{Kind: sched.Map, Index: f.FetchFailedMap}]]
+					if holder != nil && isLost(holder) {
+						acts = append(acts, co.s.Step(time.Now(), sched.WorkerLost{Name: holder.Name()})...)
+					}
 				}
 			}
 			acts = append(acts, co.s.Step(time.Now(), ev.ev)...)

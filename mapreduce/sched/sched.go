@@ -16,7 +16,9 @@
 //     task and its last error; failures of attempts that were killed (a
 //     backup lost the race, the job ended) or whose worker was lost do not
 //     count. A reduce that could not fetch a map's output does not count
-//     either: that map is re-run.
+//     either: that map is re-run. Such a reduce counts as killed when the
+//     output was already known gone (its worker lost, or the map re-running
+//     after an earlier fetch failure), as failed otherwise.
 //   - A lost worker's running attempts end; its committed map outputs are
 //     re-run while some reduce still needs them (map-only jobs commit
 //     their output at once, and committed reduces are final).
@@ -399,6 +401,17 @@ func (s *Scheduler) failed(ev AttemptFailed) []Action {
 		s.endAttempt(a, killed)
 		s.Killed++
 		return nil
+	}
+	if ev.FetchFailedMap >= 0 && t.id.Kind == Reduce {
+		// A map output that is known gone — its worker was lost, or an
+		// earlier fetch failure already has the map re-running — is no
+		// fault of this attempt: it is a casualty, as the lost worker's
+		// own attempts are.
+		if m := s.task(TaskID{Map, ev.FetchFailedMap}); m != nil && (!m.done || s.workers[m.committed.worker] == nil || s.workers[m.committed.worker].lost) {
+			s.endAttempt(a, killed)
+			s.Killed++
+			return nil
+		}
 	}
 	s.endAttempt(a, failed)
 	s.Failed++

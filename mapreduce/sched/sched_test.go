@@ -279,6 +279,57 @@ func TestFetchFailureRerunsMap(t *testing.T) {
 	}
 }
 
+// TestFetchFailureFromLostWorkerIsKilled: a reduce that could not fetch a
+// map output whose worker is known lost counts as killed, not failed, and
+// the map re-runs once; reported before the loss is known, the fetch
+// failure counts as failed (nothing explains it yet) and the map still
+// ends up re-run on the worker left.
+func TestFetchFailureFromLostWorkerIsKilled(t *testing.T) {
+	for _, lostFirst := range []bool{true, false} {
+		h := newHarness(t, Config{MapHosts: []string{"", ""}, Reducers: 1},
+			WorkerJoined{Name: "w1", Slots: 1}, WorkerJoined{Name: "w2", Slots: 1})
+		s0, s1 := h.startedOf(m(0))[0], h.startedOf(m(1))[0]
+		h.step(AttemptSucceeded{s0.Attempt})
+		h.step(AttemptSucceeded{s1.Attempt})
+		red := h.startedOf(r(0))
+		if len(red) != 1 {
+			t.Fatalf("want the reduce started once both maps committed: %v", h.started)
+		}
+		// The worker lost is the one not running the reduce; the map
+		// whose output the reduce misses is the one committed there.
+		other := red[0].Worker
+		lostMap, lostWorker := s0, s0.Worker
+		if lostWorker == other {
+			lostMap, lostWorker = s1, s1.Worker
+		}
+		var acts []Action
+		fetchFailed := AttemptFailed{Attempt: red[0].Attempt, Err: errors.New("no such map output"), FetchFailedMap: lostMap.Attempt.Task.Index}
+		if lostFirst {
+			acts = append(acts, h.step(WorkerLost{Name: lostWorker})...)
+			acts = append(acts, h.step(fetchFailed)...)
+		} else {
+			// The map's worker is not yet known lost: the output is
+			// missing, the map re-runs, and the loss reported next
+			// changes nothing more.
+			acts = append(acts, h.step(fetchFailed)...)
+			acts = append(acts, h.step(WorkerLost{Name: lostWorker})...)
+		}
+		if lostFirst && (h.s.Failed != 0 || h.s.Killed != 1) {
+			t.Errorf("loss reported first: Failed %d, Killed %d; want 0 and 1", h.s.Failed, h.s.Killed)
+		}
+		if !lostFirst && h.s.Failed != 1 {
+			t.Errorf("fetch failure from a worker not known lost: Failed %d, want 1", h.s.Failed)
+		}
+		st := find[Start](acts)
+		if len(st) == 0 || st[len(st)-1].Attempt.Task != lostMap.Attempt.Task || st[len(st)-1].Worker != other {
+			t.Errorf("lost first %v: want %s re-run on %s: %v", lostFirst, lostMap.Attempt.Task, other, st)
+		}
+		if lostFirst && len(st) != 1 {
+			t.Errorf("loss reported first: want one re-run of %s: %v", lostMap.Attempt.Task, st)
+		}
+	}
+}
+
 // TestNoWorkersLeft: losing every worker fails the job unless told to
 // wait for more.
 func TestNoWorkersLeft(t *testing.T) {
