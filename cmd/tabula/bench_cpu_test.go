@@ -77,13 +77,7 @@ func TestCPUFromProcStat(t *testing.T) {
 // summary of both; a URL that does not serve the metric fails the run
 // before it creates the table.
 func TestBenchServerCPU(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	d, err := cluster.StartDev(ctx, cluster.DevConfig{Dir: t.TempDir(), Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Logger: quietDevLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	ctx, d := startMetricsDev(t)
 	cfg := benchConfig{
 		conn:            connFlags{addr: d.Addr(), project: devProject, instance: devInstance},
 		table:           "cpu",
@@ -134,7 +128,7 @@ func TestBenchServerCPU(t *testing.T) {
 	// A page without the metric: an error naming the flag, and no table.
 	cfg.serverMetrics = fmt.Sprintf("http://%s/healthz", d.HTTPAddr())
 	cfg.table = "never"
-	err = runBench(ctx, cfg, &out, &progress)
+	err := runBench(ctx, cfg, &out, &progress)
 	if err == nil || !strings.Contains(err.Error(), "--server-metrics") {
 		t.Fatalf("bench with a page without the metric: %v, want an error naming --server-metrics", err)
 	}
@@ -155,13 +149,7 @@ func TestBenchServerCPU(t *testing.T) {
 // dev on sessions (the server's count of calls on sessions grows by about
 // the reads and writes made).
 func TestBenchSessions(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	d, err := cluster.StartDev(ctx, cluster.DevConfig{Dir: t.TempDir(), Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Logger: quietDevLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	ctx, d := startMetricsDev(t)
 	calls := func() int {
 		resp, err := http.Get(fmt.Sprintf("http://%s/metrics", d.HTTPAddr()))
 		if err != nil {
@@ -195,4 +183,18 @@ func TestBenchSessions(t *testing.T) {
 	if n := calls(); n < 3000 || n > 4010 {
 		t.Errorf("%d calls on sessions of 2,000 single-row writes and 2,000 reads", n)
 	}
+}
+
+// startMetricsDev starts a tabula dev serving /metrics, closed when the
+// test ends, and a context for the test's calls.
+func startMetricsDev(t *testing.T) (context.Context, *cluster.Dev) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	d, err := cluster.StartDev(ctx, cluster.DevConfig{Dir: t.TempDir(), Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Logger: quietDevLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return ctx, d
 }
