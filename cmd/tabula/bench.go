@@ -141,7 +141,7 @@ spread evenly over the rows, so that a cluster serves it from N tablets
 	cmd.Flags().IntVar(&b.rounds, "rounds", 1, "times to run every workload on each target, alternating which goes first; medians and ranges are reported")
 	cmd.Flags().BoolVar(&b.json, "json", false, "print the results as JSON")
 	cmd.Flags().BoolVar(&b.keep, "keep", false, "keep the table afterwards")
-	cmd.Flags().BoolVar(&b.sessions, "sessions", false, "the workloads' official client dials each target itself (not through a connection of its own, as BIGTABLE_EMULATOR_HOST makes it): it sends ReadRow and single-row Apply on sessions when the target offers them; empty stays a plain PingAndWarm on a connection")
+	cmd.Flags().BoolVar(&b.sessions, "sessions", false, "the workloads' official client dials each target itself (not through a connection of its own, as BIGTABLE_EMULATOR_HOST makes it; the variable is ignored for it): it sends ReadRow and single-row Apply on sessions when the target offers them; empty stays a plain PingAndWarm on a connection")
 	cmd.Flags().StringVar(&b.serverMetrics, "server-metrics", "", "the server's Prometheus /metrics URL (e.g. http://127.0.0.1:8087/metrics, tabula's --http): report its process CPU per operation")
 	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{cmd: cmd, err: err} })
 	return cmd

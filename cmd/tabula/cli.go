@@ -121,6 +121,16 @@ func (c connFlags) sessionClient(ctx context.Context, tc *tls.Config) (*bigtable
 	if c.token != "" {
 		opts = append(opts, option.WithGRPCDialOption(grpc.WithPerRPCCredentials(auth.BearerToken(c.token))))
 	}
+	// The official client reads BIGTABLE_EMULATOR_HOST itself while it
+	// is built: when the variable is set it dials that address in
+	// plaintext on a connection of its own, whatever the endpoint and TLS
+	// options say, and builds no session data plane. deploy/local's env
+	// file exports it for the tools that connect that way, so this client,
+	// meant to dial c.addr itself, must be built without it.
+	if host, ok := os.LookupEnv(emulatorHostEnv); ok {
+		os.Unsetenv(emulatorHostEnv)
+		defer os.Setenv(emulatorHostEnv, host)
+	}
 	data, err := bigtable.NewClientWithConfig(ctx, c.project, c.instance,
 		bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}, DisableDirectAccess: true}, opts...)
 	if err != nil {
@@ -128,6 +138,10 @@ func (c connFlags) sessionClient(ctx context.Context, tc *tls.Config) (*bigtable
 	}
 	return data, nil
 }
+
+// emulatorHostEnv is the variable by which the official clients are
+// pointed at an emulator (or at Tabula, which serves the same way).
+const emulatorHostEnv = "BIGTABLE_EMULATOR_HOST"
 
 // Close closes both clients and the channel. Whether a client closes a
 // channel given with WithGRPCConn has varied between client versions, so
