@@ -194,7 +194,7 @@ type gwNode struct {
 // gwCluster is two nodes, A owning [“”, m) and B owning [m, “”), a third
 // address C that refuses everything, and the official client talking to A.
 type gwCluster struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	a, b, c *gwNode
 	loc     *fakeLocator
@@ -205,7 +205,7 @@ type gwCluster struct {
 
 const gwTable = "t"
 
-func newGWCluster(t *testing.T) *gwCluster {
+func newGWCluster(t testing.TB) *gwCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -245,7 +245,7 @@ func newGWCluster(t *testing.T) *gwCluster {
 	return c
 }
 
-func gwClient(t *testing.T, ctx context.Context, addr string) *bigtable.Client {
+func gwClient(t testing.TB, ctx context.Context, addr string) *bigtable.Client {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +263,7 @@ func gwClient(t *testing.T, ctx context.Context, addr string) *bigtable.Client {
 }
 
 // newGWNode starts a node; lease, when not nil, is its host's lease.
-func newGWNode(t *testing.T, ctx context.Context, loc Locator, dial func(string) (grpc.ClientConnInterface, error), do tabletserver.DataOptions, lease tabletserver.Lease) *gwNode {
+func newGWNode(t testing.TB, ctx context.Context, loc Locator, dial func(string) (grpc.ClientConnInterface, error), do tabletserver.DataOptions, lease tabletserver.Lease) *gwNode {
 	t.Helper()
 	logOpts := commitlog.Options{Dir: filepath.Join(t.TempDir(), "log")}
 	lg, err := commitlog.Open(ctx, logOpts)
@@ -347,7 +347,7 @@ func (n *gwNode) requests(method, route string) float64 {
 func (n *gwNode) retries() float64 { return gwCounter(n.gw.metrics.retries) }
 
 // put writes row f:c=value at timestamp 1 ms through tbl.
-func gwPut(t *testing.T, ctx context.Context, tbl *bigtable.Table, row, value string) {
+func gwPut(t testing.TB, ctx context.Context, tbl *bigtable.Table, row, value string) {
 	t.Helper()
 	m := bigtable.NewMutation()
 	m.Set("f", "c", ts(1), []byte(value))
@@ -413,7 +413,7 @@ func TestGatewayRoutesWritesToOwner(t *testing.T) {
 // gwFill writes rows on both sides of the split through A.
 var gwRows = []string{"a", "c", "e", "g", "n", "p", "r", "t"}
 
-func gwFill(t *testing.T, c *gwCluster) {
+func gwFill(t testing.TB, c *gwCluster) {
 	t.Helper()
 	for _, r := range gwRows {
 		gwPut(t, c.ctx, c.tbl, r, "v-"+r)

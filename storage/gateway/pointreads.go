@@ -40,10 +40,19 @@ import (
 //
 //	1: call id (varint)
 //	2: kind (varint): frameRequest, frameCancel (entry → owner);
-//	   frameResponse, frameEnd (owner → entry)
+//	   frameResponse, frameEnd, frameLast (owner → entry)
 //	3: payload (bytes): ReadRowsRequest, ReadRowsResponse, or the
 //	   google.rpc.Status of the call (absent: OK)
 //	4: timeout in microseconds (request; absent: none)
+//	5: the google.rpc.Status of the call (frameLast; absent: OK)
+//
+// A point read has one response, so an entry that sets pointReadsLastKey
+// on its stream gets a call's last response and its end as one frameLast:
+// a message each way per call instead of one out and two back, which on
+// a gateway forwarding most reads is a large part of what the hop costs.
+// An entry without the key (an older version) gets frameResponse and
+// frameEnd; an older owner ignores the key and sends those, which every
+// entry takes.
 const (
 	pointReadsService = "tabula.gateway.v1.PointReads"
 	pointReadsMethod  = "/" + pointReadsService + "/Read"
@@ -52,6 +61,11 @@ const (
 	frameCancel   = 2
 	frameResponse = 3
 	frameEnd      = 4
+	frameLast     = 5
+
+	// pointReadsLastKey is the stream metadata by which an entry asks
+	// for frameLast.
+	pointReadsLastKey = "x-tabula-point-reads-last"
 
 	// maxPointReadKeys bounds the row keys of a request sent over the
 	// shared stream: each is one response at most (a row never spans
@@ -69,11 +83,12 @@ type frame struct {
 	kind    uint64
 	payload []byte
 	timeout time.Duration
+	status  []byte // frameLast
 }
 
 // appendFrameHeader appends the fields of a frame before its payload,
 // whose length is n (n < 0: no payload).
-func appendFrameHeader(b []byte, id, kind uint64, timeout time.Duration, n int) []byte {
+func appendFrameHeader(b []byte, id, kind uint64, timeout time.Duration, status []byte, n int) []byte {
 	b = protowire.AppendTag(b, 1, protowire.VarintType)
 	b = protowire.AppendVarint(b, id)
 	b = protowire.AppendTag(b, 2, protowire.VarintType)
@@ -81,6 +96,10 @@ func appendFrameHeader(b []byte, id, kind uint64, timeout time.Duration, n int) 
 	if timeout > 0 {
 		b = protowire.AppendTag(b, 4, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(timeout.Microseconds()))
+	}
+	if status != nil {
+		b = protowire.AppendTag(b, 5, protowire.BytesType)
+		b = protowire.AppendBytes(b, status)
 	}
 	if n >= 0 {
 		b = protowire.AppendTag(b, 3, protowire.BytesType)
@@ -92,11 +111,21 @@ func appendFrameHeader(b []byte, id, kind uint64, timeout time.Duration, n int) 
 // newFrame returns the frame of the header fields and payload, taking the
 // payload's references.
 func newFrame(id, kind uint64, timeout time.Duration, payload mem.BufferSlice) *tabletserver.RawFrame {
+	return newFrameWithStatus(id, kind, timeout, nil, payload)
+}
+
+// newLastFrame returns the frameLast of a call's last response and its
+// status (nil: OK), taking the response's references.
+func newLastFrame(id uint64, status []byte, resp mem.BufferSlice) *tabletserver.RawFrame {
+	return newFrameWithStatus(id, frameLast, 0, status, resp)
+}
+
+func newFrameWithStatus(id, kind uint64, timeout time.Duration, status []byte, payload mem.BufferSlice) *tabletserver.RawFrame {
 	n := -1
 	if payload != nil {
 		n = payload.Len()
 	}
-	hdr := appendFrameHeader(make([]byte, 0, 32), id, kind, timeout, n)
+	hdr := appendFrameHeader(make([]byte, 0, 32+len(status)), id, kind, timeout, status, n)
 	f := &tabletserver.RawFrame{}
 	f.SetFrame(append(mem.BufferSlice{mem.SliceBuffer(hdr)}, payload...))
 	return f
@@ -121,6 +150,8 @@ func parseFrame(b []byte) (frame, error) {
 			var us uint64
 			us, n = protowire.ConsumeVarint(b)
 			f.timeout = time.Duration(us) * time.Microsecond
+		case num == 5 && typ == protowire.BytesType:
+			f.status, n = protowire.ConsumeBytes(b)
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
@@ -204,6 +235,7 @@ func servePointReads(ss grpc.ServerStream, readRows func(*bigtablepb.ReadRowsReq
 		f.Release() // a no-op once sent
 		return err
 	}
+	last := len(metadata.ValueFromIncomingContext(ss.Context(), pointReadsLastKey)) > 0
 	serve := func(id uint64, req *bigtablepb.ReadRowsRequest, cctx context.Context, cancel context.CancelFunc) {
 		defer wg.Done()
 		defer func() {
@@ -216,24 +248,43 @@ func servePointReads(ss grpc.ServerStream, readRows func(*bigtablepb.ReadRowsReq
 		if fence != nil {
 			err = fence()
 		}
+		// held is the call's latest response, kept back to go out with
+		// the end as one frameLast when the entry takes it.
+		var held mem.BufferSlice
 		if err == nil {
 			err = readRows(req, &readRowsCapture{ctx: cctx, send: func(resp *bigtablepb.ReadRowsResponse) error {
 				b, err := tabletserver.MarshalReadRows(resp)
 				if err != nil {
 					return err
 				}
-				return send(newFrame(id, frameResponse, 0, b))
+				if !last {
+					return send(newFrame(id, frameResponse, 0, b))
+				}
+				prev := held
+				held = b
+				if prev == nil {
+					return nil
+				}
+				return send(newFrame(id, frameResponse, 0, prev))
 			}})
 		}
-		var payload mem.BufferSlice
+		var st []byte
 		if err != nil {
 			b, merr := proto.Marshal(status.Convert(err).Proto())
 			if merr != nil {
 				b, _ = proto.Marshal(status.New(codes.Internal, err.Error()).Proto())
 			}
-			payload = mem.BufferSlice{mem.SliceBuffer(b)}
+			st = b
 		}
-		_ = send(newFrame(id, frameEnd, 0, payload)) // a broken stream ends the loop below
+		// A broken stream ends the loop below.
+		switch {
+		case held != nil:
+			_ = send(newLastFrame(id, st, held))
+		case st != nil:
+			_ = send(newFrame(id, frameEnd, 0, mem.BufferSlice{mem.SliceBuffer(st)}))
+		default:
+			_ = send(newFrame(id, frameEnd, 0, nil))
+		}
 	}
 	for {
 		var in tabletserver.RawFrame
@@ -302,10 +353,15 @@ type pointReadsClient struct {
 	pending map[uint64]chan pointReadEvent
 	sendMu  sync.Mutex
 	calls   atomic.Int64 // calls sent over the stream
+	frames  atomic.Int64 // frames received that answer calls
+	// separateEnd makes the stream ask for no frameLast, as an older
+	// entry's does (tests set it before the first call).
+	separateEnd bool
 }
 
-// pointReadEvent is a response (msg) or the end of a call (err, nil for
-// OK; errPointReadsDown when the stream broke first).
+// pointReadEvent is a response (msg), the end of a call (err, nil for
+// OK; errPointReadsDown when the stream broke first), or both (a
+// frameLast: the response comes first).
 type pointReadEvent struct {
 	msg *tabletserver.EncodedReadRows
 	err error
@@ -342,7 +398,11 @@ func (c *pointReadsClient) start(ctx context.Context, conn grpc.ClientConnInterf
 			return 0, nil, errPointReadsDown
 		}
 		// The stream outlives the call that opens it.
-		sctx, stop := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), ForwardedKey, "1"))
+		md := []string{ForwardedKey, "1"}
+		if !c.separateEnd {
+			md = append(md, pointReadsLastKey, "1")
+		}
+		sctx, stop := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), md...))
 		s, err := conn.NewStream(sctx, &pointReadsDesc, pointReadsMethod, grpc.ForceCodecV2(tabletserver.RelayCodec()))
 		if err != nil {
 			stop()
@@ -423,20 +483,16 @@ func (c *pointReadsClient) receive(st grpc.ClientStream) {
 		case frameResponse:
 			ev.msg = tabletserver.NewEncodedReadRows(f.payload)
 		case frameEnd:
-			ev.end = true
-			if len(f.payload) > 0 {
-				var sp statuspb.Status
-				if err := proto.Unmarshal(f.payload, &sp); err != nil {
-					ev.err = status.Errorf(codes.Internal, "gateway: undecodable status from the owner: %v", err)
-				} else {
-					ev.err = status.ErrorProto(&sp)
-				}
-			}
+			ev.end, ev.err = true, endStatus(f.payload)
+		case frameLast:
+			ev.msg = tabletserver.NewEncodedReadRows(f.payload)
+			ev.end, ev.err = true, endStatus(f.status)
 		}
 		in.Release()
 		if ev.msg == nil && !ev.end {
 			continue
 		}
+		c.frames.Add(1)
 		c.mu.Lock()
 		ch, ok := c.pending[f.id]
 		if ev.end {
@@ -461,6 +517,19 @@ func (c *pointReadsClient) receive(st grpc.ClientStream) {
 			}
 		}
 	}
+}
+
+// endStatus is the error of a call's encoded google.rpc.Status (nil:
+// none, OK).
+func endStatus(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	var sp statuspb.Status
+	if err := proto.Unmarshal(b, &sp); err != nil {
+		return status.Errorf(codes.Internal, "gateway: undecodable status from the owner: %v", err)
+	}
+	return status.ErrorProto(&sp)
 }
 
 // broke closes st, if it is still the stream, and ends its pending calls
@@ -506,22 +575,26 @@ func (g *Gateway) readPointRows(ctx context.Context, loc meta.Location, sub *big
 			c.cancel(id)
 			return status.FromContextError(ctx.Err()).Err()
 		case ev := <-events:
+			// After an event with end, cancel finds the call gone
+			// and sends nothing.
+			if ev.msg != nil {
+				relayed = true
+				if err := r.relayEncoded(ev.msg); err != nil {
+					c.cancel(id)
+					drain(events)
+					return err
+				}
+				if r.done() {
+					c.cancel(id)
+					drain(events)
+					return nil // the owner stops too: its limit was ours
+				}
+			}
 			if ev.end {
 				if errors.Is(ev.err, errPointReadsDown) && relayed {
 					return status.Error(codes.Unavailable, "gateway: the stream to the owner broke mid-call")
 				}
 				return ev.err
-			}
-			relayed = true
-			if err := r.relayEncoded(ev.msg); err != nil {
-				c.cancel(id)
-				drain(events)
-				return err
-			}
-			if r.done() {
-				c.cancel(id)
-				drain(events)
-				return nil // the owner stops too: its limit was ours
 			}
 		}
 	}

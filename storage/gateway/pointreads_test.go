@@ -73,6 +73,47 @@ func TestGatewayPointReadsShareOneStream(t *testing.T) {
 	}
 }
 
+// TestGatewayPointReadsLastFrame: an entry that asks for frameLast gets a
+// point read's row and its end in one frame; one that does not (an older
+// version) gets them as two; both read the same rows.
+func TestGatewayPointReadsLastFrame(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		separateEnd  bool
+		singleFrames int64 // per single-row read of a row B has
+	}{{"last", false, 1}, {"separate", true, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newGWCluster(t)
+			gwFill(t, c)
+			pr := c.a.gw.pointReads(c.b.addr)
+			pr.separateEnd = tc.separateEnd
+			inB := []string{"n", "p", "r", "t"}
+			for _, key := range inB {
+				row, err := c.tbl.ReadRow(c.ctx, key)
+				if got, want := formatRow(row), fmt.Sprintf("%s{f:c@1000=v-%s}", key, key); err != nil || got != want {
+					t.Fatalf("ReadRow %s: %s, %v; want %s", key, got, err, want)
+				}
+			}
+			// A row B does not have: no response, the end alone.
+			if row, err := c.tbl.ReadRow(c.ctx, "q"); err != nil || row != nil {
+				t.Fatalf("ReadRow q: %v, %v; want no row", row, err)
+			}
+			if got, want := pr.frames.Load(), int64(len(inB))*tc.singleFrames+1; got != want {
+				t.Errorf("%d frames for %d reads of B's rows and one of a missing row, want %d", got, len(inB), want)
+			}
+			if got, want := gwKeys(t, c.ctx, c.tbl, bigtable.RowList{"t", "n", "p", "zz"}), "n p t"; got != want {
+				t.Errorf("row list: got %q, want %q", got, want)
+			}
+			pr.mu.Lock()
+			pending := len(pr.pending)
+			pr.mu.Unlock()
+			if pending != 0 {
+				t.Errorf("%d calls pending after all returned", pending)
+			}
+		})
+	}
+}
+
 // TestGatewayPointReadsOwnerWithoutService: an owner without the service
 // answers the stream UNIMPLEMENTED; the call and the next ones take
 // streams of their own, and the stream is not asked for again at once.
