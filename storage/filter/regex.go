@@ -43,8 +43,10 @@ type bytesRegexp struct {
 	pattern string
 	re      *regexp.Regexp
 	// literal is the only string the pattern matches, when it matches
-	// exactly one (hasLiteral); the read planner uses it to narrow the
-	// families it opens.
+	// exactly one (hasLiteral): matching is then a comparison (the
+	// official clients' FamilyFilter and ColumnFilter send names as
+	// patterns, and a filter matches each cell), and the read planner
+	// uses it to narrow the families it opens.
 	literal    string
 	hasLiteral bool
 }
@@ -148,6 +150,9 @@ func literalOf(re *syntax.Regexp) (string, bool) {
 
 // Match reports whether the whole of b matches.
 func (r *bytesRegexp) Match(b []byte) bool {
+	if r.hasLiteral {
+		return string(b) == r.literal
+	}
 	if isASCII(b) {
 		return r.re.Match(b)
 	}
@@ -163,6 +168,9 @@ func (r *bytesRegexp) Match(b []byte) bool {
 
 // MatchString reports whether the whole of s matches.
 func (r *bytesRegexp) MatchString(s string) bool {
+	if r.hasLiteral {
+		return s == r.literal
+	}
 	if isASCIIString(s) {
 		return r.re.MatchString(s)
 	}

@@ -162,6 +162,8 @@ func TestBytesRegexpAgreesWithBinaryRegexp(t *testing.T) {
 		".", "..", ".*", "a.c", "[^a]", "[^a]+", `[\x80-\xff]`, `\xc2\xa7`, "(?s).", "[a-c\xe9]*",
 		"\xe9", "\xe9+", "(?i)\xe9", "(?i)[a-z\xe0-\xfe]+", `\pL*`, `[[:^alpha:]]`, `\W+`, "a|\xff|.\xfe",
 		"[^\n]{2}", "x{1,3}.?",
+		// Literals, matched by comparison.
+		"a", "abc", "(ab)c", "", `\xc2\xa7`, "\xe9b", "a\nb", `\x00`,
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	alphabet := []byte{'a', 'b', 'c', 'x', '\n', 0, 0x7f, 0x80, 0xa7, 0xc2, 0xc9, 0xd7, 0xe9, 0xfe, 0xff}
@@ -197,4 +199,23 @@ func escapeNonASCII(p []byte) []byte {
 		}
 	}
 	return out.Bytes()
+}
+
+// BenchmarkBytesRegexpMatch: a family name against a literal pattern (as
+// the official clients' FamilyFilter sends one), matched by comparison,
+// and against a pattern that needs the regexp machine.
+func BenchmarkBytesRegexpMatch(b *testing.B) {
+	for _, p := range []string{"family", "fam.*"} {
+		re, err := compileBytesRegexp([]byte(p), 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(p, func(b *testing.B) {
+			for b.Loop() {
+				if !re.MatchString("family") {
+					b.Fatal("no match")
+				}
+			}
+		})
+	}
 }
