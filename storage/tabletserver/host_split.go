@@ -93,18 +93,24 @@ func (h *Host) background() {
 	}
 }
 
+// servedTables returns the open tables, in no order: a snapshot taken
+// under h.mu, so that the background's walks over them hold no lock.
+func (h *Host) servedTables() []*servedTable {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	tables := make([]*servedTable, 0, len(h.tables))
+	for _, st := range h.tables {
+		tables = append(tables, st)
+	}
+	return tables
+}
+
 // mergeWhileIdle asks every open tablet for an idle-time merge
 // (tablet.MergeWhileIdle); a tablet with nothing to merge returns from it
 // at once, so asking again on each tick of an idle spell is cheap, and it
 // takes in the files of flushes that end during the spell.
 func (h *Host) mergeWhileIdle() {
-	h.mu.RLock()
-	tables := make([]*servedTable, 0, len(h.tables))
-	for _, st := range h.tables {
-		tables = append(tables, st)
-	}
-	h.mu.RUnlock()
-	for _, st := range tables {
+	for _, st := range h.servedTables() {
 		for _, tb := range st.list() {
 			tb.MergeWhileIdle()
 		}
@@ -113,13 +119,7 @@ func (h *Host) mergeWhileIdle() {
 
 // splitBig splits every open tablet whose stored size passed SplitBytes.
 func (h *Host) splitBig(ctx context.Context) {
-	h.mu.RLock()
-	tables := make([]*servedTable, 0, len(h.tables))
-	for _, st := range h.tables {
-		tables = append(tables, st)
-	}
-	h.mu.RUnlock()
-	for _, st := range tables {
+	for _, st := range h.servedTables() {
 		limit := h.splitBytes(st.meta.Load().ID)
 		for _, tb := range st.list() {
 			if tb.ID() == meta.RootTabletID {
