@@ -112,8 +112,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("create %s: %w", victimTable, err)
 	}
 	// Tabula's client enters through another server: it routes to the
-	// owners itself.
-	tcl, err := client.Dial(c.Servers[1].Addr, client.Options{Project: "p", Instance: "i"})
+	// owners itself. Its attempts are counted too: it resends an
+	// idempotent write (a delete) after an answer that leaves open
+	// whether it was applied, and when a later attempt succeeds, it
+	// answers OK — the earlier attempt may have been applied all the
+	// same, before other clients' writes the later one follows.
+	tcl, err := client.Dial(c.Servers[1].Addr, client.Options{Project: "p", Instance: "i",
+		UnaryInterceptors: []grpc.UnaryClientInterceptor{CountAttempts}})
 	if err != nil {
 		return nil, err
 	}

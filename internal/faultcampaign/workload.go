@@ -123,8 +123,9 @@ func withAttemptCounter(ctx context.Context) (context.Context, *atomic.Int32) {
 }
 
 // CountAttempts is a gRPC client interceptor that counts each unary call
-// against the operation's counter (withAttemptCounter), so that the
-// official client's own resends of a write are seen.
+// against the operation's counter (withAttemptCounter), so that a
+// client's own resends of a write are seen — the official client's, and
+// Tabula's (client.Options.UnaryInterceptors).
 func CountAttempts(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if n, ok := ctx.Value(attemptsKey{}).(*atomic.Int32); ok {
 		n.Add(1)

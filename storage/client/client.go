@@ -92,6 +92,11 @@ type Options struct {
 	// round that must get on to it). Off by default: they are retried
 	// with backoff for about 9 s (a tablet loading, moving or splitting).
 	FailFastNotServing bool
+	// UnaryInterceptors run on every unary call of the connections the
+	// client dials (Dial's, and those to the tablet servers), after its
+	// own options: to observe each attempt of a write the client resends
+	// (a fault campaign counts them), say.
+	UnaryInterceptors []grpc.UnaryClientInterceptor
 }
 
 // TokenEnv is the environment variable Dial reads Options.Token from.
@@ -118,6 +123,9 @@ func (o *Options) dialOptions() []grpc.DialOption {
 	}
 	if o.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(o.Token)))
+	}
+	if len(o.UnaryInterceptors) > 0 {
+		opts = append(opts, grpc.WithChainUnaryInterceptor(o.UnaryInterceptors...))
 	}
 	return opts
 }

@@ -566,6 +566,36 @@ func TestRetryUnavailable(t *testing.T) {
 	}
 }
 
+// TestUnaryInterceptorsSeeEachAttempt: Options.UnaryInterceptors run on
+// every attempt of a write the client resends, on the connections it
+// dials to the tablet servers, so that a caller can tell a write sent
+// three times from one sent once although both answer OK.
+func TestUnaryInterceptorsSeeEachAttempt(t *testing.T) {
+	const mutateRow = "/google.bigtable.v2.Bigtable/MutateRow"
+	f := &flaky{n: 2, methods: map[string]*atomic.Int64{mutateRow: new(atomic.Int64)}}
+	c, _ := startDataServer(t, tabletserver.DataOptions{}, grpc.UnaryInterceptor(f.unary))
+	var attempts atomic.Int64
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if method == mutateRow {
+			attempts.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	counted, err := Dial(c.cc.Target(), Options{UnaryInterceptors: []grpc.UnaryClientInterceptor{count}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer counted.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := counted.Apply(ctx, "d", cell.RowMutation{Row: []byte("r"), Mutations: []cell.Mutation{cell.DeleteRow()}}); err != nil {
+		t.Fatalf("idempotent Apply: %v", err)
+	}
+	if n := attempts.Load(); n != 3 {
+		t.Fatalf("the interceptor saw %d attempts of a write failed twice with UNAVAILABLE, want 3", n)
+	}
+}
+
 // breakingStream fails a ReadRows with UNAVAILABLE after it sent after
 // responses, the first calls times.
 type breakingStream struct {
