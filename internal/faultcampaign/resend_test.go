@@ -8,6 +8,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestResentDeleteIsTwoOperations: the history of the CI run that found it
@@ -84,5 +86,34 @@ func TestWorkerRecordsResentAttempts(t *testing.T) {
 	}
 	if writes == 0 || reads == 0 || unknown != writes {
 		t.Fatalf("%d writes answered, %d reads, %d operations of unknown outcome: want one per write", writes, reads, unknown)
+	}
+}
+
+// TestCountAttemptsSkipsRefused: an attempt the server refused before it
+// could apply anything ("not serving") is not an operation of unknown
+// outcome; one that failed leaving it open (a lease lapsed after the
+// write) is; the last attempt speaks for itself either way.
+func TestCountAttemptsSkipsRefused(t *testing.T) {
+	notServing := status.Error(codes.Unavailable, "tablet t1 not serving on this server")
+	mayHave := status.Error(codes.Unavailable, "tablet server lease lapsed before the write was acknowledged; it may have been applied")
+	for _, tc := range []struct {
+		name    string
+		answers []error // of the attempts, in order
+		want    int
+	}{
+		{"once", []error{nil}, 0},
+		{"refused, then OK", []error{notServing, notServing, nil}, 0},
+		{"open, then OK", []error{mayHave, nil}, 1},
+		{"open, refused, open", []error{mayHave, notServing, mayHave}, 1},
+		{"refused last", []error{mayHave, mayHave, notServing}, 2},
+	} {
+		ctx, log := withAttemptCounter(context.Background())
+		for _, answer := range tc.answers {
+			_ = CountAttempts(ctx, "/google.bigtable.v2.Bigtable/MutateRow", nil, nil, nil,
+				func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return answer })
+		}
+		if got := log.earlierOpen(); got != tc.want {
+			t.Errorf("%s: %d earlier attempts that may have applied, want %d", tc.name, got, tc.want)
+		}
 	}
 }

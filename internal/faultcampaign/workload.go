@@ -112,25 +112,58 @@ func definitelyNotApplied(err error) bool {
 	return false
 }
 
-// attemptsKey carries a counter of the RPC attempts a client makes for one
-// operation (withAttemptCounter, CountAttempts).
+// attemptsKey carries the record of the RPC attempts a client makes for
+// one operation (withAttemptCounter, CountAttempts).
 type attemptsKey struct{}
 
-// withAttemptCounter returns ctx with a fresh attempt counter.
-func withAttemptCounter(ctx context.Context) (context.Context, *atomic.Int32) {
-	n := new(atomic.Int32)
-	return context.WithValue(ctx, attemptsKey{}, n), n
+// attemptLog records one operation's RPC attempts, made one after the
+// other.
+type attemptLog struct {
+	mu sync.Mutex
+	// open counts the attempts that may have been applied: answered OK,
+	// or failed in a way that leaves it open (not definitelyNotApplied).
+	open int
+	// lastOpen: the latest attempt is one of them.
+	lastOpen bool
 }
 
-// CountAttempts is a gRPC client interceptor that counts each unary call
-// against the operation's counter (withAttemptCounter), so that a
-// client's own resends of a write are seen — the official client's, and
-// Tabula's (client.Options.UnaryInterceptors).
-func CountAttempts(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if n, ok := ctx.Value(attemptsKey{}).(*atomic.Int32); ok {
-		n.Add(1)
+// earlierOpen is how many attempts before the last may have been applied:
+// each is an operation of unknown outcome beside the last one's answer.
+func (a *attemptLog) earlierOpen() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lastOpen {
+		return a.open - 1
 	}
-	return invoker(ctx, method, req, reply, cc, opts...)
+	return a.open
+}
+
+// withAttemptCounter returns ctx with a fresh record of attempts.
+func withAttemptCounter(ctx context.Context) (context.Context, *attemptLog) {
+	a := &attemptLog{}
+	return context.WithValue(ctx, attemptsKey{}, a), a
+}
+
+// CountAttempts is a gRPC client interceptor that records each unary call
+// in the operation's record (withAttemptCounter), so that a client's own
+// resends of a write are seen — the official client's, and Tabula's
+// (client.Options.UnaryInterceptors). An attempt refused before it could
+// apply anything (Tabula's client resends after "not serving" all the
+// time: tablets move and split) is not one of those that may have been
+// applied: counting it would add an operation of unknown outcome the
+// checker must place, for nothing.
+func CountAttempts(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if a, ok := ctx.Value(attemptsKey{}).(*attemptLog); ok {
+		open := err == nil || !definitelyNotApplied(err)
+		a.mu.Lock()
+		if open {
+			a.open++
+		}
+		a.lastOpen = open
+		a.mu.Unlock()
+	}
+	return err
 }
 
 // retriedWrite is the error of a write the official client retries on its
@@ -444,11 +477,11 @@ func (w *Worker) one(ctx context.Context) bool {
 	e := Event{Client: w.current, Worker: w.Client.Name(), Row: row, In: in, Out: out, Call: call, Return: w.History.Since(time.Now())}
 	if in.Kind.IsWrite() {
 		// Every attempt before the last that the client sent on its
-		// own (the official client resends an idempotent mutation,
-		// a delete, after UNAVAILABLE) may have been applied too, at
-		// any time from the call on: an operation of unknown outcome
-		// each, beside the last attempt's answer.
-		for range max(attempts.Load()-1, 0) {
+		// own (both clients resend an idempotent mutation, a delete,
+		// after UNAVAILABLE) and that may have been applied, was
+		// applied or not at any time from the call on: an operation
+		// of unknown outcome each, beside the last attempt's answer.
+		for range attempts.earlierOpen() {
 			w.History.add(Event{Client: w.History.newClient(), Worker: w.Client.Name(), Row: row, In: in,
 				Out: Output{Unknown: true}, Call: call, Return: -1, Err: "an earlier attempt of a resent write"})
 		}
