@@ -34,11 +34,7 @@ func TestClusterUndeleteAndRestoreByReference(t *testing.T) {
 	defer cancel()
 	c := newTestCluster(t, clusterOptions{masters: 1, servers: 2, memtableSize: 16 << 10,
 		extraMaster: []string{"--gc-interval", "300ms", "--gc-grace", "2s", "--undelete-retention", "12s"},
-		// A file commit window below the grace: a slow flush rewrites its
-		// file rather than lose it to GC. No idle-time merges: they would
-		// rewrite the files the restored table references into its own,
-		// and the source's would all go, as they may.
-		extraServer: []string{"--file-commit-window", "1s", "--idle-merge-after", "-1s"}})
+		extraServer: []string{"--file-commit-window", "1s"}}) // below the grace: a slow flush rewrites its file rather than lose it to GC
 	addr := c.servers[0].addr
 	cl, admin := officialClients(t, ctx, addr)
 	conn, err := grpc.NewClient(addr, tlsconfig.DialOption(tlsFor(addr)))

@@ -83,8 +83,6 @@ type DevConfig struct {
 	MemtableBudget int64
 	// MajorInterval is ServerConfig.MajorInterval.
 	MajorInterval time.Duration
-	// IdleMergeAfter is ServerConfig.IdleMergeAfter.
-	IdleMergeAfter time.Duration
 	// CompactionRate is ServerConfig.CompactionRate.
 	CompactionRate int64
 	// BlockCacheBytes and ScanCacheBytes size the caches shared by all
@@ -321,7 +319,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	d.swept = d.master.gcDeleted
 	if d.server, err = StartTabletServer(ctx, ServerConfig{
 		Coord: d.kv, Store: d.store, LogDir: cfg.Dir, Cluster: "dev",
-		MemtableBytes: cfg.MemtableBytes, MemtableBudget: cfg.MemtableBudget, SplitBytes: cfg.SplitBytes, CompactionRate: cfg.CompactionRate, MajorInterval: cfg.MajorInterval, IdleMergeAfter: cfg.IdleMergeAfter,
+		MemtableBytes: cfg.MemtableBytes, MemtableBudget: cfg.MemtableBudget, SplitBytes: cfg.SplitBytes, CompactionRate: cfg.CompactionRate, MajorInterval: cfg.MajorInterval,
 		FileCommitWindow: cfg.SweepGrace / 2, // a file slower to commit could be swept
 		BlockCacheBytes:  cfg.BlockCacheBytes, ScanCacheBytes: cfg.ScanCacheBytes,
 		LockDelay: devLockDelay, Logger: d.log, TLS: cfg.TLS,

@@ -76,10 +76,6 @@ const (
 	DefaultMetadataSplitBytes  = 128 << 20
 	DefaultSplitCheckInterval  = 2 * time.Second
 	DefaultLogTruncateInterval = time.Minute
-	// DefaultIdleMergeAfter is HostOptions.IdleMergeAfter's default:
-	// long enough that a client pausing between requests is not taken
-	// for gone, short enough that a second of idle cores is used.
-	DefaultIdleMergeAfter = time.Second
 	// DefaultLogFlushSegments is the default of
 	// HostOptions.LogFlushSegments: with the log's 64 MiB segments, a
 	// tablet is flushed once 512 MiB of log were written after its
@@ -144,11 +140,6 @@ type HostOptions struct {
 	// compactions while requests are served (tablet.Options.Pacer); the
 	// Host's interceptors mark the requests. Nil means unpaced.
 	Pacer *pacing.Pacer
-	// IdleMergeAfter is how long the server must have served nothing
-	// (by Pacer's marks) before its tablets merge what piled up
-	// (tablet.MergeWhileIdle), asked again while it stays idle; default
-	// DefaultIdleMergeAfter, negative never. Without a Pacer, never.
-	IdleMergeAfter time.Duration
 	// Logger receives events and background errors; default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the Host's and the DataService's metrics; nil
@@ -210,9 +201,6 @@ func (o *HostOptions) setDefaults() {
 	}
 	if o.LogFlushSegments <= 0 {
 		o.LogFlushSegments = DefaultLogFlushSegments
-	}
-	if o.IdleMergeAfter == 0 {
-		o.IdleMergeAfter = DefaultIdleMergeAfter
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
