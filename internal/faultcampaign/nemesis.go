@@ -522,10 +522,14 @@ func (n *Nemesis) minio() (*minio.Client, string, error) {
 }
 
 // corrupt flushes the victim table to SSTables (unloading its tablets),
-// damages bytes in the middle of one of its SSTable objects, makes the
-// tablet open again, and reads: the read must fail with an error naming
-// the object, and never return wrong data. The object is then restored and
-// the table must read whole again.
+// damages bytes in the middle of its SSTable objects, makes the tablet
+// open again, and reads: the read must fail with an error naming one of
+// the objects, and never return wrong data. The objects are then restored
+// and the table must read whole again. Every object under the table's
+// directory is damaged, not one picked: the directory may also hold files
+// no tablet references (a flush that took longer than the commit window
+// rewrote its file under a new name, and GC has not collected the old one
+// yet), and damage to one of those is rightly never read.
 func (n *Nemesis) corrupt(ctx context.Context, f *Fault) error {
 	for s, ts := range n.servedTablets(n.Victim) {
 		for _, t := range ts {
@@ -551,34 +555,44 @@ func (n *Nemesis) corrupt(ctx context.Context, f *Fault) error {
 	if len(objs) == 0 {
 		return fmt.Errorf("no SSTable under %s", prefix)
 	}
-	key := objs[n.Rand.IntN(len(objs))]
-	f.Target = key
-	obj, err := mc.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
-	if err != nil {
-		return err
-	}
-	orig, err := io.ReadAll(obj)
-	obj.Close()
-	if err != nil {
-		return err
-	}
-	bad := bytes.Clone(orig)
-	for i := len(bad) / 4; i < len(bad)/4+64 && i < len(bad); i++ {
-		bad[i] ^= 0x5a
-	}
-	put := func(b []byte) error {
+	f.Target = strings.Join(objs, ", ")
+	origs := map[string][]byte{}
+	put := func(key string, b []byte) error {
 		_, err := mc.PutObject(ctx, bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{})
 		return err
 	}
-	if err := put(bad); err != nil {
-		return err
+	restore := func() error {
+		var errs []error
+		for key, orig := range origs {
+			errs = append(errs, put(key, orig))
+		}
+		return errors.Join(errs...)
 	}
 	restored := false
 	defer func() {
 		if !restored {
-			_ = put(orig)
+			_ = restore()
 		}
 	}()
+	for _, key := range objs {
+		obj, err := mc.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+		if err != nil {
+			return err
+		}
+		orig, err := io.ReadAll(obj)
+		obj.Close()
+		if err != nil {
+			return err
+		}
+		bad := bytes.Clone(orig)
+		for i := len(bad) / 4; i < len(bad)/4+64 && i < len(bad); i++ {
+			bad[i] ^= 0x5a
+		}
+		origs[key] = orig
+		if err := put(key, bad); err != nil {
+			return err
+		}
+	}
 	// Reopen: the damaged bytes must be read from the store.
 	for s, ts := range n.servedTablets(n.Victim) {
 		for _, t := range ts {
@@ -588,27 +602,34 @@ func (n *Nemesis) corrupt(ctx context.Context, f *Fault) error {
 	var rows int
 	var rerr error
 	deadline := time.Now().Add(30 * time.Second)
-	base := key[strings.LastIndex(key, "/")+1:]
+	namesOne := func(err error) bool {
+		for _, key := range objs {
+			if strings.Contains(err.Error(), key[strings.LastIndex(key, "/")+1:]) {
+				return true
+			}
+		}
+		return false
+	}
 	for time.Now().Before(deadline) {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		rows, rerr = n.scanVictim(rctx)
 		cancel()
 		if rerr != nil && strings.Contains(rerr.Error(), "served wrong data") {
-			return fmt.Errorf("corrupted SSTable %s: %v", key, rerr)
+			return fmt.Errorf("corrupted SSTables %s: %v", f.Target, rerr)
 		}
-		if rerr != nil && strings.Contains(rerr.Error(), base) {
+		if rerr != nil && namesOne(rerr) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	switch {
 	case rerr == nil:
-		return fmt.Errorf("corrupted SSTable %s: a full scan succeeded (%d rows): the damage went unnoticed", key, rows)
-	case !strings.Contains(rerr.Error(), base):
-		return fmt.Errorf("corrupted SSTable %s: the read failed without naming the object: %v", key, rerr)
+		return fmt.Errorf("corrupted SSTables %s: a full scan succeeded (%d rows): the damage went unnoticed", f.Target, rows)
+	case !namesOne(rerr):
+		return fmt.Errorf("corrupted SSTables %s: the read failed without naming an object: %v", f.Target, rerr)
 	}
 	f.addNote(fmt.Sprintf("detected after %d good rows: %s", rows, firstLine(rerr.Error(), 300)))
-	if err := put(orig); err != nil {
+	if err := restore(); err != nil {
 		return err
 	}
 	restored = true
@@ -626,7 +647,7 @@ func (n *Nemesis) corrupt(ctx context.Context, f *Fault) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("after restoring %s: %d rows, %v", key, rows, rerr)
+			return fmt.Errorf("after restoring %s: %d rows, %v", f.Target, rows, rerr)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
