@@ -165,11 +165,15 @@ func TestConsulSessionExpiresAfterCrash(t *testing.T) {
 	if err := master.DeleteCAS(ctx, key, ent.ModifyIndex); err != nil {
 		t.Fatalf("master delete of the dead server's key: %v", err)
 	}
-	if ev := coordtest.NextEvent(t, events); ev.Kind != coord.EventPut || ev.Entry.Session != ms.ID() {
-		t.Fatalf("event %+v, want the master's lock", ev)
+	// The master's lock, then the deletion; the lock may be coalesced
+	// away when both changes land between two of Consul's answers (Watch
+	// reports states, not every write), but nothing else may show.
+	ev := coordtest.NextEvent(t, events)
+	if ev.Kind == coord.EventPut && ev.Entry.Session == ms.ID() {
+		ev = coordtest.NextEvent(t, events)
 	}
-	if ev := coordtest.NextEvent(t, events); ev.Kind != coord.EventDelete || ev.Entry.Key != key {
-		t.Fatalf("event %+v, want the key's deletion", ev)
+	if ev.Kind != coord.EventDelete || ev.Entry.Key != key {
+		t.Fatalf("event %+v, want the master's lock or the key's deletion", ev)
 	}
 }
 
