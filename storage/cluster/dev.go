@@ -83,6 +83,9 @@ type DevConfig struct {
 	MemtableBudget int64
 	// MajorInterval is ServerConfig.MajorInterval.
 	MajorInterval time.Duration
+	// IdleMergeAfter is ServerConfig.IdleMergeAfter: zero, never (the
+	// tests' default); tabula dev's flag sets DevIdleMergeAfter.
+	IdleMergeAfter time.Duration
 	// CompactionRate is ServerConfig.CompactionRate.
 	CompactionRate int64
 	// BlockCacheBytes and ScanCacheBytes size the caches shared by all
@@ -319,7 +322,7 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 	d.swept = d.master.gcDeleted
 	if d.server, err = StartTabletServer(ctx, ServerConfig{
 		Coord: d.kv, Store: d.store, LogDir: cfg.Dir, Cluster: "dev",
-		MemtableBytes: cfg.MemtableBytes, MemtableBudget: cfg.MemtableBudget, SplitBytes: cfg.SplitBytes, CompactionRate: cfg.CompactionRate, MajorInterval: cfg.MajorInterval,
+		MemtableBytes: cfg.MemtableBytes, MemtableBudget: cfg.MemtableBudget, SplitBytes: cfg.SplitBytes, CompactionRate: cfg.CompactionRate, MajorInterval: cfg.MajorInterval, IdleMergeAfter: cfg.IdleMergeAfter,
 		FileCommitWindow: cfg.SweepGrace / 2, // a file slower to commit could be swept
 		BlockCacheBytes:  cfg.BlockCacheBytes, ScanCacheBytes: cfg.ScanCacheBytes,
 		LockDelay: devLockDelay, Logger: d.log, TLS: cfg.TLS,

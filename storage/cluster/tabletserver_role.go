@@ -105,6 +105,11 @@ type ServerConfig struct {
 	// its own (tablet.Options.MajorInterval; DefaultMajorInterval when
 	// zero, never when negative).
 	MajorInterval time.Duration
+	// IdleMergeAfter is how long the server must serve nothing before
+	// its tablets merge the SSTables that piled up
+	// (tabletserver.HostOptions.IdleMergeAfter; never when zero or
+	// negative). Only tabula dev sets it (DevIdleMergeAfter).
+	IdleMergeAfter time.Duration
 	// CompactionRate is the rate, in bytes per second, at which the
 	// tablets' own flushes and merging compactions write while requests
 	// are served and nothing presses them (pacing.Config.MinRate; they
@@ -291,6 +296,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		MemtableBytes:       cfg.MemtableBytes,
 		MemtableBudget:      cfg.MemtableBudget,
 		MajorInterval:       cfg.MajorInterval,
+		IdleMergeAfter:      cfg.IdleMergeAfter,
 		Pacer:               newPacer(cfg.CompactionRate),
 		FileCommitWindow:    cmp.Or(cfg.FileCommitWindow, DefaultGCGrace/2),
 		SplitBytes:          cfg.SplitBytes,
@@ -572,6 +578,10 @@ func (s *TabletServer) httpHandler() http.Handler {
 		return nil
 	})
 }
+
+// DevIdleMergeAfter is the ServerConfig.IdleMergeAfter tabula dev runs
+// with by default.
+const DevIdleMergeAfter = tabletserver.DevIdleMergeAfter
 
 // DefaultMajorInterval is the default of ServerConfig.MajorInterval.
 const DefaultMajorInterval = tablet.DefaultMajorInterval

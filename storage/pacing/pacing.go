@@ -129,6 +129,16 @@ func (p *Pacer) Busy() bool {
 	return p.cfg.Now().UnixNano()-p.lastEnd.Load() < int64(p.cfg.Quiet)
 }
 
+// IdleFor reports how long the server has been without foreground work:
+// 0 while a request is in flight, else the time since the last one ended
+// (or was touched).
+func (p *Pacer) IdleFor() time.Duration {
+	if p == nil || p.inFlight.Load() > 0 {
+		return 0
+	}
+	return time.Duration(max(0, p.cfg.Now().UnixNano()-p.lastEnd.Load()))
+}
+
 // Rate is the pacing policy: the bytes per second background work may
 // write, +Inf for unpaced. Idle servers and a pressure of 1 or more are
 // unpaced; a busy server's rate grows linearly from minRate at pressure 0

@@ -250,3 +250,26 @@ func TestBusyTracksInFlight(t *testing.T) {
 		t.Fatal("busy 50 ms after the last request ended")
 	}
 }
+
+func TestIdleFor(t *testing.T) {
+	c := &fakeClock{now: time.Unix(1000, 0)}
+	p := newTestPacer(c)
+	p.Begin()
+	c.now = c.now.Add(time.Hour)
+	if d := p.IdleFor(); d != 0 {
+		t.Fatalf("idle for %v with a request in flight", d)
+	}
+	p.End()
+	c.now = c.now.Add(700 * time.Millisecond)
+	if d := p.IdleFor(); d != 700*time.Millisecond {
+		t.Fatalf("idle for %v 700 ms after the request ended", d)
+	}
+	p.Touch()
+	c.now = c.now.Add(time.Millisecond)
+	if d := p.IdleFor(); d != time.Millisecond {
+		t.Fatalf("idle for %v 1 ms after a touch", d)
+	}
+	if d := (*Pacer)(nil).IdleFor(); d != 0 {
+		t.Fatalf("nil pacer idle for %v", d)
+	}
+}

@@ -249,6 +249,9 @@ type Tablet struct {
 	// flushWanted: a flush of the memtable however full it is was asked
 	// for (RequestFlush); the flusher takes it.
 	flushWanted atomic.Bool
+	// idleMerge: the server is idle and asked for an idle-time merge
+	// (MergeWhileIdle); the background loop's next maintain takes it.
+	idleMerge atomic.Bool
 
 	kick     chan struct{} // merges may be due
 	flush    chan struct{} // the memtable is full
@@ -1195,7 +1198,10 @@ func (t *Tablet) pressureOf(of func(*version) float64) float64 {
 	return of(t.cur)
 }
 
-// maintain merges groups over MaxSSTables, paced (Options.Pacer).
+// maintain merges groups over MaxSSTables and, when the server asked for
+// an idle-time merge (MergeWhileIdle), the newest files of groups that
+// size-tiering lets go together (idleMergeCount); paced (Options.Pacer)
+// if requests arrive meanwhile.
 func (t *Tablet) maintain(ctx context.Context) error {
 	ctx = withPacing(ctx, t.mergePressure)
 	t.maintMu.Lock()
@@ -1203,15 +1209,71 @@ func (t *Tablet) maintain(ctx context.Context) error {
 	if t.closed.Load() || t.failed.Load() != nil {
 		return nil
 	}
+	idle := t.idleMerge.Swap(false)
 	for _, g := range t.groupNames() {
 		n := t.groupLen(g)
-		if n > t.opts.MaxSSTables {
-			if err := t.autoMergeLocked(ctx, g, t.pickMergeCount(g)); err != nil {
+		k := 0
+		switch {
+		case n > t.opts.MaxSSTables:
+			k = t.pickMergeCount(g)
+		case idle:
+			k = t.idleMergeCount(g)
+		}
+		if k >= 2 {
+			if err := t.autoMergeLocked(ctx, g, k); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// MergeWhileIdle asks the background loop for an idle-time merge and
+// returns at once: in each locality group, the newest SSTables that
+// size-tiering lets go together (idleMergeCount) are merged, when there
+// are two or more. Every SSTable that may hold a row is one more file a
+// point read of it consults — after a few rounds of overwrites, each of a
+// group's files holds most of its rows, and random reads cost half again
+// as much — while the merges due by count (MaxSSTables) wait for eight.
+// The server calls this when it has served nothing for a while
+// (tabletserver.HostOptions.IdleMergeAfter): idle cores, and reads after a
+// burst of writes find fewer files. A merge still running when requests
+// arrive is paced like any other.
+func (t *Tablet) MergeWhileIdle() {
+	t.idleMerge.Store(true)
+	t.kickBackground()
+}
+
+// idleMergeRatio bounds an idle-time merge's write amplification: the
+// next older file joins the newest ones only while it is at most this
+// many times their size together, so that a big old file is rewritten
+// only once enough has piled up in front of it (size-tiered, as
+// pickMergeCount).
+const idleMergeRatio = 4
+
+// idleMergeCount is how many of group g's newest SSTables an idle-time
+// merge merges: the newest, then each next older one while it is at most
+// idleMergeRatio times the size of those before it together. Fewer than
+// two means none.
+func (t *Tablet) idleMergeCount(g string) int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.cur == nil || t.cur.groups[g] == nil {
+		return 0
+	}
+	return idleMergeCountOf(t.cur.groups[g].files)
+}
+
+func idleMergeCountOf(files []*tableFile) int {
+	if len(files) == 0 {
+		return 0
+	}
+	k, sum := 1, files[0].meta.Size
+	for k < len(files) && files[k].meta.Size <= idleMergeRatio*sum {
+		sum += files[k].meta.Size
+		k++
+	}
+	return k
 }
 
 // Close stops the tablet: it waits for background work, flushes the

@@ -34,14 +34,20 @@ func (h *Host) forgetNoSplit(tb *tablet.Tablet) {
 	h.noSplitMu.Unlock()
 }
 
-// background runs the memtable budget, splits and log truncation until
-// Close.
+// background runs the memtable budget, splits, log truncation and
+// idle-time merges until Close.
 func (h *Host) background() {
 	defer close(h.done)
 	splitTick := time.NewTicker(h.opts.SplitCheckInterval)
 	defer splitTick.Stop()
 	truncTick := time.NewTicker(h.opts.LogTruncateInterval)
 	defer truncTick.Stop()
+	var idleTick <-chan time.Time
+	if h.opts.Pacer != nil && h.opts.IdleMergeAfter > 0 {
+		t := time.NewTicker(max(h.opts.IdleMergeAfter/4, 10*time.Millisecond))
+		defer t.Stop()
+		idleTick = t.C
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -75,6 +81,11 @@ func (h *Host) background() {
 				h.log.Error("commit log truncation failed", "err", err)
 			}
 			continue
+		case <-idleTick:
+			if h.opts.Pacer.IdleFor() >= h.opts.IdleMergeAfter {
+				h.mergeWhileIdle()
+			}
+			continue
 		}
 		lastCheck = time.Now()
 		h.enforceMemtableBudget()
@@ -92,6 +103,18 @@ func (h *Host) servedTables() []*servedTable {
 		tables = append(tables, st)
 	}
 	return tables
+}
+
+// mergeWhileIdle asks every open tablet for an idle-time merge
+// (tablet.MergeWhileIdle); a tablet with nothing to merge returns from it
+// at once, so asking again on each tick of an idle spell is cheap, and it
+// takes in the files of flushes that end during the spell.
+func (h *Host) mergeWhileIdle() {
+	for _, st := range h.servedTables() {
+		for _, tb := range st.list() {
+			tb.MergeWhileIdle()
+		}
+	}
 }
 
 // splitBig splits every open tablet whose stored size passed SplitBytes.
