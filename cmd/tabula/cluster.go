@@ -168,7 +168,7 @@ SIGTERM or SIGINT stops it.`,
 func newTabletServerCommand() *cobra.Command {
 	var r roleFlags
 	var memtableBytes, memtableBudget, splitBytes, metadataSplitBytes, blockCacheBytes, scanCacheBytes, compactionRate int64
-	var majorInterval time.Duration
+	var majorInterval, idleMergeAfter time.Duration
 	var serverLease, fileCommitWindow time.Duration
 	var classicOnly bool
 	var tw tabletServerWorker
@@ -195,7 +195,7 @@ back.`,
 			defer svc.Close()
 			s, err := cluster.StartTabletServer(ctx, cluster.ServerConfig{
 				Coord: svc, Store: store, Addr: r.addr, AdvertiseAddr: r.advertise, HTTPAddr: r.http, Cluster: r.cluster,
-				MemtableBytes: memtableBytes, MemtableBudget: memtableBudget, SplitBytes: splitBytes, CompactionRate: compactionRate, MetadataSplitBytes: metadataSplitBytes, MajorInterval: majorInterval,
+				MemtableBytes: memtableBytes, MemtableBudget: memtableBudget, SplitBytes: splitBytes, CompactionRate: compactionRate, MetadataSplitBytes: metadataSplitBytes, MajorInterval: majorInterval, IdleMergeAfter: idleMergeAfter,
 				BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
 				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Lease: serverLease, FileCommitWindow: fileCommitWindow, Logger: log, TLS: r.transport, Auth: r.authConfig,
 				ClassicOnly: classicOnly,
@@ -232,6 +232,7 @@ back.`,
 	f.Int64Var(&memtableBudget, "memtable-budget", tabletserver.DefaultMemtableBudget, memtableBudgetHelp)
 	f.Int64Var(&compactionRate, "compaction-rate", pacing.DefaultMinRate, compactionRateHelp)
 	f.DurationVar(&majorInterval, "major-compaction-interval", cluster.DefaultMajorInterval, majorIntervalHelp)
+	f.DurationVar(&idleMergeAfter, "idle-merge-after", 0, idleMergeHelp+"; off by default here, in a cluster, until the fault campaign's runs with it are understood")
 	f.Int64Var(&splitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
 	f.Int64Var(&metadataSplitBytes, "metadata-split-size", tabletserver.DefaultMetadataSplitBytes, "METADATA tablet size in bytes past which a METADATA tablet other than the root splits")
 	f.Int64Var(&blockCacheBytes, "block-cache-size", 0, blockCacheHelp)

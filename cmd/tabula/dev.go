@@ -135,7 +135,8 @@ const compactionRateHelp = "bytes per second the tablets' own flushes and mergin
 // tabula tabletserver).
 const majorIntervalHelp = "how often each tablet rewrites its SSTables into one on its own (paced), reclaiming deleted and collected data; each wait is drawn between half this and this (negative: never)"
 
-// idleMergeHelp documents tabula dev's --idle-merge-after.
+// idleMergeHelp documents --idle-merge-after (tabula dev, where it is on
+// by default, and tabula tabletserver, where it is off).
 const idleMergeHelp = "how long the server must serve no request before its tablets merge the SSTables that piled up (size-tiered; paced once requests return), so that reads after a burst of writes consult fewer files (0 or negative: never)"
 
 // blockCacheHelp documents --block-cache-size (tabula dev and tabula
