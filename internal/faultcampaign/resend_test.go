@@ -3,6 +3,7 @@ package faultcampaign
 import (
 	"context"
 	"math"
+	"net"
 	"testing"
 	"time"
 
@@ -96,6 +97,11 @@ func TestWorkerRecordsResentAttempts(t *testing.T) {
 func TestCountAttemptsSkipsRefused(t *testing.T) {
 	notServing := status.Error(codes.Unavailable, "tablet t1 not serving on this server")
 	mayHave := status.Error(codes.Unavailable, "tablet server lease lapsed before the write was acknowledged; it may have been applied")
+	// An UNAVAILABLE whose call got no transport stream (no peer) was not
+	// sent; the same error after the call reached a server may have
+	// applied the write.
+	noConn := status.Error(codes.Unavailable, "connection error: desc = \"transport: failed to connect\"")
+	sent := map[error]bool{mayHave: true, notServing: true}
 	for _, tc := range []struct {
 		name    string
 		answers []error // of the attempts, in order
@@ -106,11 +112,22 @@ func TestCountAttemptsSkipsRefused(t *testing.T) {
 		{"open, then OK", []error{mayHave, nil}, 1},
 		{"open, refused, open", []error{mayHave, notServing, mayHave}, 1},
 		{"refused last", []error{mayHave, mayHave, notServing}, 2},
+		{"unsent, then OK", []error{noConn, noConn, nil}, 0},
+		{"unsent, open, OK", []error{noConn, mayHave, nil}, 1},
 	} {
 		ctx, log := withAttemptCounter(context.Background())
 		for _, answer := range tc.answers {
 			_ = CountAttempts(ctx, "/google.bigtable.v2.Bigtable/MutateRow", nil, nil, nil,
-				func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return answer })
+				func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+					if answer == nil || sent[answer] {
+						for _, o := range opts {
+							if p, ok := o.(grpc.PeerCallOption); ok {
+								p.PeerAddr.Addr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
+							}
+						}
+					}
+					return answer
+				})
 		}
 		if got := log.earlierOpen(); got != tc.want {
 			t.Errorf("%s: %d earlier attempts that may have applied, want %d", tc.name, got, tc.want)
