@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"cloud.google.com/go/bigtable"
 )
 
 // BenchmarkForwardedPointRead: single-row reads of rows B owns, sent by
@@ -12,12 +14,15 @@ import (
 // stream to B — client, entry and owner in this process, 32 reads in
 // flight. cpu-µs/op is the process's CPU per read (all three parts);
 // "last" has B answer each read in one frame (frameLast), "separate" as
-// an older entry asks, a response frame and an end frame.
+// an older entry asks, a response frame and an end frame; "filtered"
+// reads as `tabula bench` does (a family and the latest version: the
+// filter chain every reader sends).
 func BenchmarkForwardedPointRead(b *testing.B) {
 	for _, tc := range []struct {
 		name        string
 		separateEnd bool
-	}{{"last", false}, {"separate", true}} {
+		filtered    bool
+	}{{"last", false, false}, {"separate", true, false}, {"filtered", false, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			c := newGWCluster(b)
 			gwFill(b, c)
@@ -26,13 +31,17 @@ func BenchmarkForwardedPointRead(b *testing.B) {
 			if _, err := c.tbl.ReadRow(c.ctx, "n"); err != nil { // opens the stream
 				b.Fatal(err)
 			}
+			var opts []bigtable.ReadOption
+			if tc.filtered {
+				opts = append(opts, bigtable.RowFilter(bigtable.ChainFilters(bigtable.FamilyFilter("f"), bigtable.LatestNFilter(1))))
+			}
 			b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
 			cpu0 := processCPU(b)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {
-					if _, err := c.tbl.ReadRow(c.ctx, inB[i%len(inB)]); err != nil {
+					if _, err := c.tbl.ReadRow(c.ctx, inB[i%len(inB)], opts...); err != nil {
 						b.Error(err)
 						return
 					}

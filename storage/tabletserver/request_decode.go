@@ -35,9 +35,17 @@ const (
 	rowSetRowRanges = 2
 )
 
-// unmarshalReadRowsRequest decodes b into req (reset first) as
-// proto.Unmarshal does. req's filter may be shared with other requests
-// decoded here: it must not be modified.
+// UnmarshalReadRowsRequest decodes b into req (reset first) as
+// proto.Unmarshal does, copying what it keeps of b, as the data API's
+// codec decodes a caller's request. req's filter may be shared with other
+// requests decoded here (SharedFilter): it must not be modified. For
+// requests that arrive other than as a gRPC message of the data API (the
+// gateway's forwarded point reads).
+func UnmarshalReadRowsRequest(b []byte, req *bigtablepb.ReadRowsRequest) error {
+	return unmarshalReadRowsRequest(b, req)
+}
+
+// unmarshalReadRowsRequest is UnmarshalReadRowsRequest.
 func unmarshalReadRowsRequest(b []byte, req *bigtablepb.ReadRowsRequest) error {
 	proto.Reset(req)
 	if decodeReadRowsRequest(b, req) {
