@@ -287,8 +287,8 @@ svg text{font-size:11px}
 <h2>Processes that stopped by themselves</h2>
 <ul id="selfstops">{{range .SelfStops}}<li>{{.}}</li>{{else}}<li>none</li>{{end}}</ul>
 <h2>Rows</h2>
-<table id="rows"><tr><th>row</th><th>checked operations</th><th>unknown outcome</th><th>porcupine</th></tr>
-{{range .Rows}}<tr><td>{{.Row}}</td><td>{{.Ops}}</td><td>{{.Unknown}}</td><td class="check">{{.Result}}</td></tr>
+<table id="rows"><tr><th>row</th><th>checked operations</th><th>unknown outcome</th><th>unknown writes nothing showed, taken as not applied</th><th>porcupine</th></tr>
+{{range .Rows}}<tr><td>{{.Row}}</td><td>{{.Ops}}</td><td>{{.Unknown}}</td><td>{{.TakenAsNotApplied}}</td><td class="check">{{.Result}}</td></tr>
 {{end}}</table>
 <table id="finals"><tr><th>row</th><th>final counter</th><th>acknowledged increments</th><th>unknown increments</th><th>acknowledged appends lost</th></tr>
 {{range .Finals}}<tr><td>{{.Row}}</td><td>{{.State.N}}</td><td>{{.AckedIncr}}</td><td>{{.UnkIncr}}</td><td>{{len .MissingAppends}}</td></tr>
