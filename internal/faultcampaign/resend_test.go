@@ -2,6 +2,7 @@ package faultcampaign
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 )
 
 // TestResentDeleteIsTwoOperations: the history of the CI run that found it
@@ -101,12 +104,18 @@ func TestCountAttemptsSkipsRefused(t *testing.T) {
 	// sent; the same error after the call reached a server may have
 	// applied the write.
 	noConn := status.Error(codes.Unavailable, "connection error: desc = \"transport: failed to connect\"")
+	// lookup is a call that is not an attempt of the write: Tabula's
+	// client asking for the root's location (GetRoot) as it locates the
+	// row's tablet, answered OK.
+	lookup := errors.New("GetRoot, answered OK")
 	sent := map[error]bool{mayHave: true, notServing: true}
 	for _, tc := range []struct {
 		name    string
-		answers []error // of the attempts, in order
+		answers []error // of the calls, in order
 		want    int
 	}{
+		{"located, then once", []error{lookup, nil}, 0},
+		{"open, located again, OK", []error{mayHave, lookup, lookup, nil}, 1},
 		{"once", []error{nil}, 0},
 		{"refused, then OK", []error{notServing, notServing, nil}, 0},
 		{"open, then OK", []error{mayHave, nil}, 1},
@@ -117,7 +126,11 @@ func TestCountAttemptsSkipsRefused(t *testing.T) {
 	} {
 		ctx, log := withAttemptCounter(context.Background())
 		for _, answer := range tc.answers {
-			_ = CountAttempts(ctx, "/google.bigtable.v2.Bigtable/MutateRow", nil, nil, nil,
+			method := "/google.bigtable.v2.Bigtable/MutateRow"
+			if answer == lookup {
+				method, answer = clusterpb.Locator_GetRoot_FullMethodName, nil
+			}
+			_ = CountAttempts(ctx, method, nil, nil, nil,
 				func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
 					if answer == nil || sent[answer] {
 						for _, o := range opts {

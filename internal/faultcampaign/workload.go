@@ -160,19 +160,33 @@ func withAttemptCounter(ctx context.Context) (context.Context, *attemptLog) {
 // attempts left a CI run's row with 22 increments of unknown outcome, a
 // history too wide for the checker to finish.
 func CountAttempts(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	a, ok := ctx.Value(attemptsKey{}).(*attemptLog)
+	if !ok || !writeMethods[method] {
+		// Not an attempt of the write: the calls a client makes to find
+		// the row's tablet (Tabula's client asks a server for the root's
+		// location, GetRoot, whenever it locates afresh) change nothing.
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
 	var sentTo peer.Peer
 	err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&sentTo))...)
-	if a, ok := ctx.Value(attemptsKey{}).(*attemptLog); ok {
-		unsent := status.Code(err) == codes.Unavailable && sentTo.Addr == nil
-		open := err == nil || !unsent && !definitelyNotApplied(err)
-		a.mu.Lock()
-		if open {
-			a.open++
-		}
-		a.lastOpen = open
-		a.mu.Unlock()
+	unsent := status.Code(err) == codes.Unavailable && sentTo.Addr == nil
+	open := err == nil || !unsent && !definitelyNotApplied(err)
+	a.mu.Lock()
+	if open {
+		a.open++
 	}
+	a.lastOpen = open
+	a.mu.Unlock()
 	return err
+}
+
+// writeMethods are the data API's unary writes, the calls CountAttempts
+// counts: the campaign's writes (put, delete, CAS, increment, append)
+// are each one of them, by either client.
+var writeMethods = map[string]bool{
+	bigtablepb.Bigtable_MutateRow_FullMethodName:          true,
+	bigtablepb.Bigtable_CheckAndMutateRow_FullMethodName:  true,
+	bigtablepb.Bigtable_ReadModifyWriteRow_FullMethodName: true,
 }
 
 // retriedWrite is the error of a write the official client retries on its
