@@ -75,9 +75,32 @@ stop_pid() {
 	wait "$pid" 2>/dev/null || true
 }
 
+# disk_free_mib: MiB free to writers on the filesystem of $TMP (MinIO's
+# data directory; Go's build cache is usually on the same disk).
+disk_free_mib() { df -Pm "$TMP" | awk 'NR == 2 { print $4 }'; }
+
+# MinIO refuses every write once its drive would be more than 99% full
+# ("Storage backend has reached its minimum free drive threshold"), and a
+# cold build of the tests fills a few GiB of Go's build cache: a run on a
+# nearly full disk fails in dozens of tests at once, far from the cause.
+# Say how much is free at the start and, after a failure, at the end.
+DISK_LOW_MIB=5120
+check_disk() {
+	local free
+	free=$(disk_free_mib) || return 0
+	if ((free < DISK_LOW_MIB)); then
+		log "warning: only $free MiB free on the disk of $TMP (MinIO's data): MinIO refuses writes when the drive is 99% full, and a cold build needs a few GiB"
+	else
+		log "disk: $free MiB free on the disk of $TMP"
+	fi
+}
+
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
+	if ((rc != 0)); then
+		log "disk at the end: $(disk_free_mib) MiB free on the disk of $TMP"
+	fi
 	if [[ -n $MINIO_PID ]]; then
 		stop_pid "$MINIO_PID"
 	fi
@@ -114,6 +137,7 @@ for a in "${args[@]}"; do
 done
 ((has_timeout)) || args=(-timeout 40m "${args[@]}")
 
+check_disk
 bash deploy/install.sh minio
 bash deploy/install.sh consul
 

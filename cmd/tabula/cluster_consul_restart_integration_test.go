@@ -27,9 +27,9 @@ import (
 )
 
 // TestClusterMasterBackAfterConsulRestart restarts the Consul agent under
-// a running cluster (stopped with SIGTERM, held down 2 s, started again on
+// a running cluster (stopped with SIGTERM, held down 4 s, started again on
 // its data directory, so keys and sessions survive), then pauses MinIO for
-// 4 s, as a CI run of the fault campaign did (RELIABILITY.md, item 7: 17 s
+// 8 s, as a CI run of the fault campaign did (RELIABILITY.md, item 7: 17 s
 // without an active master). It measures, from the moment Consul answers
 // again with a leader, how long until an active master answers an admin
 // call (the tablet operations extension's ListTablets, which a standby
@@ -47,11 +47,21 @@ import (
 // session, whose destroy had failed while Consul was down, was left for
 // Consul to expire, twice its TTL after the restarted agent's new leader
 // reset the session timers: 2×TTL + lock-delay, about 25 s.
+//
+// Consul is held down long enough for the master's lease (4 s) to run out,
+// but not the tablet servers' sessions: a server renews every second and
+// gives its session up when a whole TTL (10 s) passes without a renewal.
+// Held down 6 s, Consul was out of reach for 9 s on a loaded machine (its
+// stop and its restart take a second or two each); with the last renewal
+// up to a second before and the first retry after, a server's session
+// lapsed in some runs, the server stopped, and the master's first round
+// then waited for its tablets' recovery, which this bound does not model.
+// A server that stops anyway is reported with its reason.
 func TestClusterMasterBackAfterConsulRestart(t *testing.T) {
 	const (
 		sessionTTL   = 10 * time.Second // the campaign cluster's --session-ttl
 		campaignLock = time.Second      // its --lock-delay
-		consulDown   = 6 * time.Second
+		consulDown   = 4 * time.Second
 		minioPause   = 8 * time.Second
 		margin       = 5 * time.Second
 	)
@@ -68,7 +78,9 @@ func TestClusterMasterBackAfterConsulRestart(t *testing.T) {
 	supervised := make(chan struct{})
 	go func() {
 		defer close(supervised)
-		c.Supervise(sctx, func(p *faultcampaign.Proc, err error) { t.Logf("supervisor restarted %s: %v", p.Name, err) })
+		c.Supervise(sctx, func(p *faultcampaign.Proc, err error) {
+			t.Logf("supervisor restarted %s (restart error: %v); why it stopped: %s", p.Name, err, stopReason(p.LogPath))
+		})
 	}()
 	defer func() { scancel(); <-supervised }()
 	before := c.ActiveMaster()
@@ -129,6 +141,23 @@ func TestClusterMasterBackAfterConsulRestart(t *testing.T) {
 		t.Fatalf("no active master answered for %.1f s after Consul came back; the configuration allows %v "+
 			"(lock-delay %v + session TTL %v + margin %v)", gap.Seconds(), bound, lockDelay, sessionTTL, margin)
 	}
+}
+
+// stopReason returns the last line of a role's log that says why it
+// stopped by itself ("tablet server stopping", a master's exit), or a
+// note that there is none.
+func stopReason(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "stopping") || strings.Contains(lines[i], "level=ERROR") {
+			return lines[i]
+		}
+	}
+	return "no stop line in " + path
 }
 
 // masterAnswers asks the master at addr for the tablets of table (the
