@@ -211,8 +211,13 @@ func TestParseLocalityGroupArgs(t *testing.T) {
 		t.Errorf("request = %v", req)
 	}
 	req, err = parseLocalityGroupArgs("t", "g", nil)
-	if err != nil || req.GetInMemory() || req.GetCompression() != 0 || req.GetBlockSize() != 0 || len(req.GetFamilies()) != 0 {
+	if err != nil || req.InMemory != nil || req.GetCompression() != 0 || req.GetBlockSize() != 0 || len(req.GetFamilies()) != 0 {
 		t.Errorf("empty arguments: %v, %v; want a request that changes nothing but the group", req, err)
+	}
+	// inmemory=false is sent, so that it turns an in-memory group off.
+	req, err = parseLocalityGroupArgs("t", "g", []string{"inmemory=false"})
+	if err != nil || req.InMemory == nil || req.GetInMemory() {
+		t.Errorf("inmemory=false: %v, %v; want in_memory set to false", req, err)
 	}
 	for _, bad := range [][]string{
 		{"inmemory=maybe"}, {"compression=lz4"}, {"blocksize=0"}, {"blocksize=999999999999"},

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/storage/master/adminextpb"
 )
@@ -75,7 +76,7 @@ func parseLocalityGroupArgs(tableName, group string, args []string) (*adminextpb
 		if err != nil {
 			return nil, fmt.Errorf("inmemory=%q: want true or false", s)
 		}
-		req.InMemory = b
+		req.InMemory = &b
 	}
 	if s, ok := kv["compression"]; ok {
 		if req.Compression, err = parseCompression(s); err != nil {
@@ -99,7 +100,8 @@ func newSetLocalityGroupCommand() *cobra.Command {
 		long: `setlocalitygroup configures one of the paper's locality groups: families in a
 group share SSTables; a group can be kept in memory and has its own block
 compression and block size. Families that do not exist yet are created in
-the group. Needs a Tabula server: others answer UNIMPLEMENTED.`,
+the group; inmemory, compression and blocksize not given keep the group's
+current settings. Needs a Tabula server: others answer UNIMPLEMENTED.`,
 		args: argsBetween(2, 6),
 		run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
 			req, err := parseLocalityGroupArgs(c.names.tableName(args[0]), args[1], args[2:])
@@ -136,7 +138,7 @@ func setInMemoryGroup(ctx context.Context, c *conn, table, group string, familie
 		Table:       c.names.tableName(table),
 		Group:       group,
 		Families:    families,
-		InMemory:    true,
+		InMemory:    proto.Bool(true),
 		Compression: adminextpb.Compression_COMPRESSION_SNAPPY,
 	})
 	if status.Code(err) == codes.Unimplemented {

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/storage/cluster"
 	"github.com/tabuladb/tabula/storage/master/adminextpb"
@@ -90,7 +91,7 @@ func TestDevEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := c.groups.SetLocalityGroup(ctx, &adminextpb.SetLocalityGroupRequest{Table: "projects/p/instances/i/tables/web",
-		Group: "meta", Families: []string{"anchor"}, InMemory: true, Compression: adminextpb.Compression_COMPRESSION_SNAPPY}); err != nil {
+		Group: "meta", Families: []string{"anchor"}, InMemory: proto.Bool(true), Compression: adminextpb.Compression_COMPRESSION_SNAPPY}); err != nil {
 		t.Fatal(err)
 	}
 	tbl := c.data.Open("web")

@@ -478,7 +478,7 @@ var apiCases = map[string]apiCase{
 
 	// tabula.admin.v1.LocalityGroups
 	"SetLocalityGroup": {need: "admin", deniedAs: "user", works: true, req: func(tb string) proto.Message {
-		return &adminextpb.SetLocalityGroupRequest{Table: tablePath(tb), Group: "hot", Families: []string{"c"}, InMemory: true}
+		return &adminextpb.SetLocalityGroupRequest{Table: tablePath(tb), Group: "hot", Families: []string{"c"}, InMemory: proto.Bool(true)}
 	}},
 	"GetLocalityGroups": {need: "reader", deniedAs: "nobody", works: true, req: func(tb string) proto.Message {
 		return &adminextpb.GetLocalityGroupsRequest{Table: tablePath(tb)}

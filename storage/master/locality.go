@@ -93,7 +93,9 @@ func (l *LocalityGroupService) SetLocalityGroup(ctx context.Context, req *admine
 		}
 		g := t.LocalityGroups[group]
 		g.Name = group
-		g.InMemory = req.GetInMemory()
+		if req.InMemory != nil {
+			g.InMemory = req.GetInMemory()
+		}
 		if compression != nil {
 			g.Compression = *compression
 		}

@@ -7,6 +7,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/storage/master/adminextpb"
 	"github.com/tabuladb/tabula/storage/meta"
@@ -33,7 +34,7 @@ func TestLocalityGroups(t *testing.T) {
 
 	// Missing families are created in the group; options are set.
 	resp, err = e.ext.SetLocalityGroup(e.ctx, &adminextpb.SetLocalityGroupRequest{Table: tableFullName("web"), Group: "meta",
-		Families: []string{"anchor", "language"}, InMemory: true, Compression: adminextpb.Compression_COMPRESSION_SNAPPY, BlockSize: 4096})
+		Families: []string{"anchor", "language"}, InMemory: proto.Bool(true), Compression: adminextpb.Compression_COMPRESSION_SNAPPY, BlockSize: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,14 +64,22 @@ func TestLocalityGroups(t *testing.T) {
 		t.Fatalf("SetGCPolicy moved the family: %+v", entry.Families["anchor"])
 	}
 
-	// Reconfiguring keeps unspecified compression and block size; in_memory
-	// is set as given.
+	// Reconfiguring keeps what it leaves unset: in_memory, compression and
+	// block size.
 	resp, err = e.ext.SetLocalityGroup(e.ctx, &adminextpb.SetLocalityGroupRequest{Table: tableFullName("web"), Group: "meta", Families: []string{"anchor"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if g := resp.Groups[1]; !g.InMemory || g.Compression != adminextpb.Compression_COMPRESSION_SNAPPY || g.BlockSize != 4096 {
+		t.Fatalf("group reconfigured with nothing set: %v", g)
+	}
+	// An explicit false takes the group out of memory, keeping the rest.
+	resp, err = e.ext.SetLocalityGroup(e.ctx, &adminextpb.SetLocalityGroupRequest{Table: tableFullName("web"), Group: "meta", InMemory: proto.Bool(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if g := resp.Groups[1]; g.InMemory || g.Compression != adminextpb.Compression_COMPRESSION_SNAPPY || g.BlockSize != 4096 {
-		t.Fatalf("reconfigured group %v", g)
+		t.Fatalf("group reconfigured with in_memory=false: %v", g)
 	}
 	// The default group's options can be set too.
 	if _, err := e.ext.SetLocalityGroup(e.ctx, &adminextpb.SetLocalityGroupRequest{Table: tableFullName("web"), Group: "default",
@@ -95,7 +104,7 @@ func TestLocalityGroups(t *testing.T) {
 	if err := e.admin.DeleteColumnFamily(e.ctx, "web", "contents"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.ext.SetLocalityGroup(e.ctx, &adminextpb.SetLocalityGroupRequest{Table: tableFullName("web"), Group: "meta", Families: []string{"contents"}, InMemory: true}); err != nil {
+	if _, err := e.ext.SetLocalityGroup(e.ctx, &adminextpb.SetLocalityGroupRequest{Table: tableFullName("web"), Group: "meta", Families: []string{"contents"}, InMemory: proto.Bool(true)}); err != nil {
 		t.Fatalf("re-create in another group: %v", err)
 	}
 

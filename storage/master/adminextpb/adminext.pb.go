@@ -86,8 +86,9 @@ type SetLocalityGroupRequest struct {
 	Group string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
 	// Families to put in the group (added to those already in it).
 	Families []string `protobuf:"bytes,3,rep,name=families,proto3" json:"families,omitempty"`
-	// Whether the group's SSTables are kept resident in memory.
-	InMemory    bool        `protobuf:"varint,4,opt,name=in_memory,json=inMemory,proto3" json:"in_memory,omitempty"`
+	// Whether the group's SSTables are kept resident in memory; unset keeps
+	// the group's current setting (not in memory for a new group).
+	InMemory    *bool       `protobuf:"varint,4,opt,name=in_memory,json=inMemory,proto3,oneof" json:"in_memory,omitempty"`
 	Compression Compression `protobuf:"varint,5,opt,name=compression,proto3,enum=tabula.admin.v1.Compression" json:"compression,omitempty"`
 	// Target uncompressed data block size in bytes; 0 keeps the current
 	// size (64 KiB for a new group). At most 64 MiB.
@@ -148,8 +149,8 @@ func (x *SetLocalityGroupRequest) GetFamilies() []string {
 }
 
 func (x *SetLocalityGroupRequest) GetInMemory() bool {
-	if x != nil {
-		return x.InMemory
+	if x != nil && x.InMemory != nil {
+		return *x.InMemory
 	}
 	return false
 }
@@ -340,15 +341,17 @@ var File_adminext_proto protoreflect.FileDescriptor
 
 const file_adminext_proto_rawDesc = "" +
 	"\n" +
-	"\x0eadminext.proto\x12\x0ftabula.admin.v1\"\xdd\x01\n" +
+	"\x0eadminext.proto\x12\x0ftabula.admin.v1\"\xf0\x01\n" +
 	"\x17SetLocalityGroupRequest\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x1a\n" +
-	"\bfamilies\x18\x03 \x03(\tR\bfamilies\x12\x1b\n" +
-	"\tin_memory\x18\x04 \x01(\bR\binMemory\x12>\n" +
+	"\bfamilies\x18\x03 \x03(\tR\bfamilies\x12 \n" +
+	"\tin_memory\x18\x04 \x01(\bH\x00R\binMemory\x88\x01\x01\x12>\n" +
 	"\vcompression\x18\x05 \x01(\x0e2\x1c.tabula.admin.v1.CompressionR\vcompression\x12\x1d\n" +
 	"\n" +
-	"block_size\x18\x06 \x01(\x03R\tblockSize\"0\n" +
+	"block_size\x18\x06 \x01(\x03R\tblockSizeB\f\n" +
+	"\n" +
+	"_in_memory\"0\n" +
 	"\x18GetLocalityGroupsRequest\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\"\xbb\x01\n" +
 	"\rLocalityGroup\x12\x12\n" +
@@ -410,6 +413,7 @@ func file_adminext_proto_init() {
 	if File_adminext_proto != nil {
 		return
 	}
+	file_adminext_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
