@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
@@ -40,6 +41,9 @@ func newExportCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "export",
 		Short: "Export a table to sharded files (parquet, jsonl)",
+		// The flags belong to the format's subcommand: an unknown format
+		// followed by them must be reported as the format, not a flag.
+		FParseErrWhitelist: cobra.FParseErrWhitelist{UnknownFlags: true},
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef(cmd, "unknown export format %q: want parquet or jsonl", args[0])
@@ -58,6 +62,9 @@ func newImportCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "import",
 		Short: "Import sharded files (parquet, jsonl) into a table",
+		// The flags belong to the format's subcommand: an unknown format
+		// followed by them must be reported as the format, not a flag.
+		FParseErrWhitelist: cobra.FParseErrWhitelist{UnknownFlags: true},
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef(cmd, "unknown import format %q: want parquet or jsonl", args[0])
@@ -384,6 +391,14 @@ func runExport(ctx context.Context, cmd *cobra.Command, j exportJob, format rowf
 		if len(columns) == 0 {
 			return fmt.Errorf("export %s: no cells in the rows and times selected, so no columns for --layout columns", j.table)
 		}
+	} else if format == rowfile.ParquetColumns {
+		// Columns chosen by name: a family the table lacks is a mistake,
+		// not an empty column.
+		if err := checkColumnFamilies(ctx, j, columns); err != nil {
+			return err
+		}
+		// Read only those columns: the rest would be read and dropped.
+		scan.Filter = columnsRowFilter(columns)
 	}
 	if format == rowfile.ParquetColumns {
 		if _, err := rowfile.ColumnsSchema(columns); err != nil {
@@ -425,6 +440,55 @@ func runExport(ctx context.Context, cmd *cobra.Command, j exportJob, format rowf
 	fmt.Fprintf(out, "exported %s: %d rows, %d cells, %.1f MB in %d files of %.1f MB (%s) to %s in %s: %s\n",
 		j.table, s.Rows, s.Cells, float64(s.Payload)/1e6, len(s.Files), float64(s.Bytes)/1e6, what, loc, s.Elapsed.Round(time.Millisecond), rate(s.Rows, s.Payload, s.Elapsed))
 	return nil
+}
+
+// checkColumnFamilies fails when a column of --columns names a family the
+// table does not have.
+func checkColumnFamilies(ctx context.Context, j exportJob, columns []rowfile.Column) error {
+	c, err := j.conn.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	tctx, cancel := context.WithTimeout(ctx, j.timeout)
+	defer cancel()
+	info, err := c.admin.TableInfo(tctx, j.table)
+	if err != nil {
+		return serverErr(j.conn.addr, j.table, err)
+	}
+	var missing []string
+	for _, col := range columns {
+		if !slices.Contains(info.Families, col.Family) && !slices.Contains(missing, col.Family) {
+			missing = append(missing, col.Family)
+		}
+	}
+	if len(missing) > 0 {
+		have := slices.Sorted(slices.Values(info.Families))
+		return fmt.Errorf("export %s: --columns names families the table does not have: %s (its families: %s)",
+			j.table, strings.Join(missing, ", "), strings.Join(have, ", "))
+	}
+	return nil
+}
+
+// columnsRowFilter keeps the cells of the given columns: the union of one
+// column range per column, [q, q+"\x00"), which holds q alone. A range
+// compares bytes exactly, which a regular expression over arbitrary
+// qualifier bytes would not; the end is open because an empty bound means
+// no bound (an empty qualifier's closed range [“”, “”] would be every
+// qualifier).
+func columnsRowFilter(columns []rowfile.Column) *bigtablepb.RowFilter {
+	fs := make([]*bigtablepb.RowFilter, len(columns))
+	for i, c := range columns {
+		fs[i] = &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_ColumnRangeFilter{ColumnRangeFilter: &bigtablepb.ColumnRange{
+			FamilyName:     c.Family,
+			StartQualifier: &bigtablepb.ColumnRange_StartQualifierClosed{StartQualifierClosed: c.Qualifier},
+			EndQualifier:   &bigtablepb.ColumnRange_EndQualifierOpen{EndQualifierOpen: append(slices.Clip(c.Qualifier), 0)},
+		}}}
+	}
+	if len(fs) == 1 {
+		return fs[0]
+	}
+	return &bigtablepb.RowFilter{Filter: &bigtablepb.RowFilter_Interleave_{Interleave: &bigtablepb.RowFilter_Interleave{Filters: fs}}}
 }
 
 // serverErr explains a failed first call: the server is down, or the

@@ -17,6 +17,7 @@ import (
 	"github.com/tabuladb/tabula/rowfile"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
+	"github.com/tabuladb/tabula/storage/filter"
 )
 
 // runRowfileVerbs runs export/import verbs in process.
@@ -352,6 +353,16 @@ func TestExportColumnsAndJSONL(t *testing.T) {
 	if rows != 3 || !strings.Contains(out, "exported web: 3 rows") {
 		t.Errorf("columns export of prefix a: %d rows read, summary %q", rows, out)
 	}
+	// A family the table lacks is named, and nothing is written.
+	bad := t.TempDir()
+	_, _, err = runRowfileVerbs(t, "export", "parquet", "web", "--out", bad, "--layout", "columns", "--addr", addr,
+		"--columns", "contents:,nofam:x,nofam:y")
+	if err == nil || !strings.Contains(err.Error(), "families the table does not have: nofam (its families: anchor, contents)") {
+		t.Errorf("columns export naming a missing family: %v", err)
+	}
+	if names := dirNames(t, bad); len(names) != 0 {
+		t.Errorf("a refused columns export wrote %v", names)
+	}
 	// Columns layout cannot name a non-UTF-8 qualifier as a column.
 	_, _, err = runRowfileVerbs(t, "export", "parquet", "web", "--out", t.TempDir(), "--layout", "columns", "--addr", addr)
 	if err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
@@ -411,6 +422,60 @@ func TestExportColumnsAndJSONL(t *testing.T) {
 
 // TestPlanShards checks the split of a key range into shards on tablet
 // boundaries and sampled keys.
+// TestColumnsRowFilter checks the filter the columns layout reads with:
+// exactly the named columns, empty and binary qualifiers included, and
+// not the columns beside them.
+func TestColumnsRowFilter(t *testing.T) {
+	row := cell.Row{Key: []byte("r"), Cells: []cell.Cell{
+		{Family: "anchor", Qualifier: []byte{}, Timestamp: 1, Value: []byte("a-empty")},
+		{Family: "anchor", Qualifier: []byte("\x00bin\xfe"), Timestamp: 1, Value: []byte("a-bin")},
+		{Family: "anchor", Qualifier: []byte("\x00bin\xfe\x00"), Timestamp: 1, Value: []byte("a-bin-longer")},
+		{Family: "anchor", Qualifier: []byte("cnn.com"), Timestamp: 2, Value: []byte("a-cnn-2")},
+		{Family: "anchor", Qualifier: []byte("cnn.com"), Timestamp: 1, Value: []byte("a-cnn-1")},
+		{Family: "contents", Qualifier: []byte{}, Timestamp: 1, Value: []byte("c-empty")},
+		{Family: "contents", Qualifier: []byte("x"), Timestamp: 1, Value: []byte("c-x")},
+	}}
+	values := func(cols ...rowfile.Column) string {
+		f, err := filter.Compile(columnsRowFilter(cols), filter.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, c := range f.Apply(row) {
+			got = append(got, string(c.Value))
+		}
+		return strings.Join(got, ",")
+	}
+	for _, tc := range []struct {
+		cols []rowfile.Column
+		want string
+	}{
+		{[]rowfile.Column{{Family: "contents", Qualifier: []byte{}}}, "c-empty"},
+		{[]rowfile.Column{{Family: "anchor", Qualifier: []byte("\x00bin\xfe")}}, "a-bin"},
+		{[]rowfile.Column{{Family: "anchor", Qualifier: []byte("cnn.com")}, {Family: "contents", Qualifier: []byte("x")}}, "a-cnn-2,a-cnn-1,c-x"},
+		{[]rowfile.Column{{Family: "anchor", Qualifier: []byte{}}, {Family: "nofam", Qualifier: []byte("x")}}, "a-empty"},
+	} {
+		if got := values(tc.cols...); got != tc.want {
+			t.Errorf("columns %v: cells %q, want %q", tc.cols, got, tc.want)
+		}
+	}
+}
+
+// TestRowfileVerbsUnknownFormat: an unknown format is named even when the
+// flags of a real format follow it.
+func TestRowfileVerbsUnknownFormat(t *testing.T) {
+	for _, args := range [][]string{
+		{"export", "xml", "web", "--out", "/tmp/x"},
+		{"export", "xml", "web"},
+		{"import", "xml", "/tmp/x", "web", "--create"},
+	} {
+		_, _, err := runRowfileVerbs(t, args...)
+		if err == nil || !strings.Contains(err.Error(), `format "xml": want parquet or jsonl`) {
+			t.Errorf("%q: %v, want the unknown format named", args, err)
+		}
+	}
+}
+
 func TestPlanShards(t *testing.T) {
 	k := func(s string) []byte { return []byte(s) }
 	tablets := [][]byte{k(""), k("g"), k("n")}
