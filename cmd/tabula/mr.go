@@ -118,7 +118,8 @@ lines every few seconds otherwise), and prints its counters. The built-in jobs:
   copytable SRC DST             copy cells with their timestamps (--families old:new,
                                 --start/--end, --starttime/--endtime, --versions, --dst-addr)
   verify A B                    compare two tables row by row (GOOD, ONLY_IN_A,
-                                ONLY_IN_B, CONTENT_DIFFERENT and the first differing rows)
+                                ONLY_IN_B, CONTENT_DIFFERENT and the first differing rows;
+                                exits 1 when they differ)
   export TABLE --out DIR|s3://… --format parquet|jsonl
   import DIR|s3://… TABLE      (TABLE must have every family the files use: checked first)
   wordcount [TABLE]             word count of the Webtable's anchors (default table
@@ -187,6 +188,10 @@ type mrJob struct {
 	print func(w io.Writer, res *mapreduce.Result, asJSON bool) (any, error)
 	// check runs before the job, against the cluster (admin API).
 	check func(ctx context.Context, c *conn) error
+	// verdict, when set, judges a finished job's result after it is
+	// printed: an error makes the command exit non-zero (verify's tables
+	// that differ), so that scripts can tell.
+	verdict func(res *mapreduce.Result) error
 }
 
 func runMR(ctx context.Context, cmd *cobra.Command, args []string, f mrRunFlags) error {
@@ -296,7 +301,13 @@ func runMR(ctx context.Context, cmd *cobra.Command, args []string, f mrRunFlags)
 	if err != nil {
 		return fmt.Errorf("mr run %s: %w", name, describe(err))
 	}
-	return printMRResult(cmd.OutOrStdout(), j, res, printJSON)
+	if err := printMRResult(cmd.OutOrStdout(), j, res, printJSON); err != nil {
+		return err
+	}
+	if j.verdict != nil {
+		return j.verdict(res)
+	}
+	return nil
 }
 
 // tableSpec builds the input selection of table from the flags.
@@ -465,6 +476,15 @@ func buildMRJob(cmd *cobra.Command, name string, args []string, f mrRunFlags, fi
 				fmt.Fprintf(w, "%s\t%q\n", d.Kind, d.Row)
 			}
 			return nil, nil
+		}
+		j.verdict = func(res *mapreduce.Result) error {
+			c := res.Counters
+			if n := c[jobs.CounterOnlyInA] + c[jobs.CounterOnlyInB] + c[jobs.CounterContentDifferent]; n > 0 {
+				return fmt.Errorf("mr run verify: %s and %s differ in %d rows (%s %d, %s %d, %s %d)", args[0], args[1], n,
+					jobs.CounterOnlyInA, c[jobs.CounterOnlyInA], jobs.CounterOnlyInB, c[jobs.CounterOnlyInB],
+					jobs.CounterContentDifferent, c[jobs.CounterContentDifferent])
+			}
+			return nil
 		}
 	case "export":
 		if err := needArgs(cmd, name, args, "TABLE"); err != nil {

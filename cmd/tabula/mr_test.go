@@ -81,9 +81,14 @@ func TestMRTabula(t *testing.T) {
 		t.Errorf("verify after copytable:\n%s", out)
 	}
 	run("set", "copy", "zzz.extra", "language:=xx")
-	out = run("mr", "run", "verify", "webtable", "copy")
+	// Tables that differ: the counters and rows are printed, and the
+	// command fails, so that a script can tell.
+	out, _, err := runTabula(t, "mr", "run", "verify", "webtable", "copy", "--addr", addr, "--progress", "none")
 	if mrCounter(t, out, "ONLY_IN_B") != "1" || !strings.Contains(out, "ONLY_IN_B\t\"zzz.extra\"") {
 		t.Errorf("verify after adding a row:\n%s", out)
+	}
+	if err == nil || !strings.Contains(err.Error(), "webtable and copy differ in 1 rows (ONLY_IN_A 0, ONLY_IN_B 1, CONTENT_DIFFERENT 0)") {
+		t.Errorf("verify of tables that differ: error %v, want them said to differ", err)
 	}
 
 	// A word count with a total order: its files, in shard order, hold
