@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/spf13/cobra"
 
+	"github.com/tabuladb/tabula/mapreduce"
 	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/cluster"
 )
@@ -72,13 +74,22 @@ func runDemo(ctx context.Context, f demoFlags, out, progress io.Writer) error {
 		return fmt.Errorf("--rows must be at least 1")
 	}
 	start := time.Now()
-	srv, err := cluster.StartDev(ctx, cluster.DevConfig{
+	cfg := cluster.DevConfig{
 		Dir:  f.dir,
 		Addr: f.addr,
 		// The demo's own output tells the story; the server logs only
 		// warnings and errors.
 		Logger: slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	// A MapReduce worker in the server, as tabula dev hosts one by
+	// default: `tabula mr run` against the demo's server runs its tasks
+	// there, as the README's MapReduce section says.
+	stopWorker, err := devWorker(&cfg, &workerFlags{slots: runtime.NumCPU(), sortMemory: mapreduce.DefaultSortMemory})
+	if err != nil {
+		return err
+	}
+	defer stopWorker()
+	srv, err := cluster.StartDev(ctx, cfg)
 	if err != nil {
 		return err
 	}

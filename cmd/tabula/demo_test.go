@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -37,5 +41,42 @@ func TestDemo(t *testing.T) {
 		if total != 400 {
 			t.Fatalf("run %d: the script counted %d pages, want 400:\n%s", run, total, o)
 		}
+	}
+}
+
+// TestDemoServesAWorker: the demo's server, kept up with --serve, hosts a
+// MapReduce worker as tabula dev does, so that `tabula mr run` against it
+// runs its tasks there (the README's MapReduce section).
+func TestDemoServesAWorker(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	// The demo's output, read as it is written: it says when it serves.
+	pr, pw := io.Pipe()
+	ended := make(chan error, 1)
+	go func() {
+		err := runDemo(ctx, demoFlags{dir: t.TempDir(), addr: addr, rows: 100, serve: true}, pw, io.Discard)
+		pw.CloseWithError(fmt.Errorf("demo ended: %v", err))
+		ended <- err
+	}()
+	defer func() {
+		cancel()
+		go io.Copy(io.Discard, pr)
+		if err := <-ended; err != nil {
+			t.Errorf("demo: %v", err)
+		}
+	}()
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() && !strings.Contains(sc.Text(), "until interrupted") {
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("the demo never said it serves: %v", err)
+	}
+	if !hostsWorker(ctx, addr, nil) {
+		t.Fatalf("the demo's server at %s hosts no MapReduce worker", addr)
 	}
 }

@@ -97,7 +97,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.IntVar(&cfg.Limits.MaxValueBytes, "max-value-bytes", def.MaxValueBytes, "largest cell value")
 	f.IntVar(&cfg.Limits.MaxMutations, "max-mutations", def.MaxMutations, "most mutations in one request")
 	f.StringVar(&logFormat, "log-format", "json", "log format on stderr: json or text")
-	wf.register(cmd, "worker-", true)
+	wf.register(cmd, "worker-", true, "DIR/mr, under --dir")
 	tf.register(f)
 	af.register(f)
 	_ = cmd.MarkFlagRequired("dir")

@@ -36,11 +36,15 @@ type workerFlags struct {
 	sortMemory int64
 }
 
+// tempWorkerDir is the default of a worker's directory outside tabula dev.
+const tempWorkerDir = "a new directory under the system's temporary directory"
+
 // register adds the flags, their names prefixed; zeroSlotsDisables says
-// that --PREFIXslots 0 means no worker (tabula dev's, on by default).
-func (w *workerFlags) register(cmd *cobra.Command, prefix string, zeroSlotsDisables bool) {
+// that --PREFIXslots 0 means no worker (tabula dev's, on by default);
+// dirDefault says where the worker's files go without --PREFIXdir.
+func (w *workerFlags) register(cmd *cobra.Command, prefix string, zeroSlotsDisables bool, dirDefault string) {
 	f := cmd.Flags()
-	f.StringVar(&w.dir, prefix+"dir", "", "directory for map outputs and spills (default: a new directory under the system's temporary directory)")
+	f.StringVar(&w.dir, prefix+"dir", "", "directory for map outputs and spills (default: "+dirDefault+")")
 	f.StringVar(&w.host, prefix+"host", "", "host name matched against the tablet servers' hosts to run map tasks next to their data (default: the host of the listen address)")
 	slotsHelp := "task attempts run at once"
 	if zeroSlotsDisables {
@@ -165,7 +169,7 @@ stops it, unregistering at once.`,
 	// Not the tablet servers' default port: a worker often runs beside one.
 	r.addr = defaultWorkerAddr
 	cmd.Flags().Lookup("addr").DefValue = defaultWorkerAddr
-	wf.register(cmd, "", false)
+	wf.register(cmd, "", false, tempWorkerDir)
 	return cmd
 }
 
@@ -186,7 +190,12 @@ func devWorkerWithMetrics(cfg *cluster.DevConfig, wf *workerFlags, reg prometheu
 		return func() {}, nil
 	}
 	if wf.dir == "" && cfg.Dir != "" {
+		// Checked here, so that a bad --dir is named as the user gave it,
+		// not as a --worker-dir they never set.
 		wf.dir = filepath.Join(cfg.Dir, "mr")
+		if err := os.MkdirAll(wf.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("--dir: %w", err)
+		}
 	}
 	lw, err := wf.config("worker-")
 	if err != nil {
@@ -225,7 +234,7 @@ func (t *tabletServerWorker) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&t.enabled, "worker", false, "also run a MapReduce worker in this process (see tabula worker)")
 	f.StringVar(&t.addr, "worker-addr", "", "the worker's gRPC listen address (default: the tablet server's host, port picked)")
-	t.wf.register(cmd, "worker-", false)
+	t.wf.register(cmd, "worker-", false, tempWorkerDir)
 }
 
 // start starts the worker beside the tablet server at serverAddr, unless
