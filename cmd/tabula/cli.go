@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"google.golang.org/api/option"
@@ -209,13 +210,52 @@ type clientVerb struct {
 	run              func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error
 	flags            func(fs *pflag.FlagSet)
 	// streams marks verbs whose run time grows with the data (read,
-	// count): they get no default deadline.
+	// count): they get no default deadline, but first a reachability
+	// check (conn.reachable).
 	streams bool
 }
 
 // defaultTimeout bounds the verbs that do not stream, so a server that is
 // down is an UNAVAILABLE error instead of the client retrying forever.
 const defaultTimeout = 30 * time.Second
+
+// reachTimeout bounds the streaming verbs' reachability check: as long as
+// a unary verb waits for a server that is down (a variable so that tests
+// can shorten it).
+var reachTimeout = defaultTimeout
+
+// reachable checks, before a streaming verb starts, that a server answers
+// at c's address, waiting at most within for one.
+//
+// A streaming verb has no default deadline, since a long scan must never
+// be cut off; but the official client retries UNAVAILABLE in ReadRows
+// until its context ends, so without a deadline read and count against a
+// server that is down retried forever, printing nothing. Two ways out
+// were weighed: a deadline on the first response, and a short unary call
+// first. The first is not what it seems: the official client hands over
+// rows, not responses, and a scan whose filter keeps few rows (regex=,
+// count of a sparse range) may rightly go a long time without one. So
+// the verbs ask first: one PingAndWarm, which does no work on the server,
+// waiting for the connection (WaitForReady) as the unary verbs' retries
+// do, for at most within. Any answer proves the server reachable, an
+// error too (UNIMPLEMENTED from a server without PingAndWarm,
+// UNAUTHENTICATED, NOT_FOUND for an unknown instance): the verb itself
+// then reports what is wrong. Only no answer at all within the time is an
+// error here. Once the stream runs, nothing bounds it; a server that goes
+// away in the middle of a scan is retried by the client as before.
+func (c *conn) reachable(ctx context.Context, within time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	name := fmt.Sprintf("projects/%s/instances/%s", c.names.project, c.names.instance)
+	_, err := bigtablepb.NewBigtableClient(c.cc).PingAndWarm(pctx, &bigtablepb.PingAndWarmRequest{Name: name}, grpc.WaitForReady(true))
+	if err == nil || pctx.Err() == nil {
+		return nil // an answer, whatever it says
+	}
+	if ctx.Err() != nil {
+		return err // the caller's --timeout or an interrupt, not the check's
+	}
+	return status.Errorf(codes.Unavailable, "no answer from %s within %s (is the server running?): %s", c.names.addr, within, status.Convert(err).Message())
+}
 
 func (v clientVerb) command() *cobra.Command {
 	var cf connFlags
@@ -240,7 +280,15 @@ func (v clientVerb) command() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			if err := v.run(ctx, c, cmd, args); err != nil {
+			run := func() error {
+				if v.streams {
+					if err := c.reachable(ctx, reachTimeout); err != nil {
+						return err
+					}
+				}
+				return v.run(ctx, c, cmd, args)
+			}
+			if err := run(); err != nil {
 				var ue *usageError
 				if errors.As(err, &ue) {
 					return err
