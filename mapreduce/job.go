@@ -171,6 +171,11 @@ type FileInput struct {
 	// URL is a directory or s3://bucket/prefix holding the files and
 	// their manifest.
 	URL string
+	// Prefix names the shard set, PREFIX-SSSSS-of-NNNNN.parquet|jsonl.
+	// Empty: "part" (what a job's file output writes) when such a set is
+	// there, else the one set the location holds, whatever its prefix
+	// (tabula export names its files after the table).
+	Prefix string
 }
 
 func (*FileInput) input() {}

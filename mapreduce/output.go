@@ -14,6 +14,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/tabuladb/tabula/rowfile"
@@ -378,18 +379,42 @@ func readFileSplit(ctx context.Context, in *FileInput, name string, fn func(cell
 	return rowfile.Each(r, fn)
 }
 
-// fileSplits lists a file input's shard set, checking every file's
-// schema, one split per file.
-func fileSplits(ctx context.Context, in *FileInput) ([]Split, error) {
-	loc, err := rowfile.OpenLocation(ctx, in.URL)
+// FileShards finds a file input's shard set (FileInput.Prefix says which)
+// and opens a reader on each file, which checks its schema. The caller
+// closes the readers.
+func FileShards(ctx context.Context, in *FileInput) (loc *rowfile.Location, names []string, readers []rowfile.RowReader, err error) {
+	loc, err = rowfile.OpenLocation(ctx, in.URL)
 	if err != nil {
-		return nil, fmt.Errorf("input %s: %w", in.URL, err)
+		return nil, nil, nil, fmt.Errorf("input %s: %w", in.URL, err)
 	}
-	var names []string
+	all, err := loc.List(ctx)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("input %s: %w", in.URL, err)
+	}
+	prefixes := []string{in.Prefix}
+	if in.Prefix == "" {
+		prefixes = []string{filePrefix}
+		var others []string
+		for _, f := range []rowfile.Format{rowfile.Parquet, rowfile.JSONL} {
+			for _, p := range rowfile.ShardPrefixes(all, f.Ext()) {
+				if !slices.Contains(others, p) {
+					others = append(others, p)
+				}
+			}
+		}
+		switch {
+		case slices.Contains(others, filePrefix):
+		case len(others) == 1:
+			prefixes = others
+		case len(others) > 1:
+			return nil, nil, nil, fmt.Errorf("input %s: holds shard sets of several prefixes (%s): name one", in.URL, strings.Join(others, ", "))
+		}
+	}
+	prefix := prefixes[0]
 	var format rowfile.Format
 	var errs []error
 	for _, f := range []rowfile.Format{rowfile.Parquet, rowfile.JSONL} {
-		n, err := loc.Shards(ctx, filePrefix, f.Ext())
+		n, err := rowfile.ListShards(all, prefix, f.Ext())
 		if err == nil {
 			names, format = n, f
 			break
@@ -397,11 +422,21 @@ func fileSplits(ctx context.Context, in *FileInput) ([]Split, error) {
 		errs = append(errs, err)
 	}
 	if names == nil {
-		return nil, fmt.Errorf("input %s: no complete set of %s-SSSSS-of-NNNNN.parquet or .jsonl files: %w", in.URL, filePrefix, errors.Join(errs...))
+		return nil, nil, nil, fmt.Errorf("input %s: no complete set of %s-SSSSS-of-NNNNN.parquet or .jsonl files: %w", in.URL, prefix, errors.Join(errs...))
 	}
-	readers, err := loc.OpenShards(ctx, filePrefix, rowfile.ReaderOptions{Format: format})
+	readers, err = loc.OpenShards(ctx, prefix, rowfile.ReaderOptions{Format: format})
 	if err != nil {
-		return nil, fmt.Errorf("input %s: %w", in.URL, err)
+		return nil, nil, nil, fmt.Errorf("input %s: %w", in.URL, err)
+	}
+	return loc, names, readers, nil
+}
+
+// fileSplits lists a file input's shard set, checking every file's
+// schema, one split per file.
+func fileSplits(ctx context.Context, in *FileInput) ([]Split, error) {
+	loc, names, readers, err := FileShards(ctx, in)
+	if err != nil {
+		return nil, err
 	}
 	for _, r := range readers {
 		r.Close()

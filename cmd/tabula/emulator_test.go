@@ -35,7 +35,8 @@ func runTabula(t *testing.T, args ...string) (stdout, stderr string, err error) 
 	t.Helper()
 	root := &cobra.Command{Use: "tabula", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(newCLICommands()...)
-	root.AddCommand(newLoadCommand(), newBenchCommand(), newEmulatorCommand(), newScriptCommand(), newMRCommand())
+	root.AddCommand(newLoadCommand(), newBenchCommand(), newEmulatorCommand(), newScriptCommand(), newMRCommand(),
+		newExportCommand(), newImportCommand())
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)

@@ -104,6 +104,7 @@ type mrRunFlags struct {
 	conf                               string
 	maxDiffs                           int
 	family                             string
+	inPrefix                           string
 }
 
 func newMRRunCommand() *cobra.Command {
@@ -121,7 +122,8 @@ lines every few seconds otherwise), and prints its counters. The built-in jobs:
                                 ONLY_IN_B, CONTENT_DIFFERENT and the first differing rows;
                                 exits 1 when they differ)
   export TABLE --out DIR|s3://… --format parquet|jsonl
-  import DIR|s3://… TABLE      (TABLE must have every family the files use: checked first)
+  import DIR|s3://… TABLE      (TABLE must have every family the files use: checked first;
+                                the files of a job's export or of tabula export, --in-prefix)
   wordcount [TABLE]             word count of the Webtable's anchors (default table
                                 webtable; --output table:NAME or DIR)
   script FILE --table T         any script as a job; prints like tabula script run,
@@ -174,6 +176,7 @@ an invalid filter or script, an unwritable output fail with nothing written.`,
 	fs.StringVar(&f.dstAddr, "dst-addr", "", "copytable: the destination cluster (default --addr)")
 	fs.StringVar(&f.bAddr, "b-addr", "", "verify: the cluster of table B (default --addr)")
 	fs.IntVar(&f.maxDiffs, "max-diffs", 10, "verify: differing rows to print")
+	fs.StringVar(&f.inPrefix, "in-prefix", "", "import: the files' prefix, PREFIX-SSSSS-of-NNNNN.parquet|jsonl (default: part, or the one set DIR holds, as tabula export's TABLE-…)")
 	fs.IntVar(&f.reducers, "reducers", 0, "wordcount: reduce tasks (default 4)")
 	fs.StringVar(&f.conf, "conf", "", "other jobs: the job's JSON configuration")
 	fs.StringVar(&f.timestamp, "timestamp", "", "the timestamp (µs since the epoch or RFC 3339) of the cells a job creates (wordcount, script); default: the newest input cell's for jobs that map rows, else the job's start. The same value makes a re-run rewrite the same cells")
@@ -508,8 +511,8 @@ func buildMRJob(cmd *cobra.Command, name string, args []string, f mrRunFlags, fi
 		if err := needArgs(cmd, name, args, "DIR", "TABLE"); err != nil {
 			return j, err
 		}
-		j.conf = jobs.Conf(jobs.ImportConf{In: args[0], Table: args[1]})
-		j.check = importFamilyCheck(args[0], args[1])
+		j.conf = jobs.Conf(jobs.ImportConf{In: args[0], Table: args[1], Prefix: f.inPrefix})
+		j.check = importFamilyCheck(args[0], f.inPrefix, args[1])
 	case "wordcount":
 		if len(args) > 1 {
 			return j, usagef(cmd, "wordcount takes at most TABLE")

@@ -10,16 +10,17 @@ import (
 )
 
 // importFamilyCheck checks, before `mr run import` starts, that table
-// exists and has every family the files under in use: the import writes
+// exists and has every family the files under in (the set prefix names,
+// as jobs.ImportFamilies finds it) use: the import writes
 // file by file, and a row of a missing family would fail it partway,
 // other rows already written.
-func importFamilyCheck(in, table string) func(context.Context, *conn) error {
+func importFamilyCheck(in, prefix, table string) func(context.Context, *conn) error {
 	return func(ctx context.Context, c *conn) error {
 		info, err := c.admin.TableInfo(ctx, table)
 		if err != nil {
 			return fmt.Errorf("table %q: %w", table, describe(err))
 		}
-		used, err := jobs.ImportFamilies(ctx, in)
+		used, err := jobs.ImportFamilies(ctx, in, prefix)
 		if err != nil {
 			return err
 		}

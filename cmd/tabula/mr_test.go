@@ -124,6 +124,21 @@ func TestMRTabula(t *testing.T) {
 	if mrCounter(t, out, "GOOD") != "3000" || strings.Contains(out, "ONLY_IN") || strings.Contains(out, "CONTENT_DIFFERENT") {
 		t.Errorf("verify after export and import:\n%s", out)
 	}
+	// What tabula export writes (webtable-SSSSS-of-NNNNN.parquet) imports
+	// too: the one set in the directory, or the one --in-prefix names.
+	tdir := t.TempDir()
+	run("export", "parquet", "webtable", "--out", tdir, "--shards", "2")
+	run("createtable", "back2", "families=contents,anchor,language")
+	run("mr", "run", "import", tdir, "back2")
+	if out = run("mr", "run", "verify", "webtable", "back2"); mrCounter(t, out, "GOOD") != "3000" {
+		t.Errorf("verify after tabula export and mr import:\n%s", out)
+	}
+	run("export", "parquet", "webtable", "--out", tdir, "--shards", "1", "--prefix", "again")
+	if _, _, err := runTabula(t, "mr", "run", "import", tdir, "back2", "--addr", addr, "--progress", "none"); err == nil ||
+		!strings.Contains(err.Error(), "several prefixes (again, webtable): name one") {
+		t.Errorf("mr import beside two sets: %v", err)
+	}
+	run("mr", "run", "import", tdir, "back2", "--in-prefix", "again")
 }
 
 // TestMRBadInput: bad input fails with a clear message before any task,

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -54,6 +53,9 @@ type ImportConf struct {
 	// Table (on Addr, default the job's cluster) receives the rows.
 	Table string `json:"table"`
 	Addr  string `json:"addr,omitempty"`
+	// Prefix names the files' shard set (mapreduce.FileInput.Prefix):
+	// empty takes part-…, or the one set In holds.
+	Prefix string `json:"prefix,omitempty"`
 }
 
 // Import writes the rows of exported files (Parquet or JSON Lines, every
@@ -63,7 +65,7 @@ func Import(c ImportConf) (*mapreduce.Job, error) {
 		return nil, fmt.Errorf("in and table: required")
 	}
 	return &mapreduce.Job{
-		Input: &mapreduce.FileInput{URL: c.In},
+		Input: &mapreduce.FileInput{URL: c.In, Prefix: c.Prefix},
 		Map: func(_ context.Context, row cell.Row, out mapreduce.MapContext) error {
 			return out.Write(row)
 		},
@@ -72,30 +74,16 @@ func Import(c ImportConf) (*mapreduce.Job, error) {
 }
 
 // ImportFamilies returns, sorted, the column families the rows of an
-// export's files use: the complete set of part-SSSSS-of-NNNNN.parquet
-// (or, failing that, .jsonl) files under in, which Import reads. It
-// reads every file whole, so that a table can be checked for them
-// before anything is written (a row of a missing family would fail
-// partway through the import, after other rows were written). Errors:
-// no complete set of files, an unreadable file or row.
-func ImportFamilies(ctx context.Context, in string) ([]string, error) {
-	loc, err := rowfile.OpenLocation(ctx, in)
+// export's files use: the shard set under in that Import reads
+// (mapreduce.FileInput: prefix, or part-…, or the one set there). It
+// reads every file whole, so that a table can be checked for them before
+// anything is written (a row of a missing family would fail partway
+// through the import, after other rows were written). Errors: no
+// complete set of files, an unreadable file or row.
+func ImportFamilies(ctx context.Context, in, prefix string) ([]string, error) {
+	_, _, readers, err := mapreduce.FileShards(ctx, &mapreduce.FileInput{URL: in, Prefix: prefix})
 	if err != nil {
-		return nil, fmt.Errorf("input %s: %w", in, err)
-	}
-	var readers []rowfile.RowReader
-	var errs []error
-	for _, f := range []rowfile.Format{rowfile.Parquet, rowfile.JSONL} {
-		// The names mapreduce's file output gives its files.
-		rs, err := loc.OpenShards(ctx, "part", rowfile.ReaderOptions{Format: f})
-		if err == nil {
-			readers = rs
-			break
-		}
-		errs = append(errs, err)
-	}
-	if readers == nil {
-		return nil, fmt.Errorf("input %s: no complete set of part-SSSSS-of-NNNNN.parquet or .jsonl files: %w", in, errors.Join(errs...))
+		return nil, err
 	}
 	defer func() {
 		for _, r := range readers {

@@ -189,11 +189,43 @@ func TestExportImportVerify(t *testing.T) {
 			}
 			// The families a table needs before the import (checked by
 			// tabula mr run import before anything is written).
-			if fams, err := jobs.ImportFamilies(context.Background(), dir); err != nil || !slices.Equal(fams, []string{"anchor", "contents", "language"}) {
+			if fams, err := jobs.ImportFamilies(context.Background(), dir, ""); err != nil || !slices.Equal(fams, []string{"anchor", "contents", "language"}) {
 				t.Errorf("ImportFamilies = %v, %v; want anchor, contents, language", fams, err)
 			}
-			if _, err := jobs.ImportFamilies(context.Background(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "no complete set") {
+			if _, err := jobs.ImportFamilies(context.Background(), t.TempDir(), ""); err == nil || !strings.Contains(err.Error(), "no complete set") {
 				t.Errorf("ImportFamilies of an empty directory: %v", err)
+			}
+			// The same files under another prefix (as tabula export names
+			// them, after the table): the one set there is found; beside a
+			// second set, the prefix must be named.
+			renamed := t.TempDir()
+			copyShards := func(prefix string) {
+				for _, f := range res.Files {
+					b, err := os.ReadFile(filepath.Join(dir, f))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(renamed, prefix+strings.TrimPrefix(f, "part")), b, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			copyShards("web")
+			if fams, err := jobs.ImportFamilies(context.Background(), renamed, ""); err != nil || len(fams) != 3 {
+				t.Errorf("ImportFamilies of the one set web-…: %v, %v", fams, err)
+			}
+			renamedTable := "imported_renamed_" + format
+			e.CreateTable(t, renamedTable, []string{"contents", "anchor", "language"})
+			e.mustRun(t, "import", jobs.ImportConf{In: renamed, Table: renamedTable})
+			if a, b := e.CellDump(t, "web"), e.CellDump(t, renamedTable); !slices.Equal(a, b) {
+				t.Errorf("import of the web-… set: %d cells, want %d", len(b), len(a))
+			}
+			copyShards("other")
+			if _, err := jobs.ImportFamilies(context.Background(), renamed, ""); err == nil || !strings.Contains(err.Error(), "several prefixes (other, web)") {
+				t.Errorf("ImportFamilies beside two sets: %v, want the prefixes named", err)
+			}
+			if fams, err := jobs.ImportFamilies(context.Background(), renamed, "other"); err != nil || len(fams) != 3 {
+				t.Errorf("ImportFamilies of the named set other-…: %v, %v", fams, err)
 			}
 			table := "imported_" + format
 			e.CreateTable(t, table, []string{"contents", "anchor", "language"})
