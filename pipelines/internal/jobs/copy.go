@@ -18,7 +18,9 @@ type CopyConfig struct {
 	// Dst is the target server (its Addr empty: Read's server; its Auth
 	// zero: Read's credentials) and
 	// DstTable the target table; Create creates it, or its missing
-	// families, with the source's families.
+	// families, with the source's families. Without Create a missing
+	// table, or one lacking any of the families copied, fails the copy
+	// before anything is written.
 	Dst      pipe.Conn
 	DstTable string
 	Create   bool
@@ -62,7 +64,7 @@ func Copy(ctx context.Context, cfg CopyConfig) (CopySummary, error) {
 	if len(cfg.Read.Families) > 0 {
 		fams = cfg.Read.Families
 	}
-	if err := pipe.EnsureFamilies(ctx, cfg.Dst, cfg.DstTable, fams, cfg.Create); err != nil {
+	if err := pipe.EnsureFamilies(ctx, cfg.Dst, cfg.DstTable, fams, cfg.Create, "that the copy of "+src.Table+" writes"); err != nil {
 		return CopySummary{}, err
 	}
 	wcfg := cfg.Write

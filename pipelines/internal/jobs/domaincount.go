@@ -90,7 +90,7 @@ func DomainCount(ctx context.Context, cfg DomainCountConfig) (domains int64, err
 	if cfg.OutConn != nil {
 		outConn = *cfg.OutConn
 	}
-	if err := pipe.EnsureFamilies(ctx, outConn, cfg.Out, []string{FamilyCount}, true); err != nil {
+	if err := pipe.EnsureFamilies(ctx, outConn, cfg.Out, []string{FamilyCount}, true, ""); err != nil {
 		return 0, err
 	}
 	if cfg.Timestamp == 0 {

@@ -2,9 +2,16 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
+	"strings"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/filter"
@@ -26,7 +33,9 @@ type ImportConfig struct {
 	// Format is rowfile.Parquet (the template layout) or rowfile.JSONL.
 	Format rowfile.Format
 	// Conn and Table are the target; Create creates the table when it is
-	// missing. Families the files use and the table lacks are created.
+	// missing, or the families the files use that it lacks. Without
+	// Create a missing table or family fails the import with nothing
+	// written.
 	Conn   pipe.Conn
 	Table  string
 	Create bool
@@ -42,8 +51,10 @@ type ImportSummary struct {
 
 // Import checks every file of the shard set before anything is written —
 // first their schemas (in this process, footers only), then in the
-// pipeline every row of every file — creates the missing families, and
-// only then writes the rows, each cell at its own timestamp. A file with
+// pipeline every row of every file — checks that the table has the
+// families the files use (with Create, creates the table or the families
+// it lacks; without, a missing one fails the import), and only then
+// writes the rows, each cell at its own timestamp. A file with
 // a wrong schema or an invalid row fails the import with nothing
 // written. Entries the server refuses are dead letters: they fail the
 // import (with the others written) and are printed.
@@ -57,7 +68,7 @@ func Import(ctx context.Context, cfg ImportConfig) (ImportSummary, error) {
 	if cfg.Format == rowfile.ParquetColumns {
 		return ImportSummary{}, pipe.Usagef("the columns layout does not import (it keeps no timestamps or versions): import template-layout files")
 	}
-	loc, err := rowfile.OpenLocation(ctx, cfg.In)
+	loc, err := openInput(ctx, cfg.In)
 	if err != nil {
 		return ImportSummary{}, err
 	}
@@ -65,13 +76,17 @@ func Import(ctx context.Context, cfg ImportConfig) (ImportSummary, error) {
 	if cfg.Prefix == "" {
 		names, err := loc.List(ctx)
 		if err != nil {
-			return ImportSummary{}, err
+			return ImportSummary{}, inputError(cfg.In, err)
 		}
 		prefixes := rowfile.ShardPrefixes(names, ext)
-		if len(prefixes) != 1 {
-			return ImportSummary{}, pipe.Usagef("%s holds shards of %d prefixes %v: choose one with --prefix", cfg.In, len(prefixes), prefixes)
+		switch len(prefixes) {
+		case 0:
+			return ImportSummary{}, fmt.Errorf("--in %s holds no shards: no files named PREFIX-SSSSS-of-NNNNN.%s", cfg.In, ext)
+		case 1:
+			cfg.Prefix = prefixes[0]
+		default:
+			return ImportSummary{}, pipe.Usagef("--in %s holds shard sets of several prefixes (%s): choose one with --prefix", cfg.In, strings.Join(prefixes, ", "))
 		}
-		cfg.Prefix = prefixes[0]
 	}
 	// Every file's schema, before anything else.
 	readers, err := loc.OpenShards(ctx, cfg.Prefix, rowfile.ReaderOptions{Format: cfg.Format})
@@ -109,6 +124,10 @@ func Import(ctx context.Context, cfg ImportConfig) (ImportSummary, error) {
 	beam.ParDo0(s, logDeadLetter, beam.Reshuffle(s, dead)) // a shuffle: see prismSpin
 	pr, err := beamx.RunWithMetrics(ctx, p)
 	if err != nil {
+		if refusal := refusedFamilies.FindString(err.Error()); refusal != "" {
+			// The runner's error buries the reason in its plan.
+			return ImportSummary{}, fmt.Errorf("%s (nothing written)", refusal)
+		}
 		return ImportSummary{}, fmt.Errorf("import into %s: %w", cfg.Table, err)
 	}
 	sum := ImportSummary{Files: names, Rows: counter(pr, "import_rows"), Cells: counter(pr, "import_cells"), Bytes: pipe.Counter(pr, "write_bytes")}
@@ -118,6 +137,63 @@ func Import(ctx context.Context, cfg ImportConfig) (ImportSummary, error) {
 	return sum, nil
 }
 
+// openInput opens the import's input location. A local directory must
+// exist (rowfile.OpenLocation would create it): a missing or unreadable
+// one is an error naming --in and the reason.
+func openInput(ctx context.Context, in string) (*rowfile.Location, error) {
+	if dir, ok := localDir(in); ok {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return nil, inputError(in, err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("--in %s: not a directory", in)
+		}
+	}
+	loc, err := rowfile.OpenLocation(ctx, in)
+	if err != nil {
+		return nil, inputError(in, err)
+	}
+	return loc, nil
+}
+
+// localDir returns the directory of a local input (a path or file://
+// URL), false for a remote one.
+func localDir(in string) (string, bool) {
+	if u, err := url.Parse(in); err == nil && u.Scheme == "file" {
+		return u.Path, true
+	}
+	return in, !strings.Contains(in, "://")
+}
+
+// inputError is err, from reading the import's input in, as "--in IN:
+// REASON", without rowfile's repeat of the location or, for the input
+// directory itself, the OS's repeat of the path: "--in /x: no such file
+// or directory".
+func inputError(in string, err error) error {
+	if msg := err.Error(); strings.HasPrefix(msg, "rowfile: list ") || strings.HasPrefix(msg, "rowfile: location ") {
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner
+		}
+	}
+	var pe *fs.PathError
+	if dir, ok := localDir(in); ok && errors.As(err, &pe) && samePath(pe.Path, dir) {
+		err = pe.Err
+	}
+	return fmt.Errorf("--in %s: %w", in, err)
+}
+
+func samePath(a, b string) bool {
+	a, errA := filepath.Abs(a)
+	b, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && a == b
+}
+
+// refusedFamilies finds ensureFamiliesFn's error (a
+// pipe.MissingFamiliesError) in the text of a failed run's error, which
+// the runner returns as text.
+var refusedFamilies = regexp.MustCompile(`table \S+ lacks families [^\n]*?\(use --create to add them\)`)
+
 // fileSpec says where a file is and how to read it.
 type fileSpec struct {
 	In     string
@@ -125,7 +201,7 @@ type fileSpec struct {
 }
 
 func (s fileSpec) open(ctx context.Context, name string) (rowfile.RowReader, error) {
-	loc, err := rowfile.OpenLocation(ctx, s.In)
+	loc, err := openInput(ctx, s.In)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +259,7 @@ func (f *ensureFamiliesFn) ProcessElement(ctx context.Context, _ []byte, fams fu
 		all = append(all, fam)
 	}
 	sort.Strings(all)
-	if err := pipe.EnsureFamilies(ctx, f.Conn, f.Table, all, f.Create); err != nil {
+	if err := pipe.EnsureFamilies(ctx, f.Conn, f.Table, all, f.Create, "that the files use"); err != nil {
 		return err
 	}
 	emit(len(all))

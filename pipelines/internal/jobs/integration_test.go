@@ -11,12 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"cloud.google.com/go/bigtable"
 
 	"github.com/tabuladb/tabula/beamio"
 	"github.com/tabuladb/tabula/internal/devtest"
+	"github.com/tabuladb/tabula/pipelines/internal/pipe"
 	"github.com/tabuladb/tabula/storage/blob/blobtest"
 )
 
@@ -105,4 +107,28 @@ func TestExportImportS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameRows(t, dev.ReadRows(t, "s3dst", bigtable.InfiniteRange("")), dev.ReadRows(t, "s3src", bigtable.InfiniteRange("")))
+}
+
+// TestImportS3Input: an S3 --in the store refuses (credentials it does
+// not know) fails with an error naming --in and the store's reason; an
+// S3 path with no shards says it holds none. Neither creates the table.
+func TestImportS3Input(t *testing.T) {
+	cfg := blobtest.S3Config(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", cfg.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", cfg.SecretKey)
+	ctx := devtest.Context(t)
+	empty := "s3://" + cfg.Bucket + "/nothing/here?" + blobtest.S3Query(cfg)
+	_, err := Import(ctx, ImportConfig{In: empty, Conn: conn(), Table: "s3input", Create: true})
+	if want := "--in " + empty + " holds no shards: no files named PREFIX-SSSSS-of-NNNNN.parquet"; err == nil || err.Error() != want {
+		t.Fatalf("import from an empty S3 path: %v, want %q", err, want)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "nosuchkey")
+	_, err = Import(ctx, ImportConfig{In: empty, Conn: conn(), Table: "s3input", Create: true})
+	if err == nil || !strings.HasPrefix(err.Error(), "--in "+empty+": ") || strings.Count(err.Error(), empty) != 1 {
+		t.Fatalf("import with credentials the store refuses: %v, want --in %s: and the store's reason", err, empty)
+	}
+	t.Logf("refused: %v", err)
+	if _, err := pipe.Families(ctx, conn(), "s3input"); err == nil {
+		t.Fatal("a failed import created its table")
+	}
 }

@@ -252,8 +252,8 @@ func TestBadInput(t *testing.T) {
 	}
 	// No shards where the import looks.
 	_, err = Import(ctx, ImportConfig{In: dir, Conn: conn(), Table: "x", Create: true})
-	if err == nil {
-		t.Fatal("import of an empty directory succeeded")
+	if err == nil || !strings.Contains(err.Error(), "--in "+dir+" holds no shards") {
+		t.Fatalf("import of an empty directory: %v, want that it holds no shards", err)
 	}
 	// Import into a missing table without --create.
 	dev.CreateTable(t, "few", []string{"f", "g"})
@@ -264,6 +264,154 @@ func TestBadInput(t *testing.T) {
 	_, err = Import(ctx, ImportConfig{In: dir, Conn: conn(), Table: "absent"})
 	if err == nil || !strings.Contains(err.Error(), "--create") {
 		t.Fatalf("import into a missing table: %v", err)
+	}
+}
+
+// webtableRows writes n rows of a small Webtable (families anchor,
+// contents, language) to table.
+func webtableRows(t *testing.T, table string, n int) {
+	var rms []cell.RowMutation
+	for i := range n {
+		rms = append(rms, cell.RowMutation{Row: []byte(fmt.Sprintf("com.example/page%03d", i)), Mutations: []cell.Mutation{
+			cell.Set("contents", nil, 1_000_000, []byte("<html>…</html>")),
+			cell.Set("language", nil, 1_000_000, []byte("en")),
+			cell.Set("anchor", []byte("ref.example"), 1_000_000, []byte("link")),
+		}})
+	}
+	dev.WriteRows(t, table, rms)
+}
+
+// unchanged fails t unless table has exactly families and no rows.
+func unchanged(t *testing.T, table string, families ...string) {
+	t.Helper()
+	if fams, err := pipe.Families(devtest.Context(t), conn(), table); err != nil || !slices.Equal(fams, families) {
+		t.Fatalf("families of %s after the refused run: %v %v, want %v", table, fams, err, families)
+	}
+	if rows := dev.ReadRows(t, table, bigtable.InfiniteRange("")); len(rows) != 0 {
+		t.Fatalf("the refused run wrote %d rows to %s", len(rows), table)
+	}
+}
+
+// TestCopyRefusesMissingFamilies: without Create (--create), a copy into
+// an existing table that lacks the source's families, or into a missing
+// table, fails before anything is written, saying which families and to
+// use --create; the table keeps its families and gets no rows. With
+// Create the same copy adds the families and copies.
+func TestCopyRefusesMissingFamilies(t *testing.T) {
+	ctx := devtest.Context(t)
+	dev.CreateTable(t, "cpfam_web", []string{"anchor", "contents", "language"})
+	webtableRows(t, "cpfam_web", 20)
+	dev.CreateTable(t, "cpfam_users", []string{"contents"})
+	cfg := CopyConfig{Read: beamio.ReadConfig{Table: conn().Table("cpfam_web")}, DstTable: "cpfam_users"}
+	_, err := Copy(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "table cpfam_users lacks families anchor, language") || !strings.Contains(err.Error(), "use --create") {
+		t.Fatalf("copy into a table lacking families: %v, want that it lacks anchor, language (use --create)", err)
+	}
+	unchanged(t, "cpfam_users", "contents")
+	// --families selects what is copied: those the table lacks count.
+	cfg.Read.Families = []string{"contents", "anchor"}
+	if _, err := Copy(ctx, cfg); err == nil || !strings.Contains(err.Error(), "lacks families anchor ") {
+		t.Fatalf("copy of anchor and contents into a table lacking anchor: %v", err)
+	}
+	unchanged(t, "cpfam_users", "contents")
+	cfg.Read.Families = nil
+	// A missing table is not created either.
+	_, err = Copy(ctx, CopyConfig{Read: cfg.Read, DstTable: "cpfam_absent"})
+	if err == nil || !strings.Contains(err.Error(), "cpfam_absent") || !strings.Contains(err.Error(), "--create") {
+		t.Fatalf("copy into a missing table: %v", err)
+	}
+	if _, err := pipe.Families(ctx, conn(), "cpfam_absent"); err == nil || !strings.Contains(err.Error(), "NOT_FOUND") {
+		t.Fatalf("a refused copy created its table: %v", err)
+	}
+	// With Create: the families are added and the rows copied.
+	cfg.Create = true
+	sum, err := Copy(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Entries != 20 {
+		t.Fatalf("%d entries copied, want 20", sum.Entries)
+	}
+	if fams, err := pipe.Families(ctx, conn(), "cpfam_users"); err != nil || !slices.Equal(fams, []string{"anchor", "contents", "language"}) {
+		t.Fatalf("families after copy --create: %v %v", fams, err)
+	}
+	sameRows(t, dev.ReadRows(t, "cpfam_users", bigtable.InfiniteRange("")), dev.ReadRows(t, "cpfam_web", bigtable.InfiniteRange("")))
+}
+
+// TestImportRefusesMissingFamilies: without Create (--create), an
+// import into an existing table that lacks families the files use fails
+// with nothing written, saying which families and to use --create; the
+// table keeps its families. With Create the families are added and the
+// rows imported.
+func TestImportRefusesMissingFamilies(t *testing.T) {
+	ctx := devtest.Context(t)
+	dev.CreateTable(t, "imfam_web", []string{"anchor", "contents", "language"})
+	webtableRows(t, "imfam_web", 30)
+	dir := t.TempDir()
+	if _, err := Export(ctx, ExportConfig{Read: beamio.ReadConfig{Table: conn().Table("imfam_web")}, Out: dir, Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	dev.CreateTable(t, "imfam_scratch", []string{"x", "contents"})
+	cfg := ImportConfig{In: dir, Conn: conn(), Table: "imfam_scratch"}
+	_, err := Import(ctx, cfg)
+	if want := "table imfam_scratch lacks families anchor, language that the files use (use --create to add them) (nothing written)"; err == nil || err.Error() != want {
+		t.Fatalf("import into a table lacking families: %v, want %q", err, want)
+	}
+	unchanged(t, "imfam_scratch", "contents", "x")
+	cfg.Create = true
+	sum, err := Import(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Rows != 30 {
+		t.Fatalf("%d rows imported, want 30", sum.Rows)
+	}
+	if fams, err := pipe.Families(ctx, conn(), "imfam_scratch"); err != nil || !slices.Equal(fams, []string{"anchor", "contents", "language", "x"}) {
+		t.Fatalf("families after import --create: %v %v", fams, err)
+	}
+	sameRows(t, dev.ReadRows(t, "imfam_scratch", bigtable.InfiniteRange("")), dev.ReadRows(t, "imfam_web", bigtable.InfiniteRange("")))
+}
+
+// TestImportInput: a missing --in is an error naming it and the reason
+// (and the import does not create it), a file is not a directory, and
+// an existing directory without shards says it holds none.
+func TestImportInput(t *testing.T) {
+	ctx := devtest.Context(t)
+	missing := filepath.Join(t.TempDir(), "nonexistent")
+	for _, in := range []string{missing, "file://" + missing} {
+		_, err := Import(ctx, ImportConfig{In: in, Conn: conn(), Table: "iminput", Create: true})
+		if want := "--in " + in + ": no such file or directory"; err == nil || err.Error() != want {
+			t.Fatalf("import of a missing directory: %v, want %q", err, want)
+		}
+		var ue pipe.UsageError
+		if errors.As(err, &ue) {
+			t.Errorf("a missing --in is a usage error (exit 2): %v", err)
+		}
+		if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the import created its missing input %s: %v", missing, err)
+		}
+	}
+	// --prefix given: the same.
+	if _, err := Import(ctx, ImportConfig{In: missing, Prefix: "p", Conn: conn(), Table: "iminput", Create: true}); err == nil || !strings.Contains(err.Error(), "--in "+missing+": no such file or directory") {
+		t.Fatalf("import of a missing directory with --prefix: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "f.parquet")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Import(ctx, ImportConfig{In: file, Conn: conn(), Table: "iminput", Create: true}); err == nil || err.Error() != "--in "+file+": not a directory" {
+		t.Fatalf("import of a file: %v", err)
+	}
+	empty := t.TempDir()
+	if err := os.WriteFile(filepath.Join(empty, "notes.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Import(ctx, ImportConfig{In: empty, Conn: conn(), Table: "iminput", Create: true})
+	if want := "--in " + empty + " holds no shards: no files named PREFIX-SSSSS-of-NNNNN.parquet"; err == nil || err.Error() != want {
+		t.Fatalf("import of a directory without shards: %v, want %q", err, want)
+	}
+	if _, err := pipe.Families(ctx, conn(), "iminput"); err == nil {
+		t.Fatal("a failed import created its table")
 	}
 }
 
@@ -357,15 +505,16 @@ func TestCopy(t *testing.T) {
 	sameRows(t, dev.ReadRows(t, "to", bigtable.InfiniteRange("")), dev.ReadRows(t, "from", bigtable.NewRange("r00010", "r00100")))
 }
 
-// TestBinaries builds the import and export binaries and checks their
-// exits: --help lists the flags and exits 0; a wrong-schema file exits 1
-// with the reason; a bad flag exits 2.
+// TestBinaries builds the import, export and copy binaries and checks
+// their exits: --help lists the flags and exits 0; a wrong-schema file,
+// a missing --in, or a destination lacking families without --create
+// exits 1 with the reason; a bad flag exits 2.
 func TestBinaries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short mode: builds binaries")
 	}
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin, "../../import", "../../export")
+	build := exec.Command("go", "build", "-o", bin, "../../import", "../../export", "../../copy")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -400,6 +549,19 @@ func TestBinaries(t *testing.T) {
 	if rows := dev.ReadRows(t, "bin", bigtable.InfiniteRange("")); len(rows) != 0 {
 		t.Fatalf("%d rows written", len(rows))
 	}
+	missing := filepath.Join(t.TempDir(), "nonexistent")
+	out, code = run("import", "--addr", dev.Addr, "--in", missing, "--table", "bin", "--create")
+	if code != 1 || !strings.Contains(out, "import: --in "+missing+": no such file or directory") {
+		t.Fatalf("import of a missing --in: exit %d, output\n%s", code, out)
+	}
+	dev.CreateTable(t, "binweb", []string{"anchor", "contents", "language"})
+	webtableRows(t, "binweb", 10)
+	dev.CreateTable(t, "binusers", []string{"contents"})
+	out, code = run("copy", "--addr", dev.Addr, "--table", "binweb", "--dst-table", "binusers")
+	if code != 1 || !strings.Contains(out, "copy: table binusers lacks families anchor, language that the copy of binweb writes (use --create to add them)") {
+		t.Fatalf("copy into a table lacking families: exit %d, output\n%s", code, out)
+	}
+	unchanged(t, "binusers", "contents")
 	out, code = run("export", "--addr", dev.Addr, "--table", "bin", "--out", dir, "--layout", "sideways")
 	if code != 2 || !strings.Contains(out, "--layout") {
 		t.Fatalf("bad --layout: exit %d, output\n%s", code, out)

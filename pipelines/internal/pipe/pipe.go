@@ -252,10 +252,13 @@ func (a *Admin) Close() error {
 	return a.conn.Close()
 }
 
-// EnsureFamilies makes table have families: creating the table with them
-// when it is missing and create is true, adding the missing ones (no GC
-// policy) otherwise. Without create a missing table is an error.
-func EnsureFamilies(ctx context.Context, c Conn, table string, families []string, create bool) error {
+// EnsureFamilies makes table have families. With create it creates the
+// table with them when it is missing, or adds the ones it lacks (no GC
+// policy). Without create it changes nothing: a missing table, or one
+// that lacks any of families, is an error that names the table and the
+// families and says to use --create; uses says what needs the families,
+// as in "table t lacks families a, b that the files use".
+func EnsureFamilies(ctx context.Context, c Conn, table string, families []string, create bool, uses string) error {
 	a, err := DialAdmin(ctx, c)
 	if err != nil {
 		return err
@@ -281,19 +284,55 @@ func EnsureFamilies(ctx context.Context, c Conn, table string, families []string
 	if err != nil {
 		return ServerError(t, err)
 	}
-	have := map[string]bool{}
-	for _, f := range info.Families {
-		have[f] = true
+	missing := MissingFamilies(info.Families, families)
+	if len(missing) == 0 {
+		return nil
 	}
-	for _, f := range families {
-		if have[f] {
-			continue
-		}
+	if !create {
+		return MissingFamiliesError{Table: table, Missing: missing, Uses: uses}
+	}
+	for _, f := range missing {
 		if err := a.CreateColumnFamilyWithConfig(ctx, table, f, bigtable.Family{GCPolicy: bigtable.NoGcPolicy()}); err != nil && status.Code(err) != codes.AlreadyExists {
 			return fmt.Errorf("add family %s to %s: %w", f, table, err)
 		}
 	}
 	return nil
+}
+
+// MissingFamilies returns the families of need missing from have,
+// sorted and without repeats.
+func MissingFamilies(have, need []string) []string {
+	got := map[string]bool{}
+	for _, f := range have {
+		got[f] = true
+	}
+	var missing []string
+	for _, f := range need {
+		if !got[f] {
+			got[f] = true
+			missing = append(missing, f)
+		}
+	}
+	sort.Strings(missing)
+	return missing
+}
+
+// MissingFamiliesError is a table that lacks families a pipeline writes,
+// which it may add only with --create.
+type MissingFamiliesError struct {
+	Table   string
+	Missing []string
+	// Uses says what needs the families ("that the files use"); may be
+	// empty.
+	Uses string
+}
+
+func (e MissingFamiliesError) Error() string {
+	uses := ""
+	if e.Uses != "" {
+		uses = " " + e.Uses
+	}
+	return fmt.Sprintf("table %s lacks families %s%s (use --create to add them)", e.Table, strings.Join(e.Missing, ", "), uses)
 }
 
 // Families returns the families of table, sorted.
