@@ -352,7 +352,11 @@ splits= lists initial split keys (splits=g,n,t).`,
 				if err != nil {
 					return usagef(cmd, "%v", err)
 				}
-				conf := &bigtable.TableConf{TableID: args[0], SplitKeys: splitList(kv["splits"])}
+				splits, err := parseSplits(kv["splits"])
+				if err != nil {
+					return usagef(cmd, "%v", err)
+				}
+				conf := &bigtable.TableConf{TableID: args[0], SplitKeys: splits}
 				if s, ok := kv["families"]; ok {
 					fams, err := parseFamilies(s)
 					if err != nil {
@@ -388,11 +392,14 @@ undelete) for the server's --undelete-retention, its name taken meanwhile;
 			short: "Create a column family",
 			args:  argsBetween(2, 2),
 			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
-				fams, err := parseFamilies(args[1])
-				if err != nil || len(fams) != 1 {
-					return usagef(cmd, "bad family %q: %v", args[1], err)
+				f, err := parseFamily(args[1])
+				if err != nil {
+					if name, _, _ := strings.Cut(args[1], ":"); strings.Contains(name, ",") {
+						return usagef(cmd, "%v; createfamily creates one family (createtable's families= takes a list)", err)
+					}
+					return usagef(cmd, "%v", err)
 				}
-				return c.admin.CreateColumnFamilyWithConfig(ctx, args[0], fams[0].Name, bigtable.Family{GCPolicy: fams[0].Policy, ValueType: fams[0].Type})
+				return c.admin.CreateColumnFamilyWithConfig(ctx, args[0], f.Name, bigtable.Family{GCPolicy: f.Policy, ValueType: f.Type})
 			},
 		},
 		{

@@ -6,6 +6,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -58,6 +59,21 @@ func splitList(s string) []string {
 	return out
 }
 
+// parseSplits parses createtable's splits= list. A key listed twice is an
+// error naming it: the server would quietly make one split of the two,
+// and a repeated key is more likely a typo than meant.
+func parseSplits(s string) ([]string, error) {
+	keys := splitList(s)
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if seen[k] {
+			return nil, fmt.Errorf("splits=: key %q listed twice", k)
+		}
+		seen[k] = true
+	}
+	return keys, nil
+}
+
 // familySpec is one family of a createtable families= list.
 type familySpec struct {
 	Name   string
@@ -84,36 +100,47 @@ func parseFamilies(s string) ([]familySpec, error) {
 	var out []familySpec
 	seen := map[string]bool{}
 	for _, item := range splitList(s) {
-		name, policy, hasPolicy := strings.Cut(item, ":")
-		if err := validFamily(name); err != nil {
+		spec, err := parseFamily(item)
+		if err != nil {
 			return nil, err
 		}
-		if seen[name] {
-			return nil, fmt.Errorf("family %q listed twice", name)
+		if seen[spec.Name] {
+			return nil, fmt.Errorf("family %q listed twice", spec.Name)
 		}
-		seen[name] = true
-		spec := familySpec{Name: name, Policy: bigtable.NoGcPolicy()}
-		if kind, ok := strings.CutPrefix(policy, "agg="); hasPolicy && ok {
-			kind, policy, hasPolicy = strings.Cut(kind, ":")
-			agg, ok := aggregators[kind]
-			if !ok {
-				return nil, fmt.Errorf("family %q: agg=%q: want sum, min, max or hll", name, kind)
-			}
-			spec.Type = bigtable.AggregateType{Input: bigtable.Int64Type{Encoding: bigtable.BigEndianBytesEncoding{}}, Aggregator: agg}
-		}
-		if hasPolicy {
-			p, err := parseGCPolicy(policy)
-			if err != nil {
-				return nil, fmt.Errorf("family %q: %w", name, err)
-			}
-			spec.Policy = p
-		}
+		seen[spec.Name] = true
 		out = append(out, spec)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("families=%q names no family", s)
 	}
 	return out, nil
+}
+
+// parseFamily parses one family of parseFamilies' list, or createfamily's
+// FAMILY[:agg=KIND][:GCPOLICY] argument: a name, then optionally agg=KIND
+// and a GC policy expression, each after a colon.
+func parseFamily(item string) (familySpec, error) {
+	name, policy, hasPolicy := strings.Cut(item, ":")
+	if err := validFamily(name); err != nil {
+		return familySpec{}, err
+	}
+	spec := familySpec{Name: name, Policy: bigtable.NoGcPolicy()}
+	if kind, ok := strings.CutPrefix(policy, "agg="); hasPolicy && ok {
+		kind, policy, hasPolicy = strings.Cut(kind, ":")
+		agg, ok := aggregators[kind]
+		if !ok {
+			return familySpec{}, fmt.Errorf("family %q: agg=%q: want sum, min, max or hll", name, kind)
+		}
+		spec.Type = bigtable.AggregateType{Input: bigtable.Int64Type{Encoding: bigtable.BigEndianBytesEncoding{}}, Aggregator: agg}
+	}
+	if hasPolicy {
+		p, err := parseGCPolicy(policy)
+		if err != nil {
+			return familySpec{}, fmt.Errorf("family %q: %w", name, err)
+		}
+		spec.Policy = p
+	}
+	return spec, nil
 }
 
 // typeName renders a family's value type for ls: "sum(int64)" for an
@@ -149,7 +176,7 @@ var familyNameRE = regexp.MustCompile(`^[_a-zA-Z0-9][-_.a-zA-Z0-9]*$`)
 // bad name is a clear usage error before any request is sent.
 func validFamily(name string) error {
 	if !familyNameRE.MatchString(name) {
-		return fmt.Errorf("bad family name %q: want [_a-zA-Z0-9][-_.a-zA-Z0-9]*", name)
+		return fmt.Errorf("bad family name %q: a family name is letters, digits, '_', '-' and '.', and does not start with '-' or '.' ([_a-zA-Z0-9][-_.a-zA-Z0-9]*)", name)
 	}
 	return nil
 }
@@ -424,27 +451,41 @@ func (p *gcParser) atom() (bigtable.GCPolicy, error) {
 }
 
 // parseDuration is time.ParseDuration with a "d" (24h) unit, which GC
-// policies need most ("maxage=30d").
+// policies need most ("maxage=30d"), for positive ages only: every part
+// is an unsigned number and a unit, so "1d-23h" (which would be 1h) is
+// refused rather than read as a difference.
 func parseDuration(s string) (time.Duration, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("bad duration %q: %s; want e.g. 30d, 12h, 1d12h, 90m", s, why)
+	}
 	var total time.Duration
 	rest := s
 	if i := strings.IndexByte(rest, 'd'); i >= 0 {
+		if i == 0 || strings.Trim(rest[:i], "0123456789") != "" {
+			return 0, bad(fmt.Sprintf("%q before d is not a number of days", rest[:i]))
+		}
 		days, err := strconv.Atoi(rest[:i])
-		if err != nil || days < 0 {
-			return 0, fmt.Errorf("bad duration %q: want e.g. 30d, 12h, 1d12h, 90m", s)
+		if err != nil || days > int(math.MaxInt64/int64(24*time.Hour)) {
+			return 0, bad("too many days")
 		}
 		total = time.Duration(days) * 24 * time.Hour
 		rest = rest[i+1:]
 	}
 	if rest != "" {
+		if c := rest[0]; (c < '0' || c > '9') && c != '.' {
+			return 0, bad(fmt.Sprintf("%q is not a number and a unit (ns, us, ms, s, m, h; d first)", rest))
+		}
 		d, err := time.ParseDuration(rest)
 		if err != nil {
-			return 0, fmt.Errorf("bad duration %q: want e.g. 30d, 12h, 1d12h, 90m", s)
+			return 0, bad(fmt.Sprintf("%q is not a number and a unit (ns, us, ms, s, m, h; d first)", rest))
+		}
+		if total > math.MaxInt64-d {
+			return 0, bad("too long")
 		}
 		total += d
 	}
 	if total <= 0 {
-		return 0, fmt.Errorf("bad duration %q: want a positive age", s)
+		return 0, bad("not a positive age")
 	}
 	return total, nil
 }
