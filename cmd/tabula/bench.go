@@ -122,6 +122,10 @@ spread evenly over the rows, so that a cluster serves it from N tablets
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b.workloads = splitList(workloads)
+			// Flags first, before anything is dialed or started.
+			if err := b.validate(); err != nil {
+				return &usageError{cmd: cmd, err: err}
+			}
 			// Interrupted, bench still stops the emulator and drops its
 			// table instead of leaving them behind.
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -218,8 +222,13 @@ type workloadSummary struct {
 }
 
 func (b benchConfig) validate() error {
-	if b.rows < 1 || b.concurrency < 1 || b.batch < 1 || b.valueSize < 1 {
-		return fmt.Errorf("--rows, --concurrency, --batch and --value-size must be ≥ 1")
+	for _, f := range []struct {
+		flag string
+		n    int
+	}{{"--rows", b.rows}, {"--concurrency", b.concurrency}, {"--batch", b.batch}, {"--value-size", b.valueSize}} {
+		if f.n < 1 {
+			return fmt.Errorf("%s %d: want a number ≥ 1", f.flag, f.n)
+		}
 	}
 	if b.rounds < 1 || b.rounds > 100 {
 		return fmt.Errorf("--rounds %d: want 1 to 100", b.rounds)
@@ -249,9 +258,6 @@ func (b benchConfig) validate() error {
 // load changes faster than that. Over several rounds the order alternates
 // (A B, B A, ...) and the ratios' median and range are reported.
 func runBench(ctx context.Context, b benchConfig, out, progress io.Writer) (err error) {
-	if b.rounds == 0 {
-		b.rounds = 1
-	}
 	if err := b.validate(); err != nil {
 		return err
 	}

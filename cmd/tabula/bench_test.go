@@ -136,6 +136,7 @@ func TestBenchCompareEmulator(t *testing.T) {
 		concurrency: 2,
 		batch:       5,
 		valueSize:   100,
+		rounds:      1,
 		workloads:   allWorkloads,
 		emulatorCmd: func() (*exec.Cmd, error) {
 			cmd, err := emulatorSubprocess()

@@ -83,3 +83,34 @@ func TestCreateTableDuplicateSplits(t *testing.T) {
 		t.Errorf("createtable t splits=m,m: %v, want a usage error naming m", err)
 	}
 }
+
+// TestBenchFlagsRejected checks that bench refuses nonsensical flags
+// before it connects anywhere (--rounds 0 ran one round).
+func TestBenchFlagsRejected(t *testing.T) {
+	addr := closedAddr(t)
+	for _, c := range []struct{ args, want []string }{
+		{[]string{"--rounds", "0"}, []string{"--rounds 0: want 1 to 100"}},
+		{[]string{"--rounds", "-2"}, []string{"--rounds -2"}},
+		{[]string{"--rounds", "101"}, []string{"--rounds 101"}},
+		{[]string{"--rows", "0"}, []string{"--rows 0: want a number ≥ 1"}},
+		{[]string{"--rows", "-5"}, []string{"--rows -5"}},
+		{[]string{"--concurrency", "0"}, []string{"--concurrency 0: want a number ≥ 1"}},
+		{[]string{"--batch", "0"}, []string{"--batch 0"}},
+		{[]string{"--value-size", "-1"}, []string{"--value-size -1"}},
+		{[]string{"--presplit", "-1"}, []string{"--presplit -1"}},
+		{[]string{"--workloads", "nope"}, []string{`unknown workload "nope"`}},
+	} {
+		args := append(append([]string{"bench", "--addr", addr}, c.args...), "--json")
+		err := runTabulaWithin(t, 10*time.Second, args...)
+		var ue *usageError
+		if err == nil || !errors.As(err, &ue) {
+			t.Errorf("bench %s: err = %v, want a usage error", strings.Join(c.args, " "), err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("bench %s: err = %v, want it to contain %q", strings.Join(c.args, " "), err, w)
+			}
+		}
+	}
+}
