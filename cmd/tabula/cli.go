@@ -210,8 +210,8 @@ type clientVerb struct {
 	run              func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error
 	flags            func(fs *pflag.FlagSet)
 	// streams marks verbs whose run time grows with the data (read,
-	// count): they get no default deadline, but first a reachability
-	// check (conn.reachable).
+	// count): they get no default deadline. Those whose stream the
+	// official client retries (ReadRows) call conn.reachable first.
 	streams bool
 }
 
@@ -224,8 +224,10 @@ const defaultTimeout = 30 * time.Second
 // can shorten it).
 var reachTimeout = defaultTimeout
 
-// reachable checks, before a streaming verb starts, that a server answers
-// at c's address, waiting at most within for one.
+// reachable checks, before a streaming verb starts its stream, that a
+// server answers at c's address, waiting at most within for one. The
+// verbs call it once their arguments are checked, so that a usage error
+// needs no server.
 //
 // A streaming verb has no default deadline, since a long scan must never
 // be cut off; but the official client retries UNAVAILABLE in ReadRows
@@ -242,7 +244,10 @@ var reachTimeout = defaultTimeout
 // UNAUTHENTICATED, NOT_FOUND for an unknown instance): the verb itself
 // then reports what is wrong. Only no answer at all within the time is an
 // error here. Once the stream runs, nothing bounds it; a server that goes
-// away in the middle of a scan is retried by the client as before.
+// away in the middle of a scan is retried by the client as before. Verbs
+// that stream through Tabula's own client (script run, read --where) or
+// start with a unary call (restore) need no check: those fail at once
+// with UNAVAILABLE.
 func (c *conn) reachable(ctx context.Context, within time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
@@ -280,15 +285,7 @@ func (v clientVerb) command() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			run := func() error {
-				if v.streams {
-					if err := c.reachable(ctx, reachTimeout); err != nil {
-						return err
-					}
-				}
-				return v.run(ctx, c, cmd, args)
-			}
-			if err := run(); err != nil {
+			if err := v.run(ctx, c, cmd, args); err != nil {
 				var ue *usageError
 				if errors.As(err, &ue) {
 					return err
@@ -512,6 +509,9 @@ in microseconds since the epoch; without one the server assigns it.`,
 					n, _ := strconv.Atoi(kv["count"])
 					return readWhere(ctx, c, cmd, args[0], where, kv, n, maxValue)
 				}
+				if err := c.reachable(ctx, reachTimeout); err != nil {
+					return err
+				}
 				w := bufio.NewWriter(cmd.OutOrStdout())
 				err = c.data.Open(args[0]).ReadRows(ctx, rng, func(r bigtable.Row) bool {
 					printRow(w, r, maxValue)
@@ -538,6 +538,9 @@ in microseconds since the epoch; without one the server assigns it.`,
 				rng, err := readRange(kv)
 				if err != nil {
 					return usagef(cmd, "%v", err)
+				}
+				if err := c.reachable(ctx, reachTimeout); err != nil {
+					return err
 				}
 				n, err := countRows(ctx, c.data.Open(args[0]), rng)
 				if err != nil {

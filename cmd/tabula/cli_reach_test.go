@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -65,6 +66,25 @@ func TestStreamingVerbsUnreachable(t *testing.T) {
 		}
 		if took := time.Since(start); took > 10*time.Second {
 			t.Errorf("%s: failed after %s, want about the check's %s", args, took, reachTimeout)
+		}
+	}
+}
+
+// TestStreamingVerbsUsageFirst checks that the reachability check comes
+// after the arguments': a mistake in them needs no server.
+func TestStreamingVerbsUsageFirst(t *testing.T) {
+	defer func(d time.Duration) { reachTimeout = d }(reachTimeout)
+	reachTimeout = time.Minute // a check would outlast the test's limit
+	addr := closedAddr(t)
+	for _, args := range [][]string{
+		{"read", "users", "prefx=a"},
+		{"read", "users", "count=0"},
+		{"count", "users", "bogus=1"},
+	} {
+		err := runTabulaWithin(t, 10*time.Second, append(args, "--addr", addr)...)
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%s: err = %v, want a usage error", args, err)
 		}
 	}
 }
