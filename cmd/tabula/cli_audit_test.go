@@ -114,3 +114,27 @@ func TestBenchFlagsRejected(t *testing.T) {
 		}
 	}
 }
+
+// TestScriptErrorCounts checks the number of the nouns counting a
+// script's errors and files: "1 error", not "1 errors".
+func TestScriptErrorCounts(t *testing.T) {
+	one := writeScript(t, "one.szl", "x: int = ;\n")
+	two := writeScript(t, "two.szl", "x: int = \"a\";\ny: string = 1;\n")
+	good := writeScript(t, "good.szl", "x: int = 1;\n")
+	addr := closedAddr(t) // compile errors are found before any request
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"script", "run", one, "--table", "t", "--addr", addr}, one + ": 1 error"},
+		{[]string{"script", "run", two, "--table", "t", "--addr", addr}, two + ": 2 errors"},
+		{[]string{"read", "t", "--where", one, "--addr", addr}, one + ": 1 error"},
+		{[]string{"script", "check", one}, "script check found errors in 1 of 1 file"},
+		{[]string{"script", "check", one, good}, "script check found errors in 1 of 2 files"},
+	} {
+		err := runTabulaWithin(t, 10*time.Second, c.args...)
+		if err == nil || !strings.HasSuffix(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want one ending in %q", strings.Join(c.args, " "), err, c.want)
+		}
+	}
+}

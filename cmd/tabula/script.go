@@ -60,7 +60,7 @@ func newScriptCheckCommand() *cobra.Command {
 				printCompileError(out, file, err)
 			}
 			if failed > 0 {
-				return fmt.Errorf("%w in %d of %d files", errCheckFailed, failed, len(args))
+				return fmt.Errorf("%w in %d of %s", errCheckFailed, failed, nOf(len(args), "file", "files"))
 			}
 			return nil
 		},
@@ -179,9 +179,18 @@ func compileOrRPCError(cmd *cobra.Command, file string, err error) error {
 	var ce *scripts.CompileError
 	if errors.As(err, &ce) {
 		printCompileError(cmd.ErrOrStderr(), file, err)
-		return fmt.Errorf("%s: %d errors", file, len(ce.Diagnostics))
+		return fmt.Errorf("%s: %s", file, nOf(len(ce.Diagnostics), "error", "errors"))
 	}
 	return err
+}
+
+// nOf renders a count with its noun in the right number: "1 error",
+// "2 errors" (one and many are the singular and plural forms).
+func nOf(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // scripts returns Tabula's script client over the connection's channel.

@@ -76,6 +76,15 @@ func (c *checker) errorf(pos syntax.Pos, format string, args ...any) {
 	c.errs = append(c.errs, &Error{pos, fmt.Sprintf(format, args...)})
 }
 
+// nOf renders a count with its noun in the right number: "1 index",
+// "2 indexes" (one and many are the singular and plural forms).
+func nOf(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
 func (c *checker) push() { c.scope = &scope{parent: c.scope, names: map[string]*Object{}} }
 func (c *checker) pop()  { c.scope = c.scope.parent }
 
@@ -400,7 +409,7 @@ func (c *checker) emit(s *syntax.EmitStmt) {
 		c.prog.UsesKeep = true
 	}
 	if tab != nil && len(s.Index) != len(tab.Index) {
-		c.errorf(s.Emit, "table %s has %d indexes, emit gives %d", tab.Name, len(tab.Index), len(s.Index))
+		c.errorf(s.Emit, "table %s has %s, emit gives %d", tab.Name, nOf(len(tab.Index), "index", "indexes"), len(s.Index))
 	}
 	for i, x := range s.Index {
 		var want *value.Type

@@ -311,7 +311,7 @@ func (c *checker) composite(x *syntax.CompositeLit, hint *value.Type) *value.Typ
 			return value.InvalidType
 		}
 		if len(x.Elems) != len(hint.Fields) {
-			c.errorf(x.Lbrace, "tuple literal has %d values, type %v has %d fields", len(x.Elems), hint, len(hint.Fields))
+			c.errorf(x.Lbrace, "tuple literal has %s, type %v has %s", nOf(len(x.Elems), "value", "values"), hint, nOf(len(hint.Fields), "field", "fields"))
 		}
 		for i, e := range x.Elems {
 			var ft *value.Type
