@@ -2,9 +2,10 @@ package main
 
 // Forced tablet operations through Tabula's admin extension (tabula.admin.v1
 // TabletOperations): list a table's tablets, split, merge or compact the
-// tablet holding a row. Only a cluster has them (its active master carries
-// them out; any tablet server forwards); `tabula dev` and other servers
-// answer UNIMPLEMENTED.
+// tablet holding a row. A cluster's active master carries them out (any
+// tablet server forwards), and `tabula dev`, which runs the same roles in
+// one process; other servers (the emulator, Cloud Bigtable) answer
+// UNIMPLEMENTED.
 
 import (
 	"context"
@@ -41,7 +42,7 @@ func newTabletCommands() []*cobra.Command {
 	verbs := []clientVerb{
 		{
 			use:   "tablets TABLE",
-			short: "List a table's tablets and their servers (cluster only)",
+			short: "List a table's tablets and their servers",
 			args:  argsBetween(1, 1),
 			run: func(ctx context.Context, c *conn, cmd *cobra.Command, args []string) error {
 				resp, err := adminextpb.NewTabletOperationsClient(c.cc).ListTablets(ctx, &adminextpb.ListTabletsRequest{Table: c.names.tableName(args[0])})
@@ -53,10 +54,11 @@ func newTabletCommands() []*cobra.Command {
 		},
 		{
 			use:   "splittablet TABLE ROW [--at KEY]",
-			short: "Split the tablet holding ROW, at KEY or at a middle key (cluster only)",
+			short: "Split the tablet holding ROW, at KEY or at a middle key",
 			long: `splittablet splits the tablet holding ROW on its server, at --at KEY (which
 must lie strictly inside the tablet) or at a middle key by size, and prints
-the children once the split is committed to METADATA.`,
+the children once the split is committed to METADATA and the master sees
+them served (the next tablets or compacttablet finds them).`,
 			args: argsBetween(2, 2),
 			flags: func(fs *pflag.FlagSet) {
 				fs.StringVar(&splitKey, "at", "", "the right child's first row (default: a middle key by size)")
@@ -72,7 +74,7 @@ the children once the split is committed to METADATA.`,
 		},
 		{
 			use:   "mergetablets TABLE ROW",
-			short: "Merge the tablet holding ROW with its right neighbour (cluster only)",
+			short: "Merge the tablet holding ROW with its right neighbour",
 			long: `mergetablets has the active master merge the tablet holding ROW with the
 next tablet of the table: both are compacted and unloaded, one tablet over
 their union is committed to METADATA and assigned. It prints the merged
@@ -90,7 +92,7 @@ tablet once committed; it serves a moment later.`,
 		},
 		{
 			use:   "compacttablet TABLE ROW [--minor]",
-			short: "Run a major (or merging) compaction of the tablet holding ROW (cluster only)",
+			short: "Run a major (or merging) compaction of the tablet holding ROW",
 			args:  argsBetween(2, 2),
 			flags: func(fs *pflag.FlagSet) {
 				fs.BoolVar(&minor, "minor", false, "a merging compaction instead of a major one")

@@ -189,3 +189,57 @@ func TestCLIAggregatesTabula(t *testing.T) {
 		{args: []string{"createfamily", "ctr", "bad:agg=avg"}, errWant: "want sum, min, max or hll"},
 	})
 }
+
+// TestTabletVerbs runs the forced tablet operations against tabula dev
+// (which hosts the cluster's roles): a split is seen at once by the next
+// call — tablets lists the children, compacttablet finds the right one —
+// and a merge puts the table back in one tablet.
+func TestTabletVerbs(t *testing.T) {
+	addr := startTabula(t)
+	run := func(args ...string) (string, error) {
+		out, _, err := runTabula(t, append(args, "--addr", addr)...)
+		return out, err
+	}
+	if _, err := run("createtable", "t", "families=f"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "h", "p", "x"} {
+		if _, err := run("set", "t", k, "f:c=v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := run("splittablet", "t", "a", "--at", "m")
+	if err != nil {
+		t.Fatalf("splittablet: %v", err)
+	}
+	var children []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		children = append(children, strings.Fields(l)[0])
+	}
+	if len(children) != 2 {
+		t.Fatalf("splittablet printed %q, want two children", out)
+	}
+	// At once: the master's view has the children.
+	list, err := run("tablets", "t")
+	if err != nil {
+		t.Fatalf("tablets: %v", err)
+	}
+	for _, c := range children {
+		if !strings.Contains(list, c) {
+			t.Errorf("tablets right after the split lacks child %s:\n%s", c, list)
+		}
+	}
+	if out, err := run("compacttablet", "t", "p"); err != nil || !strings.Contains(out, "compacted "+children[1]) {
+		t.Errorf("compacttablet right after the split: %q, %v; want child %s compacted", out, err, children[1])
+	}
+	if out, err := run("mergetablets", "t", "a"); err != nil || !strings.Contains(out, "merged "+children[0]+" and "+children[1]) {
+		t.Fatalf("mergetablets: %q, %v", out, err)
+	}
+	// At once too: the merged tablet serves a moment after the merge
+	// returns, and meanwhile the official client is told UNAVAILABLE,
+	// which it retries (FAILED_PRECONDITION, which it would not, failed
+	// this read).
+	if out, err := run("read", "t"); err != nil || strings.Count(out, "f:c") != 4 {
+		t.Errorf("rows right after split and merge: %q, %v", out, err)
+	}
+}

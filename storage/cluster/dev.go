@@ -38,6 +38,7 @@ import (
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/gateway"
 	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
@@ -361,8 +362,8 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		unary = append(unary, guard.UnaryInterceptor())
 		stream = append(stream, guard.StreamInterceptor())
 	}
-	unary = append(unary, missingTableUnary(catalog, in.instance))
-	stream = append(stream, missingTableStream(catalog, in.instance))
+	unary = append(unary, missingTableUnary(catalog, in.instance), notServingUnary)
+	stream = append(stream, missingTableStream(catalog, in.instance), notServingStream)
 	d.grpc = newGRPCServer(unary, stream, tlsconfig.ServerOptions(cfg.TLS.Server)...)
 	data := authview.Wrap(d.server.data, authview.Options{Catalog: catalog, Instance: in.instance})
 	d.server.register(d.grpc, withSessions(data, sessionLoad(cfg.ClassicOnly), unary, stream, d.server.stopping, reg))
@@ -682,6 +683,23 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("dev: %s is in use by another server (%w)", dir, err)
 	}
 	return f, nil
+}
+
+// notServingUnary and notServingStream answer the clients of tabula dev's
+// data service as a cluster's gateway answers its callers: a tablet not
+// served for a moment (its merge or move under way) is UNAVAILABLE,
+// which the official clients retry, not the FAILED_PRECONDITION they
+// take as final (gateway.NotServingAsUnavailable; Tabula's own client
+// keys on the detail, kept). Dev serves the data API without the gateway
+// (every tablet is local), so it converts here. A MutateRows entry's
+// status inside a response is not converted.
+func notServingUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	return resp, gateway.NotServingAsUnavailable(err)
+}
+
+func notServingStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return gateway.NotServingAsUnavailable(handler(srv, ss))
 }
 
 // --- instance-agnostic names ---

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -139,10 +140,46 @@ func (o *masterTabletOps) SplitTablet(ctx context.Context, req *adminextpb.Split
 		return nil, err
 	}
 	out := &adminextpb.SplitTabletResponse{ParentId: string(t.ID)}
+	var children []assign.TabletID
 	for _, c := range resp.GetChildren() {
 		out.Children = append(out.Children, &adminextpb.TabletInfo{TabletId: c.GetTabletId(), StartKey: c.GetStartKey(), EndKey: c.GetEndKey(), Server: string(t.server)})
+		children = append(children, assign.TabletID(c.GetTabletId()))
 	}
+	// The split is committed; the master's view (which ListTablets,
+	// CompactTablet and the next SplitTablet read) has it after its next
+	// round. Ask for that round now and wait for it, so that an operator's
+	// next call sees the children rather than the parent.
+	o.awaitServed(ctx, id, children)
 	return out, nil
+}
+
+// splitViewWait bounds how long SplitTablet waits for the master's view
+// to show the children served (they are, on the parent's server, from
+// the split's commit: the next round sees them unless it fails).
+const splitViewWait = 10 * time.Second
+
+// awaitServed waits, up to splitViewWait or ctx, until the master's last
+// round shows every tablet of ids served, waking the loop for rounds.
+// It reports nothing: the operation it follows has succeeded either way.
+func (o *masterTabletOps) awaitServed(ctx context.Context, id meta.TableID, ids []assign.TabletID) {
+	deadline := time.Now().Add(splitViewWait)
+	for {
+		o.m.loop.Wake()
+		served := 0
+		for _, t := range tabletsOf(o.m.loop.Observed(), id) {
+			if t.server != "" && slices.Contains(ids, t.ID) {
+				served++
+			}
+		}
+		if served == len(ids) || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (o *masterTabletOps) MergeTablets(ctx context.Context, req *adminextpb.MergeTabletsRequest) (*adminextpb.MergeTabletsResponse, error) {

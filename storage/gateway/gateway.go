@@ -376,15 +376,19 @@ func retryable(loc meta.Location, err error) bool {
 
 // gaveUp is the error returned once the retries of a sub-request that
 // kept answering "not serving" are spent (or the deadline allows no
-// more): the owner's status with its code made UNAVAILABLE, its message
-// and tabletpb.NotServing detail kept. FAILED_PRECONDITION is the servers'
-// signal to a client that looks locations up itself (Tabula's client,
-// another gateway); to the gateway's own callers — the official clients,
-// which do not retry FAILED_PRECONDITION — a tablet unserved for longer
-// than the retries (a move or a recovery still under way) is a transient
-// failure, retried as Cloud Bigtable's UNAVAILABLE is. Other errors are
-// returned as they are.
-func gaveUp(err error) error {
+// more): NotServingAsUnavailable.
+func gaveUp(err error) error { return NotServingAsUnavailable(err) }
+
+// NotServingAsUnavailable returns a "not serving" error as the official
+// clients must see it: the status with its code made UNAVAILABLE, its
+// message and tabletpb.NotServing detail kept. FAILED_PRECONDITION is the
+// servers' signal to a client that looks locations up itself (Tabula's
+// client, which keys on the detail, and another gateway); to the official
+// clients, which do not retry FAILED_PRECONDITION, a tablet unserved for
+// a moment (a move, a merge or a recovery under way) is a transient
+// failure, retried as Cloud Bigtable's UNAVAILABLE is. Other errors, and
+// nil, are returned as they are.
+func NotServingAsUnavailable(err error) error {
 	if !tabletpb.IsNotServing(err) {
 		return err
 	}

@@ -109,6 +109,11 @@ func (c *Loop) RequestMerge(ctx context.Context, table string, left, right assig
 	}
 }
 
+// Wake asks the running term for a round now (no-op while standing by):
+// a caller that changed what a round observes (a tablet split by its
+// server) gets the new view in the next round, not after a Tick.
+func (c *Loop) Wake() { c.wake() }
+
 // wake asks the running term for a round now.
 func (c *Loop) wake() {
 	select {
