@@ -141,3 +141,23 @@ func TestStreamingVerbsNotCutOff(t *testing.T) {
 		t.Errorf("read: %v, printed\n%s\nwant rows a and b", err, out)
 	}
 }
+
+// TestStreamingVerbsUnderAuth checks that the reachability check does not
+// stand in for the verb's own answer on a server with authentication on:
+// without a token, or without a grant, read and count report the server's
+// refusal at once; with a grant they read.
+func TestStreamingVerbsUnderAuth(t *testing.T) {
+	addr, tok := startAuthDev(t)
+	as := func(who string, args ...string) []string { return append(args, "--token", tok[who]) }
+	runCLISteps(t, addr, []cliStep{
+		{args: as("root", "createtable", "users", "families=profile")},
+		{args: as("root", "set", "users", "u1", "profile:name=Alice")},
+		{args: as("root", "grant", "users", "user:alice", "read"), contain: []string{"user:alice"}},
+		{args: []string{"read", "users"}, errWant: "UNAUTHENTICATED"},
+		{args: []string{"count", "users"}, errWant: "UNAUTHENTICATED"},
+		{args: as("bob", "read", "users"), errWant: "PERMISSION_DENIED"},
+		{args: as("bob", "count", "users"), errWant: "PERMISSION_DENIED"},
+		{args: as("alice", "read", "users"), contain: []string{"\nu1\n", "profile:name"}},
+		{args: as("alice", "count", "users"), want: "1\n"},
+	})
+}
