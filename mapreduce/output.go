@@ -363,7 +363,7 @@ func abortFileOutput(ctx context.Context, out *FileOutput, jobID string) {
 
 // readFileSplit calls fn with each row of one input file.
 func readFileSplit(ctx context.Context, in *FileInput, name string, fn func(cell.Row) error) error {
-	loc, err := rowfile.OpenLocation(ctx, in.URL)
+	loc, err := rowfile.OpenSource(ctx, in.URL)
 	if err != nil {
 		return err
 	}
@@ -383,7 +383,7 @@ func readFileSplit(ctx context.Context, in *FileInput, name string, fn func(cell
 // and opens a reader on each file, which checks its schema. The caller
 // closes the readers.
 func FileShards(ctx context.Context, in *FileInput) (loc *rowfile.Location, names []string, readers []rowfile.RowReader, err error) {
-	loc, err = rowfile.OpenLocation(ctx, in.URL)
+	loc, err = rowfile.OpenSource(ctx, in.URL)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("input %s: %w", in.URL, err)
 	}

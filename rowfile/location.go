@@ -34,6 +34,12 @@ type Location struct {
 //	                            storage/blob.OpenURL's (credentials from
 //	                            AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)
 func OpenLocation(ctx context.Context, desc string) (*Location, error) {
+	return openLocation(ctx, desc)
+}
+
+// openLocation is OpenLocation with blob.OpenURL options for an s3://
+// location.
+func openLocation(ctx context.Context, desc string, opts ...func(*blob.S3Config)) (*Location, error) {
 	if desc == "" {
 		return nil, errors.New("rowfile: empty location: want a directory or s3://bucket/path?endpoint=host:port")
 	}
@@ -58,7 +64,7 @@ func OpenLocation(ctx context.Context, desc string) (*Location, error) {
 		}
 		u.Path, u.RawPath = "", ""
 	}
-	st, err := blob.OpenURL(ctx, u.String())
+	st, err := blob.OpenURL(ctx, u.String(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rowfile: location %q: %w", desc, err)
 	}
@@ -66,7 +72,8 @@ func OpenLocation(ctx context.Context, desc string) (*Location, error) {
 }
 
 // OpenSource opens a location to read from: as OpenLocation, except that
-// a local directory must exist (OpenLocation would create it).
+// a local directory or an S3 bucket must exist (OpenLocation would create
+// it; a misspelt input would then read as empty).
 func OpenSource(ctx context.Context, desc string) (*Location, error) {
 	dir := desc
 	if strings.HasPrefix(desc, "file://") {
@@ -76,7 +83,7 @@ func OpenSource(ctx context.Context, desc string) (*Location, error) {
 		}
 		dir = u.Path
 	} else if strings.Contains(desc, "://") {
-		return OpenLocation(ctx, desc)
+		return openLocation(ctx, desc, blob.BucketMustExist)
 	}
 	if dir != "" {
 		fi, err := os.Stat(dir)

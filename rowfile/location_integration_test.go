@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tabuladb/tabula/storage/blob/blobtest"
@@ -91,5 +92,27 @@ func TestS3Location(t *testing.T) {
 	}
 	if len(got) != len(rows) {
 		t.Fatalf("read %d rows, wrote %d", len(got), len(rows))
+	}
+}
+
+// TestS3SourceMustExist: an input location on a bucket that does not
+// exist is an error, and OpenSource does not create the bucket (an input
+// misspelt would then read as empty); OpenLocation, for output, does.
+func TestS3SourceMustExist(t *testing.T) {
+	cfg := blobtest.S3Config(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", cfg.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", cfg.SecretKey)
+	ctx := context.Background()
+	desc := "s3://" + cfg.Bucket + "/exports?" + blobtest.S3Query(cfg)
+	for range 2 {
+		if _, err := OpenSource(ctx, desc); err == nil || !strings.Contains(err.Error(), "no such bucket") {
+			t.Fatalf("OpenSource of a missing bucket: %v", err)
+		}
+	}
+	if _, err := OpenLocation(ctx, desc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenSource(ctx, desc); err != nil {
+		t.Fatalf("OpenSource once the bucket exists: %v", err)
 	}
 }

@@ -32,8 +32,13 @@ const abortTimeout = 30 * time.Second
 type S3Config struct {
 	// Endpoint is host:port of the service, without a scheme.
 	Endpoint string
-	// Bucket holds the objects. NewS3 creates it if it is missing.
+	// Bucket holds the objects. NewS3 creates it if it is missing, unless
+	// BucketMustExist.
 	Bucket string
+	// BucketMustExist makes NewS3 fail on a missing bucket (an error
+	// wrapping ErrNotExist) instead of creating it: for a store that is
+	// only read, where a misspelt bucket must not appear empty.
+	BucketMustExist bool
 	// AccessKey and SecretKey are the static credentials to sign with.
 	AccessKey, SecretKey string
 	// Secure selects HTTPS.
@@ -109,7 +114,7 @@ func NewS3(ctx context.Context, cfg S3Config) (Store, error) {
 		return nil, fmt.Errorf("blob: s3 %s: %w", cfg.Endpoint, err)
 	}
 	s := &s3Store{core: core, bucket: cfg.Bucket, partSize: cfg.PartSize,
-		unsignedPayload: !cfg.Secure && isLoopback(cfg.Endpoint)}
+		unsignedPayload: !cfg.Secure && isLoopback(cfg.Endpoint), mustExist: cfg.BucketMustExist}
 	if err := s.ensureBucket(ctx, cfg.Region); err != nil {
 		return nil, fmt.Errorf("blob: s3 %s bucket %q: %w", cfg.Endpoint, cfg.Bucket, err)
 	}
@@ -120,6 +125,8 @@ type s3Store struct {
 	core     *minio.Core
 	bucket   string
 	partSize int64
+	// mustExist: S3Config.BucketMustExist.
+	mustExist bool
 	// unsignedPayload sends uploads as UNSIGNED-PAYLOAD instead of
 	// signing each 64 KiB chunk with its SHA-256 (aws-chunked), which
 	// minio-go does over plain HTTP and the server checks: on a loopback
@@ -205,6 +212,9 @@ func (s *s3Store) ensureBucketOnce(ctx context.Context, region string) error {
 	}
 	if ok {
 		return nil
+	}
+	if s.mustExist {
+		return fmt.Errorf("no such bucket: %w", ErrNotExist)
 	}
 	err = s.core.MakeBucket(ctx, s.bucket, minio.MakeBucketOptions{Region: region})
 	if err == nil {

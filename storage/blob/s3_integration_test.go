@@ -4,6 +4,7 @@ package blob_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +126,27 @@ func TestS3ReadAfterOverwrite(t *testing.T) {
 	p := make([]byte, 3)
 	if n, err := obj.ReadAt(p, 0); err == nil {
 		t.Fatalf("ReadAt after overwrite = %q, nil; want an error", p[:n])
+	}
+}
+
+// TestS3BucketMustExist: a store opened to be read fails on a missing
+// bucket, naming it as not existing, and does not create it; once the
+// bucket exists it opens.
+func TestS3BucketMustExist(t *testing.T) {
+	cfg := blobtest.S3Config(t)
+	cfg.BucketMustExist = true
+	for range 2 { // the first refusal created nothing
+		_, err := blob.NewS3(t.Context(), cfg)
+		if !errors.Is(err, blob.ErrNotExist) || !strings.Contains(err.Error(), cfg.Bucket) {
+			t.Fatalf("NewS3 of a missing bucket that must exist: %v, want an ErrNotExist naming %s", err, cfg.Bucket)
+		}
+	}
+	cfg.BucketMustExist = false
+	if _, err := blob.NewS3(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.BucketMustExist = true
+	if _, err := blob.NewS3(t.Context(), cfg); err != nil {
+		t.Fatalf("NewS3 of an existing bucket that must exist: %v", err)
 	}
 }

@@ -8,6 +8,10 @@ import (
 	"strconv"
 )
 
+// BucketMustExist is an OpenURL option: a missing bucket is an error
+// (S3Config.BucketMustExist), not created.
+func BucketMustExist(c *S3Config) { c.BucketMustExist = true }
+
 // OpenURL opens the Store a URL names:
 //
 //	file:///abs/path
@@ -21,8 +25,9 @@ import (
 //	    both be set.
 //
 // Unknown query parameters are errors, so a misspelt option is not silently
-// ignored.
-func OpenURL(ctx context.Context, rawURL string) (Store, error) {
+// ignored. Options adjust the S3 configuration the URL gives
+// (BucketMustExist, for a store only read).
+func OpenURL(ctx context.Context, rawURL string, opts ...func(*S3Config)) (Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("blob: store URL: %w", err)
@@ -93,6 +98,9 @@ func OpenURL(ctx context.Context, rawURL string) (Store, error) {
 		cfg.SecretKey = os.Getenv("AWS_SECRET_ACCESS_KEY")
 		if cfg.AccessKey == "" || cfg.SecretKey == "" {
 			return nil, bad("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set")
+		}
+		for _, o := range opts {
+			o(&cfg)
 		}
 		return NewS3(ctx, cfg)
 

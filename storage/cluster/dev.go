@@ -362,8 +362,8 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		unary = append(unary, guard.UnaryInterceptor())
 		stream = append(stream, guard.StreamInterceptor())
 	}
-	unary = append(unary, missingTableUnary(catalog, in.instance), notServingUnary)
-	stream = append(stream, missingTableStream(catalog, in.instance), notServingStream)
+	unary = append(unary, notServingUnary, missingTableUnary(catalog, in.instance))
+	stream = append(stream, notServingStream, missingTableStream(catalog, in.instance))
 	d.grpc = newGRPCServer(unary, stream, tlsconfig.ServerOptions(cfg.TLS.Server)...)
 	data := authview.Wrap(d.server.data, authview.Options{Catalog: catalog, Instance: in.instance})
 	d.server.register(d.grpc, withSessions(data, sessionLoad(cfg.ClassicOnly), unary, stream, d.server.stopping, reg))
@@ -685,22 +685,34 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// notServingUnary and notServingStream answer the clients of tabula dev's
-// data service as a cluster's gateway answers its callers: a tablet not
+// notServingUnary and notServingStream answer the data API's clients of
+// tabula dev as a cluster's gateway answers its callers: a tablet not
 // served for a moment (its merge or move under way) is UNAVAILABLE,
 // which the official clients retry, not the FAILED_PRECONDITION they
 // take as final (gateway.NotServingAsUnavailable; Tabula's own client
 // keys on the detail, kept). Dev serves the data API without the gateway
-// (every tablet is local), so it converts here. A MutateRows entry's
+// (every tablet is local), so it converts here, outside the NOT_FOUND of
+// a missing table (missingTableUnary), which stays. A MutateRows entry's
 // status inside a response is not converted.
-func notServingUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func notServingUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
-	return resp, gateway.NotServingAsUnavailable(err)
+	if isDataAPI(info.FullMethod) {
+		err = gateway.NotServingAsUnavailable(err)
+	}
+	return resp, err
 }
 
-func notServingStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return gateway.NotServingAsUnavailable(handler(srv, ss))
+func notServingStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	err := handler(srv, ss)
+	if isDataAPI(info.FullMethod) {
+		err = gateway.NotServingAsUnavailable(err)
+	}
+	return err
 }
+
+// isDataAPI reports whether method is one of google.bigtable.v2.Bigtable,
+// the service the official clients call.
+func isDataAPI(method string) bool { return strings.HasPrefix(method, "/google.bigtable.v2.Bigtable/") }
 
 // --- instance-agnostic names ---
 

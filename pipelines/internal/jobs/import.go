@@ -137,9 +137,10 @@ func Import(ctx context.Context, cfg ImportConfig) (ImportSummary, error) {
 	return sum, nil
 }
 
-// openInput opens the import's input location. A local directory must
-// exist (rowfile.OpenLocation would create it): a missing or unreadable
-// one is an error naming --in and the reason.
+// openInput opens the import's input location. A local directory or an
+// S3 bucket must exist (rowfile.OpenSource; OpenLocation would create
+// it): a missing or unreadable one is an error naming --in and the
+// reason.
 func openInput(ctx context.Context, in string) (*rowfile.Location, error) {
 	if dir, ok := localDir(in); ok {
 		fi, err := os.Stat(dir)
@@ -150,7 +151,7 @@ func openInput(ctx context.Context, in string) (*rowfile.Location, error) {
 			return nil, fmt.Errorf("--in %s: not a directory", in)
 		}
 	}
-	loc, err := rowfile.OpenLocation(ctx, in)
+	loc, err := rowfile.OpenSource(ctx, in)
 	if err != nil {
 		return nil, inputError(in, err)
 	}
