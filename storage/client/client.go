@@ -113,10 +113,18 @@ func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]
 // in plaintext; over a network, use TLS.
 func (t bearerToken) RequireTransportSecurity() bool { return false }
 
+// UserAgent opens the user-agent header of every call the client makes
+// (gRPC appends its own). A server may answer such a caller as one that
+// locates tablets itself: "not serving" as FAILED_PRECONDITION with its
+// detail (the write was not applied; look the tablet up again), which
+// for the official clients tabula dev turns into a retryable UNAVAILABLE.
+const UserAgent = "tabula-client"
+
 // callOptions are the dial options of the connections the client dials:
 // TLS, the token, message sizes.
 func (o *Options) dialOptions() []grpc.DialOption {
 	opts := []grpc.DialOption{
+		grpc.WithUserAgent(UserAgent),
 		tlsconfig.DialOption(o.TLS),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
 		experimental.WithBufferPool(framePool),

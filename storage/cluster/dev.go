@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
@@ -696,7 +697,7 @@ func lockDir(dir string) (*os.File, error) {
 // status inside a response is not converted.
 func notServingUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
-	if isDataAPI(info.FullMethod) {
+	if err != nil && isDataAPI(info.FullMethod) && !locatesItself(ctx) {
 		err = gateway.NotServingAsUnavailable(err)
 	}
 	return resp, err
@@ -704,7 +705,7 @@ func notServingUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 
 func notServingStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	err := handler(srv, ss)
-	if isDataAPI(info.FullMethod) {
+	if err != nil && isDataAPI(info.FullMethod) && !locatesItself(ss.Context()) {
 		err = gateway.NotServingAsUnavailable(err)
 	}
 	return err
@@ -713,6 +714,19 @@ func notServingStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 // isDataAPI reports whether method is one of google.bigtable.v2.Bigtable,
 // the service the official clients call.
 func isDataAPI(method string) bool { return strings.HasPrefix(method, "/google.bigtable.v2.Bigtable/") }
+
+// locatesItself reports whether the caller is Tabula's own client (its
+// user agent, client.UserAgent), which takes "not serving" as "not
+// applied, look again": converted, a write of it would become one of
+// unknown outcome.
+func locatesItself(ctx context.Context) bool {
+	for _, ua := range metadata.ValueFromIncomingContext(ctx, "user-agent") {
+		if ua == client.UserAgent || strings.HasPrefix(ua, client.UserAgent+" ") {
+			return true
+		}
+	}
+	return false
+}
 
 // --- instance-agnostic names ---
 
