@@ -172,7 +172,8 @@ func TestMRBadInput(t *testing.T) {
 		{args: []string{"mr", "run", "copytable", "web", "nofam"}, errWant: `destination table "nofam" has no family "anchor"`},
 		{args: []string{"mr", "run", "copytable", "web", "nofam", "--families", "nosuch:other"}, errWant: `source table "web" has no family "nosuch"`},
 		{args: []string{"mr", "run", "wordcount", "web", "--output", "table:nofam"}, errWant: `output table "nofam" has no family "count"`},
-		{args: []string{"mr", "run", "import", filepath.Join(tmp, "empty"), "web"}, errWant: "no complete set"},
+		{args: []string{"mr", "run", "import", filepath.Join(tmp, "missing"), "web"}, errWant: "missing: no such file or directory"},
+		{args: []string{"mr", "run", "import", tmp, "web"}, errWant: "no complete set"},
 		// An export of web (family anchor) into nofam (only other): refused
 		// before any row is written.
 		{args: []string{"mr", "run", "export", "web", "--out", filepath.Join(tmp, "webexport"), "--format", "parquet"}, contain: []string{"wrote part-00000-of-"}},
