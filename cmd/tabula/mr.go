@@ -371,7 +371,7 @@ func (f mrRunFlags) tableSpec(cmd *cobra.Command, table string) (jobs.TableSpec,
 			var ce *scripts.CompileError
 			if errors.As(err, &ce) {
 				printCompileError(cmd.ErrOrStderr(), f.where, err)
-				return s, fmt.Errorf("--where %s: %d errors", f.where, len(ce.Diagnostics))
+				return s, fmt.Errorf("--where %s: %s", f.where, nOf(len(ce.Diagnostics), "error", "errors"))
 			}
 			return s, err
 		}
