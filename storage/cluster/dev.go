@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
@@ -693,8 +694,8 @@ func lockDir(dir string) (*os.File, error) {
 // take as final (gateway.NotServingAsUnavailable; Tabula's own client
 // keys on the detail, kept). Dev serves the data API without the gateway
 // (every tablet is local), so it converts here, outside the NOT_FOUND of
-// a missing table (missingTableUnary), which stays. A MutateRows entry's
-// status inside a response is not converted.
+// a missing table (missingTableUnary), which stays; a MutateRows entry's
+// status too (notServingEntries).
 func notServingUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
 	if err != nil && isDataAPI(info.FullMethod) && !locatesItself(ctx) {
@@ -704,11 +705,31 @@ func notServingUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 }
 
 func notServingStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	err := handler(srv, ss)
-	if err != nil && isDataAPI(info.FullMethod) && !locatesItself(ss.Context()) {
-		err = gateway.NotServingAsUnavailable(err)
+	if !isDataAPI(info.FullMethod) || locatesItself(ss.Context()) {
+		return handler(srv, ss)
 	}
-	return err
+	if info.FullMethod == "/google.bigtable.v2.Bigtable/MutateRows" {
+		ss = notServingEntries{ss}
+	}
+	return gateway.NotServingAsUnavailable(handler(srv, ss))
+}
+
+// notServingEntries converts the "not serving" statuses of the entries of
+// the MutateRows responses sent through it, as the gateway does for its
+// callers: the official client retries an entry answered UNAVAILABLE and
+// gives up on one answered FAILED_PRECONDITION.
+type notServingEntries struct{ grpc.ServerStream }
+
+func (s notServingEntries) SendMsg(m any) error {
+	if r, ok := m.(*bigtablepb.MutateRowsResponse); ok {
+		for _, e := range r.GetEntries() {
+			// Only failed entries are replaced (the OK status is shared).
+			if st := e.GetStatus(); st.GetCode() == int32(codes.FailedPrecondition) {
+				e.Status = status.Convert(gateway.NotServingAsUnavailable(status.FromProto(st).Err())).Proto()
+			}
+		}
+	}
+	return s.ServerStream.SendMsg(m)
 }
 
 // isDataAPI reports whether method is one of google.bigtable.v2.Bigtable,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -61,10 +63,48 @@ func TestDevNotServingAnswers(t *testing.T) {
 	}
 }
 
-// ctxStream is a ServerStream with only a context.
+// TestDevNotServingEntries: in a MutateRows response, an entry answered
+// "not serving" reaches an official client as UNAVAILABLE (which it
+// retries), the OK entries stay OK, and Tabula's own client sees the
+// entries as they were.
+func TestDevNotServingEntries(t *testing.T) {
+	notServing := status.Convert(tabletpb.NotServingStatus(&tabletdesc.NotServingError{Tablet: "t1", Reason: "merging"}, nil)).Proto()
+	for _, tc := range []struct {
+		ua   string
+		want codes.Code
+	}{
+		{"grpc-go/1.79.0", codes.Unavailable},
+		{client.UserAgent + " grpc-go/1.79.0", codes.FailedPrecondition},
+	} {
+		ok := &statuspb.Status{}
+		resp := &bigtablepb.MutateRowsResponse{Entries: []*bigtablepb.MutateRowsResponse_Entry{
+			{Index: 0, Status: ok}, {Index: 1, Status: notServing}, {Index: 2, Status: ok}}}
+		ss := &ctxStream{ctx: metadata.NewIncomingContext(context.Background(), metadata.Pairs("user-agent", tc.ua))}
+		err := notServingStream(nil, ss, &grpc.StreamServerInfo{FullMethod: "/google.bigtable.v2.Bigtable/MutateRows"},
+			func(_ any, s grpc.ServerStream) error { return s.SendMsg(resp) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ss.sent[0].(*bigtablepb.MutateRowsResponse).GetEntries()
+		if codes.Code(got[1].GetStatus().GetCode()) != tc.want || got[1].GetStatus().GetMessage() != notServing.GetMessage() {
+			t.Errorf("%s: the not-serving entry is %v, want %v with its message", tc.ua, got[1].GetStatus(), tc.want)
+		}
+		if got[0].GetStatus().GetCode() != 0 || got[2].GetStatus().GetCode() != 0 || ok.GetCode() != 0 {
+			t.Errorf("%s: OK entries changed: %v", tc.ua, got)
+		}
+	}
+}
+
+// ctxStream is a ServerStream with only a context, keeping what is sent.
 type ctxStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	ctx  context.Context
+	sent []any
 }
 
 func (s *ctxStream) Context() context.Context { return s.ctx }
+
+func (s *ctxStream) SendMsg(m any) error {
+	s.sent = append(s.sent, m)
+	return nil
+}
