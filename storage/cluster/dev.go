@@ -705,13 +705,18 @@ func notServingUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 }
 
 func notServingStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if !isDataAPI(info.FullMethod) || locatesItself(ss.Context()) {
+	if !isDataAPI(info.FullMethod) {
 		return handler(srv, ss)
 	}
-	if info.FullMethod == "/google.bigtable.v2.Bigtable/MutateRows" {
+	ctx := ss.Context()
+	if info.FullMethod == "/google.bigtable.v2.Bigtable/MutateRows" && !locatesItself(ctx) {
 		ss = notServingEntries{ss}
 	}
-	return gateway.NotServingAsUnavailable(handler(srv, ss))
+	err := handler(srv, ss)
+	if err != nil && !locatesItself(ctx) {
+		err = gateway.NotServingAsUnavailable(err)
+	}
+	return err
 }
 
 // notServingEntries converts the "not serving" statuses of the entries of
