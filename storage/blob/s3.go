@@ -205,6 +205,14 @@ func transientS3(err error) bool {
 	return resp.StatusCode == http.StatusServiceUnavailable
 }
 
+// errNoBucket is NewS3's error for a missing bucket that must exist: it
+// matches ErrNotExist, and says "no such bucket" (ErrNotExist's own text
+// is about files).
+type errNoBucket struct{}
+
+func (errNoBucket) Error() string        { return "no such bucket" }
+func (errNoBucket) Is(target error) bool { return target == ErrNotExist }
+
 func (s *s3Store) ensureBucketOnce(ctx context.Context, region string) error {
 	ok, err := s.core.BucketExists(ctx, s.bucket)
 	if err != nil {
@@ -214,7 +222,7 @@ func (s *s3Store) ensureBucketOnce(ctx context.Context, region string) error {
 		return nil
 	}
 	if s.mustExist {
-		return fmt.Errorf("no such bucket: %w", ErrNotExist)
+		return errNoBucket{}
 	}
 	err = s.core.MakeBucket(ctx, s.bucket, minio.MakeBucketOptions{Region: region})
 	if err == nil {

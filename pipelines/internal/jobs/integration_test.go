@@ -19,6 +19,7 @@ import (
 	"github.com/tabuladb/tabula/beamio"
 	"github.com/tabuladb/tabula/internal/devtest"
 	"github.com/tabuladb/tabula/pipelines/internal/pipe"
+	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/blob/blobtest"
 )
 
@@ -118,6 +119,16 @@ func TestImportS3Input(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", cfg.SecretKey)
 	ctx := devtest.Context(t)
 	empty := "s3://" + cfg.Bucket + "/nothing/here?" + blobtest.S3Query(cfg)
+	// A bucket that does not exist is named so, and not created.
+	for range 2 {
+		_, err := Import(ctx, ImportConfig{In: empty, Conn: conn(), Table: "s3input", Create: true})
+		if err == nil || !strings.HasPrefix(err.Error(), "--in "+empty+": ") || !strings.HasSuffix(err.Error(), "no such bucket") {
+			t.Fatalf("import from a missing bucket: %v, want --in %s: … no such bucket", err, empty)
+		}
+	}
+	if _, err := blob.NewS3(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
 	_, err := Import(ctx, ImportConfig{In: empty, Conn: conn(), Table: "s3input", Create: true})
 	if want := "--in " + empty + " holds no shards: no files named PREFIX-SSSSS-of-NNNNN.parquet"; err == nil || err.Error() != want {
 		t.Fatalf("import from an empty S3 path: %v, want %q", err, want)
