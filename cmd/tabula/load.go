@@ -6,11 +6,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -153,22 +151,6 @@ func (b bulkWriter) apply(ctx context.Context, keys []string, muts []*bigtable.M
 		}
 	}
 	return nil
-}
-
-// newProgress returns a progress bar on w counting units (rows,
-// requests, files) with their rate; callers put MB/s in the description.
-func newProgress(w io.Writer, total int64, what, unit string) *progressbar.ProgressBar {
-	return progressbar.NewOptions64(total,
-		progressbar.OptionSetWriter(w),
-		progressbar.OptionSetDescription(what),
-		progressbar.OptionShowCount(),
-		progressbar.OptionShowIts(),
-		progressbar.OptionSetItsString(unit),
-		progressbar.OptionSetWidth(30),
-		progressbar.OptionThrottle(200*time.Millisecond),
-		progressbar.OptionShowElapsedTimeOnFinish(),
-		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
-	)
 }
 
 // rate formats a throughput summary.

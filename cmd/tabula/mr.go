@@ -718,7 +718,7 @@ func newMRProgress(w io.Writer, mode string) func(mapreduce.Status) {
 		return func(s mapreduce.Status) {
 			total := int64(s.Map.Total + s.Reduce.Total)
 			if bar == nil {
-				bar = newProgress(w, max(total, 1), "mr", "tasks")
+				bar = newProgressBar(w, max(total, 1), "mr", "tasks")
 			}
 			bar.ChangeMax64(max(total, 1))
 			bar.Describe(mrProgressLine(s))

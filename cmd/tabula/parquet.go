@@ -618,15 +618,12 @@ type counterProgress struct {
 	done chan struct{}
 }
 
-// plainProgressEvery is the interval of the plain progress lines.
-const plainProgressEvery = 5 * time.Second
-
 // newCounterProgress starts a progress display of total units (-1:
 // unknown) on w.
 func newCounterProgress(w io.Writer, total int64, what, unit string) *counterProgress {
 	p := &counterProgress{start: time.Now(), what: what, w: w}
 	if isTerminal(w) {
-		p.bar = newProgress(w, total, what, unit)
+		p.bar = newProgressBar(w, total, what, unit)
 		return p
 	}
 	p.stop, p.done = make(chan struct{}), make(chan struct{})
@@ -669,16 +666,6 @@ func (p *counterProgress) finish() {
 	}
 	close(p.stop)
 	<-p.done
-}
-
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // importJob is the configuration of one import.
