@@ -5,7 +5,8 @@ import (
 	"strings"
 )
 
-// Key names under a cluster's prefix, as in DESIGN.md ("Coordination").
+// Key names under a cluster's prefix (docs/architecture.md lists them,
+// with their writers and readers).
 const (
 	// KeyMaster is the lock held by the active master.
 	KeyMaster = "master"

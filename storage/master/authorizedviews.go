@@ -23,8 +23,8 @@ import (
 
 // Authorized views (Cloud Bigtable's SubsetView) are kept in their table's
 // catalog entry, so they are stored, versioned and replicated with the
-// schema (the blob catalog in tabula dev, the lock service in the
-// cluster). The data API enforces them (package authview).
+// schema (the lock service's keys: DIR/coord.json in tabula dev, Consul
+// in the cluster). The data API enforces them (package authview).
 
 // MaxAuthorizedViewParams bounds the row prefixes, qualifiers and qualifier
 // prefixes of one view, Cloud Bigtable's documented limit of 100
