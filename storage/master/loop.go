@@ -377,8 +377,23 @@ func (t *term) round(ctx context.Context) (sent bool, err error) {
 			calls = append(calls, c)
 		}
 	}
-	t.send(ctx, calls)
+	for i, err := range t.send(ctx, calls) {
+		if err == nil && calls[i].action.Kind == assign.Assign {
+			t.noteLoaded(calls[i].action)
+		}
+	}
 	return len(calls) > 0, ctx.Err()
+}
+
+// noteLoaded marks the load a (an Assign whose call succeeded: the server
+// loaded the tablet) as answered, if it is still the tablet's request in
+// flight. Every List of the next round is asked after this, so a target
+// that does not list the tablet then no longer serves it (settle).
+func (t *term) noteLoaded(a assign.Action) {
+	r := t.inflight[a.Tablet]
+	if r != nil && r.Kind == assign.LoadRequest && r.Server == a.Server {
+		r.loaded = true
+	}
 }
 
 // call is a request to a tablet server that prepare has recorded in
@@ -388,25 +403,29 @@ type call struct {
 	run    func(context.Context) error
 }
 
-// send runs calls, LoadParallelism at a time, and logs their failures. A
-// failed call stays in flight (its outcome is unknown); the planner resends
-// it after its timeout.
-func (t *term) send(ctx context.Context, calls []call) {
+// send runs calls, LoadParallelism at a time, logs their failures and
+// returns each call's error (errLost for a call not made because the term
+// ended). A failed call stays in flight (its outcome is unknown); the
+// planner resends it after its timeout.
+func (t *term) send(ctx context.Context, calls []call) []error {
+	errs := make([]error, len(calls))
 	sem := make(chan struct{}, t.c.opts.LoadParallelism)
 	var wg sync.WaitGroup
-	for _, c := range calls {
+	for i, c := range calls {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			if t.lost() {
+				errs[i] = errLost
 				return
 			}
-			if err := c.run(ctx); err != nil {
-				t.c.opts.Logger.Warn("master: action", "action", c.action.String(), "err", err)
+			if errs[i] = c.run(ctx); errs[i] != nil {
+				t.c.opts.Logger.Warn("master: action", "action", c.action.String(), "err", errs[i])
 			}
 		})
 	}
 	wg.Wait()
+	return errs
 }
 
 // observe builds the State: it gathers METADATA, the servers' List

@@ -25,10 +25,13 @@ const (
 type fakeServers struct {
 	svc *coord.Local
 
-	mu         sync.Mutex
-	serving    map[string]map[assign.TabletID]assign.Tablet
-	down       map[string]bool
-	failLoads  map[assign.TabletID]int // failures left per tablet
+	mu        sync.Mutex
+	serving   map[string]map[assign.TabletID]assign.Tablet
+	down      map[string]bool
+	failLoads map[assign.TabletID]int // failures left per tablet
+	// dropLoads counts, per tablet, loads that succeed but leave the
+	// tablet unserved at once (unloaded before the master's next List).
+	dropLoads  map[assign.TabletID]int
 	calls      []string
 	lists      int
 	violations []string
@@ -49,6 +52,7 @@ func newFakeServers(svc *coord.Local) *fakeServers {
 		serving:   make(map[string]map[assign.TabletID]assign.Tablet),
 		down:      make(map[string]bool),
 		failLoads: make(map[assign.TabletID]int),
+		dropLoads: make(map[assign.TabletID]int),
 	}
 }
 
@@ -110,6 +114,10 @@ func (f *fakeServers) Load(ctx context.Context, server string, t assign.Tablet, 
 	}
 	if f.serving[server] == nil {
 		f.serving[server] = make(map[assign.TabletID]assign.Tablet)
+	}
+	if f.dropLoads[t.ID] > 0 {
+		f.dropLoads[t.ID]--
+		return nil
 	}
 	f.serving[server][t.ID] = t
 	return nil
@@ -515,6 +523,31 @@ func TestLoopRetriesFailedLoadAfterTimeout(t *testing.T) {
 	l := loadsOf()
 	if len(l) != 2 || l[0] != l[1] {
 		t.Fatalf("loads of u3 %v: want the failed one resent to the same server", l)
+	}
+}
+
+// A tablet unloaded right after its load returned, before the master's
+// next List (an operator's unload, or the server closing it), is loaded
+// again at once: the load was answered, so no confirmation is awaited
+// for the load timeout. (The fault campaign saw a tablet unserved 31 s
+// this way.)
+func TestLoopReloadsTabletGoneRightAfterItsLoad(t *testing.T) {
+	c := newCluster(t, "s1", "s2")
+	c.servers.dropLoads["u3"] = 1
+	start := c.clock.Now()
+	c.startMaster("m1")
+	c.waitFor("every tablet served", testTick, c.allServed)
+	var loads []string
+	for _, call := range c.servers.callsSince(0) {
+		if strings.HasPrefix(call, "load u3 ") {
+			loads = append(loads, call)
+		}
+	}
+	if len(loads) != 2 {
+		t.Fatalf("loads of u3 %v: want the dropped one and one more", loads)
+	}
+	if took := c.clock.Now().Sub(start); took >= 30*time.Second {
+		t.Fatalf("u3 served again after %v: the master waited for the load timeout (30s)", took)
 	}
 }
 

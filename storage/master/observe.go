@@ -108,6 +108,13 @@ func (f *failing) due(now time.Time, unreachableAfter, goneAfter time.Duration) 
 type request struct {
 	assign.InFlight
 	sent time.Time
+	// loaded says the target answered the load (it served the tablet when
+	// the call returned: term.noteLoaded). A List asked after that which
+	// does not show the tablet means it left the server since — unloaded
+	// by an operator, or closed by the server — and the record goes
+	// (settle): waiting Config.LoadTimeout for a confirmation that cannot
+	// come would leave the tablet unserved that long.
+	loaded bool
 }
 
 // observation is buildState's result.
@@ -142,6 +149,7 @@ func buildState(v roundView, m *memory) observation {
 	st := &o.State
 	st.Tablets = v.Tablets
 	present := make(map[assign.ServerID]bool)
+	answered := make(map[assign.ServerID]bool) // List answered this round
 	for _, key := range slices.Sorted(maps.Keys(v.Keys)) {
 		e := v.Keys[key]
 		sid, ok := coord.ServerID(key)
@@ -193,6 +201,7 @@ func buildState(v roundView, m *memory) observation {
 			served = prev
 		} else {
 			o.Answered++
+			answered[id] = true
 			delete(m.unreachable, id)
 		}
 		m.reports[id] = served
@@ -212,7 +221,7 @@ func buildState(v roundView, m *memory) observation {
 			delete(m.reports, id)
 		}
 	}
-	m.settle(*st)
+	m.settle(*st, answered)
 	for _, id := range slices.Sorted(maps.Keys(m.dead)) {
 		st.Dead = append(st.Dead, assign.DeadServer{ID: id, Log: m.dead[id], Held: m.held[id]})
 	}
@@ -225,9 +234,11 @@ func buildState(v roundView, m *memory) observation {
 }
 
 // settle updates m from a fresh observation: loads the target reports are
-// confirmed, records of tablets METADATA dropped go, and dead servers with
-// nothing left to recover are forgotten.
-func (m *memory) settle(st assign.State) {
+// confirmed, loads the target answered but no longer reports (answered:
+// the servers whose List answered this round, after every call of the
+// previous round returned) are over, records of tablets METADATA dropped
+// go, and dead servers with nothing left to recover are forgotten.
+func (m *memory) settle(st assign.State, answered map[assign.ServerID]bool) {
 	byID := make(map[assign.TabletID]bool, len(st.Tablets))
 	for _, tb := range st.Tablets {
 		byID[tb.ID] = true
@@ -243,8 +254,16 @@ func (m *memory) settle(st assign.State) {
 			delete(m.inflight, id)
 			continue
 		}
-		if r.Kind == assign.LoadRequest && slices.Contains(servedBy[id], r.Server) {
+		if r.Kind != assign.LoadRequest {
+			continue
+		}
+		switch {
+		case slices.Contains(servedBy[id], r.Server):
 			delete(m.inflight, id) // confirmed
+		case r.loaded && answered[r.Server]:
+			// Loaded, then gone from the server before this List: the
+			// tablet is unserved now, and planned as any other.
+			delete(m.inflight, id)
 		}
 	}
 	for id := range m.dead {

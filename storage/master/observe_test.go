@@ -132,6 +132,29 @@ func TestBuildState(t *testing.T) {
 			inflight: []assign.TabletID{"t2"},
 		},
 	}, {
+		// t1 was loaded (its call returned) and is missing from the List
+		// asked since: unloaded meanwhile, no confirmation can come, so
+		// its record goes — unless the target did not answer this round
+		// (t3 on c: its last report stands in). t2's load is unanswered
+		// (its call failed: the outcome is unknown), so it waits for the
+		// timeout.
+		name: "settling: loads answered then gone from a server that answers are over",
+		keys: map[string]coord.Entry{coord.ServerKey("a"): held("a:1"), coord.ServerKey("b"): held("b:1"), coord.ServerKey("c"): held("c:1")},
+		lists: map[assign.ServerID]listAnswer{
+			"a": {Served: served()}, "b": {Served: served()}, "c": {Err: down},
+		},
+		mem: func(m *memory) {
+			m.reports["c"] = served()
+			m.inflight["t1"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t1", Server: "a"}, sent: now, loaded: true}
+			m.inflight["t2"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t2", Server: "b"}, sent: now}
+			m.inflight["t3"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t3", Server: "c"}, sent: now, loaded: true}
+		},
+		want: want{
+			live:     map[assign.ServerID][]assign.TabletID{"a": {}, "b": {}, "c": {}},
+			answered: 2, reports: []assign.ServerID{"a", "b", "c"}, unreachable: map[assign.ServerID]int{"c": 1},
+			inflight: []assign.TabletID{"t2", "t3"},
+		},
+	}, {
 		name:  "a dead server is not live, and stays dead while a tablet of its waits",
 		keys:  map[string]coord.Entry{coord.ServerKey("a"): held("a:1"), coord.ServerKey("dead1"): held("d:1")},
 		lists: map[assign.ServerID]listAnswer{"a": {Served: served("t1", "t2")}},
