@@ -1,7 +1,6 @@
 // Package memtable is the tablet's in-memory sorted buffer of recent writes:
 // a skiplist of internal entries that one writer appends to while any number
-// of readers iterate it without locks, and a hash index of its rows' first
-// entries for point reads (SeekRow, rowindex.go).
+// of readers iterate it without locks.
 //
 // Layout. Every entry is one node in an arena of pointer-free chunks: its
 // key's and value's lengths, the key, the node's tower of forward
@@ -27,7 +26,6 @@ package memtable
 import (
 	"bytes"
 	"fmt"
-	"hash/maphash"
 	"math/bits"
 	"sync/atomic"
 	"unsafe"
@@ -81,10 +79,6 @@ type Memtable struct {
 	length atomic.Int64
 	// payload is the bytes of the keys and values added (PayloadBytes).
 	payload atomic.Int64
-	// rows is the row index (rowindex.go), replaced whole when it grows
-	// (nil: dropped, see indexRow); seed is its hash's.
-	rows atomic.Pointer[rowIndex]
-	seed maphash.Seed
 
 	// Writer-only state: touched by Add alone, which is never concurrent
 	// with itself.
@@ -109,10 +103,6 @@ func New() *Memtable {
 	}
 	m.chunks.Store(&m.dir)
 	m.height.Store(1)
-	m.seed = maphash.MakeSeed()
-	// The first index is not counted in Size (an empty memtable holds
-	// nothing); what it grows by is.
-	m.rows.Store(newRowIndex(firstIndexSlots))
 	return m
 }
 
@@ -233,7 +223,6 @@ func (m *Memtable) Add(key, value []byte) {
 		copy(unsafe.Slice((*byte)(m.at(v)), len(value)), value)
 		size += len(value)
 	}
-	pred0, succ0 := m.prev[0], m.next(m.prev[0], 0)
 	for level := 0; level < h; level++ {
 		m.tower(n, level).Store(uint64(m.next(m.prev[level], level)))
 	}
@@ -247,8 +236,6 @@ func (m *Memtable) Add(key, value []byte) {
 	if h > listHeight {
 		m.height.Store(int32(h))
 	}
-	// prev[0] is now n; its neighbours are what the search found.
-	m.indexRow(key, n, pred0, succ0)
 	m.length.Add(1)
 	m.size.Add(int64(size))
 	m.payload.Add(int64(len(key) + len(value)))

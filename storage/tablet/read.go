@@ -47,13 +47,11 @@ func groupsFor(v *version, ro ReadOptions) []string {
 	return out
 }
 
-// memRowEntries appends the entries of row in m, found through the
-// memtable's row index (no skiplist search, and none at all for a row the
-// memtable lacks); memtable keys and values stay valid for the memtable's
-// life, so they are not copied.
+// memRowEntries appends the entries of row in m; memtable keys and values
+// stay valid for the memtable's life, so they are not copied.
 func memRowEntries(dst []entry, m *memtable.Memtable, prefix []byte) []entry {
-	it, ok := m.SeekRow(prefix)
-	for ; ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+	it := m.NewIterator()
+	for ok := it.SeekGE(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
 		dst = append(dst, entry{key: it.Key(), value: it.Value()})
 	}
 	return dst
