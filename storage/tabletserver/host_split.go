@@ -283,14 +283,19 @@ func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string
 	res.Files.Release()
 	children := slices.Concat(opened[0], opened[1])
 	if err := errors.Join(errs[0], errs[1]); err != nil {
-		// The split is committed; the table cannot be served whole
-		// until the children open. Keep the parent in the list (it
-		// answers ErrNotServing) so the routing stays complete, and
-		// say so loudly.
+		// The split is committed (the parent's state names its
+		// children), but the children did not open — their states could
+		// not be saved, the server's lease having lapsed, say. The
+		// parent leaves the list as an unload would: the master, no
+		// longer seeing it served here, assigns it again, and loading a
+		// split parent opens its children (openTabletFrom). Kept in the
+		// list, closed, it would answer "not serving" for ever, and the
+		// master would wait on it.
 		for _, c := range children {
 			_ = c.Close()
 		}
-		h.log.Error("opening split children failed; table partly unavailable", "tablet", tabletID, "err", err)
+		st.set(slices.Concat(tabs[:i], tabs[i+1:]))
+		h.log.Error("opening split children failed; the tablet is left for the master to assign again", "table", id.String(), "tablet", tabletID, "err", err)
 		return nil, err
 	}
 	st.set(slices.Concat(tabs[:i], children, tabs[i+1:]))
