@@ -199,7 +199,8 @@ type LoopOptions struct {
 //     sent nothing.
 //   - Every Load and Unload is recorded in flight before it is sent and
 //     stays so if the call fails (the server may act on it anyway); the
-//     planner resends it to the same server after Plan's LoadTimeout.
+//     planner resends it to the same server after Plan's LoadTimeout —
+//     a failed Load sooner, backing off from 1s (loadRetry).
 //   - A server whose List fails is taken at its last report; without one
 //     the round is skipped rather than planned on a picture where its
 //     tablets look unserved.

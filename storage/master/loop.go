@@ -378,11 +378,37 @@ func (t *term) round(ctx context.Context) (sent bool, err error) {
 		}
 	}
 	for i, err := range t.send(ctx, calls) {
-		if err == nil && calls[i].action.Kind == assign.Assign {
+		if calls[i].action.Kind != assign.Assign {
+			continue
+		}
+		switch {
+		case err == nil:
 			t.noteLoaded(calls[i].action)
+		case !errors.Is(err, errLost):
+			t.noteLoadFailed(calls[i].action)
 		}
 	}
 	return len(calls) > 0, ctx.Err()
+}
+
+// noteLoadFailed backs the resend of load a (an Assign whose call failed)
+// off: it goes again to the same server after loadRetry of the failures
+// in a row, not after the planner's LoadTimeout — a load refused while
+// the store or the lock service was down for a few seconds is resent once
+// they are back, not half a minute later.
+func (t *term) noteLoadFailed(a assign.Action) {
+	r := t.inflight[a.Tablet]
+	if r != nil && r.Kind == assign.LoadRequest && r.Server == a.Server {
+		r.failures++
+		r.Retry = loadRetry(r.failures)
+	}
+}
+
+// loadRetry is the age at which a load whose call failed n times in a
+// row is sent again: 1s, 2s, 4s, … up to 32s (the planner's LoadTimeout,
+// 30s by default, caps it).
+func loadRetry(n int) time.Duration {
+	return time.Second << min(max(n-1, 0), 5)
 }
 
 // noteLoaded marks the load a (an Assign whose call succeeded: the server
@@ -406,7 +432,8 @@ type call struct {
 // send runs calls, LoadParallelism at a time, logs their failures and
 // returns each call's error (errLost for a call not made because the term
 // ended). A failed call stays in flight (its outcome is unknown); the
-// planner resends it after its timeout.
+// planner resends it to the same server after its timeout (a load: after
+// its backoff, noteLoadFailed).
 func (t *term) send(ctx context.Context, calls []call) []error {
 	errs := make([]error, len(calls))
 	sem := make(chan struct{}, t.c.opts.LoadParallelism)
@@ -504,7 +531,11 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 			// holds its lock the load is void and the tablet goes elsewhere.
 			return call{}
 		}
-		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: a.Tablet, Server: a.Server}, sent: now}
+		failures := 0 // a resend carries on the backoff (noteLoadFailed)
+		if prev := t.inflight[a.Tablet]; prev != nil && prev.Kind == assign.LoadRequest && prev.Server == a.Server {
+			failures = prev.failures
+		}
+		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: a.Tablet, Server: a.Server}, sent: now, failures: failures}
 		rec := RecoverySource{From: string(a.RecoverFrom), Sorted: a.SortedLog}
 		return call{action: a, run: func(ctx context.Context) error { return t.load(ctx, tb, a.Server, rec) }}
 	case assign.Unassign:
@@ -553,7 +584,8 @@ func (t *term) load(ctx context.Context, tb assign.Tablet, server assign.ServerI
 	cancel()
 	if err != nil {
 		// The outcome is unknown (the server may be loading): the record
-		// stays and the planner resends after the timeout.
+		// stays and the planner resends to the same server after a
+		// backoff (noteLoadFailed).
 		return fmt.Errorf("load %s on %s: %w", tb.ID, server, err)
 	}
 	if t.lost() {

@@ -43,6 +43,10 @@ type fakeServers struct {
 	// that were sent with a sorted log.
 	sortErr     error
 	sortedLoads []string
+	// clock, when set, stamps loadAt: each tablet's Load calls by the
+	// fake clock's time.
+	clock  *coord.FakeClock
+	loadAt map[assign.TabletID][]time.Time
 }
 
 func newFakeServers(svc *coord.Local) *fakeServers {
@@ -53,6 +57,7 @@ func newFakeServers(svc *coord.Local) *fakeServers {
 		down:      make(map[string]bool),
 		failLoads: make(map[assign.TabletID]int),
 		dropLoads: make(map[assign.TabletID]int),
+		loadAt:    make(map[assign.TabletID][]time.Time),
 	}
 }
 
@@ -90,6 +95,9 @@ func (f *fakeServers) Load(ctx context.Context, server string, t assign.Tablet, 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("load %s %s %s", t.ID, server, recoverFrom))
+	if f.clock != nil {
+		f.loadAt[t.ID] = append(f.loadAt[t.ID], f.clock.Now())
+	}
 	if rec.Sorted {
 		f.sortedLoads = append(f.sortedLoads, string(t.ID))
 	}
@@ -259,6 +267,7 @@ func newCluster(t *testing.T, servers ...string) *cluster {
 		meta:     &fakeMeta{tablets: testTablets()},
 		sessions: make(map[string]coord.Session),
 	}
+	c.servers.clock = clock
 	for _, s := range servers {
 		sess, err := svc.NewSession(context.Background(), coord.SessionOptions{Name: s})
 		if err != nil {
@@ -486,9 +495,14 @@ func TestLoopReassignsDeadServersTablets(t *testing.T) {
 	}
 }
 
-func TestLoopRetriesFailedLoadAfterTimeout(t *testing.T) {
+// A load whose call fails is resent to the same server after a backoff
+// — 1s, then 2s, 4s, … — not after the planner's 30s load timeout: a load
+// refused while the store or the lock service was down for a few seconds
+// is served once they are back.
+func TestLoopRetriesFailedLoadWithBackoff(t *testing.T) {
 	c := newCluster(t, "s1", "s2")
-	c.servers.failLoads["u3"] = 1
+	c.servers.failLoads["u3"] = 3
+	start := c.clock.Now()
 	c.startMaster("m1")
 	others := func() bool {
 		w := c.servers.where()
@@ -509,20 +523,32 @@ func TestLoopRetriesFailedLoadAfterTimeout(t *testing.T) {
 		}
 		return out
 	}
-	time.Sleep(20 * time.Millisecond)
-	if l := loadsOf(); len(l) != 1 {
-		t.Fatalf("loads of u3 before the timeout: %v, want the one that failed", l)
+	// The clock moves on in small steps until u3 is served; then the
+	// times of its loads show the backoff. The n-th failed load is resent
+	// once it is loadRetry(n) old (rounds come every Tick, so up to a Tick
+	// later), and never before.
+	for i := 0; i < 400 && !c.allServed(); i++ {
+		c.clock.Advance(100 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
-	// Just short of the planner's 30s timeout: still in flight.
-	c.clock.Advance(29 * time.Second)
-	time.Sleep(20 * time.Millisecond)
-	if l := loadsOf(); len(l) != 1 {
-		t.Fatalf("loads of u3 before the timeout: %v", l)
-	}
-	c.waitFor("u3 served after the timeout", testTick, c.allServed)
+	c.waitFor("u3 served after three failed loads", testTick, c.allServed)
 	l := loadsOf()
-	if len(l) != 2 || l[0] != l[1] {
-		t.Fatalf("loads of u3 %v: want the failed one resent to the same server", l)
+	if len(l) != 4 || l[0] != l[1] || l[1] != l[2] || l[2] != l[3] {
+		t.Fatalf("loads of u3 %v: want the failed one resent to the same server three times", l)
+	}
+	c.servers.mu.Lock()
+	at := slices.Clone(c.servers.loadAt["u3"])
+	c.servers.mu.Unlock()
+	for n, retry := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		gap := at[n+1].Sub(at[n])
+		// A round stamps a load when it plans it and the fake again when
+		// called: the two may straddle one 100ms step of the clock.
+		if gap < retry-100*time.Millisecond || gap > retry+testTick+300*time.Millisecond {
+			t.Errorf("load %d of u3 came %v after load %d: want %v to %v (load times %v)", n+2, gap, n+1, retry, retry+testTick, at)
+		}
+	}
+	if took := c.clock.Now().Sub(start); took >= 30*time.Second {
+		t.Fatalf("u3 served after %v: the master waited for the load timeout (30s)", took)
 	}
 }
 

@@ -3,6 +3,7 @@ package assign
 import (
 	"cmp"
 	"slices"
+	"time"
 )
 
 // Plan returns what the master should do now, given what it has observed.
@@ -16,9 +17,10 @@ import (
 //     tablet served or loading elsewhere overlaps; at most one Assign per
 //     tablet per Plan. Together with the master recording every Assign as
 //     in flight, this keeps each tablet on at most one server.
-//   - A load or unload in flight for less than Config.LoadTimeout yields no
-//     action for its tablet; after that it is sent again to the same
-//     server (a load is never redirected while its target is alive).
+//   - A load or unload in flight for less than Config.LoadTimeout (a load
+//     whose call failed: its Retry, when shorter) yields no action for its
+//     tablet; after that it is sent again to the same server (a load is
+//     never redirected while its target is alive).
 //   - Actions come in the order: resent and duplicate requests, rescans,
 //     log sorts, records of served tablets METADATA does not name,
 //     assignments (root, METADATA, user tablets), drain unloads, merges,
@@ -214,7 +216,7 @@ func (p *planner) inFlight(reqs []InFlight) {
 				continue
 			}
 			t.loadTo = s
-			if r.Age >= p.cfg.LoadTimeout && !t.acted {
+			if r.Age >= r.resendAfter(p.cfg) && !t.acted {
 				t.acted = true
 				from, sorted := p.recovery(t)
 				p.emit(Action{Kind: Assign, Tablet: t.ID, Server: s.ID, RecoverFrom: from, SortedLog: sorted, Reason: "timeout"})
@@ -234,6 +236,15 @@ func (p *planner) inFlight(reqs []InFlight) {
 			}
 		}
 	}
+}
+
+// resendAfter is the age at which load r is sent again: Config.LoadTimeout,
+// or r.Retry when shorter.
+func (r InFlight) resendAfter(cfg Config) time.Duration {
+	if r.Retry > 0 && r.Retry < cfg.LoadTimeout {
+		return r.Retry
+	}
+	return cfg.LoadTimeout
 }
 
 // duplicates picks one holder per served tablet and unloads the others:

@@ -265,16 +265,21 @@ func TestInFlight(t *testing.T) {
 		dead bool
 		want string // describe() of the actions
 	}{
-		{"young load", InFlight{LoadRequest, "u001", "s2", 9 * time.Second, ""}, false, ""},
-		{"old load resent to same server", InFlight{LoadRequest, "u001", "s2", 10 * time.Second, ""}, false,
+		{"young load", InFlight{Kind: LoadRequest, Tablet: "u001", Server: "s2", Age: 9 * time.Second}, false, ""},
+		{"old load resent to same server", InFlight{Kind: LoadRequest, Tablet: "u001", Server: "s2", Age: 10 * time.Second}, false,
+			"\n  assign u001 to s2 (timeout)"},
+		{"failed load before its retry", InFlight{Kind: LoadRequest, Tablet: "u001", Server: "s2", Age: 1900 * time.Millisecond, Retry: 2 * time.Second}, false, ""},
+		{"failed load resent after its retry", InFlight{Kind: LoadRequest, Tablet: "u001", Server: "s2", Age: 2 * time.Second, Retry: 2 * time.Second}, false,
+			"\n  assign u001 to s2 (timeout)"},
+		{"retry longer than the timeout", InFlight{Kind: LoadRequest, Tablet: "u001", Server: "s2", Age: 10 * time.Second, Retry: time.Minute}, false,
 			"\n  assign u001 to s2 (timeout)"},
 		// s1 holds the root, s2 u000, both 100 bytes.
-		{"load to dead server is void", InFlight{LoadRequest, "u001", "s9", time.Second, ""}, true,
+		{"load to dead server is void", InFlight{Kind: LoadRequest, Tablet: "u001", Server: "s9", Age: time.Second}, true,
 			"\n  assign u001 to s1 (unassigned)"},
-		{"confirmed load", InFlight{LoadRequest, "u000", "s2", time.Hour, ""}, false, "\n  assign u001 to s1 (unassigned)"},
+		{"confirmed load", InFlight{Kind: LoadRequest, Tablet: "u000", Server: "s2", Age: time.Hour}, false, "\n  assign u001 to s1 (unassigned)"},
 		// u000 is leaving s2: s2 is the emptier.
-		{"young unload", InFlight{UnloadRequest, "u000", "s2", time.Second, ""}, false, "\n  assign u001 to s2 (unassigned)"},
-		{"old unload resent", InFlight{UnloadRequest, "u000", "s2", time.Minute, ""}, false,
+		{"young unload", InFlight{Kind: UnloadRequest, Tablet: "u000", Server: "s2", Age: time.Second}, false, "\n  assign u001 to s2 (unassigned)"},
+		{"old unload resent", InFlight{Kind: UnloadRequest, Tablet: "u000", Server: "s2", Age: time.Minute}, false,
 			"\n  unassign u000 from s2 to  (timeout)\n  assign u001 to s2 (unassigned)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
