@@ -149,11 +149,20 @@ func (t *term) run(ctx context.Context) error {
 	// The repairs (LoopOptions.Repair) are tried before the first round —
 	// after a failover METADATA is served, and they are done before the
 	// new master plans anything — and after each round until they succeed
-	// (at a cold start METADATA is served only after some rounds).
+	// (at a cold start METADATA is served only after some rounds). While
+	// a server fails or its tablets wait for recovery (recovering), a try
+	// gets only a quarter Tick: the repairs read and write METADATA, which
+	// the failed server may hold, and a try that waits its RPCTimeout
+	// for it delays the rounds that detect the failure and reassign the
+	// tablets (a new master's first rounds after Consul restarted and a
+	// server was killed came 3–6 s apart for it).
 	repaired := t.c.opts.Repair == nil
 	repair := func(timeout time.Duration) bool {
 		if repaired || t.lost() {
 			return false
+		}
+		if t.recovering() {
+			timeout = min(timeout, t.c.opts.Tick/4)
 		}
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -230,6 +239,12 @@ func (t *term) run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// recovering reports whether a server is failing (its List), fenced (its
+// session ended, not yet declared dead) or dead with tablets to recover.
+func (t *term) recovering() bool {
+	return len(t.unreachable) > 0 || len(t.fenced) > 0 || len(t.dead) > 0
 }
 
 // apply folds a watch event into the picture of servers/.
@@ -349,7 +364,7 @@ func (t *term) fenceUnreachable(ctx context.Context, answered int) {
 		t.keys[key] = e
 		delete(t.unreachable, id)
 		t.c.opts.Logger.Info("master: server unreachable, session ended", "server", id,
-			"failing_for", now.Sub(f.since).String(), "attempts", f.count, "gone", f.gone == f.count, "declare_dead_in", wait.String())
+			"failing_for", now.Sub(f.since).String(), "attempts", f.count, "gone_in_a_row", f.gone, "declare_dead_in", wait.String())
 	}
 }
 

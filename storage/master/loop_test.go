@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -967,5 +968,37 @@ func isDone(s coord.Session) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// The repairs of a predecessor's unfinished work (LoopOptions.Repair) read
+// and write METADATA, which a failed server may hold. While a server fails
+// and its tablets wait for recovery, a try gets a quarter Tick, not
+// RPCTimeout: a try waiting its whole RPCTimeout after every round held
+// up the rounds that detect the failure and reassign the tablets.
+func TestLoopRepairYieldsToRecovery(t *testing.T) {
+	var stuck atomic.Bool
+	c := newCluster(t, "s1", "s2", "s3")
+	c.startMaster("m1", func(o *LoopOptions) {
+		o.RPCTimeout = time.Minute
+		o.Repair = func(ctx context.Context) error {
+			if !stuck.Load() {
+				return errors.New("fake: not yet") // tried again after every round
+			}
+			<-ctx.Done() // METADATA unreadable: the try waits its timeout
+			return ctx.Err()
+		}
+	})
+	c.waitFor("all tablets served", 0, c.allServed)
+	stuck.Store(true)
+	c.servers.kill("s2") // no Expire: the master ends its session
+	start := time.Now()
+	for !c.allServed() {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("s2's tablets not served elsewhere after %v: the repairs held up the rounds", time.Since(start))
+		}
+		c.check()
+		c.clock.Advance(250 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 }

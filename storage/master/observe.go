@@ -86,22 +86,39 @@ type failing struct {
 	key   string
 	since time.Time
 	count int
-	// gone counts the failures that said the server is gone
-	// (ErrServerGone).
-	gone int
+	// gone counts the latest failures in a row that said the server is
+	// gone (ErrServerGone), the first of them at goneSince.
+	gone      int
+	goneSince time.Time
+}
+
+// note records a failure of the server's List at now; gone says it wraps
+// ErrServerGone.
+func (f *failing) note(now time.Time, gone bool) {
+	f.count++
+	switch {
+	case !gone:
+		f.gone = 0
+	case f.gone == 0:
+		f.gone, f.goneSince = 1, now
+	default:
+		f.gone++
+	}
 }
 
 // due reports whether the master should end the failing server's session
-// now: after at least three failures over unreachableAfter, or over
-// goneAfter if every failure said the server is gone (nothing listens at
-// its address) — a surer sign than silence, which a server slow under
-// load also gives.
+// now: after at least three failures over unreachableAfter, or after
+// three in a row over goneAfter that said the server is gone (nothing
+// listens at its address, or another process answers there) — a surer
+// sign than silence, which a server slow under load also gives. Only the
+// latest run counts: a server killed and started again on its address
+// fails first by silence or a refused connection while the new process
+// starts, then by answering as that process.
 func (f *failing) due(now time.Time, unreachableAfter, goneAfter time.Duration) bool {
-	after := unreachableAfter
-	if f.gone == f.count {
-		after = min(after, goneAfter)
+	if f.count >= 3 && now.Sub(f.since) >= unreachableAfter {
+		return true
 	}
-	return f.count >= 3 && now.Sub(f.since) >= after
+	return f.gone >= 3 && now.Sub(f.goneSince) >= min(goneAfter, unreachableAfter)
 }
 
 // request is a load or unload in flight and when it was sent.
@@ -192,10 +209,7 @@ func buildState(v roundView, m *memory) observation {
 				f = &failing{key: key, since: v.Now}
 				m.unreachable[id] = f
 			}
-			f.count++
-			if errors.Is(a.Err, ErrServerGone) {
-				f.gone++
-			}
+			f.note(v.Now, errors.Is(a.Err, ErrServerGone))
 			prev, known := m.reports[id]
 			if !known {
 				o.Skip = fmt.Errorf("master: list %s: %w", sid, a.Err)

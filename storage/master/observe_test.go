@@ -261,21 +261,32 @@ func TestPendingSplits(t *testing.T) {
 func TestFailingServerDue(t *testing.T) {
 	t0 := time.Unix(100, 0)
 	const unreachable, gone = 3 * time.Second, time.Second
+	ms := time.Millisecond
 	for _, c := range []struct {
-		count, gone int
-		after       time.Duration
-		want        bool
+		name string
+		// failures: each one's time after t0, and whether it said gone.
+		failures []time.Duration
+		goneAt   []bool
+		at       time.Duration // when due is asked
+		want     bool
 	}{
-		{count: 3, gone: 3, after: time.Second, want: true},
-		{count: 3, gone: 3, after: 900 * time.Millisecond, want: false},
-		{count: 2, gone: 2, after: 2 * time.Second, want: false},                      // too few attempts
-		{count: 4, gone: 3, after: 2 * time.Second, want: false},                      // one failure was silence
-		{count: 4, gone: 0, after: 3 * time.Second, want: true},                       // silence, long enough
-		{count: 9, gone: 0, after: 2*time.Second + 900*time.Millisecond, want: false}, // silence, not long enough
+		{"three gone over 1s", []time.Duration{0, 500 * ms, time.Second}, []bool{true, true, true}, time.Second, true},
+		{"three gone over 0.9s", []time.Duration{0, 450 * ms, 900 * ms}, []bool{true, true, true}, 900 * ms, false},
+		{"two gone over 2s: too few attempts", []time.Duration{0, 2 * time.Second}, []bool{true, true}, 2 * time.Second, false},
+		{"silence last: not gone", []time.Duration{0, 500 * ms, time.Second, 2 * time.Second}, []bool{true, true, true, false}, 2 * time.Second, false},
+		{"gone in between: the run counts, not the first", []time.Duration{0, 500 * ms, time.Second, 1500 * ms}, []bool{true, false, true, true}, 1500 * ms, false},
+		// A server killed and started again on its address: a silent
+		// failure while the new process starts, then it answers as itself.
+		{"silence, then three gone over 1s", []time.Duration{0, 1200 * ms, 1700 * ms, 2200 * ms}, []bool{false, true, true, true}, 2200 * ms, true},
+		{"silence, long enough", []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}, []bool{false, false, false, false}, 3 * time.Second, true},
+		{"silence, not long enough", []time.Duration{0, 300 * ms, 600 * ms, 900 * ms, 1200 * ms, 1500 * ms, 1800 * ms, 2100 * ms, 2900 * ms}, make([]bool, 9), 2900 * ms, false},
 	} {
-		f := &failing{since: t0, count: c.count, gone: c.gone}
-		if got := f.due(t0.Add(c.after), unreachable, gone); got != c.want {
-			t.Errorf("%d failures (%d gone) over %v: due %v, want %v", c.count, c.gone, c.after, got, c.want)
+		f := &failing{since: t0}
+		for i, d := range c.failures {
+			f.note(t0.Add(d), c.goneAt[i])
+		}
+		if got := f.due(t0.Add(c.at), unreachable, gone); got != c.want {
+			t.Errorf("%s: due %v, want %v", c.name, got, c.want)
 		}
 	}
 }
