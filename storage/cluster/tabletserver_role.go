@@ -108,7 +108,8 @@ type ServerConfig struct {
 	// IdleMergeAfter is how long the server must serve nothing before
 	// its tablets merge the SSTables that piled up
 	// (tabletserver.HostOptions.IdleMergeAfter; never when zero or
-	// negative). Only tabula dev sets it (DevIdleMergeAfter).
+	// negative). tabula dev and tabula tabletserver set
+	// DefaultIdleMergeAfter unless told otherwise.
 	IdleMergeAfter time.Duration
 	// CompactionRate is the rate, in bytes per second, at which the
 	// tablets' own flushes and merging compactions write while requests
@@ -424,7 +425,13 @@ func (s *TabletServer) Err() error {
 func (s *TabletServer) watchLease() {
 	select {
 	case <-s.sess.Lapsed():
-		s.stop(fmt.Errorf("cluster: lease lapsed: %w", coord.ErrSessionLapsed))
+		// Err says which: no renewal for a whole TTL (ErrSessionLapsed)
+		// or the lock service no longer knows the session (ErrSessionGone).
+		err := s.sess.Err()
+		if err == nil {
+			err = coord.ErrSessionLapsed
+		}
+		s.stop(fmt.Errorf("cluster: lease lapsed: %w", err))
 	case <-s.lock.Lost():
 		s.stop(errors.New("cluster: lost the server lock (key deleted or taken)"))
 	case <-s.commit.Failed():
@@ -579,9 +586,9 @@ func (s *TabletServer) httpHandler() http.Handler {
 	})
 }
 
-// DevIdleMergeAfter is the ServerConfig.IdleMergeAfter tabula dev runs
-// with by default.
-const DevIdleMergeAfter = tabletserver.DevIdleMergeAfter
+// DefaultIdleMergeAfter is the ServerConfig.IdleMergeAfter tabula dev and
+// tabula tabletserver run with by default.
+const DefaultIdleMergeAfter = tabletserver.DefaultIdleMergeAfter
 
 // DefaultMajorInterval is the default of ServerConfig.MajorInterval.
 const DefaultMajorInterval = tablet.DefaultMajorInterval

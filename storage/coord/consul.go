@@ -554,6 +554,17 @@ func (s *consulSession) renew(ctx context.Context) error {
 		return s.c.wrap("renew session", s.id, ctx, err)
 	}
 	if entry == nil {
+		// Consul answers a renewal from its leader's state as applied so
+		// far, and a leader just elected (Consul restarted) may not have
+		// applied the session's creation yet: it answers "not found" for
+		// a live session. A consistent read waits until the leader has
+		// caught up; only its "not found" means the session is gone.
+		if gone, err := s.goneForSure(ctx); err != nil || !gone {
+			if err == nil {
+				err = errors.New("not found by the leader, but a consistent read finds it (a leader catching up)")
+			}
+			return s.c.wrap("renew session", s.id, ctx, err)
+		}
 		s.finish(ErrSessionGone)
 		return ErrSessionGone
 	}
@@ -567,6 +578,16 @@ func (s *consulSession) renew(ctx context.Context) error {
 		s.holderUntil = u
 	}
 	return nil
+}
+
+// goneForSure reports whether a consistent read of the session finds it
+// gone from the service.
+func (s *consulSession) goneForSure(ctx context.Context) (bool, error) {
+	entry, _, err := s.c.client.Session().Info(s.id, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return false, err
+	}
+	return entry == nil, nil
 }
 
 // run renews the session every RenewEvery (retrying sooner after a
@@ -953,7 +974,23 @@ func (h *consulLock) watch() {
 			continue
 		}
 		if kv == nil || kv.Session != h.s.id {
-			return
+			// A leader just elected answers from state it may not have
+			// caught up yet (as renew notes): believe a consistent read.
+			ctx, cancel := context.WithTimeout(h.ctx, h.s.c.cfg.WaitTime)
+			kv, meta, err = h.s.c.kv.Get(h.s.c.full(h.key), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+			cancel()
+			if h.ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				if ctxtime.Sleep(h.ctx, h.s.c.cfg.RetryInterval) != nil {
+					return
+				}
+				continue
+			}
+			if kv == nil || kv.Session != h.s.id {
+				return
+			}
 		}
 		if meta.LastIndex < index {
 			index = 0

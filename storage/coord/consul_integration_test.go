@@ -6,8 +6,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -243,4 +249,107 @@ func sessionBehindProxy(t *testing.T) (*cutproxy.Proxy, *coord.Consul, coord.Ses
 		t.Fatal(err)
 	}
 	return p, direct, s, ctx
+}
+
+// laggingLeader is an HTTP proxy in front of Consul that, while lagging
+// is set, answers as a leader just elected that has not applied its log
+// yet: renewals find no session and default-consistency reads no key,
+// while consistent reads (which wait for the leader to catch up) pass.
+type laggingLeader struct {
+	lagging atomic.Bool
+	renews  atomic.Int64 // renewals answered "not found"
+	srv     *httptest.Server
+}
+
+func newLaggingLeader(t *testing.T, consul string) *laggingLeader {
+	t.Helper()
+	l := &laggingLeader{}
+	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: consul})
+	l.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if l.lagging.Load() && !r.URL.Query().Has("consistent") {
+			switch {
+			case strings.HasPrefix(r.URL.Path, "/v1/session/renew/"):
+				l.renews.Add(1)
+				http.Error(w, "Session id not found", http.StatusNotFound)
+				return
+			case strings.HasPrefix(r.URL.Path, "/v1/kv/") && r.Method == http.MethodGet:
+				w.Header().Set("X-Consul-Index", "1")
+				http.Error(w, "", http.StatusNotFound)
+				return
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(l.srv.Close)
+	return l
+}
+
+// TestConsulNewLeaderCatchingUp: Consul answers a renewal, and a default
+// read, from its leader's state as applied so far, so right after Consul
+// restarts a live session can look gone and its key unlocked. (The fault
+// campaign saw tablet servers stop by themselves, "lease lapsed", after
+// 3-4 s Consul restarts.) The holder believes only a consistent read: its
+// session and lock survive the lag; a session really destroyed still ends.
+func TestConsulNewLeaderCatchingUp(t *testing.T) {
+	t.Parallel()
+	l := newLaggingLeader(t, consulAddr(t))
+	c := newConsul(t, strings.TrimPrefix(l.srv.URL, "http://"))
+	direct, err := coord.NewConsul(coord.ConsulConfig{Address: consulAddr(t), Prefix: c.Prefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := c.NewSession(ctx, coord.SessionOptions{TTL: coordtest.TTL, Lease: 2 * time.Second, LockDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := s.TryLock(ctx, "servers/me", []byte("me"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.lagging.Store(true)
+	// A write to the key (the lock stays) ends the watch's blocking query:
+	// its next read meets the lag.
+	if err := direct.Put(ctx, "servers/me", []byte("me again")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.Done():
+			t.Fatalf("session ended while the leader lagged (%d renewals answered not found): %v", l.renews.Load(), s.Err())
+		case <-lock.Lost():
+			t.Fatal("lock lost while the leader lagged")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if l.renews.Load() == 0 {
+		t.Fatal("no renewal met the lagging leader: the test checked nothing")
+	}
+	l.lagging.Store(false)
+	for !s.Valid() {
+		if time.Now().After(deadline.Add(5 * time.Second)) {
+			t.Fatal("session not valid again once the leader caught up")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A session really gone still ends the holder's.
+	if _, err := direct.EndSession(ctx, s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+		if !errors.Is(s.Err(), coord.ErrSessionGone) {
+			t.Fatalf("Err after the session was destroyed = %v, want ErrSessionGone", s.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("session destroyed by another client, holder still running")
+	}
+	select {
+	case <-lock.Lost():
+	case <-time.After(time.Second):
+		t.Fatal("lock not lost with its session")
+	}
 }
