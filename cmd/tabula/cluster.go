@@ -232,7 +232,7 @@ back.`,
 	f.Int64Var(&memtableBudget, "memtable-budget", tabletserver.DefaultMemtableBudget, memtableBudgetHelp)
 	f.Int64Var(&compactionRate, "compaction-rate", pacing.DefaultMinRate, compactionRateHelp)
 	f.DurationVar(&majorInterval, "major-compaction-interval", cluster.DefaultMajorInterval, majorIntervalHelp)
-	f.DurationVar(&idleMergeAfter, "idle-merge-after", 0, idleMergeHelp+"; off by default here, in a cluster, until the fault campaign's runs with it are understood")
+	f.DurationVar(&idleMergeAfter, "idle-merge-after", cluster.DefaultIdleMergeAfter, idleMergeHelp)
 	f.Int64Var(&splitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
 	f.Int64Var(&metadataSplitBytes, "metadata-split-size", tabletserver.DefaultMetadataSplitBytes, "METADATA tablet size in bytes past which a METADATA tablet other than the root splits")
 	f.Int64Var(&blockCacheBytes, "block-cache-size", 0, blockCacheHelp)

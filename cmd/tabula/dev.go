@@ -81,7 +81,7 @@ it brings back every acknowledged write and every table's schema.`,
 	f.Int64Var(&cfg.MemtableBudget, "memtable-budget", tabletserver.DefaultMemtableBudget, memtableBudgetHelp)
 	f.Int64Var(&cfg.CompactionRate, "compaction-rate", pacing.DefaultMinRate, compactionRateHelp)
 	f.DurationVar(&cfg.MajorInterval, "major-compaction-interval", cluster.DefaultMajorInterval, majorIntervalHelp)
-	f.DurationVar(&cfg.IdleMergeAfter, "idle-merge-after", cluster.DevIdleMergeAfter, idleMergeHelp)
+	f.DurationVar(&cfg.IdleMergeAfter, "idle-merge-after", cluster.DefaultIdleMergeAfter, idleMergeHelp)
 	f.Int64Var(&cfg.SplitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
 	f.Int64Var(&cfg.BlockCacheBytes, "block-cache-size", 0, blockCacheHelp)
 	f.Int64Var(&cfg.ScanCacheBytes, "scan-cache-size", cluster.DefaultScanCacheBytes, "scan cache in bytes (negative: none)")
@@ -135,8 +135,8 @@ const compactionRateHelp = "bytes per second the tablets' own flushes and mergin
 // tabula tabletserver).
 const majorIntervalHelp = "how often each tablet rewrites its SSTables into one on its own (paced), reclaiming deleted and collected data; each wait is drawn between half this and this (negative: never)"
 
-// idleMergeHelp documents --idle-merge-after (tabula dev, where it is on
-// by default, and tabula tabletserver, where it is off).
+// idleMergeHelp documents --idle-merge-after (tabula dev and tabula
+// tabletserver, where it is on by default).
 const idleMergeHelp = "how long the server must serve no request before its tablets merge the SSTables that piled up (size-tiered; paced once requests return), so that reads after a burst of writes consult fewer files (0 or negative: never)"
 
 // blockCacheHelp documents --block-cache-size (tabula dev and tabula

@@ -87,7 +87,7 @@ type DevConfig struct {
 	// MajorInterval is ServerConfig.MajorInterval.
 	MajorInterval time.Duration
 	// IdleMergeAfter is ServerConfig.IdleMergeAfter: zero, never (the
-	// tests' default); tabula dev's flag sets DevIdleMergeAfter.
+	// tests' default); tabula dev's flag sets DefaultIdleMergeAfter.
 	IdleMergeAfter time.Duration
 	// CompactionRate is ServerConfig.CompactionRate.
 	CompactionRate int64

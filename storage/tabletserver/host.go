@@ -76,11 +76,11 @@ const (
 	DefaultMetadataSplitBytes  = 128 << 20
 	DefaultSplitCheckInterval  = 2 * time.Second
 	DefaultLogTruncateInterval = time.Minute
-	// DevIdleMergeAfter is the HostOptions.IdleMergeAfter tabula dev
-	// runs with: long enough that a client pausing between requests is
+	// DefaultIdleMergeAfter is the HostOptions.IdleMergeAfter tabula dev
+	// and tabula tabletserver run with: long enough that a client pausing between requests is
 	// not taken for gone, short enough that a second of idle cores is
 	// used.
-	DevIdleMergeAfter = time.Second
+	DefaultIdleMergeAfter = time.Second
 	// DefaultLogFlushSegments is the default of
 	// HostOptions.LogFlushSegments: with the log's 64 MiB segments, a
 	// tablet is flushed once 512 MiB of log were written after its
@@ -149,11 +149,7 @@ type HostOptions struct {
 	// (by Pacer's marks) before its tablets merge what piled up
 	// (tablet.MergeWhileIdle), asked again while it stays idle. Zero or
 	// negative, or without a Pacer: never. Off unless asked for: tabula
-	// dev turns it on (DevIdleMergeAfter); a cluster's tablet servers do
-	// not yet: with it on there, one clean-clone CI run saw a merged
-	// tablet unserved for 30 s, not understood and not reproduced since
-	// (the fault campaign's unfinished checks blamed on it then happen
-	// without it too: BENCHMARKS.md, session 22).
+	// dev and tabula tabletserver turn it on (DefaultIdleMergeAfter).
 	IdleMergeAfter time.Duration
 	// Logger receives events and background errors; default slog.Default().
 	Logger *slog.Logger
