@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
 	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/gateway"
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tablet"
@@ -354,7 +356,7 @@ func (m *metadataStore) readTablet(ctx context.Context, server string, start, en
 
 // scanEntriesWithin is scanEntries giving up after timeout.
 func (m *metadataStore) scanEntriesWithin(ctx context.Context, timeout time.Duration, start, end []byte) ([]meta.MetadataEntry, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(unrouted(ctx), timeout)
 	defer cancel()
 	s := m.cl.Scan(ctx, meta.MetadataTableName, client.ScanOptions{Start: start, End: end, Families: []string{meta.FamilyLoc, meta.FamilyState}, MaxVersions: 1})
 	defer s.Close()
@@ -367,6 +369,20 @@ func (m *metadataStore) scanEntriesWithin(ctx context.Context, timeout time.Dura
 		out = append(out, e)
 	}
 	return out, s.Err()
+}
+
+// unrouted marks the METADATA reads of ctx as a gateway marks the requests
+// it forwards (gateway.ForwardedKey): the server they reach answers from
+// its own tablets, "not serving" at once if it lacks the one asked for,
+// instead of routing the read itself and retrying until the deadline. The
+// master's client located the tablet already, and a server that does not
+// hold it is news for the master's next round: a killed server started
+// again on its address is asked for the METADATA tablets METADATA still
+// places there, and its gateway spent each read's whole timeout (0.5 or
+// 3 s) waiting for them to be reassigned — by this master, whose rounds
+// it held up.
+func unrouted(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, gateway.ForwardedKey, "1")
 }
 
 // SetLocation implements master.Metadata: the root's location goes to the
@@ -411,7 +427,7 @@ func (m *metadataStore) tableRows(ctx context.Context, table meta.TableID) ([]me
 // one (tableRows reads them all).
 func (m *metadataStore) hasRows(ctx context.Context, table meta.TableID) (bool, error) {
 	start, end := meta.MetadataTableRange(table)
-	ctx, cancel := context.WithTimeout(ctx, metadataScanTimeout)
+	ctx, cancel := context.WithTimeout(unrouted(ctx), metadataScanTimeout)
 	defer cancel()
 	s := m.cl.Scan(ctx, meta.MetadataTableName, client.ScanOptions{Start: start, End: end, Families: []string{meta.FamilyState}, MaxVersions: 1, Limit: 1})
 	defer s.Close()
