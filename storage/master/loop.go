@@ -155,14 +155,21 @@ func (t *term) run(ctx context.Context) error {
 	// the failed server may hold, and a try that waits its RPCTimeout
 	// for it delays the rounds that detect the failure and reassign the
 	// tablets (a new master's first rounds after Consul restarted and a
-	// server was killed came 3–6 s apart for it).
+	// server was killed came 3–6 s apart for it). A recovery that drags
+	// on (a tablet that cannot be loaded keeps its dead server listed)
+	// still lets every repairFullAfter-th try have its whole timeout, so
+	// that repairs longer than a quarter Tick are not put off for ever.
 	repaired := t.c.opts.Repair == nil
+	short := 0 // tries in a row cut short
 	repair := func(timeout time.Duration) bool {
 		if repaired || t.lost() {
 			return false
 		}
-		if t.recovering() {
+		if t.recovering() && short < repairFullAfter {
 			timeout = min(timeout, t.c.opts.Tick/4)
+			short++
+		} else {
+			short = 0
 		}
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
@@ -240,6 +247,12 @@ func (t *term) run(ctx context.Context) error {
 		}
 	}
 }
+
+// repairFullAfter is how many tries of the repairs in a row are cut short
+// while a recovery is under way before one gets its whole timeout (see
+// term.run): with rounds at least a quarter Tick apart, half a minute or
+// more.
+const repairFullAfter = 120
 
 // recovering reports whether a server is failing (its List), fenced (its
 // session ended, not yet declared dead) or dead with tablets to recover.

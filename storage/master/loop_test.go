@@ -980,6 +980,7 @@ func isDone(s coord.Session) bool {
 // up the rounds that detect the failure and reassign the tablets.
 func TestLoopRepairYieldsToRecovery(t *testing.T) {
 	var stuck atomic.Bool
+	var stuckTries atomic.Int64
 	c := newCluster(t, "s1", "s2", "s3")
 	c.startMaster("m1", func(o *LoopOptions) {
 		o.RPCTimeout = time.Minute
@@ -987,6 +988,7 @@ func TestLoopRepairYieldsToRecovery(t *testing.T) {
 			if !stuck.Load() {
 				return errors.New("fake: not yet") // tried again after every round
 			}
+			stuckTries.Add(1)
 			<-ctx.Done() // METADATA unreadable: the try waits its timeout
 			return ctx.Err()
 		}
@@ -1003,4 +1005,5 @@ func TestLoopRepairYieldsToRecovery(t *testing.T) {
 		c.clock.Advance(250 * time.Millisecond)
 		time.Sleep(2 * time.Millisecond)
 	}
+	t.Logf("%d tries of the repairs during the recovery", stuckTries.Load())
 }
