@@ -960,8 +960,20 @@ func (h *consulLock) watch() {
 		}
 	}()
 	var index uint64
+	// confirm: the last read found the key gone or taken. A leader just
+	// elected answers from state it may not have caught up yet (as renew
+	// notes), so a consistent read, which waits for that, decides.
+	confirm := false
 	for {
-		opts, cancel := h.s.c.blocking(h.ctx, index)
+		var opts *api.QueryOptions
+		var cancel context.CancelFunc
+		if confirm {
+			var ctx context.Context
+			ctx, cancel = context.WithTimeout(h.ctx, h.s.c.cfg.WaitTime)
+			opts = (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)
+		} else {
+			opts, cancel = h.s.c.blocking(h.ctx, index)
+		}
 		kv, meta, err := h.s.c.kv.Get(h.s.c.full(h.key), opts)
 		cancel()
 		if h.ctx.Err() != nil {
@@ -974,24 +986,13 @@ func (h *consulLock) watch() {
 			continue
 		}
 		if kv == nil || kv.Session != h.s.id {
-			// A leader just elected answers from state it may not have
-			// caught up yet (as renew notes): believe a consistent read.
-			ctx, cancel := context.WithTimeout(h.ctx, h.s.c.cfg.WaitTime)
-			kv, meta, err = h.s.c.kv.Get(h.s.c.full(h.key), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-			cancel()
-			if h.ctx.Err() != nil {
+			if confirm {
 				return
 			}
-			if err != nil {
-				if ctxtime.Sleep(h.ctx, h.s.c.cfg.RetryInterval) != nil {
-					return
-				}
-				continue
-			}
-			if kv == nil || kv.Session != h.s.id {
-				return
-			}
+			confirm = true
+			continue
 		}
+		confirm = false
 		if meta.LastIndex < index {
 			index = 0
 		} else {
