@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -133,4 +134,56 @@ func sweptFiles(t *testing.T, d *Dev) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestDevRestartLogsNoWarning: a restarted tabula dev finds METADATA at
+// the previous run's address, where nothing listens any more — the
+// recovery of a dead server, dev's every restart — and says so at INFO,
+// not as the warnings a second `tabula demo` used to print.
+func TestDevRestartLogsNoWarning(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	d, err := StartDev(ctx, DevConfig{Dir: dir, Addr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := d.Addr()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Another port than the first run's (port 0 may, rarely, give the
+	// same one again: then nothing would be at a dead address).
+	second, err := freeAddr(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged syncBuffer
+	d, err = StartDev(ctx, DevConfig{Dir: dir, Addr: second, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	out := logged.String()
+	if strings.Contains(out, "level=WARN") {
+		t.Fatalf("a restart logged warnings:\n%s", out)
+	}
+	if !strings.Contains(out, "METADATA tablet at a dead server") {
+		t.Fatalf("the restart did not meet the previous run's METADATA (the test checked nothing):\n%s", out)
+	}
+}
+
+// freeAddr returns a loopback address with a free port other than not's.
+func freeAddr(not string) (string, error) {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if addr != not {
+			return addr, nil
+		}
+	}
 }

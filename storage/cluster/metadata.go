@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/client"
@@ -281,11 +283,19 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 	return out, complete, nil
 }
 
-// warn logs a METADATA tablet that could not be read.
+// warn logs a METADATA tablet that could not be read: at INFO when
+// nothing listens at its server's address — a dead server, whose tablets
+// the master recovers (also the previous run's, at every restart of
+// tabula dev) — else as a warning.
 func (m *metadataStore) warn(what string, err error) {
-	if m.log != nil {
-		m.log.Warn("METADATA read incomplete", "what", what, "err", err)
+	if m.log == nil {
+		return
 	}
+	if errors.Is(err, errMetadataServerGone) {
+		m.log.Info("METADATA tablet at a dead server: read once recovered", "what", what, "err", err)
+		return
+	}
+	m.log.Warn("METADATA read incomplete", "what", what, "err", err)
 }
 
 func assignTablet(l meta.Location, k assign.Kind) assign.Tablet {
@@ -338,7 +348,9 @@ func (m *metadataStore) readTablet(ctx context.Context, server string, start, en
 	})
 	es, err := m.scanEntriesWithin(rctx, timeout, start, end)
 	probe.Stop()
-	if err != nil && errors.Is(context.Cause(rctx), errMetadataServerGone) {
+	if err != nil && (errors.Is(context.Cause(rctx), errMetadataServerGone) ||
+		status.Code(err) == codes.Unavailable && refused(ctx, meta.ServerAddr(server))) {
+		// Gone before the probe, or refused at once.
 		err = fmt.Errorf("%w: %v", errMetadataServerGone, err)
 	}
 	m.mu.Lock()

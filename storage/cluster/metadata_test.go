@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -703,5 +704,36 @@ func TestMetadataReadsUnrouted(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no tabula_gateway_retries_total metric: the test checked nothing")
+	}
+}
+
+// TestMetadataAtDeadServerLoggedAsInfo: a METADATA tablet placed at an
+// address where nothing listens (a killed server; at every restart of
+// tabula dev, the previous run's) is the recovery's ordinary state, logged
+// at INFO; other failures to read METADATA stay warnings.
+func TestMetadataAtDeadServerLoggedAsInfo(t *testing.T) {
+	f := newMetadataFixture(t)
+	ctx := context.Background()
+	// Port 1 on loopback: nothing listens there.
+	if err := f.md.SetLocation(ctx, meta.RootTabletID, "127.0.0.1:1/dead", 99); err != nil {
+		t.Fatal(err)
+	}
+	// A master's METADATA store, with a client that has cached nothing.
+	s := f.server
+	cl := client.New(s.self, client.Options{Metadata: s.src, FailFastNotServing: true})
+	md := newMetadataStore(f.md.kv, cl)
+	var logged bytes.Buffer
+	md.log = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if _, err := md.Tablets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := logged.String()
+	if !strings.Contains(out, "level=INFO") || !strings.Contains(out, "METADATA tablet at a dead server") || strings.Contains(out, "level=WARN") {
+		t.Fatalf("log of a root tablet at a dead server:\n%s\nwant one INFO line and no warning", out)
+	}
+	logged.Reset()
+	md.warn("reading the root tablet", errors.New("some other failure"))
+	if !strings.Contains(logged.String(), "level=WARN") {
+		t.Fatalf("log of another failure:\n%s\nwant a warning", logged.String())
 	}
 }
