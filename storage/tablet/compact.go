@@ -29,6 +29,54 @@ func (t *Tablet) Flush(ctx context.Context) error {
 	return t.flushAllLocked(ctx)
 }
 
+// FlushForHandoff is Flush for a tablet about to stop serving — to be
+// unloaded (Close next) or split: it flushes, then flushes again what
+// arrived meanwhile while that is handoffSmallBytes or more, up to
+// handoffMaxFlushes flushes in all, so that the flush made once the
+// tablet has stopped serving (at Close, or inside the split) holds
+// little. That last flush is the time the tablet's rows are unserved:
+// under a steady stream of writes into a cluster's object store, a
+// single flush beforehand left the 21 MB that arrived during it to be
+// flushed unserved, 150 ms. The paper's unload (§5.2) makes the same two
+// minor compactions and calls the second "usually very fast"; under load
+// it is fast only once the first ones have caught up.
+func (t *Tablet) FlushForHandoff(ctx context.Context) error {
+	t.lockMaint()
+	defer t.unlockMaint()
+	if err := t.checkOpen(); err != nil {
+		return err
+	}
+	return t.flushForHandoffLocked(ctx)
+}
+
+// handoffSmallBytes is the active memtable's size under which
+// FlushForHandoff stops flushing: what is left is flushed unserved, in a
+// few milliseconds even into an object store.
+const handoffSmallBytes = 1 << 20
+
+// handoffMaxFlushes bounds FlushForHandoff's flushes. Each one catches
+// up with the writes that came during the one before, so the memtable
+// shrinks as long as flushes outrun the writes; when they do not (the
+// store slower than the writers), more flushes would only delay the
+// handoff and leave more small files.
+const handoffMaxFlushes = 4
+
+// flushForHandoffLocked is FlushForHandoff under maintMu.
+func (t *Tablet) flushForHandoffLocked(ctx context.Context) error {
+	if err := t.flushAllLocked(ctx); err != nil {
+		return err
+	}
+	for range handoffMaxFlushes - 1 {
+		if active, _ := t.MemtableBytes(); active < handoffSmallBytes {
+			return nil
+		}
+		if _, err := t.flushLocked(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ReleaseLog makes the tablet need no commit-log record before the log's
 // current tail, so that the log can be truncated past it: a tablet with
 // writes in memory is flushed (as Flush); an idle one — its memtable empty

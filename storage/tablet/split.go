@@ -3,8 +3,10 @@ package tablet
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/tabuladb/tabula/storage/cell"
@@ -120,6 +122,11 @@ type SplitResult struct {
 	// Stopped is when the parent stopped taking writes (answering "not
 	// serving"): the rows are unserved from then until the children open.
 	Stopped time.Time
+	// UnservedFlushBytes is the size of the memtable flushed after the
+	// parent stopped: what arrived during the flushes made while it
+	// still served (FlushForHandoff), most of the unserved time in a
+	// cluster.
+	UnservedFlushBytes int64
 	// Files are the parent's open files, for the children's
 	// Options.Adopt; the caller must Release them once the children are
 	// open (or will not be).
@@ -133,13 +140,14 @@ func (t *Tablet) Split(ctx context.Context) (SplitResult, error) {
 }
 
 // SplitAt splits the tablet into two children at key (nil: a middle key
-// chosen by size). It flushes the memtable, stops accepting writes
-// (ErrNotServing), flushes what arrived meanwhile, saves the children's
-// states — which reference the parent's SSTables, so no data is copied —
-// then marks the parent's state as split, and closes the parent. A crash
-// before that last save leaves the parent intact (and orphan child states
-// the master ignores); after it, both children are complete. If the split
-// fails before committing, the parent goes on serving.
+// chosen by size). It flushes the memtable (as FlushForHandoff), stops
+// accepting writes (ErrNotServing), flushes what arrived meanwhile, saves
+// the children's states — which reference the parent's SSTables, so no
+// data is copied — then marks the parent's state as split, and closes the
+// parent. A crash before that last save leaves the parent intact (and
+// orphan child states the master ignores); after it, both children are
+// complete. If the split fails before committing, the parent goes on
+// serving.
 func (t *Tablet) SplitAt(ctx context.Context, key []byte) (SplitResult, error) {
 	return t.split(ctx, key, t.chooseSplitKey)
 }
@@ -167,7 +175,7 @@ func (t *Tablet) split(ctx context.Context, key []byte, choose func(context.Cont
 	if key != nil && (!t.Contains(key) || bytes.Equal(key, t.rng.Start)) {
 		return SplitResult{}, fmt.Errorf("tablet %s: split key %q not strictly inside the range [%q, %q)", t.id, key, t.rng.Start, t.rng.End)
 	}
-	if _, err := t.flushLocked(ctx); err != nil {
+	if err := t.flushForHandoffLocked(ctx); err != nil {
 		return SplitResult{}, err
 	}
 	t.writeMu.Lock()
@@ -203,6 +211,7 @@ func (t *Tablet) split(ctx context.Context, key []byte, choose func(context.Cont
 }
 
 func (t *Tablet) splitLocked(ctx context.Context, key []byte, choose func(context.Context, *version) ([]byte, error)) (SplitResult, error) {
+	unflushed, _ := t.MemtableBytes()
 	if _, err := t.flushLocked(ctx); err != nil {
 		return SplitResult{}, err
 	}
@@ -254,14 +263,20 @@ func (t *Tablet) splitLocked(ctx context.Context, key []byte, choose func(contex
 		}
 		return st
 	}
-	res := SplitResult{Key: bytes.Clone(key), Left: child(t.rng.Start, key), Right: child(key, t.rng.End)}
+	res := SplitResult{Key: bytes.Clone(key), Left: child(t.rng.Start, key), Right: child(key, t.rng.End), UnservedFlushBytes: unflushed}
 	if res.Left.ID == res.Right.ID || res.Left.ID == t.id || res.Right.ID == t.id {
 		return SplitResult{}, fmt.Errorf("tablet %s: NewID returned a duplicate ID", t.id)
 	}
-	if err := t.opts.StateStore.Save(ctx, res.Left); err != nil {
-		return SplitResult{}, err
+	// The children's states at once (the rows are unserved meanwhile: in
+	// a cluster each save is an object store round trip); the parent's,
+	// which commits the split, only once both are stored.
+	var saveErrs [2]error
+	var wg sync.WaitGroup
+	for i, c := range []tabletdesc.State{res.Left, res.Right} {
+		wg.Go(func() { saveErrs[i] = t.opts.StateStore.Save(ctx, c) })
 	}
-	if err := t.opts.StateStore.Save(ctx, res.Right); err != nil {
+	wg.Wait()
+	if err := errors.Join(saveErrs[:]...); err != nil {
 		return SplitResult{}, err
 	}
 	st := t.state.Clone()

@@ -302,7 +302,7 @@ func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string
 	h.metrics.splits.Inc()
 	unserved := time.Since(res.Stopped)
 	h.log.Info("tablet split", "table", id.String(), "tablet", tabletID, "key", string(res.Key),
-		"left", res.Left.ID, "right", res.Right.ID, "unserved", unserved)
+		"left", res.Left.ID, "right", res.Right.ID, "unserved", unserved, "flushed_unserved_bytes", res.UnservedFlushBytes)
 	infos := make([]TabletInfo, 0, len(children))
 	for _, c := range children {
 		infos = append(infos, tabletInfo(c))

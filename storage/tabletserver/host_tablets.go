@@ -364,7 +364,8 @@ func (h *Host) UnloadTablet(ctx context.Context, tabletID string) error {
 
 // unload removes tablet id from st's routing and closes it. It first
 // flushes the tablet while it still serves (the paper's first minor
-// compaction of an unload): a flush that fails (the object store down)
+// compaction of an unload; again while writes keep coming,
+// tablet.FlushForHandoff, so that Close's flush is short): a flush that fails (the object store down)
 // fails the unload with the tablet still served here, its writes in
 // memory and in this server's log. Closing it regardless, as unload did,
 // left writes acknowledged since the last flush only in this log, which
@@ -376,7 +377,7 @@ func (h *Host) unload(ctx context.Context, st *servedTable, id string) error {
 	// recovered when this server stops — is closed as before.)
 	served := st.list()
 	if i := slices.IndexFunc(served, func(tb *tablet.Tablet) bool { return tb.ID() == id }); i >= 0 {
-		if err := served[i].Flush(ctx); err != nil && !errors.Is(err, tabletdesc.ErrNotServing) && !errors.Is(err, tablet.ErrFailed) {
+		if err := served[i].FlushForHandoff(ctx); err != nil && !errors.Is(err, tabletdesc.ErrNotServing) && !errors.Is(err, tablet.ErrFailed) {
 			return fmt.Errorf("unload tablet %s: flushing it first (it is still served here): %w", id, err)
 		}
 	}
