@@ -31,8 +31,9 @@ func (t *Tablet) Flush(ctx context.Context) error {
 
 // FlushForHandoff is Flush for a tablet about to stop serving — to be
 // unloaded (Close next) or split: it flushes, then flushes again what
-// arrived meanwhile while that is handoffSmallBytes or more, up to
-// handoffMaxFlushes flushes in all, so that the flush made once the
+// arrived meanwhile while that is handoffSmallBytes or more and the
+// flushes catch up with the writes (at most handoffMaxFlushes flushes in
+// all), so that the flush made once the
 // tablet has stopped serving (at Close, or inside the split) holds
 // little. That last flush is the time the tablet's rows are unserved:
 // under a steady stream of writes into a cluster's object store, a
@@ -56,25 +57,37 @@ const handoffSmallBytes = 1 << 20
 
 // handoffMaxFlushes bounds FlushForHandoff's flushes. Each one catches
 // up with the writes that came during the one before, so the memtable
-// shrinks as long as flushes outrun the writes; when they do not (the
-// store slower than the writers), more flushes would only delay the
-// handoff and leave more small files.
-const handoffMaxFlushes = 4
+// shrinks as long as flushes outrun the writes (under a bulk load into
+// MinIO, by about a third each time).
+const handoffMaxFlushes = 8
 
 // flushForHandoffLocked is FlushForHandoff under maintMu.
 func (t *Tablet) flushForHandoffLocked(ctx context.Context) error {
 	if err := t.flushAllLocked(ctx); err != nil {
 		return err
 	}
+	flushed := int64(math.MaxInt64)
 	for range handoffMaxFlushes - 1 {
-		if active, _ := t.MemtableBytes(); active < handoffSmallBytes {
+		active, _ := t.MemtableBytes()
+		if handoffDone(active, flushed) {
 			return nil
 		}
 		if _, err := t.flushLocked(ctx); err != nil {
 			return err
 		}
+		flushed = active
 	}
 	return nil
+}
+
+// handoffDone reports whether FlushForHandoff stops flushing with active
+// bytes in the memtable, its last flush (after the first, MaxInt64 if
+// none) having written flushed: once what is left is small — or once
+// the flushes no longer catch up (what came during the last one is more
+// than three quarters of what it flushed: the writers outrun the store),
+// when another would leave little less and add a small file.
+func handoffDone(active, flushed int64) bool {
+	return active < handoffSmallBytes || active > flushed/4*3
 }
 
 // ReleaseLog makes the tablet need no commit-log record before the log's

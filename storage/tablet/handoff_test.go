@@ -3,6 +3,7 @@ package tablet
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -182,5 +183,29 @@ func TestFlushForHandoffCatchesUp(t *testing.T) {
 				t.Fatalf("Flush left %d bytes in memory; the 2 MB written during it expected (the test's premise)", left)
 			}
 		})
+	}
+}
+
+// TestHandoffDone: FlushForHandoff flushes again while the memtable is
+// 1 MiB or more and each flush leaves at most three quarters of what it
+// wrote, and stops as soon as either fails.
+func TestHandoffDone(t *testing.T) {
+	const mb = 1 << 20
+	for _, tc := range []struct {
+		active, flushed int64
+		done            bool
+	}{
+		{active: mb - 1, flushed: math.MaxInt64, done: true},   // small after the first flush
+		{active: 64 * mb, flushed: math.MaxInt64, done: false}, // large after the first: always a second
+		{active: 13 * mb, flushed: 21 * mb, done: false},       // catching up (0.62)
+		{active: 15 * mb, flushed: 20 * mb, done: false},       // exactly three quarters
+		{active: 15*mb + 1, flushed: 20 * mb, done: true},      // not catching up
+		{active: 30 * mb, flushed: 20 * mb, done: true},        // falling behind
+		{active: mb / 2, flushed: mb / 2, done: true},          // small, whatever the trend
+		{active: 2 * mb, flushed: 3 * mb, done: false},         // catching up
+	} {
+		if got := handoffDone(tc.active, tc.flushed); got != tc.done {
+			t.Errorf("handoffDone(%d, %d) = %v, want %v", tc.active, tc.flushed, got, tc.done)
+		}
 	}
 }
