@@ -554,11 +554,11 @@ func (s *TabletServer) commitSplit(ctx context.Context, table meta.TableID, pare
 	now := time.Now()
 	epoch, finished, err := commitSplitNew(ctx, s.cl, s.name, table, parent, cs, now)
 	if err != nil {
-		return err
+		return s.splitCommitError(ctx, table, err)
 	}
 	if !finished {
 		if err := commitSplitLast(ctx, s.cl, s.name, table, parent, cs[len(cs)-1], epoch, now); err != nil {
-			return err
+			return s.splitCommitError(ctx, table, err)
 		}
 	}
 	s.log.Info("split committed", "table", table.String(), "parent", parent, "children", len(children))
@@ -570,6 +570,25 @@ func (s *TabletServer) commitSplit(ctx context.Context, table meta.TableID, pare
 		_, _ = clusterpb.NewServerReportsClient(cc).ReportSplit(ctx, &clusterpb.ReportSplitRequest{ServerId: s.name, Table: table.String(), ParentId: parent, ChildIds: ids})
 	}
 	return nil
+}
+
+// splitCommitError is err, a failed commit of a split of table, marked
+// tabletserver.ErrTableGone when the table this server serves was deleted
+// meanwhile: the catalog has no entry for it, or one created at another
+// time (deleted and created again under the name, its METADATA rows
+// those of the new table's tablets). Otherwise — the parent's own split
+// not yet in METADATA, METADATA or the catalog unreadable — err is
+// returned as it is, and the commit retried.
+func (s *TabletServer) splitCommitError(ctx context.Context, table meta.TableID, err error) error {
+	served, ok := s.host.ServedTable(table)
+	cur, gerr := NewCoordCatalog(s.cfg.Coord).Get(ctx, table)
+	switch {
+	case errors.Is(gerr, meta.ErrTableNotFound):
+	case gerr == nil && ok && !served.Created.IsZero() && !cur.Created.Equal(served.Created):
+	default:
+		return err
+	}
+	return fmt.Errorf("%w: %s (%v)", tabletserver.ErrTableGone, table, err)
 }
 
 func (s *TabletServer) httpHandler() http.Handler {

@@ -185,6 +185,8 @@ type HostOptions struct {
 	// reports it to the master. An error is retried in the background
 	// (backoff from 100 ms doubling to 5 s) until it returns nil or the
 	// Host closes; serving never waits for it. It must be idempotent.
+	// An error matching ErrTableGone ends the retries: the children,
+	// tablets of a deleted table, are unloaded.
 	OnSplit func(ctx context.Context, table meta.TableID, parent string, children []TabletInfo) error
 }
 
@@ -383,6 +385,14 @@ func (h *Host) openTabletFrom(ctx context.Context, t meta.Table, id string, star
 		return out, fmt.Errorf("open tablet %s of table %s: %w", id, t.ID, err)
 	}
 	return append(out, tb), nil
+}
+
+// ServedTable returns the catalog entry of table id as the Host serves
+// it (the one its tablets were loaded with, or a newer schema pushed
+// since), and whether any tablet of it is open here.
+func (h *Host) ServedTable(id meta.TableID) (meta.Table, bool) {
+	t, err := h.tableMeta(id)
+	return t, err == nil
 }
 
 // table returns an open table or an error matching ErrTableNotFound.

@@ -477,11 +477,22 @@ const (
 	onSplitMaxBackoff   = 5 * time.Second
 )
 
+// ErrTableGone is what HostOptions.OnSplit returns (wrapped) when the
+// split tablet's table was deleted — the split raced the deletion, whose
+// unloads found the parent, not the children it was becoming: the
+// children are unloaded, and the split is not reported again. Left
+// served, they held the deleted table's rows for ever, and kept a table
+// created again under the name from being served (the master assigns
+// nothing that overlaps tablets a server reports and METADATA lacks).
+var ErrTableGone = errors.New("tabletserver: the tablet's table was deleted")
+
 // reportSplit calls HostOptions.OnSplit for a split the Host made; if it
 // fails, a goroutine retries it with backoff until it succeeds or the Host
 // closes, so that neither serving nor the splitter waits for the master.
+// A table deleted meanwhile (ErrTableGone) ends it once the children are
+// unloaded (dropGoneChildren).
 func (h *Host) reportSplit(ctx context.Context, table meta.TableID, parent string, children []TabletInfo) {
-	err := h.opts.OnSplit(ctx, table, parent, children)
+	err := h.reportSplitOnce(ctx, table, parent, children)
 	if err == nil {
 		return
 	}
@@ -500,17 +511,40 @@ func (h *Host) reportSplit(ctx context.Context, table meta.TableID, parent strin
 			if ctxtime.Sleep(h.bgCtx, backoff) != nil {
 				return
 			}
-			err := h.opts.OnSplit(h.bgCtx, table, parent, children)
-			if err == nil {
-				return
-			}
-			if h.bgCtx.Err() != nil {
+			err := h.reportSplitOnce(h.bgCtx, table, parent, children)
+			if err == nil || h.bgCtx.Err() != nil {
 				return
 			}
 			backoff = min(2*backoff, onSplitMaxBackoff)
 			h.log.Warn("reporting a split failed", "table", table.String(), "tablet", parent, "err", err, "retry_in", backoff)
 		}
 	}()
+}
+
+// reportSplitOnce calls HostOptions.OnSplit once; when it answers that
+// the table is gone, it unloads the children instead (dropGoneChildren)
+// and fails only if that fails.
+func (h *Host) reportSplitOnce(ctx context.Context, table meta.TableID, parent string, children []TabletInfo) error {
+	err := h.opts.OnSplit(ctx, table, parent, children)
+	if errors.Is(err, ErrTableGone) {
+		return h.dropGoneChildren(ctx, table, parent, children, err)
+	}
+	return err
+}
+
+// dropGoneChildren unloads the children of a split whose table was
+// deleted (ErrTableGone, why). A child that split in turn meanwhile
+// leaves its own children, whose report finds the table gone too.
+func (h *Host) dropGoneChildren(ctx context.Context, table meta.TableID, parent string, children []TabletInfo, why error) error {
+	h.log.Info("the table of a split was deleted meanwhile; unloading its children", "table", table.String(), "tablet", parent, "children", len(children), "reason", why)
+	var errs []error
+	for _, c := range children {
+		errs = append(errs, h.UnloadTablet(ctx, c.ID))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("unloading the children of a deleted table's split: %w", err)
+	}
+	return nil
 }
 
 // servesTablet reports whether tablet id of table is open here and in the
