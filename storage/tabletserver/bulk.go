@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/tabuladb/tabula/internal/ctxtime"
 	"github.com/tabuladb/tabula/internal/fanout"
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/meta"
@@ -58,17 +59,73 @@ func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMu
 		}
 		return nil
 	}
-	routes := st.routes.Load()
 	var todo []int
 	for i := range rms {
 		if errs[i] == nil {
 			todo = append(todo, i)
 		}
 	}
+	backoff := notServingBackoff
+	for attempt := 1; ; attempt++ {
+		turnedAway := h.applyRouted(ctx, st, rms, todo, errs)
+		if len(turnedAway) == 0 {
+			break
+		}
+		h.metrics.writesTurnedAway.Add(float64(len(turnedAway)))
+		// A split (or an unload) raced the batch: the entries the
+		// stopped tablet turned away go again once its children serve,
+		// in batches by tablet as before — in request order, so that
+		// entries of one row keep theirs. (One by one, each waited for
+		// a commit-log flush of its own: a hundred log objects' PUTs in
+		// a cluster, 600 ms.)
+		var last error
+		if attempt == notServingRetries {
+			last = errors.New("still not serving")
+		} else {
+			last = ctxtime.Sleep(ctx, backoff)
+		}
+		if last != nil {
+			for _, i := range turnedAway {
+				errs[i] = turnedAwayError(errs[i], rms[i].Row, last)
+			}
+			break
+		}
+		backoff = min(2*backoff, notServingMaxBackoff)
+		slices.Sort(turnedAway)
+		todo = turnedAway
+		if st, err = h.table(id); err != nil {
+			for _, i := range todo {
+				errs[i] = h.unroutedError(id, rms[i].Row, err)
+			}
+			break
+		}
+	}
+	h.noteWrite()
+	return nil
+}
+
+// applyRouted applies entries todo of rms to the tablets of st that hold
+// their rows, each tablet's entries in one tablet.ApplyBatch and the
+// tablets' batches concurrently, setting errs[i] for each entry applied
+// or refused, and returns the entries to try again: those a tablet
+// turned away because it stopped serving (a split, an unload), with
+// their errs[i] set to that error. An entry no tablet of st holds gets
+// unroutedError, and is tried again unless in Partial mode.
+func (h *Host) applyRouted(ctx context.Context, st *servedTable, rms []cell.RowMutation, todo []int, errs []error) []int {
+	routes := st.routes.Load()
 	groups, unrouted := fanout.Group(todo, func(i int) (*tablet.Tablet, bool) {
 		tb := routes.find(rms[i].Row)
 		return tb, tb != nil
 	})
+	var turnedAway []int
+	for _, i := range unrouted {
+		errs[i] = h.unroutedError(st.meta.Load().ID, rms[i].Row, nil)
+		if !h.opts.Partial {
+			// A gap in a table served whole here is a moment's: wait
+			// for it, as withTablet does.
+			turnedAway = append(turnedAway, i)
+		}
+	}
 	var mu sync.Mutex
 	fanout.Each(groups, func(g *fanout.Batch[*tablet.Tablet]) {
 		batch := make([]cell.RowMutation, len(g.Idx))
@@ -95,22 +152,53 @@ func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMu
 			i := g.Idx[j]
 			if errors.Is(err, tabletdesc.ErrNotServing) {
 				mu.Lock()
-				unrouted = append(unrouted, i)
+				turnedAway = append(turnedAway, i)
 				mu.Unlock()
-				continue
-			}
-			if err == nil {
+			} else if err == nil {
 				err = lapsed
 			}
 			errs[i] = err
 		}
 	})
-	// Rare: a split raced the batch. Retry in request order, so that
-	// entries of one row keep theirs.
-	slices.Sort(unrouted)
-	for _, i := range unrouted {
-		errs[i] = h.writeTablet(ctx, id, rms[i].Row, func(tb *tablet.Tablet) error { return tb.Apply(ctx, rms[i]) })
+	return turnedAway
+}
+
+// unroutedError is the error of a write to row of table id that no
+// tablet here holds (err, when the table itself is not open here): in
+// Partial mode the client must look the row up again (notHere);
+// otherwise a not-serving error, or err.
+func (h *Host) unroutedError(id meta.TableID, row []byte, err error) error {
+	switch {
+	case h.opts.Partial:
+		return notHere(id, row)
+	case err != nil:
+		return err
 	}
-	h.noteWrite()
-	return nil
+	return &tabletdesc.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet holds the row"}
+}
+
+// turnedAwayError is the final error of an entry a stopped tablet turned
+// away (err, matching tabletdesc.ErrNotServing) and that could not be
+// applied elsewhere before why (the retries ran out, or the request's
+// context ended): the context's error, or err naming the row.
+func turnedAwayError(err error, row []byte, why error) error {
+	if errors.Is(why, context.Canceled) || errors.Is(why, context.DeadlineExceeded) {
+		return why
+	}
+	return withRow(err, row)
+}
+
+// withRow is err naming row, if it is a tabletdesc.NotServingError that
+// names none (a stopped tablet's, which says which tablet, not which row
+// was asked for: the client's NotServing detail wants it). The tablet
+// returns one such error to every write it turns away, so it is copied,
+// not changed.
+func withRow(err error, row []byte) error {
+	var ns *tabletdesc.NotServingError
+	if !errors.As(err, &ns) || ns.Row != nil {
+		return err
+	}
+	named := *ns
+	named.Row = row
+	return &named
 }

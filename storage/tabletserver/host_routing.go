@@ -127,13 +127,7 @@ func (h *Host) withTablet(ctx context.Context, id meta.TableID, row []byte, fn f
 		}
 		backoff = min(2*backoff, notServingMaxBackoff)
 	}
-	// A tablet that stopped serving (closed, splitting) does not say which
-	// row was asked for; the client's NotServing detail wants it.
-	var ns *tabletdesc.NotServingError
-	if errors.As(err, &ns) && ns.Row == nil {
-		ns.Row = row
-	}
-	return err
+	return withRow(err, row)
 }
 
 // readRow reads one row through the routing, as withTablet does.

@@ -30,7 +30,10 @@ type metrics struct {
 	budgetFlushes prometheus.Counter
 	// budgetWaits counts writes held back by the memtable budget.
 	budgetWaits prometheus.Counter
-	lease       *leaseMetrics
+	// writesTurnedAway counts the entries of bulk writes that met a
+	// tablet as it stopped (a split, an unload) and went again.
+	writesTurnedAway prometheus.Counter
+	lease            *leaseMetrics
 }
 
 func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
@@ -64,9 +67,12 @@ func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
 		budgetWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tabula_memtable_budget_write_waits_total", Help: "Writes held back because the memtables of all tablets together held twice HostOptions.MemtableBudget.",
 		}),
+		writesTurnedAway: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tabula_bulk_write_entries_turned_away_total", Help: "Times an entry of a MutateRows request met a tablet that had stopped serving (a split, an unload) and went again, to the tablet then holding its row.",
+		}),
 		lease: newLeaseMetrics(h),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, m.logReleases, m.budgetFlushes, m.budgetWaits, &tabletCollector{h: h}, &commitLogCollector{h: h}}
+	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, m.logReleases, m.budgetFlushes, m.budgetWaits, m.writesTurnedAway, &tabletCollector{h: h}, &commitLogCollector{h: h}}
 	m.collectors = append(m.collectors, m.lease.collectors()...)
 	if reg == nil {
 		return m, nil
