@@ -78,15 +78,15 @@ func (h *Host) applyBatch(ctx context.Context, id meta.TableID, rms []cell.RowMu
 		// entries of one row keep theirs. (One by one, each waited for
 		// a commit-log flush of its own: a hundred log objects' PUTs in
 		// a cluster, 600 ms.)
-		var last error
 		if attempt == notServingRetries {
-			last = errors.New("still not serving")
-		} else {
-			last = ctxtime.Sleep(ctx, backoff)
-		}
-		if last != nil {
 			for _, i := range turnedAway {
-				errs[i] = turnedAwayError(errs[i], rms[i].Row, last)
+				errs[i] = withRow(errs[i], rms[i].Row)
+			}
+			break
+		}
+		if err := ctxtime.Sleep(ctx, backoff); err != nil {
+			for _, i := range turnedAway {
+				errs[i] = err
 			}
 			break
 		}
@@ -175,17 +175,6 @@ func (h *Host) unroutedError(id meta.TableID, row []byte, err error) error {
 		return err
 	}
 	return &tabletdesc.NotServingError{Tablet: id.String(), Row: row, Reason: "no tablet holds the row"}
-}
-
-// turnedAwayError is the final error of an entry a stopped tablet turned
-// away (err, matching tabletdesc.ErrNotServing) and that could not be
-// applied elsewhere before why (the retries ran out, or the request's
-// context ended): the context's error, or err naming the row.
-func turnedAwayError(err error, row []byte, why error) error {
-	if errors.Is(why, context.Canceled) || errors.Is(why, context.DeadlineExceeded) {
-		return why
-	}
-	return withRow(err, row)
 }
 
 // withRow is err naming row, if it is a tabletdesc.NotServingError that
