@@ -70,8 +70,9 @@ type Action struct {
 	Table       string
 	Start, End  string
 	// Reason is for logs and the status page: "unassigned", "dead",
-	// "move", "timeout", "balance", "swap", "drain", "duplicate", "split",
-	// "unknown", "small", "unrecorded".
+	// "move", "timeout", "failed" (a load resent after its call failed),
+	// "balance", "swap", "drain", "duplicate", "split", "unknown", "small",
+	// "unrecorded".
 	Reason string
 }
 

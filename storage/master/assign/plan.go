@@ -219,7 +219,7 @@ func (p *planner) inFlight(reqs []InFlight) {
 			if r.Age >= r.resendAfter(p.cfg) && !t.acted {
 				t.acted = true
 				from, sorted := p.recovery(t)
-				p.emit(Action{Kind: Assign, Tablet: t.ID, Server: s.ID, RecoverFrom: from, SortedLog: sorted, Reason: "timeout"})
+				p.emit(Action{Kind: Assign, Tablet: t.ID, Server: s.ID, RecoverFrom: from, SortedLog: sorted, Reason: r.resendReason(p.cfg)})
 			}
 		case UnloadRequest:
 			if !t.servedBy(s) {
@@ -236,6 +236,16 @@ func (p *planner) inFlight(reqs []InFlight) {
 			}
 		}
 	}
+}
+
+// resendReason is the Reason of load r's resend: "failed" when it goes
+// on the backoff of a call that failed (Retry), "timeout" when it was
+// not answered within Config.LoadTimeout.
+func (r InFlight) resendReason(cfg Config) string {
+	if r.resendAfter(cfg) < cfg.LoadTimeout {
+		return "failed"
+	}
+	return "timeout"
 }
 
 // resendAfter is the age at which load r is sent again: Config.LoadTimeout,

@@ -270,7 +270,7 @@ func TestInFlight(t *testing.T) {
 			"\n  assign u001 to s2 (timeout)"},
 		{"failed load before its retry", InFlight{Kind: LoadRequest, Tablet: "u001", Server: "s2", Age: 1900 * time.Millisecond, Retry: 2 * time.Second}, false, ""},
 		{"failed load resent after its retry", InFlight{Kind: LoadRequest, Tablet: "u001", Server: "s2", Age: 2 * time.Second, Retry: 2 * time.Second}, false,
-			"\n  assign u001 to s2 (timeout)"},
+			"\n  assign u001 to s2 (failed)"},
 		{"retry longer than the timeout", InFlight{Kind: LoadRequest, Tablet: "u001", Server: "s2", Age: 10 * time.Second, Retry: time.Minute}, false,
 			"\n  assign u001 to s2 (timeout)"},
 		// s1 holds the root, s2 u000, both 100 bytes.

@@ -209,7 +209,7 @@ func (s *sim) checkAssign(a Action) {
 	if !ok {
 		s.t.Fatalf("round %d: %s of a tablet the master does not know", s.rounds, a)
 	}
-	if sv, live := s.servers[a.Server]; !live || sv.draining && a.Reason != "timeout" {
+	if sv, live := s.servers[a.Server]; !live || sv.draining && a.Reason != "timeout" && a.Reason != "failed" {
 		s.t.Fatalf("round %d: %s to a server not live and active", s.rounds, a)
 	}
 	for _, sv := range s.servers {
