@@ -133,6 +133,9 @@ type DevConfig struct {
 	// other servers (TLS.Client); the zero value is plaintext.
 	TLS tlsconfig.Role
 
+	// orphanAfter, when set (by tests), is the master loop's
+	// LoopOptions.OrphanAfter.
+	orphanAfter time.Duration
 	// beforeLoad and afterLoad, when set (by tests), run before the tablet
 	// server loads each tablet of a table other than METADATA, and after it
 	// has loaded one, before it answers the master (which records the
@@ -203,6 +206,8 @@ type inProcess struct {
 	liveFiles func(context.Context) ([]assign.TabletFiles, error)
 	// beforeLoad and afterLoad are DevConfig's.
 	beforeLoad, afterLoad func(table meta.TableID, tabletID string)
+	// orphanAfter is DevConfig's.
+	orphanAfter time.Duration
 }
 
 func (in *inProcess) addr() string { return in.lis.Addr().String() }
@@ -310,7 +315,8 @@ func StartDev(ctx context.Context, cfg DevConfig) (_ *Dev, err error) {
 		return nil, err
 	}
 	in := &inProcess{lis: d.lis, conn: d.conn, registry: reg, metadataReadTimeout: devMetadataReadTimeout, liveFiles: d.liveFiles, beforeLoad: cfg.beforeLoad, afterLoad: cfg.afterLoad,
-		tableHost: func(m *Master) master.TableHost { return &devTableHost{d: d, cluster: m.tableHost} }}
+		orphanAfter: cfg.orphanAfter,
+		tableHost:   func(m *Master) master.TableHost { return &devTableHost{d: d, cluster: m.tableHost} }}
 	if cfg.InstanceAgnostic {
 		in.instance = DevAgnosticInstance
 	}

@@ -250,8 +250,10 @@ func newMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	catalog := m.catalog()
 	servers := &serverClient{conns: m.conns, catalog: catalog}
 	md := loopMetadata{metadataStore: m.md, catalog: catalog}
+	var orphanAfter time.Duration // the loop's default
 	if cfg.inProc != nil {
 		md.timeout = cfg.inProc.metadataReadTimeout
+		orphanAfter = cfg.inProc.orphanAfter
 	}
 	if m.loop, err = master.NewLoop(master.LoopOptions{
 		Coord:     cfg.Coord,
@@ -262,8 +264,10 @@ func newMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 		ServerTTL: cfg.ServerTTL,
 		Plan:      assign.Config{SplitSize: cfg.SplitBytes, MergeBelow: cfg.MergeBelow},
 		AutoMerge: cfg.MergeBelow > 0,
-		Session:   coord.SessionOptions{Name: "master " + m.addr, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay},
-		Logger:    m.log,
+		// A deleted table's tablets its deletion did not reach.
+		OrphanAfter: orphanAfter,
+		Session:     coord.SessionOptions{Name: "master " + m.addr, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay},
+		Logger:      m.log,
 		// Fast takeover (storage/master/takeover.go): a standby ends an
 		// unresponsive active master's session; the master's own lease and
 		// the lock-delay fence it.
@@ -476,18 +480,25 @@ type loopMetadata struct {
 }
 
 func (l loopMetadata) Tablets(ctx context.Context) ([]assign.Tablet, error) {
+	ts, _, err := l.TabletsWhole(ctx)
+	return ts, err
+}
+
+// TabletsWhole implements master.WholeReader: Tablets, and whether every
+// METADATA tablet was read.
+func (l loopMetadata) TabletsWhole(ctx context.Context) ([]assign.Tablet, bool, error) {
 	if l.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	ts, err := l.metadataStore.Tablets(ctx)
+	ts, whole, err := l.metadataStore.read(ctx)
 	if err != nil || !anyUnassigned(ts) {
-		return ts, err
+		return ts, whole, err
 	}
 	restoring, err := restoringTables(ctx, l.catalog)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: reading the catalog for tables being restored: %w", err)
+		return nil, false, fmt.Errorf("cluster: reading the catalog for tables being restored: %w", err)
 	}
-	return withoutRestoring(ts, restoring), nil
+	return withoutRestoring(ts, restoring), whole, nil
 }

@@ -65,6 +65,15 @@ type Metadata interface {
 	SetLocation(ctx context.Context, tabletID, server string, epoch uint64) error
 }
 
+// WholeReader is implemented by a Metadata that can tell whether a read
+// covered every METADATA tablet (storage/cluster's does). Without it no
+// tablet is ever taken for an orphan (LoopOptions.OrphanAfter).
+type WholeReader interface {
+	// TabletsWhole is Tablets, also saying whether every METADATA tablet
+	// was read (none moving, none at a dead server).
+	TabletsWhole(ctx context.Context) (tablets []assign.Tablet, whole bool, err error)
+}
+
 // ErrServerGone is what a TabletServers.List error wraps when the server
 // certainly does not run any more: its address refuses connections, or
 // another server answers there. Such a server's session is ended sooner
@@ -132,6 +141,15 @@ type LoopOptions struct {
 	// EpochBlock is how many epochs are reserved per compare-and-set.
 	// Default 1000.
 	EpochBlock uint64
+	// OrphanAfter is how long a tablet a server serves may lack from
+	// METADATA, read whole every round, before the master unloads it from
+	// that server: a deleted table's tablet the deletion's unloads did not
+	// reach (its server unreachable then, or a split or load under way
+	// there), which would otherwise be served for ever and keep a table
+	// created again under the name from being served. A split's children
+	// lack from METADATA only until its server commits it or the master
+	// repairs it, a few rounds. Default 1m; negative: never.
+	OrphanAfter time.Duration
 	// RPCTimeout bounds each call to a tablet server or METADATA. Default
 	// 10s.
 	RPCTimeout time.Duration
@@ -278,6 +296,9 @@ func NewLoop(opts LoopOptions) (*Loop, error) {
 	}
 	if opts.ListTimeout <= 0 {
 		opts.ListTimeout = 2 * time.Second
+	}
+	if opts.OrphanAfter == 0 {
+		opts.OrphanAfter = time.Minute
 	}
 	if opts.UnreachableAfter == 0 {
 		opts.UnreachableAfter = 3 * time.Second

@@ -505,14 +505,14 @@ func (t *term) observe(ctx context.Context) (assign.State, error) {
 			mu.Unlock()
 		})
 	}
-	tablets, err := t.metadata(ctx)
+	tablets, whole, err := t.metadata(ctx)
 	wg.Wait()
 	if err != nil {
 		return assign.State{}, err
 	}
-	view.Tablets = tablets
+	view.Tablets, view.Whole = tablets, whole
 	view.Now = t.c.opts.Clock.Now()
-	o := buildState(view, &t.memory)
+	o := buildState(view, &t.memory, t.c.opts.OrphanAfter)
 	t.released = o.Released
 	t.fenceUnreachable(ctx, o.Answered)
 	if o.Skip != nil {
@@ -534,14 +534,18 @@ func (t *term) observe(ctx context.Context) (assign.State, error) {
 	return st, nil
 }
 
-func (t *term) metadata(ctx context.Context) ([]assign.Tablet, error) {
+func (t *term) metadata(ctx context.Context) (tablets []assign.Tablet, whole bool, err error) {
 	rctx, cancel := t.rpcCtx(ctx)
 	defer cancel()
-	tablets, err := t.c.opts.Metadata.Tablets(rctx)
-	if err != nil {
-		return nil, fmt.Errorf("master: read METADATA: %w", err)
+	if w, ok := t.c.opts.Metadata.(WholeReader); ok {
+		tablets, whole, err = w.TabletsWhole(rctx)
+	} else {
+		tablets, err = t.c.opts.Metadata.Tablets(rctx)
 	}
-	return tablets, nil
+	if err != nil {
+		return nil, false, fmt.Errorf("master: read METADATA: %w", err)
+	}
+	return tablets, whole, nil
 }
 
 // prepare does the bookkeeping of one action in the loop's goroutine and
@@ -569,6 +573,10 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 	case assign.Unassign:
 		if t.released[a.Server] {
 			return call{} // it may be dying: nothing is sent to it
+		}
+		if a.Reason == "orphan" {
+			t.c.opts.Logger.Info("master: unloading a tablet METADATA has lacked since at least OrphanAfter (a deleted table's)",
+				"tablet", a.Tablet, "server", a.Server, "orphan_after", t.c.opts.OrphanAfter.String())
 		}
 		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.UnloadRequest, Tablet: a.Tablet, Server: a.Server, To: a.To}, sent: now}
 		return call{action: a, run: func(ctx context.Context) error {

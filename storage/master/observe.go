@@ -1,6 +1,7 @@
 package master
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -20,6 +21,10 @@ import (
 type roundView struct {
 	// Tablets are METADATA's.
 	Tablets []assign.Tablet
+	// Whole says Tablets is every row of METADATA: no METADATA tablet was
+	// left unread (moving, at a dead server). Only then can a tablet a
+	// server reports and Tablets lacks be an orphan.
+	Whole bool
 	// Keys is the picture of servers/, by key; an Entry without a
 	// Session is a released key.
 	Keys map[string]coord.Entry
@@ -69,6 +74,17 @@ type memory struct {
 	// unreachable holds the servers whose List has been failing, since
 	// when and how many times in a row.
 	unreachable map[assign.ServerID]*failing
+	// unknown holds the tablets servers report and METADATA lacks, since
+	// when each has been so in every round with METADATA read whole
+	// (orphans).
+	unknown map[assign.Orphan]*unknownSince
+}
+
+// unknownSince is when a tablet was first seen served and lacking from
+// METADATA read whole, and when it was last given to the planner as an
+// orphan (zero: never).
+type unknownSince struct {
+	first, given time.Time
 }
 
 func newMemory() memory {
@@ -78,6 +94,7 @@ func newMemory() memory {
 		held:        make(map[assign.ServerID]int),
 		inflight:    make(map[assign.TabletID]*request),
 		unreachable: make(map[assign.ServerID]*failing),
+		unknown:     make(map[assign.Orphan]*unknownSince),
 	}
 }
 
@@ -164,7 +181,7 @@ type observation struct {
 //     the target reports are confirmed, requests for tablets METADATA
 //     dropped go, and dead servers with nothing left to recover are
 //     forgotten.
-func buildState(v roundView, m *memory) observation {
+func buildState(v roundView, m *memory, orphanAfter time.Duration) observation {
 	o := observation{Released: make(map[assign.ServerID]bool)}
 	st := &o.State
 	st.Tablets = v.Tablets
@@ -239,6 +256,7 @@ func buildState(v roundView, m *memory) observation {
 		}
 	}
 	m.settle(*st, answered)
+	st.Orphans = m.orphans(*st, v, answered, orphanAfter)
 	for _, id := range slices.Sorted(maps.Keys(m.dead)) {
 		st.Dead = append(st.Dead, assign.DeadServer{ID: id, Log: m.dead[id], Held: m.held[id]})
 	}
@@ -248,6 +266,62 @@ func buildState(v roundView, m *memory) observation {
 		st.InFlight = append(st.InFlight, in)
 	}
 	return o
+}
+
+// orphans returns the tablets to unload as orphans (assign.State's
+// Orphans): those the servers that answered this round report, METADATA
+// lacks, and that have lacked it in every round since at least after
+// ago with METADATA read whole — far longer than a split takes to reach
+// METADATA, by its server's commit or the master's repair. Each is given
+// again every after while it stays (its unload failed or was lost). A
+// round that could not read all of METADATA (v.Whole unset) forgets them
+// all: their time starts again once it can. after <= 0 finds none.
+func (m *memory) orphans(st assign.State, v roundView, answered map[assign.ServerID]bool, after time.Duration) []assign.Orphan {
+	if after <= 0 || !v.Whole {
+		clear(m.unknown)
+		return nil
+	}
+	known := make(map[assign.TabletID]bool, len(st.Tablets))
+	for _, tb := range st.Tablets {
+		known[tb.ID] = true
+	}
+	seen := make(map[assign.Orphan]bool)
+	var out []assign.Orphan
+	for _, srv := range st.Live {
+		if !answered[srv.ID] {
+			continue
+		}
+		for _, sv := range srv.Serving {
+			if known[sv.ID] {
+				continue
+			}
+			o := assign.Orphan{Server: srv.ID, Tablet: sv.ID}
+			seen[o] = true
+			u := m.unknown[o]
+			if u == nil {
+				u = &unknownSince{first: v.Now}
+				m.unknown[o] = u
+			}
+			if v.Now.Sub(u.first) >= after && (u.given.IsZero() || v.Now.Sub(u.given) >= after) {
+				u.given = v.Now
+				out = append(out, o)
+			}
+		}
+	}
+	for o := range m.unknown {
+		if !seen[o] && answered[o.Server] {
+			delete(m.unknown, o)
+		}
+	}
+	for o := range m.unknown {
+		if !slices.ContainsFunc(st.Live, func(s assign.Server) bool { return s.ID == o.Server }) {
+			delete(m.unknown, o) // its server is gone
+		}
+	}
+	slices.SortFunc(out, func(a, b assign.Orphan) int {
+		return cmp.Or(cmp.Compare(a.Server, b.Server), cmp.Compare(a.Tablet, b.Tablet))
+	})
+	return out
 }
 
 // settle updates m from a fresh observation: loads the target reports are

@@ -176,7 +176,7 @@ func TestBuildState(t *testing.T) {
 			if got := slices.Sorted(maps.Keys(tc.lists)); !slices.Equal(asked, got) {
 				t.Fatalf("toList = %v, want %v", asked, got)
 			}
-			o := buildState(v, &m)
+			o := buildState(v, &m, 0)
 			w := tc.want
 			if got := liveView(o.State); !reflect.DeepEqual(got, w.live) {
 				t.Errorf("live = %v, want %v", got, w.live)
@@ -288,5 +288,70 @@ func TestFailingServerDue(t *testing.T) {
 		if got := f.due(t0.Add(c.at), unreachable, gone); got != c.want {
 			t.Errorf("%s: due %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestOrphans: a tablet a server reports and METADATA lacks is given to
+// the planner as an orphan only once METADATA, read whole in every round,
+// has lacked it for the grace; again every grace while it stays; never
+// from a round that could not read all of METADATA (which starts its
+// time again), nor from a server that did not answer; and it is
+// forgotten once no longer reported.
+func TestOrphans(t *testing.T) {
+	const grace = time.Minute
+	t0 := time.Unix(1000, 0)
+	tablets := []assign.Tablet{{ID: "t1"}, {ID: "t2"}}
+	keys := map[string]coord.Entry{coord.ServerKey("a"): held("a"), coord.ServerKey("b"): held("b")}
+	m := newMemory()
+	round := func(at time.Duration, whole bool, lists map[assign.ServerID]listAnswer) []assign.Orphan {
+		t.Helper()
+		o := buildState(roundView{Tablets: tablets, Whole: whole, Keys: keys, Lists: lists, Now: t0.Add(at)}, &m, grace)
+		if o.Skip != nil {
+			t.Fatal(o.Skip)
+		}
+		return o.State.Orphans
+	}
+	both := map[assign.ServerID]listAnswer{"a": {Served: served("t1", "x")}, "b": {Served: served("t2")}}
+	want := func(what string, got []assign.Orphan, w ...assign.Orphan) {
+		t.Helper()
+		if !slices.Equal(got, w) {
+			t.Fatalf("%s: orphans %v, want %v", what, got, w)
+		}
+	}
+	x := assign.Orphan{Server: "a", Tablet: "x"}
+	want("first seen", round(0, true, both))
+	want("before the grace", round(59*time.Second, true, both))
+	want("at the grace", round(grace, true, both), x)
+	want("given a moment ago", round(grace+time.Second, true, both))
+	want("a grace later, still there", round(2*grace, true, both), x)
+
+	// A round with METADATA read in part forgets it: its time starts again.
+	want("METADATA read in part", round(2*grace+time.Second, false, both))
+	want("whole again", round(2*grace+2*time.Second, true, both))
+	want("a grace after the partial read", round(3*grace+2*time.Second, true, both), x)
+
+	// A server that does not answer keeps its last report, but its
+	// unknown tablets do not count meanwhile.
+	m = newMemory()
+	want("first seen", round(0, true, both))
+	silent := map[assign.ServerID]listAnswer{"a": {Err: errors.New("timeout")}, "b": {Served: served("t2")}}
+	want("its server silent", round(grace, true, silent))
+	want("it answers again", round(grace+time.Second, true, both), x)
+
+	// Gone from the report: forgotten.
+	m = newMemory()
+	want("first seen", round(0, true, both))
+	without := map[assign.ServerID]listAnswer{"a": {Served: served("t1")}, "b": {Served: served("t2")}}
+	want("no longer reported", round(time.Second, true, without))
+	want("reported again", round(grace, true, both))
+	want("a grace after it came back", round(2*grace, true, both), x)
+
+	// No grace: never.
+	m = newMemory()
+	if o := buildState(roundView{Tablets: tablets, Whole: true, Keys: keys, Lists: both, Now: t0}, &m, 0); len(o.State.Orphans) != 0 {
+		t.Fatalf("orphans without a grace: %v", o.State.Orphans)
+	}
+	if o := buildState(roundView{Tablets: tablets, Whole: true, Keys: keys, Lists: both, Now: t0.Add(time.Hour)}, &m, 0); len(o.State.Orphans) != 0 {
+		t.Fatalf("orphans without a grace: %v", o.State.Orphans)
 	}
 }

@@ -72,7 +72,7 @@ type Action struct {
 	// Reason is for logs and the status page: "unassigned", "dead",
 	// "move", "timeout", "failed" (a load resent after its call failed),
 	// "balance", "swap", "drain", "duplicate", "split", "unknown", "small",
-	// "unrecorded".
+	// "unrecorded", "orphan".
 	Reason string
 }
 

@@ -22,14 +22,15 @@ import (
 //     tablet; after that it is sent again to the same server (a load is
 //     never redirected while its target is alive).
 //   - Actions come in the order: resent and duplicate requests, rescans,
-//     log sorts, records of served tablets METADATA does not name,
-//     assignments (root, METADATA, user tablets), drain unloads, merges,
-//     balance unloads.
+//     unloads of orphans, log sorts, records of served tablets METADATA
+//     does not name, assignments (root, METADATA, user tablets), drain
+//     unloads, merges, balance unloads.
 func Plan(st State, cfg Config) []Action {
 	p := newPlanner(st, cfg.withDefaults())
 	p.inFlight(st.InFlight)
 	p.duplicates()
 	p.unknownServed()
+	p.orphans(st.Orphans)
 	p.splits(st.Splits)
 	p.markConflicts()
 	p.record()
@@ -308,6 +309,15 @@ func (p *planner) unknownServed() {
 		}
 		if !found {
 			p.rescan(us, "unknown")
+		}
+	}
+}
+
+// orphans unloads each of State.Orphans from its server, if live.
+func (p *planner) orphans(orphans []Orphan) {
+	for _, o := range orphans {
+		if _, live := p.liveByID[o.Server]; live {
+			p.emit(Action{Kind: Unassign, Tablet: o.Tablet, Server: o.Server, Reason: "orphan"})
 		}
 	}
 }

@@ -306,6 +306,22 @@ func TestDuplicateServingResolved(t *testing.T) {
 	}
 }
 
+// TestOrphansUnloaded: each orphan (State.Orphans) is unloaded from its
+// server if that server is live, after the rescan its unknown range asks
+// for; an orphan of a server not live is left alone.
+func TestOrphansUnloaded(t *testing.T) {
+	st := State{Live: servers("s1", "s2"), Tablets: append(metaTablets(0), userTablets(3, 100)...)}
+	place(&st)
+	st.Live[1].Serving = append(st.Live[1].Serving, Served{ID: "gone", Table: "deleted", Start: "a", End: "b"})
+	st.Orphans = []Orphan{{Server: "s2", Tablet: "gone"}, {Server: "s9", Tablet: "elsewhere"}}
+	want := `
+  rescan deleted ["a", "b") (unknown)
+  unassign gone from s2 to  (orphan)`
+	if got := describe(Plan(st, noMerge)); got != want {
+		t.Fatalf("got %s\nwant %s", got, want)
+	}
+}
+
 func TestLostSplitNotification(t *testing.T) {
 	// METADATA as the master read it has u001 [k001, k002) on s2; s2 split
 	// it into c1 [k001, k0015) and c2 [k0015, k002), committed the split to

@@ -174,6 +174,19 @@ type State struct {
 	// tablets are adjacent, served and settled, whatever their sizes and
 	// Config.NoMerge, within Config.MaxMerges.
 	MergeRequests []MergeUnderway
+	// Orphans are tablets live servers report that METADATA, read whole,
+	// has lacked for long (the master's grace, far beyond a split's
+	// report or its repair): tablets of a deleted table, left where the
+	// deletion's unloads did not reach. Plan unloads each from its
+	// server.
+	Orphans []Orphan
+}
+
+// Orphan is a tablet a server serves that belongs to no table METADATA
+// knows (State.Orphans).
+type Orphan struct {
+	Server ServerID
+	Tablet TabletID
 }
 
 // Config tunes Plan. The zero value means defaults.
