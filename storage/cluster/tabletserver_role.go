@@ -552,13 +552,14 @@ func (s *TabletServer) commitSplit(ctx context.Context, table meta.TableID, pare
 		cs[i] = splitChild{ID: c.ID, Start: c.Start, End: c.End}
 	}
 	now := time.Now()
+	created := children[0].TableCreated
 	epoch, finished, err := commitSplitNew(ctx, s.cl, s.name, table, parent, cs, now)
 	if err != nil {
-		return s.splitCommitError(ctx, table, err)
+		return s.splitCommitError(ctx, table, created, err)
 	}
 	if !finished {
 		if err := commitSplitLast(ctx, s.cl, s.name, table, parent, cs[len(cs)-1], epoch, now); err != nil {
-			return s.splitCommitError(ctx, table, err)
+			return s.splitCommitError(ctx, table, created, err)
 		}
 	}
 	s.log.Info("split committed", "table", table.String(), "parent", parent, "children", len(children))
@@ -572,19 +573,19 @@ func (s *TabletServer) commitSplit(ctx context.Context, table meta.TableID, pare
 	return nil
 }
 
-// splitCommitError is err, a failed commit of a split of table, marked
-// tabletserver.ErrTableGone when the table this server serves was deleted
-// meanwhile: the catalog has no entry for it, or one created at another
-// time (deleted and created again under the name, its METADATA rows
-// those of the new table's tablets). Otherwise — the parent's own split
-// not yet in METADATA, METADATA or the catalog unreadable — err is
-// returned as it is, and the commit retried.
-func (s *TabletServer) splitCommitError(ctx context.Context, table meta.TableID, err error) error {
-	served, ok := s.host.ServedTable(table)
+// splitCommitError is err, a failed commit of a split of table (created
+// at created, as the server served it when it split), marked
+// tabletserver.ErrTableGone when that table was deleted meanwhile: the
+// catalog has no entry for it, or one created at another time (deleted
+// and created again under the name, its METADATA rows those of the new
+// table's tablets). Otherwise — the parent's own split not yet in
+// METADATA, METADATA or the catalog unreadable — err is returned as it
+// is, and the commit retried.
+func (s *TabletServer) splitCommitError(ctx context.Context, table meta.TableID, created time.Time, err error) error {
 	cur, gerr := NewCoordCatalog(s.cfg.Coord).Get(ctx, table)
 	switch {
 	case errors.Is(gerr, meta.ErrTableNotFound):
-	case gerr == nil && ok && !served.Created.IsZero() && !cur.Created.Equal(served.Created):
+	case gerr == nil && !created.IsZero() && !cur.Created.Equal(created):
 	default:
 		return err
 	}

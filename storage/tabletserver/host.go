@@ -234,6 +234,11 @@ type TabletInfo struct {
 	// shared with a split sibling.
 	Bytes int64
 	Stats tablet.Stats
+	// TableCreated is when the tablet's table was created (meta.Table's
+	// Created) as the Host served it then: set on a split's children, so
+	// that HostOptions.OnSplit can tell the table they belong to from one
+	// created again under the name since.
+	TableCreated time.Time
 }
 
 // ErrTableNotFound is returned (wrapped) for a table that is not open on
@@ -385,14 +390,6 @@ func (h *Host) openTabletFrom(ctx context.Context, t meta.Table, id string, star
 		return out, fmt.Errorf("open tablet %s of table %s: %w", id, t.ID, err)
 	}
 	return append(out, tb), nil
-}
-
-// ServedTable returns the catalog entry of table id as the Host serves
-// it (the one its tablets were loaded with, or a newer schema pushed
-// since), and whether any tablet of it is open here.
-func (h *Host) ServedTable(id meta.TableID) (meta.Table, bool) {
-	t, err := h.tableMeta(id)
-	return t, err == nil
 }
 
 // table returns an open table or an error matching ErrTableNotFound.

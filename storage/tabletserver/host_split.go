@@ -305,7 +305,9 @@ func (h *Host) splitTablet(ctx context.Context, id meta.TableID, tabletID string
 		"left", res.Left.ID, "right", res.Right.ID, "unserved", unserved, "flushed_unserved_bytes", res.UnservedFlushBytes)
 	infos := make([]TabletInfo, 0, len(children))
 	for _, c := range children {
-		infos = append(infos, tabletInfo(c))
+		info := tabletInfo(c)
+		info.TableCreated = t.Created
+		infos = append(infos, info)
 	}
 	return infos, nil
 }

@@ -523,8 +523,16 @@ func (h *Host) reportSplit(ctx context.Context, table meta.TableID, parent strin
 
 // reportSplitOnce calls HostOptions.OnSplit once; when it answers that
 // the table is gone, it unloads the children instead (dropGoneChildren)
-// and fails only if that fails.
+// and fails only if that fails. A split none of whose rows is served
+// here any more (its children unloaded — by a deletion of the table, or
+// by the master — or moved) is not reported: whoever took them away
+// knows of them, and the master repairs METADATA from the tablets'
+// states if need be.
 func (h *Host) reportSplitOnce(ctx context.Context, table meta.TableID, parent string, children []TabletInfo) error {
+	if !h.servesAnyOf(table, children[0].Start, children[len(children)-1].End) {
+		h.log.Info("a split's rows are no longer served here; not reported", "table", table.String(), "tablet", parent)
+		return nil
+	}
 	err := h.opts.OnSplit(ctx, table, parent, children)
 	if errors.Is(err, ErrTableGone) {
 		return h.dropGoneChildren(ctx, table, parent, children, err)
@@ -545,6 +553,22 @@ func (h *Host) dropGoneChildren(ctx context.Context, table meta.TableID, parent 
 		return fmt.Errorf("unloading the children of a deleted table's split: %w", err)
 	}
 	return nil
+}
+
+// servesAnyOf reports whether a tablet of table open here holds rows of
+// [start, end) (nil end: no bound).
+func (h *Host) servesAnyOf(table meta.TableID, start, end []byte) bool {
+	st, err := h.table(table)
+	if err != nil {
+		return false
+	}
+	want := tabletdesc.KeyRange{Start: start, End: end}
+	for _, tb := range st.list() {
+		if tb.Range().Overlaps(want) {
+			return true
+		}
+	}
+	return false
 }
 
 // servesTablet reports whether tablet id of table is open here and in the

@@ -729,3 +729,44 @@ func TestSplitChildrenFailingToOpen(t *testing.T) {
 		getRow(t, h, tbl.ID, r)
 	}
 }
+
+// TestSplitReportEndsWhenItsRowsAreGone: a split whose report keeps
+// failing is no longer reported once none of its rows is served here
+// (its children unloaded — by the table's deletion, say — or moved):
+// the retries stop instead of going on every 5 s for ever.
+func TestSplitReportEndsWhenItsRowsAreGone(t *testing.T) {
+	ctx := context.Background()
+	var calls atomic.Int32
+	h, _ := newPartialHost(t, blob.NewMemory(), false, func(o *HostOptions) {
+		o.OnSplit = func(context.Context, meta.TableID, string, []TabletInfo) error {
+			calls.Add(1)
+			return errors.New("split tablet has no METADATA row (yet)")
+		}
+	})
+	tbl := partialTable("se")
+	loadAll(t, h, tbl, ReplayLog{}, 0, 1, 2) // neighbours on both sides stay
+	for _, row := range []string{"i", "j", "k", "l", "m", "n"} {
+		if err := putRow(h, tbl.ID, row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	children, err := h.SplitTabletAt(ctx, tbl.ID, "se-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range children {
+		if err := h.UnloadTablet(ctx, c.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := calls.Load()
+	// The retries come 100, 200, 400 ms … apart: a second and a half
+	// holds four of them.
+	time.Sleep(1500 * time.Millisecond)
+	if n := calls.Load(); n != after {
+		t.Fatalf("the split was reported %d more times after its children were unloaded; want none", n-after)
+	}
+	if after < 1 {
+		t.Fatalf("the split was never reported (%d calls)", after)
+	}
+}
