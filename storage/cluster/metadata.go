@@ -399,7 +399,12 @@ func unrouted(ctx context.Context) context.Context {
 
 // SetLocation implements master.Metadata: the root's location goes to the
 // lock service, every other tablet's to its METADATA row, with a load
-// event in the row's log.
+// event in the row's log — only if the row still names the tablet. A
+// load answered after the tablet's row went (its table deleted
+// meanwhile) or changed hands (a split committed, a merge) wrote a
+// location into a row that was not the tablet's, or brought a deleted
+// row back without its state; now it fails, and the master's next read
+// of METADATA decides.
 func (m *metadataStore) SetLocation(ctx context.Context, tabletID, server string, epoch uint64) error {
 	m.mu.Lock()
 	l, ok := m.rows[tabletID]
@@ -415,7 +420,15 @@ func (m *metadataStore) SetLocation(ctx context.Context, tabletID, server string
 		}
 		return m.kv.Put(ctx, coord.KeyRoot, b)
 	}
-	return m.cl.Apply(ctx, meta.MetadataTableName, locationWithEvent(l, meta.EventLoad, "", m.now()))
+	rm := locationWithEvent(l, meta.EventLoad, "", m.now())
+	written, err := m.cl.CheckAndMutate(ctx, meta.MetadataTableName, rm.Row, namesTabletPredicate(tabletID), rm.Mutations, nil)
+	if err != nil {
+		return err
+	}
+	if !written {
+		return fmt.Errorf("cluster: METADATA's row of tablet %s no longer names it (its table deleted, or it split or merged meanwhile): location not recorded", tabletID)
+	}
+	return nil
 }
 
 // locationWithEvent is the mutation recording l's location and an event of

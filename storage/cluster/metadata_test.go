@@ -737,3 +737,39 @@ func TestMetadataAtDeadServerLoggedAsInfo(t *testing.T) {
 		t.Fatalf("log of another failure:\n%s\nwant a warning", logged.String())
 	}
 }
+
+// TestSetLocationOnlyOnTheTabletsRow: the master records a load's
+// location only in a row that still names the tablet. A load answered
+// after its table was deleted brought the deleted row back (a location
+// without a state, in the key range of the table created again under
+// the name), and one answered after the row changed hands wrote its
+// location into another tablet's row.
+func TestSetLocationOnlyOnTheTabletsRow(t *testing.T) {
+	ctx := context.Background()
+	f := newMetadataFixture(t)
+	table := meta.TableID{Instance: "i", Table: "t"}
+	const x, y = "10.0.0.1:1/x", "10.0.0.2:1/y"
+	f.putRow(t, table, tabletdesc.State{ID: "A", End: []byte("m")}, x, 2)
+	f.putRow(t, table, tabletdesc.State{ID: "B", Start: []byte("m")}, x, 2)
+	if _, err := f.md.Tablets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.md.SetLocation(ctx, "A", y, 3); err != nil {
+		t.Fatalf("SetLocation of a tablet whose row names it: %v", err)
+	}
+	// A's row deleted (its table deleted), B's now another tablet's.
+	if err := f.server.cl.Apply(ctx, meta.MetadataTableName, cell.RowMutation{Row: meta.MetadataRowKey(table, []byte("m")), Mutations: []cell.Mutation{cell.DeleteRow()}}); err != nil {
+		t.Fatal(err)
+	}
+	f.putRow(t, table, tabletdesc.State{ID: "C", Start: []byte("m")}, x, 4)
+	if err := f.md.SetLocation(ctx, "A", y, 5); err == nil {
+		t.Fatal("SetLocation of a tablet whose row is gone: no error")
+	}
+	if err := f.md.SetLocation(ctx, "B", y, 5); err == nil {
+		t.Fatal("SetLocation of a tablet whose row names another: no error")
+	}
+	want := []string{"C[m,)@10.0.0.1:1/x/4<"}
+	if got := f.rows(t, table); !reflect.DeepEqual(got, want) {
+		t.Fatalf("METADATA %q, want %q (nothing brought back, C's location kept)", got, want)
+	}
+}

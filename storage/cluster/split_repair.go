@@ -7,6 +7,7 @@ import (
 
 	"github.com/tabuladb/tabula/storage/master"
 	"github.com/tabuladb/tabula/storage/meta"
+	"github.com/tabuladb/tabula/storage/tablet"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
 )
 
@@ -49,6 +50,12 @@ func (m *metadataStore) RepairSplits(ctx context.Context, table, start, end stri
 			continue
 		}
 		ps, err := m.states.Load(ctx, p.State.ID)
+		if errors.Is(err, tablet.ErrStateNotFound) {
+			// Never opened (a table just created, its tablets not yet
+			// loaded), so never split: the unknown tablets that asked for
+			// this repair are some other table's, of the name.
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("tablet %s: %w", p.State.ID, err))
 			continue

@@ -133,18 +133,17 @@ func (a *clusterTableHost) OpenTable(ctx context.Context, t meta.Table) error {
 }
 
 func (a *clusterTableHost) DropTable(ctx context.Context, t meta.Table) error {
-	rows, err := a.md.tableRows(ctx, t.ID)
-	if err != nil {
-		return status.Errorf(codes.Unavailable, "reading METADATA: %v", err)
-	}
-	for _, l := range rows {
-		if err := a.md.cl.Apply(ctx, meta.MetadataTableName, cell.RowMutation{Row: l.MetadataKey(), Mutations: []cell.Mutation{cell.DeleteRow()}}); err != nil {
-			return status.Errorf(codes.Unavailable, "writing METADATA: %v", err)
-		}
+	if err := a.deleteRows(ctx, t.ID); err != nil {
+		return err
 	}
 	// The rows are gone, so the assignment loop no longer assigns the
-	// tablets; unload them where they are served.
-	return a.eachServer(ctx, func(ctx context.Context, c clusterpb.TabletControlClient) error {
+	// tablets; unload them where they are served. A split these unloads
+	// meet under way commits its children's rows just after (it read
+	// its parent's row before the rows went): those rows go in a second
+	// pass. What is still served after (a server unreachable now, a load
+	// landing later) the master unloads as an orphan
+	// (master.LoopOptions.OrphanAfter).
+	unloadErr := a.eachServer(ctx, func(ctx context.Context, c clusterpb.TabletControlClient) error {
 		resp, err := c.ListTablets(ctx, &clusterpb.ListTabletsRequest{})
 		if err != nil {
 			return err
@@ -159,6 +158,25 @@ func (a *clusterTableHost) DropTable(ctx context.Context, t meta.Table) error {
 		}
 		return nil
 	})
+	deleteErr := a.deleteRows(ctx, t.ID)
+	if unloadErr != nil {
+		return unloadErr
+	}
+	return deleteErr
+}
+
+// deleteRows deletes every METADATA row of table.
+func (a *clusterTableHost) deleteRows(ctx context.Context, table meta.TableID) error {
+	rows, err := a.md.tableRows(ctx, table)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "reading METADATA: %v", err)
+	}
+	for _, l := range rows {
+		if err := a.md.cl.Apply(ctx, meta.MetadataTableName, cell.RowMutation{Row: l.MetadataKey(), Mutations: []cell.Mutation{cell.DeleteRow()}}); err != nil {
+			return status.Errorf(codes.Unavailable, "writing METADATA: %v", err)
+		}
+	}
+	return nil
 }
 
 var _ master.DroppedTabletsHost = (*clusterTableHost)(nil)

@@ -148,7 +148,10 @@ type LoopOptions struct {
 	// there), which would otherwise be served for ever and keep a table
 	// created again under the name from being served. A split's children
 	// lack from METADATA only until its server commits it or the master
-	// repairs it, a few rounds. Default 1m; negative: never.
+	// repairs it, a few rounds. Default 20s — well inside the minute a
+	// CreateTable waits for its tablets to be served, which a deleted
+	// table's tablet left over blocks when the table is created again
+	// under the name; negative: never.
 	OrphanAfter time.Duration
 	// RPCTimeout bounds each call to a tablet server or METADATA. Default
 	// 10s.
@@ -298,7 +301,7 @@ func NewLoop(opts LoopOptions) (*Loop, error) {
 		opts.ListTimeout = 2 * time.Second
 	}
 	if opts.OrphanAfter == 0 {
-		opts.OrphanAfter = time.Minute
+		opts.OrphanAfter = 20 * time.Second
 	}
 	if opts.UnreachableAfter == 0 {
 		opts.UnreachableAfter = 3 * time.Second
