@@ -239,7 +239,7 @@ func (t *Tablet) flushLocked(ctx context.Context) (uint64, error) {
 		abort()
 		return 0, fmt.Errorf("tablet %s: minor compaction: saving state: %w", t.id, err)
 	}
-	t.state = st
+	t.putState(st)
 
 	t.writeMu.Lock()
 	t.mu.Lock()
@@ -837,7 +837,7 @@ func (t *Tablet) rewriteLocked(ctx context.Context, g string, k int, mode rewrit
 		}
 		return fmt.Errorf("tablet %s: compaction: saving state: %w", t.id, err)
 	}
-	t.state = st
+	t.putState(st)
 
 	t.mu.Lock()
 	cur := t.cur

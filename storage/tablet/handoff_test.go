@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/cell"
@@ -207,5 +208,75 @@ func TestHandoffDone(t *testing.T) {
 		if got := handoffDone(tc.active, tc.flushed); got != tc.done {
 			t.Errorf("handoffDone(%d, %d) = %v, want %v", tc.active, tc.flushed, got, tc.done)
 		}
+	}
+}
+
+// heldSaves holds every state save while held is open, telling saving
+// when one waits: an object store that stopped answering.
+type heldSaves struct {
+	StateStore
+	mu      sync.Mutex
+	hold    chan struct{} // nil: saves go through
+	waiting chan struct{}
+}
+
+func (h *heldSaves) Save(ctx context.Context, st tabletdesc.State) error {
+	h.mu.Lock()
+	hold := h.hold
+	h.mu.Unlock()
+	if hold != nil {
+		select {
+		case h.waiting <- struct{}{}:
+		default:
+		}
+		<-hold
+	}
+	return h.StateStore.Save(ctx, st)
+}
+
+// TestStateDoesNotWaitForASave: State answers while a flush's state save
+// hangs (the object store paused). It waited for the save — the
+// master's List of the server, which reads every tablet's State, timed
+// out, and the master ended the sessions of servers that were only
+// flushing: a fault campaign's MinIO pause of 7 s stopped two of three.
+func TestStateDoesNotWaitForASave(t *testing.T) {
+	ctx := context.Background()
+	store := blob.NewMemory()
+	saves := &heldSaves{StateStore: NewBlobStateStore(store, "state"), waiting: make(chan struct{}, 1)}
+	tb, err := Open(ctx, Options{ID: "held", Store: store, Dir: "sst", StateStore: saves,
+		Schema: tabletdesc.Schema{Families: map[string]tabletdesc.Family{"f": {}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	writeRows(t, tb, "a", 10)
+	before := tb.State()
+	release := make(chan struct{})
+	saves.mu.Lock()
+	saves.hold = release
+	saves.mu.Unlock()
+	flushed := make(chan error, 1)
+	go func() { flushed <- tb.Flush(ctx) }()
+	<-saves.waiting // the flush's save hangs
+	got := make(chan tabletdesc.State, 1)
+	go func() { got <- tb.State() }()
+	select {
+	case st := <-got:
+		if st.FlushedSeq != before.FlushedSeq {
+			t.Fatalf("State during the save: flushed seq %d, want the last saved state's %d", st.FlushedSeq, before.FlushedSeq)
+		}
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("State waited for a flush's state save")
+	}
+	saves.mu.Lock()
+	saves.hold = nil
+	saves.mu.Unlock()
+	close(release)
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if st := tb.State(); st.FlushedSeq == before.FlushedSeq {
+		t.Fatalf("State after the flush: flushed seq %d unchanged", st.FlushedSeq)
 	}
 }

@@ -238,9 +238,16 @@ type Tablet struct {
 	// install: each takes the last saved state, saves it with its own
 	// change, and installs the version to match under it. state is the
 	// last saved State; it changes only under stateMu (and maintMu or
-	// flushMu or both), so State reads it under stateMu alone.
+	// flushMu or both), through putState.
 	stateMu sync.Mutex
 	state   tabletdesc.State
+	// saved is a copy of state for State, which must not wait for
+	// stateMu: a flush holds it across its state's save, an object
+	// store round trip — and for as long as the store does not answer,
+	// so that the master's List, which reads every tablet's State, timed
+	// out during a MinIO pause and the master ended the sessions of
+	// servers that were only flushing.
+	saved atomic.Pointer[tabletdesc.State]
 	// maintWaiters counts callers waiting for maintMu and flushMu
 	// (lockMaint): while there are any, the background flush or merge
 	// holding either is not paced.
@@ -412,7 +419,7 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 	st.LastSeq = lastSeq
 	t.lastSeq = lastSeq
 	t.visible.Store(lastSeq)
-	t.state = st
+	t.putState(st)
 	t.cur = newVersion(t.mem, nil, groups, schema, maps.Clone(drops))
 	release() // the version holds its own references now
 
@@ -438,7 +445,7 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 		t.release()
 		return nil, fmt.Errorf("tablet %s: saving state: %w", opts.ID, err)
 	}
-	t.state = st
+	t.putState(st)
 	go t.background()
 	return t, nil
 }
@@ -466,20 +473,26 @@ func (t *Tablet) notServing(row []byte, reason string) error {
 	return &tabletdesc.NotServingError{Tablet: t.id, Row: bytes.Clone(row), Reason: reason}
 }
 
-// State returns a copy of the tablet's last saved state. It waits for no
-// flush or compaction (stateMu is held only while one installs its
-// files): the master lists every server's tablets each round, and the
-// log truncation reads every redo point, through it.
+// State returns a copy of the tablet's last saved state. It waits for
+// nothing — no flush or compaction, nor the object store one of them is
+// saving a state to: the master lists every server's tablets each round,
+// and the log truncation reads every redo point, through it.
 func (t *Tablet) State() tabletdesc.State {
-	t.stateMu.Lock()
-	defer t.stateMu.Unlock()
-	return t.state.Clone()
+	return t.saved.Load().Clone()
+}
+
+// putState makes st, just saved, the last saved state; called under
+// stateMu (or before the tablet is shared).
+func (t *Tablet) putState(st tabletdesc.State) {
+	t.state = st
+	c := st.Clone()
+	t.saved.Store(&c)
 }
 
 // setState makes st the last saved state; called under lockMaint.
 func (t *Tablet) setState(st tabletdesc.State) {
 	t.stateMu.Lock()
-	t.state = st
+	t.putState(st)
 	t.stateMu.Unlock()
 }
 
