@@ -365,13 +365,14 @@ func (h *Host) UnloadTablet(ctx context.Context, tabletID string) error {
 // unload removes tablet id from st's routing and closes it. It first
 // flushes the tablet while it still serves (the paper's first minor
 // compaction of an unload; again while writes keep coming,
-// tablet.FlushForHandoff, so that Close's flush is short): a flush that fails (the object store down)
-// fails the unload with the tablet still served here, its writes in
-// memory and in this server's log. Closing it regardless, as unload did,
-// left writes acknowledged since the last flush only in this log, which
-// the tablet's next server, given a clean move, does not replay: a fault
-// campaign lost 28 acknowledged writes to a balance move during a MinIO
-// restart. The flush at Close then holds only what arrived meanwhile.
+// tablet.FlushForHandoff, so that Close's flush is short): a flush that
+// fails (the object store down) fails the unload with the tablet still
+// served here, its writes in memory and in this server's log. Closing it
+// regardless, as unload did, left writes acknowledged since the last
+// flush only in this log, which the tablet's next server, given a clean
+// move, does not replay: a fault campaign lost 28 acknowledged writes to
+// a balance move during a MinIO restart. The flush at Close then holds
+// only what arrived meanwhile.
 func (h *Host) unload(ctx context.Context, st *servedTable, id string) error {
 	// (A tablet that stopped serving meanwhile, or failed — its log is
 	// recovered when this server stops — is closed as before.)
