@@ -599,9 +599,6 @@ func commitSplitNew(ctx context.Context, cl *client.Client, server string, table
 	default:
 		return 0, false, fmt.Errorf("cluster: METADATA row of split tablet %s names tablet %s", parent, l.TabletID)
 	}
-	if afterSplitParentRead != nil {
-		afterSplitParentRead()
-	}
 	for _, c := range children[:len(children)-1] {
 		rm, err := splitChildMutation(table, c, parent, server, l.Epoch, "from "+parent, now)
 		if err != nil {
@@ -611,31 +608,8 @@ func commitSplitNew(ctx context.Context, cl *client.Client, server string, table
 			return 0, false, err
 		}
 	}
-	// The parent's row, read above, may have gone since (its table
-	// deleted) — and with it the deletion's read of the table's rows,
-	// which then missed the rows just written. Read it again: still
-	// there (or already the last child's: the split finished), the rows
-	// were written before it went, and the deletion's second pass
-	// removes them; gone, they go now.
-	id, err := rowTabletID(ctx, cl, meta.MetadataRowKey(table, last.End))
-	if err != nil {
-		return 0, false, err
-	}
-	if id != parent && id != last.ID {
-		for _, c := range children[:len(children)-1] {
-			if _, err := cl.CheckAndMutate(ctx, meta.MetadataTableName, meta.MetadataRowKey(table, c.End), namesTabletPredicate(c.ID),
-				[]cell.Mutation{cell.DeleteRow()}, nil); err != nil {
-				return 0, false, err
-			}
-		}
-		return 0, false, fmt.Errorf("cluster: the METADATA row of split tablet %s went during the split's commit (its table deleted?): the children's rows were taken back", parent)
-	}
 	return l.Epoch, false, nil
 }
-
-// afterSplitParentRead, when set (by tests), runs in commitSplitNew
-// between its read of the parent's row and its writes.
-var afterSplitParentRead func()
 
 // commitSplitLast is the second and last step of a split's commit (see
 // commitSplitNew): the parent's row becomes the last child's, located at

@@ -773,30 +773,3 @@ func TestSetLocationOnlyOnTheTabletsRow(t *testing.T) {
 		t.Fatalf("METADATA %q, want %q (nothing brought back, C's location kept)", got, want)
 	}
 }
-
-// TestSplitCommitTakesBackRowsWhenTheParentWent: a split's commit whose
-// parent row is deleted (its table deleted) between the commit's read of
-// it and its writes takes the children's rows back — the deletion had
-// read the table's rows before they were written, so nothing else would
-// remove them, and a table created again under the name found them in
-// its range.
-func TestSplitCommitTakesBackRowsWhenTheParentWent(t *testing.T) {
-	ctx := context.Background()
-	f := newMetadataFixture(t)
-	table := meta.TableID{Instance: "i", Table: "t"}
-	const x = "10.0.0.1:1/x"
-	f.putRow(t, table, tabletdesc.State{ID: "P"}, x, 3)
-	afterSplitParentRead = func() {
-		if err := f.server.cl.Apply(ctx, meta.MetadataTableName, cell.RowMutation{Row: meta.MetadataRowKey(table, nil), Mutations: []cell.Mutation{cell.DeleteRow()}}); err != nil {
-			t.Error(err)
-		}
-	}
-	t.Cleanup(func() { afterSplitParentRead = nil })
-	children := []splitChild{{ID: "C1", End: []byte("f")}, {ID: "C2", Start: []byte("f"), End: []byte("p")}, {ID: "C3", Start: []byte("p")}}
-	if _, _, err := commitSplitNew(ctx, f.server.cl, x, table, "P", children, time.Now()); err == nil {
-		t.Fatal("a commit whose parent's row went meanwhile: no error")
-	}
-	if got := f.rows(t, table); len(got) != 0 {
-		t.Fatalf("METADATA rows %q left by a commit whose parent's row went", got)
-	}
-}
