@@ -221,7 +221,7 @@ type LoopOptions struct {
 //   - Every Load and Unload is recorded in flight before it is sent and
 //     stays so if the call fails (the server may act on it anyway); the
 //     planner resends it to the same server after Plan's LoadTimeout —
-//     a failed Load sooner, backing off from 1s (loadRetry).
+//     a failed Load or Unload sooner, backing off from 1s (callRetry).
 //   - A server whose List fails is taken at its last report; without one
 //     the round is skipped rather than planned on a picture where its
 //     tablets look unserved.

@@ -406,36 +406,52 @@ func (t *term) round(ctx context.Context) (sent bool, err error) {
 		}
 	}
 	for i, err := range t.send(ctx, calls) {
-		if calls[i].action.Kind != assign.Assign {
-			continue
-		}
+		a := calls[i].action
 		switch {
-		case err == nil:
-			t.noteLoaded(calls[i].action)
-		case !errors.Is(err, errLost):
-			t.noteLoadFailed(calls[i].action)
+		case err == nil && a.Kind == assign.Assign:
+			t.noteLoaded(a)
+		case err != nil && !errors.Is(err, errLost):
+			t.noteFailed(a)
 		}
 	}
 	return len(calls) > 0, ctx.Err()
 }
 
-// noteLoadFailed backs the resend of load a (an Assign whose call failed)
-// off: it goes again to the same server after loadRetry of the failures
-// in a row, not after the planner's LoadTimeout — a load refused while
-// the store or the lock service was down for a few seconds is resent once
-// they are back, not half a minute later.
-func (t *term) noteLoadFailed(a assign.Action) {
+// noteFailed backs the resend of a (an Assign or Unassign whose call
+// failed) off: it goes again to the same server after callRetry of the
+// failures in a row, not after the planner's LoadTimeout — a load refused,
+// or an unload whose flush failed, while the store or the lock service was
+// down for a few seconds is resent once they are back, not half a minute
+// later. (A failed unload leaves the tablet served where it was; the move
+// or merge it began resumes with the resend.)
+func (t *term) noteFailed(a assign.Action) {
+	kind, ok := requestKind(a.Kind)
+	if !ok {
+		return
+	}
 	r := t.inflight[a.Tablet]
-	if r != nil && r.Kind == assign.LoadRequest && r.Server == a.Server {
+	if r != nil && r.Kind == kind && r.Server == a.Server {
 		r.failures++
-		r.Retry = loadRetry(r.failures)
+		r.Retry = callRetry(r.failures)
 	}
 }
 
-// loadRetry is the age at which a load whose call failed n times in a
-// row is sent again: 1s, 2s, 4s, … up to 32s (the planner's LoadTimeout,
-// 30s by default, caps it).
-func loadRetry(n int) time.Duration {
+// requestKind is the kind of request an action of kind k records in
+// flight, if it records one.
+func requestKind(k assign.ActionKind) (assign.RequestKind, bool) {
+	switch k {
+	case assign.Assign:
+		return assign.LoadRequest, true
+	case assign.Unassign:
+		return assign.UnloadRequest, true
+	}
+	return 0, false
+}
+
+// callRetry is the age at which a load or unload whose call failed n
+// times in a row is sent again: 1s, 2s, 4s, … up to 32s (the planner's
+// LoadTimeout, 30s by default, caps it).
+func callRetry(n int) time.Duration {
 	return time.Second << min(max(n-1, 0), 5)
 }
 
@@ -460,8 +476,8 @@ type call struct {
 // send runs calls, LoadParallelism at a time, logs their failures and
 // returns each call's error (errLost for a call not made because the term
 // ended). A failed call stays in flight (its outcome is unknown); the
-// planner resends it to the same server after its timeout (a load: after
-// its backoff, noteLoadFailed).
+// planner resends it to the same server after its timeout (after a backoff,
+// noteFailed).
 func (t *term) send(ctx context.Context, calls []call) []error {
 	errs := make([]error, len(calls))
 	sem := make(chan struct{}, t.c.opts.LoadParallelism)
@@ -563,11 +579,7 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 			// holds its lock the load is void and the tablet goes elsewhere.
 			return call{}
 		}
-		failures := 0 // a resend carries on the backoff (noteLoadFailed)
-		if prev := t.inflight[a.Tablet]; prev != nil && prev.Kind == assign.LoadRequest && prev.Server == a.Server {
-			failures = prev.failures
-		}
-		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: a.Tablet, Server: a.Server}, sent: now, failures: failures}
+		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: a.Tablet, Server: a.Server}, sent: now, failures: t.failuresSoFar(a)}
 		rec := RecoverySource{From: string(a.RecoverFrom), Sorted: a.SortedLog}
 		return call{action: a, run: func(ctx context.Context) error { return t.load(ctx, tb, a.Server, rec) }}
 	case assign.Unassign:
@@ -578,7 +590,7 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 			t.c.opts.Logger.Info("master: unloading a tablet METADATA has lacked since at least OrphanAfter (a deleted table's)",
 				"tablet", a.Tablet, "server", a.Server, "orphan_after", t.c.opts.OrphanAfter.String())
 		}
-		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.UnloadRequest, Tablet: a.Tablet, Server: a.Server, To: a.To}, sent: now}
+		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.UnloadRequest, Tablet: a.Tablet, Server: a.Server, To: a.To}, sent: now, failures: t.failuresSoFar(a)}
 		return call{action: a, run: func(ctx context.Context) error {
 			rctx, cancel := t.rpcCtx(ctx)
 			defer cancel()
@@ -612,6 +624,16 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 	return call{}
 }
 
+// failuresSoFar is how many calls of a's request, to the same server,
+// failed in a row before: a resend carries on the backoff (noteFailed).
+func (t *term) failuresSoFar(a assign.Action) int {
+	kind, _ := requestKind(a.Kind)
+	if prev := t.inflight[a.Tablet]; prev != nil && prev.Kind == kind && prev.Server == a.Server {
+		return prev.failures
+	}
+	return 0
+}
+
 // load asks server to load tb and, once it has, records the new location
 // in METADATA under a fresh epoch.
 func (t *term) load(ctx context.Context, tb assign.Tablet, server assign.ServerID, rec RecoverySource) error {
@@ -621,7 +643,7 @@ func (t *term) load(ctx context.Context, tb assign.Tablet, server assign.ServerI
 	if err != nil {
 		// The outcome is unknown (the server may be loading): the record
 		// stays and the planner resends to the same server after a
-		// backoff (noteLoadFailed).
+		// backoff (noteFailed).
 		return fmt.Errorf("load %s on %s: %w", tb.ID, server, err)
 	}
 	if t.lost() {

@@ -30,6 +30,13 @@ type fakeServers struct {
 	serving   map[string]map[assign.TabletID]assign.Tablet
 	down      map[string]bool
 	failLoads map[assign.TabletID]int // failures left per tablet
+	// failUnloads is how many Unload calls fail (the tablet stays served,
+	// as when its flush fails), all of them of the first tablet unloaded
+	// after it is set (failingUnload); unloadAt stamps every Unload call
+	// by the fake clock, per tablet.
+	failUnloads   int
+	failingUnload assign.TabletID
+	unloadAt      map[assign.TabletID][]time.Time
 	// dropLoads counts, per tablet, loads that succeed but leave the
 	// tablet unserved at once (unloaded before the master's next List).
 	dropLoads  map[assign.TabletID]int
@@ -59,6 +66,7 @@ func newFakeServers(svc *coord.Local) *fakeServers {
 		failLoads: make(map[assign.TabletID]int),
 		dropLoads: make(map[assign.TabletID]int),
 		loadAt:    make(map[assign.TabletID][]time.Time),
+		unloadAt:  make(map[assign.TabletID][]time.Time),
 	}
 }
 
@@ -136,8 +144,18 @@ func (f *fakeServers) Unload(_ context.Context, server, tabletID string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("unload %s %s", tabletID, server))
+	if f.clock != nil {
+		f.unloadAt[assign.TabletID(tabletID)] = append(f.unloadAt[assign.TabletID(tabletID)], f.clock.Now())
+	}
 	if f.down[server] {
 		return errDown
+	}
+	if f.failUnloads > 0 && f.failingUnload == "" {
+		f.failingUnload = assign.TabletID(tabletID)
+	}
+	if f.failUnloads > 0 && f.failingUnload == assign.TabletID(tabletID) {
+		f.failUnloads--
+		return errors.New("fake: unload failed (its flush)")
 	}
 	delete(f.serving[server], assign.TabletID(tabletID))
 	return nil
@@ -149,6 +167,17 @@ func (f *fakeServers) kill(server string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.down[server] = true
+}
+
+// tabletsOn returns the tablets server serves.
+func (f *fakeServers) tabletsOn(server string) []assign.TabletID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []assign.TabletID
+	for id := range f.serving[server] {
+		out = append(out, id)
+	}
+	return out
 }
 
 // where returns the live servers serving each tablet.
@@ -270,16 +299,22 @@ func newCluster(t *testing.T, servers ...string) *cluster {
 	}
 	c.servers.clock = clock
 	for _, s := range servers {
-		sess, err := svc.NewSession(context.Background(), coord.SessionOptions{Name: s})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sess.TryLock(context.Background(), coord.ServerKey(s), []byte(s+":7000")); err != nil {
-			t.Fatal(err)
-		}
-		c.sessions[s] = sess
+		c.join(s)
 	}
 	return c
+}
+
+// join starts server s: its session holds its key.
+func (c *cluster) join(s string) {
+	c.t.Helper()
+	sess, err := c.svc.NewSession(context.Background(), coord.SessionOptions{Name: s})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := sess.TryLock(context.Background(), coord.ServerKey(s), []byte(s+":7000")); err != nil {
+		c.t.Fatal(err)
+	}
+	c.sessions[s] = sess
 }
 
 // startMaster runs a Loop named name until the test ends or stop is
@@ -526,7 +561,7 @@ func TestLoopRetriesFailedLoadWithBackoff(t *testing.T) {
 	}
 	// The clock moves on in small steps until u3 is served; then the
 	// times of its loads show the backoff. The n-th failed load is resent
-	// once it is loadRetry(n) old (rounds come every Tick, so up to a Tick
+	// once it is callRetry(n) old (rounds come every Tick, so up to a Tick
 	// later), and never before.
 	for i := 0; i < 800 && !c.allServed(); i++ {
 		c.clock.Advance(50 * time.Millisecond)
@@ -552,6 +587,49 @@ func TestLoopRetriesFailedLoadWithBackoff(t *testing.T) {
 	}
 	if took := c.clock.Now().Sub(start); took >= 30*time.Second {
 		t.Fatalf("u3 served after %v: the master waited for the load timeout (30s)", took)
+	}
+}
+
+// An unload whose call fails (the server's flush failed: the store was
+// down) is resent to the same server after a backoff — 1s, then 2s — not
+// after the planner's 30s timeout: a move held up by a store outage of a
+// few seconds goes on once the store is back.
+func TestLoopRetriesFailedUnloadWithBackoff(t *testing.T) {
+	c := newCluster(t, "s1")
+	c.startMaster("m1")
+	c.waitFor("every tablet served on s1", testTick, c.allServed)
+	c.servers.mu.Lock()
+	c.servers.failUnloads = 2
+	c.servers.mu.Unlock()
+	start := c.clock.Now()
+	c.join("s2") // an empty server: the balance moves tablets to it
+	moved := func() bool {
+		c.servers.mu.Lock()
+		failing := c.servers.failingUnload
+		c.servers.mu.Unlock()
+		return failing != "" && c.allServed() && slices.Contains(c.servers.tabletsOn("s2"), failing)
+	}
+	for i := 0; i < 800 && !moved(); i++ {
+		c.clock.Advance(50 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.waitFor("the tablet whose unloads failed moved to s2", testTick, moved)
+	c.servers.mu.Lock()
+	first := c.servers.failingUnload
+	at := slices.Clone(c.servers.unloadAt[first])
+	c.servers.mu.Unlock()
+	if first == "" || len(at) != 3 {
+		t.Fatalf("unloads of %q at %v: want two failed and one more (calls %v)", first, at, c.servers.callsSince(0))
+	}
+	for n, retry := range []time.Duration{time.Second, 2 * time.Second} {
+		// As for loads: the master times an unload from when it plans
+		// it, the fake stamps it when called.
+		if gap := at[n+1].Sub(at[n]); gap < retry-500*time.Millisecond || gap > retry+5*time.Second {
+			t.Errorf("unload %d of %s came %v after unload %d: want about %v (unload times %v)", n+2, first, gap, n+1, retry, at)
+		}
+	}
+	if took := c.clock.Now().Sub(start); took >= 30*time.Second {
+		t.Fatalf("moves done after %v: the master waited for the unload timeout (30s)", took)
 	}
 }
 

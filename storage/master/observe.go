@@ -149,8 +149,8 @@ type request struct {
 	// (settle): waiting Config.LoadTimeout for a confirmation that cannot
 	// come would leave the tablet unserved that long.
 	loaded bool
-	// failures counts the calls of this load, to this server, that failed
-	// in a row (term.noteLoadFailed backs off by it).
+	// failures counts the calls of this load or unload, to this server,
+	// that failed in a row (term.noteFailed backs off by it).
 	failures int
 }
 

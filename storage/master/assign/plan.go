@@ -17,7 +17,7 @@ import (
 //     tablet served or loading elsewhere overlaps; at most one Assign per
 //     tablet per Plan. Together with the master recording every Assign as
 //     in flight, this keeps each tablet on at most one server.
-//   - A load or unload in flight for less than Config.LoadTimeout (a load
+//   - A load or unload in flight for less than Config.LoadTimeout (one
 //     whose call failed: its Retry, when shorter) yields no action for its
 //     tablet; after that it is sent again to the same server (a load is
 //     never redirected while its target is alive).
@@ -231,15 +231,15 @@ func (p *planner) inFlight(reqs []InFlight) {
 				continue
 			}
 			t.unloadFrom = s
-			if r.Age >= p.cfg.LoadTimeout {
+			if r.Age >= r.resendAfter(p.cfg) {
 				t.acted = true
-				p.emit(Action{Kind: Unassign, Tablet: t.ID, Server: s.ID, To: r.To, Reason: "timeout"})
+				p.emit(Action{Kind: Unassign, Tablet: t.ID, Server: s.ID, To: r.To, Reason: r.resendReason(p.cfg)})
 			}
 		}
 	}
 }
 
-// resendReason is the Reason of load r's resend: "failed" when it goes
+// resendReason is the Reason of load or unload r's resend: "failed" when it goes
 // on the backoff of a call that failed (Retry), "timeout" when it was
 // not answered within Config.LoadTimeout.
 func (r InFlight) resendReason(cfg Config) string {
@@ -249,7 +249,7 @@ func (r InFlight) resendReason(cfg Config) string {
 	return "timeout"
 }
 
-// resendAfter is the age at which load r is sent again: Config.LoadTimeout,
+// resendAfter is the age at which load or unload r is sent again: Config.LoadTimeout,
 // or r.Retry when shorter.
 func (r InFlight) resendAfter(cfg Config) time.Duration {
 	if r.Retry > 0 && r.Retry < cfg.LoadTimeout {

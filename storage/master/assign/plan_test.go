@@ -281,6 +281,10 @@ func TestInFlight(t *testing.T) {
 		{"young unload", InFlight{Kind: UnloadRequest, Tablet: "u000", Server: "s2", Age: time.Second}, false, "\n  assign u001 to s2 (unassigned)"},
 		{"old unload resent", InFlight{Kind: UnloadRequest, Tablet: "u000", Server: "s2", Age: time.Minute}, false,
 			"\n  unassign u000 from s2 to  (timeout)\n  assign u001 to s2 (unassigned)"},
+		{"failed unload before its retry", InFlight{Kind: UnloadRequest, Tablet: "u000", Server: "s2", Age: 900 * time.Millisecond, Retry: time.Second}, false,
+			"\n  assign u001 to s2 (unassigned)"},
+		{"failed unload resent after its retry", InFlight{Kind: UnloadRequest, Tablet: "u000", Server: "s2", Age: time.Second, Retry: time.Second}, false,
+			"\n  unassign u000 from s2 to  (failed)\n  assign u001 to s2 (unassigned)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := mk()

@@ -126,11 +126,11 @@ type InFlight struct {
 	// which is what makes a planned move (or swap) land where planned.
 	To ServerID
 	// Retry, when set and shorter than Config.LoadTimeout, is how old a
-	// load may get before it is sent again instead: the master sets it,
-	// backing off, for a load whose call failed (the target answered with
-	// an error or could not be reached). A resend goes to the same server,
-	// which is safe whatever the failed call did: a load is idempotent,
-	// and one still under way is waited for.
+	// load or unload may get before it is sent again instead: the master
+	// sets it, backing off, for one whose call failed (the target answered
+	// with an error or could not be reached). A resend goes to the same
+	// server, which is safe whatever the failed call did: loads and
+	// unloads are idempotent, and one still under way is waited for.
 	Retry time.Duration
 }
 
