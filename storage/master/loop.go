@@ -48,6 +48,16 @@ type term struct {
 	merged  chan mergeOutcome
 	// lease is the term's own lease (takeover.go).
 	lease *masterLease
+	// calls are the loads, unloads and records the rounds dispatched and
+	// that have not returned; callSlots bounds how many run at once
+	// (LoadParallelism); called receives their outcomes (callDone).
+	// recording holds the tablets with a record under way, rescanning
+	// the ranges with a split repair under way (rescanKey).
+	calls      sync.WaitGroup
+	callSlots  chan struct{}
+	called     chan callOutcome
+	recording  map[assign.TabletID]bool
+	rescanning map[string]bool
 }
 
 type sortOutcome struct {
@@ -82,23 +92,31 @@ func (c *Loop) lead(ctx context.Context, sess coord.Session, lock coord.Lock) er
 		cancel()
 	}()
 	t := &term{
-		c:         c,
-		sess:      sess,
-		lock:      lock,
-		ep:        epochs{kv: c.opts.Coord, block: c.opts.EpochBlock},
-		keys:      make(map[string]coord.Entry),
-		memory:    newMemory(),
-		fenced:    make(map[string]time.Time),
-		serverTTL: c.opts.ServerTTL,
-		sorted:    make(chan sortOutcome, 16),
-		merging:   make(map[assign.TabletID]assign.MergeUnderway),
-		merged:    make(chan mergeOutcome, 16),
-		lease:     lease,
+		c:          c,
+		sess:       sess,
+		lock:       lock,
+		ep:         epochs{kv: c.opts.Coord, block: c.opts.EpochBlock},
+		keys:       make(map[string]coord.Entry),
+		memory:     newMemory(),
+		fenced:     make(map[string]time.Time),
+		serverTTL:  c.opts.ServerTTL,
+		sorted:     make(chan sortOutcome, 16),
+		merging:    make(map[assign.TabletID]assign.MergeUnderway),
+		merged:     make(chan mergeOutcome, 16),
+		lease:      lease,
+		callSlots:  make(chan struct{}, c.opts.LoadParallelism),
+		called:     make(chan callOutcome, 64),
+		recording:  make(map[assign.TabletID]bool),
+		rescanning: make(map[string]bool),
 	}
 	if t.serverTTL <= 0 {
 		t.serverTTL = sess.TTL()
 	}
 	err := t.run(ctx)
+	// No call of this term may outlive it: a successor term of this
+	// process plans on a picture its calls must not change behind it.
+	cancel()
+	t.calls.Wait()
 	c.failMergeRequests(fmt.Errorf("master: the term carrying the merge out ended (METADATA tells whether it was committed): %w", errLost))
 	if t.lost() {
 		return errLost
@@ -149,54 +167,50 @@ func (t *term) run(ctx context.Context) error {
 	// The repairs (LoopOptions.Repair) are tried before the first round —
 	// after a failover METADATA is served, and they are done before the
 	// new master plans anything — and after each round until they succeed
-	// (at a cold start METADATA is served only after some rounds). While
-	// a server fails or its tablets wait for recovery (recovering), a try
-	// gets only a quarter Tick: the repairs read and write METADATA, which
-	// the failed server may hold, and a try that waits its RPCTimeout
-	// for it delays the rounds that detect the failure and reassign the
-	// tablets (a new master's first rounds after Consul restarted and a
-	// server was killed came 3–6 s apart for it). A recovery that drags
-	// on (a tablet that cannot be loaded keeps its dead server listed)
-	// still lets every repairFullAfter-th try have its whole timeout, so
-	// that repairs longer than a quarter Tick are not put off for ever.
+	// (at a cold start METADATA is served only after some rounds). Those
+	// later tries run in the background, one at a time, as the rounds'
+	// calls do: they read and write METADATA, which a failed server may
+	// hold, and a try waiting its RPCTimeout for it must not hold up the
+	// rounds that detect the failure and reassign the tablets (a new
+	// master's first rounds after Consul restarted and a server was killed
+	// came 3–6 s apart for it). Running beside the rounds they are as any
+	// admin call writing METADATA rows meanwhile (a table created or
+	// deleted).
 	repaired := t.c.opts.Repair == nil
-	short := 0 // tries in a row cut short
-	repair := func(timeout time.Duration) bool {
-		if repaired || t.lost() {
-			return false
-		}
-		if t.recovering() && short < repairFullAfter {
-			timeout = min(timeout, t.c.opts.Tick/4)
-			short++
-		} else {
-			short = 0
-		}
+	repairing := false
+	repairDone := make(chan error, 1)
+	tryRepair := func(timeout time.Duration) error {
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		if err := t.c.opts.Repair(rctx); err != nil {
+		return t.c.opts.Repair(rctx)
+	}
+	noteRepair := func(err error) {
+		if err != nil {
 			log.Warn("master: repairing what a predecessor left unfinished (tried again after the next round)", "err", err)
-			return false
+			return
 		}
 		repaired = true
-		return true
 	}
 	// Before the first round only a Tick: METADATA may not be served.
-	repair(t.c.opts.Tick)
+	if !repaired && !t.lost() {
+		noteRepair(tryRepair(t.c.opts.Tick))
+	}
 	for {
-		progressed, err := t.round(ctx)
-		if err != nil {
+		if err := t.round(ctx); err != nil {
 			if ctx.Err() != nil || t.lost() {
 				return cmpErr(ctx, err)
 			}
 			log.Warn("master: round", "err", err)
 		}
-		if repair(t.c.opts.RPCTimeout) {
-			progressed = true // rows may have been written: assign them now
-		}
-		if progressed {
-			// Requests were sent: the reports may already allow the next
-			// step (root, then METADATA, then user tablets).
-			poke()
+		if !repaired && !repairing && !t.lost() {
+			repairing = true
+			t.calls.Go(func() {
+				err := tryRepair(t.c.opts.RPCTimeout)
+				select {
+				case repairDone <- err:
+				case <-ctx.Done():
+				}
+			})
 		}
 		next := t.c.opts.Tick
 		if len(t.unreachable) > 0 {
@@ -211,25 +225,43 @@ func (t *term) run(ctx context.Context) error {
 			}
 		}
 		stop := t.c.opts.Clock.AfterFunc(next, poke)
-		select {
-		case <-ctx.Done():
-			stop()
-			return ctx.Err()
-		case ev, ok := <-events:
-			if !ok {
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
 				stop()
-				if ctx.Err() != nil {
-					return ctx.Err()
+				return ctx.Err()
+			case ev, ok := <-events:
+				if !ok {
+					stop()
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					return errors.New("master: servers/ watch ended")
 				}
-				return errors.New("master: servers/ watch ended")
+				t.apply(ev)
+			case r := <-t.sorted:
+				t.sortDone(r)
+			case o := <-t.merged:
+				t.mergeDone(o)
+			case o := <-t.called:
+				// A load answered may allow the next step at once (root,
+				// then METADATA, then user tablets).
+				t.callDone(o)
+			case err := <-repairDone:
+				repairing = false
+				noteRepair(err)
+				if err != nil {
+					// Tried again after the next round, which comes at
+					// its time: a failing try must not make rounds run
+					// back to back.
+					continue wait
+				}
+				// Rows may have been written: assign them now.
+			case <-t.c.poke:
+			case <-wake:
 			}
-			t.apply(ev)
-		case r := <-t.sorted:
-			t.sortDone(r)
-		case o := <-t.merged:
-			t.mergeDone(o)
-		case <-t.c.poke:
-		case <-wake:
+			break
 		}
 		stop()
 		// Take every event already delivered, so a round sees them all.
@@ -246,18 +278,6 @@ func (t *term) run(ctx context.Context) error {
 			}
 		}
 	}
-}
-
-// repairFullAfter is how many tries of the repairs in a row are cut short
-// while a recovery is under way before one gets its whole timeout (see
-// term.run): with rounds at least a quarter Tick apart, half a minute or
-// more.
-const repairFullAfter = 120
-
-// recovering reports whether a server is failing (its List), fenced (its
-// session ended, not yet declared dead) or dead with tablets to recover.
-func (t *term) recovering() bool {
-	return len(t.unreachable) > 0 || len(t.fenced) > 0 || len(t.dead) > 0
 }
 
 // apply folds a watch event into the picture of servers/.
@@ -381,16 +401,23 @@ func (t *term) fenceUnreachable(ctx context.Context, answered int) {
 	}
 }
 
-// round gathers a State, plans, and carries the actions out: loads and
-// unloads in parallel (up to LoadParallelism at once), log sorts in the
-// background. sent says whether it sent requests.
-func (t *term) round(ctx context.Context) (sent bool, err error) {
+// round gathers a State, plans, and carries the actions out: loads,
+// unloads, METADATA records and split repairs are sent in the background (up to
+// LoadParallelism at once, term.dispatch), log sorts too; their outcomes
+// reach the loop on t.called (callDone). A round does not wait for its
+// calls: a load whose METADATA write waits out its RPC timeout at a dead
+// server holding METADATA — the very failure the rounds are there to
+// detect — would hold up the rounds that count the failures (the
+// recovery-time test saw detection take 5–8 s instead of 1 s for such a
+// victim). The outcomes wake the loop for the next round.
+func (t *term) round(ctx context.Context) error {
+	t.takeOutcomes()
 	if err := t.detectDeaths(ctx); err != nil {
-		return false, err
+		return err
 	}
 	st, err := t.observe(ctx)
 	if err != nil {
-		return false, err
+		return err
 	}
 	tablets := make(map[assign.TabletID]assign.Tablet, len(st.Tablets))
 	for _, tb := range st.Tablets {
@@ -399,41 +426,112 @@ func (t *term) round(ctx context.Context) (sent bool, err error) {
 	var calls []call
 	for _, a := range assign.Plan(st, t.c.opts.Plan) {
 		if t.lost() {
-			return false, errLost
+			return errLost
 		}
 		if c := t.prepare(ctx, st, tablets, a); c.run != nil {
 			calls = append(calls, c)
 		}
 	}
-	for i, err := range t.send(ctx, calls) {
-		a := calls[i].action
-		switch {
-		case err == nil && a.Kind == assign.Assign:
-			t.noteLoaded(a)
-		case err != nil && !errors.Is(err, errLost):
-			t.noteFailed(a)
-		}
+	for _, c := range calls {
+		t.dispatch(ctx, c)
 	}
-	return len(calls) > 0, ctx.Err()
+	return ctx.Err()
 }
 
-// noteFailed backs the resend of a (an Assign or Unassign whose call
-// failed) off: it goes again to the same server after callRetry of the
-// failures in a row, not after the planner's LoadTimeout — a load refused,
-// or an unload whose flush failed, while the store or the lock service was
-// down for a few seconds is resent once they are back, not half a minute
-// later. (A failed unload leaves the tablet served where it was; the move
-// or merge it began resumes with the resend.)
-func (t *term) noteFailed(a assign.Action) {
-	kind, ok := requestKind(a.Kind)
-	if !ok {
+// takeOutcomes folds in every call outcome already delivered, so that a
+// round plans on all of them — and so that every List it asks is asked
+// after the calls whose outcomes it took returned (noteLoaded's promise).
+func (t *term) takeOutcomes() {
+	for {
+		select {
+		case o := <-t.called:
+			t.callDone(o)
+		default:
+			return
+		}
+	}
+}
+
+// rescanKey names the range a Rescan repairs (term.rescanning).
+func rescanKey(a assign.Action) string {
+	return a.Table + "\x00" + a.Start + "\x00" + a.End
+}
+
+// callOutcome is what a call dispatched by a round returned.
+type callOutcome struct {
+	call
+	err error
+}
+
+// dispatch runs c in the background, at most LoadParallelism calls of the
+// term at once, and delivers its outcome on t.called. The term waits for
+// its calls before it ends (lead).
+func (t *term) dispatch(ctx context.Context, c call) {
+	switch c.action.Kind {
+	case assign.Record:
+		t.recording[c.action.Tablet] = true
+	case assign.Rescan:
+		t.rescanning[rescanKey(c.action)] = true
+	}
+	t.calls.Go(func() {
+		select {
+		case t.callSlots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-t.callSlots }()
+		err := errLost
+		if !t.lost() {
+			if err = c.run(ctx); err != nil {
+				t.c.opts.Logger.Warn("master: action", "action", c.action.String(), "err", err)
+			}
+		}
+		select {
+		case t.called <- callOutcome{call: c, err: err}:
+		case <-ctx.Done():
+		}
+	})
+}
+
+// callDone records the outcome of a call: a load answered (noteLoaded),
+// a load or unload failed (noteFailed), a record no longer under way. An
+// outcome for a request no longer in flight (confirmed by a List
+// meanwhile, or replaced) changes nothing.
+func (t *term) callDone(o callOutcome) {
+	switch o.action.Kind {
+	case assign.Record:
+		delete(t.recording, o.action.Tablet)
+		return
+	case assign.Rescan:
+		delete(t.rescanning, rescanKey(o.action))
 		return
 	}
-	r := t.inflight[a.Tablet]
-	if r != nil && r.Kind == kind && r.Server == a.Server {
-		r.failures++
-		r.Retry = callRetry(r.failures)
+	if o.req == nil || t.inflight[o.action.Tablet] != o.req {
+		return
 	}
+	o.req.returned = true
+	if errors.Is(o.err, errLost) {
+		return
+	}
+	if o.err == nil {
+		if o.action.Kind == assign.Assign {
+			t.noteLoaded(o.req)
+		}
+		return
+	}
+	t.noteFailed(o.req)
+}
+
+// noteFailed backs the resend of r (a load or unload whose call failed)
+// off: it goes again to the same server after callRetry of the failures
+// in a row, not after the planner's LoadTimeout — a load refused, or an
+// unload whose flush failed, while the store or the lock service was
+// down for a few seconds is resent once they are back, not half a minute
+// later. (A failed unload leaves the tablet served where it was; the move
+// it began resumes with the resend.)
+func (t *term) noteFailed(r *request) {
+	r.failures++
+	r.Retry = callRetry(r.failures)
 }
 
 // requestKind is the kind of request an action of kind k records in
@@ -455,48 +553,22 @@ func callRetry(n int) time.Duration {
 	return time.Second << min(max(n-1, 0), 5)
 }
 
-// noteLoaded marks the load a (an Assign whose call succeeded: the server
-// loaded the tablet) as answered, if it is still the tablet's request in
-// flight. Every List of the next round is asked after this, so a target
-// that does not list the tablet then no longer serves it (settle).
-func (t *term) noteLoaded(a assign.Action) {
-	r := t.inflight[a.Tablet]
-	if r != nil && r.Kind == assign.LoadRequest && r.Server == a.Server {
-		r.loaded = true
-	}
+// noteLoaded marks load r (whose call succeeded: the server loaded the
+// tablet) as answered. Every List of the next round is asked after this,
+// so a target that does not list the tablet then no longer serves it
+// (settle).
+func (t *term) noteLoaded(r *request) {
+	r.loaded = true
 }
 
-// call is a request to a tablet server that prepare has recorded in
-// flight and send carries out.
+// call is a request to a tablet server (or a METADATA record, or a
+// split repair) that prepare has recorded and dispatch carries out.
 type call struct {
 	action assign.Action
-	run    func(context.Context) error
-}
-
-// send runs calls, LoadParallelism at a time, logs their failures and
-// returns each call's error (errLost for a call not made because the term
-// ended). A failed call stays in flight (its outcome is unknown); the
-// planner resends it to the same server after its timeout (after a backoff,
-// noteFailed).
-func (t *term) send(ctx context.Context, calls []call) []error {
-	errs := make([]error, len(calls))
-	sem := make(chan struct{}, t.c.opts.LoadParallelism)
-	var wg sync.WaitGroup
-	for i, c := range calls {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if t.lost() {
-				errs[i] = errLost
-				return
-			}
-			if errs[i] = c.run(ctx); errs[i] != nil {
-				t.c.opts.Logger.Warn("master: action", "action", c.action.String(), "err", errs[i])
-			}
-		})
-	}
-	wg.Wait()
-	return errs
+	// req is the load's or unload's record in t.inflight (nil for the
+	// other calls): its outcome applies only while that record stands.
+	req *request
+	run func(context.Context) error
 }
 
 // observe builds the State: it gathers METADATA, the servers' List
@@ -579,9 +651,10 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 			// holds its lock the load is void and the tablet goes elsewhere.
 			return call{}
 		}
-		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: a.Tablet, Server: a.Server}, sent: now, failures: t.failuresSoFar(a)}
+		req := &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: a.Tablet, Server: a.Server}, sent: now, failures: t.failuresSoFar(a)}
+		t.inflight[a.Tablet] = req
 		rec := RecoverySource{From: string(a.RecoverFrom), Sorted: a.SortedLog}
-		return call{action: a, run: func(ctx context.Context) error { return t.load(ctx, tb, a.Server, rec) }}
+		return call{action: a, req: req, run: func(ctx context.Context) error { return t.load(ctx, tb, a.Server, rec) }}
 	case assign.Unassign:
 		if t.released[a.Server] {
 			return call{} // it may be dying: nothing is sent to it
@@ -590,8 +663,9 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 			t.c.opts.Logger.Info("master: unloading a tablet METADATA has lacked since at least OrphanAfter (a deleted table's)",
 				"tablet", a.Tablet, "server", a.Server, "orphan_after", t.c.opts.OrphanAfter.String())
 		}
-		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.UnloadRequest, Tablet: a.Tablet, Server: a.Server, To: a.To}, sent: now, failures: t.failuresSoFar(a)}
-		return call{action: a, run: func(ctx context.Context) error {
+		req := &request{InFlight: assign.InFlight{Kind: assign.UnloadRequest, Tablet: a.Tablet, Server: a.Server, To: a.To}, sent: now, failures: t.failuresSoFar(a)}
+		t.inflight[a.Tablet] = req
+		return call{action: a, req: req, run: func(ctx context.Context) error {
 			rctx, cancel := t.rpcCtx(ctx)
 			defer cancel()
 			if err := t.c.opts.Servers.Unload(rctx, string(a.Server), string(a.Tablet)); err != nil {
@@ -601,8 +675,8 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 		}}
 	case assign.Record:
 		tb, ok := tablets[a.Tablet]
-		if !ok || t.released[a.Server] {
-			return call{}
+		if !ok || t.released[a.Server] || t.recording[a.Tablet] {
+			return call{} // (one under way: its write may not be read yet)
 		}
 		return call{action: a, run: func(ctx context.Context) error { return t.record(ctx, tb, a.Server) }}
 	case assign.SortLog:
@@ -613,13 +687,21 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 		// METADATA is read afresh every round. A split interrupted
 		// before its commit point shows only as tablets a server reports
 		// and METADATA lacks: the range's saved states tell.
-		if r, ok := t.c.opts.Metadata.(SplitRepairer); ok && a.Reason == "split" {
-			rctx, cancel := t.rpcCtx(ctx)
-			if err := r.RepairSplits(rctx, a.Table, a.Start, a.End); err != nil {
-				t.c.opts.Logger.Warn("master: repairing splits", "table", a.Table, "err", err)
-			}
-			cancel()
+		// In the background, as a load: a repair of METADATA's own
+		// splits while the server holding those rows is dead waits for
+		// it (2–3 s a try), and the rounds detecting that death must not.
+		r, ok := t.c.opts.Metadata.(SplitRepairer)
+		if !ok || a.Reason != "split" || t.rescanning[rescanKey(a)] {
+			return call{}
 		}
+		return call{action: a, run: func(ctx context.Context) error {
+			rctx, cancel := t.rpcCtx(ctx)
+			defer cancel()
+			if err := r.RepairSplits(rctx, a.Table, a.Start, a.End); err != nil {
+				return fmt.Errorf("repairing splits of %s: %w", a.Table, err)
+			}
+			return nil
+		}}
 	}
 	return call{}
 }
