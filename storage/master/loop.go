@@ -245,9 +245,16 @@ func (t *term) run(ctx context.Context) error {
 			case o := <-t.merged:
 				t.mergeDone(o)
 			case o := <-t.called:
+				if !t.callDone(o) {
+					// Nothing to plan on before the next round comes at
+					// its time: a rescan or record done, a call that
+					// failed (resent after its backoff). Waking for them
+					// kept a split report's rescans going back to back.
+					continue wait
+				}
 				// A load answered may allow the next step at once (root,
-				// then METADATA, then user tablets).
-				t.callDone(o)
+				// then METADATA, then user tablets); an unload done, the
+				// move's load.
 			case err := <-repairDone:
 				repairing = false
 				noteRepair(err)
@@ -494,32 +501,34 @@ func (t *term) dispatch(ctx context.Context, c call) {
 }
 
 // callDone records the outcome of a call: a load answered (noteLoaded),
-// a load or unload failed (noteFailed), a record no longer under way. An
-// outcome for a request no longer in flight (confirmed by a List
-// meanwhile, or replaced) changes nothing.
-func (t *term) callDone(o callOutcome) {
+// a load or unload failed (noteFailed), a record or rescan no longer
+// under way. An outcome for a request no longer in flight (confirmed by a
+// List meanwhile, or replaced) changes nothing. It reports whether a
+// round should follow at once: after a load or unload that succeeded.
+func (t *term) callDone(o callOutcome) (plan bool) {
 	switch o.action.Kind {
 	case assign.Record:
 		delete(t.recording, o.action.Tablet)
-		return
+		return false
 	case assign.Rescan:
 		delete(t.rescanning, rescanKey(o.action))
-		return
+		return false
 	}
 	if o.req == nil || t.inflight[o.action.Tablet] != o.req {
-		return
+		return o.err == nil
 	}
 	o.req.returned = true
 	if errors.Is(o.err, errLost) {
-		return
+		return false
 	}
-	if o.err == nil {
-		if o.action.Kind == assign.Assign {
-			t.noteLoaded(o.req)
-		}
-		return
+	if o.err != nil {
+		t.noteFailed(o.req)
+		return false
 	}
-	t.noteFailed(o.req)
+	if o.action.Kind == assign.Assign {
+		t.noteLoaded(o.req)
+	}
+	return true
 }
 
 // noteFailed backs the resend of r (a load or unload whose call failed)

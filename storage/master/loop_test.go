@@ -666,6 +666,48 @@ func TestLoopDetectsFailuresWhileLoadsHang(t *testing.T) {
 	})
 }
 
+// repairingMeta is fakeMeta that also repairs splits (SplitRepairer),
+// counting the calls and repairing nothing.
+type repairingMeta struct {
+	*fakeMeta
+	repairs atomic.Int64
+}
+
+func (m *repairingMeta) RepairSplits(context.Context, string, string, string) error {
+	m.repairs.Add(1)
+	return nil
+}
+
+// A rescan that changes nothing (a server serves a tablet METADATA does
+// not know, overlapping one it does: a split whose rows are not there
+// yet) is tried once a round, rounds coming at their time: its outcome
+// does not start the next round at once. (When it did, the split repairs
+// ran back to back for as long as the unknown tablet was served.)
+func TestLoopRescansOncePerRound(t *testing.T) {
+	c := newCluster(t, "s1", "s2")
+	m := &repairingMeta{fakeMeta: c.meta}
+	c.startMaster("m1", func(o *LoopOptions) { o.Metadata = m })
+	c.waitFor("all tablets served", testTick, c.allServed)
+	c.servers.mu.Lock()
+	for s, ts := range c.servers.serving {
+		if _, ok := ts["u0"]; ok {
+			// A child of u0 whose split METADATA does not show.
+			ts["u0-child"] = assign.Tablet{ID: "u0-child", Table: "t", End: "k05"}
+			t.Logf("%s serves u0-child", s)
+		}
+	}
+	c.servers.mu.Unlock()
+	before := m.repairs.Load()
+	for range 3 {
+		c.clock.Advance(testTick)
+		time.Sleep(100 * time.Millisecond)
+	}
+	got := m.repairs.Load() - before
+	if got < 1 || got > 6 {
+		t.Fatalf("%d split repairs over 3 ticks: want one or two a tick", got)
+	}
+}
+
 // A tablet unloaded right after its load returned, before the master's
 // next List (an operator's unload, or the server closing it), is loaded
 // again at once: the load was answered, so no confirmation is awaited
