@@ -181,8 +181,8 @@ type LoopOptions struct {
 	// EndSession, perhaps, whose wait it cannot know) waits that long
 	// before taking the key. Default: the master's own session TTL.
 	ServerTTL time.Duration
-	// LoadParallelism bounds the Load and Unload requests (and METADATA
-	// records) the master has outstanding at once. Default 8.
+	// LoadParallelism bounds the Load and Unload requests a round has
+	// outstanding at once. Default 8.
 	LoadParallelism int
 	// SortTimeout bounds one SortLog call. Default 5m.
 	SortTimeout time.Duration
@@ -213,9 +213,8 @@ type LoopOptions struct {
 //     with a server's key already released waits the same, not knowing
 //     when its predecessor ended it.
 //   - Lists go to all servers at once; Loads and Unloads go out in
-//     parallel and in the background — the next rounds (and the failure
-//     detection they carry) do not wait for them; a dead server's log is
-//     sorted (SortLog) in the background while its user tablets wait.
+//     parallel; a dead server's log is sorted (SortLog) in the background
+//     while its user tablets wait.
 //     Until then a server whose key is released keeps its tablets (its last
 //     report, and METADATA's location for any it never reported) and is
 //     sent nothing.

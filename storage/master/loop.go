@@ -48,15 +48,12 @@ type term struct {
 	merged  chan mergeOutcome
 	// lease is the term's own lease (takeover.go).
 	lease *masterLease
-	// calls are the loads, unloads and records the rounds dispatched and
-	// that have not returned; callSlots bounds how many run at once
-	// (LoadParallelism); called receives their outcomes (callDone).
-	// recording holds the tablets with a record under way, rescanning
-	// the ranges with a split repair under way (rescanKey).
-	calls      sync.WaitGroup
-	callSlots  chan struct{}
-	called     chan callOutcome
-	recording  map[assign.TabletID]bool
+	// background holds the split repairs and repairs under way (the
+	// Rescan case of prepare, run's repairs): the term waits for them
+	// before it ends. rescanned receives the split repairs' outcomes; rescanning
+	// holds the ranges with one under way (rescanKey).
+	background sync.WaitGroup
+	rescanned  chan string
 	rescanning map[string]bool
 }
 
@@ -104,19 +101,17 @@ func (c *Loop) lead(ctx context.Context, sess coord.Session, lock coord.Lock) er
 		merging:    make(map[assign.TabletID]assign.MergeUnderway),
 		merged:     make(chan mergeOutcome, 16),
 		lease:      lease,
-		callSlots:  make(chan struct{}, c.opts.LoadParallelism),
-		called:     make(chan callOutcome, 64),
-		recording:  make(map[assign.TabletID]bool),
+		rescanned:  make(chan string, 16),
 		rescanning: make(map[string]bool),
 	}
 	if t.serverTTL <= 0 {
 		t.serverTTL = sess.TTL()
 	}
 	err := t.run(ctx)
-	// No call of this term may outlive it: a successor term of this
-	// process plans on a picture its calls must not change behind it.
+	// Nothing of this term may outlive it: a successor term of this
+	// process plans on a picture its repairs must not change behind it.
 	cancel()
-	t.calls.Wait()
+	t.background.Wait()
 	c.failMergeRequests(fmt.Errorf("master: the term carrying the merge out ended (METADATA tells whether it was committed): %w", errLost))
 	if t.lost() {
 		return errLost
@@ -168,14 +163,13 @@ func (t *term) run(ctx context.Context) error {
 	// after a failover METADATA is served, and they are done before the
 	// new master plans anything — and after each round until they succeed
 	// (at a cold start METADATA is served only after some rounds). Those
-	// later tries run in the background, one at a time, as the rounds'
-	// calls do: they read and write METADATA, which a failed server may
-	// hold, and a try waiting its RPCTimeout for it must not hold up the
-	// rounds that detect the failure and reassign the tablets (a new
-	// master's first rounds after Consul restarted and a server was killed
-	// came 3–6 s apart for it). Running beside the rounds they are as any
-	// admin call writing METADATA rows meanwhile (a table created or
-	// deleted).
+	// later tries run in the background, one at a time: they read and
+	// write METADATA, which a failed server may hold, and a try waiting
+	// its RPCTimeout for it must not hold up the rounds that detect the
+	// failure and reassign the tablets (a new master's first rounds after
+	// Consul restarted and a server was killed came 3–6 s apart for it).
+	// Running beside the rounds they are as any admin call writing
+	// METADATA rows meanwhile (a table created or deleted).
 	repaired := t.c.opts.Repair == nil
 	repairing := false
 	repairDone := make(chan error, 1)
@@ -184,27 +178,34 @@ func (t *term) run(ctx context.Context) error {
 		defer cancel()
 		return t.c.opts.Repair(rctx)
 	}
-	noteRepair := func(err error) {
+	noteRepair := func(err error) bool {
 		if err != nil {
 			log.Warn("master: repairing what a predecessor left unfinished (tried again after the next round)", "err", err)
-			return
+			return false
 		}
 		repaired = true
+		return true
 	}
 	// Before the first round only a Tick: METADATA may not be served.
 	if !repaired && !t.lost() {
 		noteRepair(tryRepair(t.c.opts.Tick))
 	}
 	for {
-		if err := t.round(ctx); err != nil {
+		progressed, err := t.round(ctx)
+		if err != nil {
 			if ctx.Err() != nil || t.lost() {
 				return cmpErr(ctx, err)
 			}
 			log.Warn("master: round", "err", err)
 		}
+		if progressed {
+			// Requests were sent: the reports may already allow the next
+			// step (root, then METADATA, then user tablets).
+			poke()
+		}
 		if !repaired && !repairing && !t.lost() {
 			repairing = true
-			t.calls.Go(func() {
+			t.background.Go(func() {
 				err := tryRepair(t.c.opts.RPCTimeout)
 				select {
 				case repairDone <- err:
@@ -244,24 +245,17 @@ func (t *term) run(ctx context.Context) error {
 				t.sortDone(r)
 			case o := <-t.merged:
 				t.mergeDone(o)
-			case o := <-t.called:
-				if !t.callDone(o) {
-					// Nothing to plan on before the next round comes at
-					// its time: a rescan or record done, a call that
-					// failed (resent after its backoff). Waking for them
-					// kept a split report's rescans going back to back.
-					continue wait
-				}
-				// A load answered may allow the next step at once (root,
-				// then METADATA, then user tablets); an unload done, the
-				// move's load.
+			case key := <-t.rescanned:
+				// The next round reads METADATA again at its time: a
+				// repair that changed nothing is asked again then, not at
+				// once (back to back, the repairs of a pending split ran
+				// for as long as it was pending).
+				delete(t.rescanning, key)
+				continue wait
 			case err := <-repairDone:
 				repairing = false
-				noteRepair(err)
-				if err != nil {
-					// Tried again after the next round, which comes at
-					// its time: a failing try must not make rounds run
-					// back to back.
+				if !noteRepair(err) {
+					// Tried again after the next round, at its time.
 					continue wait
 				}
 				// Rows may have been written: assign them now.
@@ -408,23 +402,16 @@ func (t *term) fenceUnreachable(ctx context.Context, answered int) {
 	}
 }
 
-// round gathers a State, plans, and carries the actions out: loads,
-// unloads, METADATA records and split repairs are sent in the background (up to
-// LoadParallelism at once, term.dispatch), log sorts too; their outcomes
-// reach the loop on t.called (callDone). A round does not wait for its
-// calls: a load whose METADATA write waits out its RPC timeout at a dead
-// server holding METADATA — the very failure the rounds are there to
-// detect — would hold up the rounds that count the failures (the
-// recovery-time test saw detection take 5–8 s instead of 1 s for such a
-// victim). The outcomes wake the loop for the next round.
-func (t *term) round(ctx context.Context) error {
-	t.takeOutcomes()
+// round gathers a State, plans, and carries the actions out: loads and
+// unloads in parallel (up to LoadParallelism at once), log sorts in the
+// background. sent says whether it sent requests.
+func (t *term) round(ctx context.Context) (sent bool, err error) {
 	if err := t.detectDeaths(ctx); err != nil {
-		return err
+		return false, err
 	}
 	st, err := t.observe(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	tablets := make(map[assign.TabletID]assign.Tablet, len(st.Tablets))
 	for _, tb := range st.Tablets {
@@ -433,114 +420,41 @@ func (t *term) round(ctx context.Context) error {
 	var calls []call
 	for _, a := range assign.Plan(st, t.c.opts.Plan) {
 		if t.lost() {
-			return errLost
+			return false, errLost
 		}
 		if c := t.prepare(ctx, st, tablets, a); c.run != nil {
 			calls = append(calls, c)
 		}
 	}
-	for _, c := range calls {
-		t.dispatch(ctx, c)
-	}
-	return ctx.Err()
-}
-
-// takeOutcomes folds in every call outcome already delivered, so that a
-// round plans on all of them — and so that every List it asks is asked
-// after the calls whose outcomes it took returned (noteLoaded's promise).
-func (t *term) takeOutcomes() {
-	for {
-		select {
-		case o := <-t.called:
-			t.callDone(o)
-		default:
-			return
+	for i, err := range t.send(ctx, calls) {
+		a := calls[i].action
+		switch {
+		case err == nil && a.Kind == assign.Assign:
+			t.noteLoaded(a)
+		case err != nil && !errors.Is(err, errLost):
+			t.noteFailed(a)
 		}
 	}
+	return len(calls) > 0, ctx.Err()
 }
 
-// rescanKey names the range a Rescan repairs (term.rescanning).
-func rescanKey(a assign.Action) string {
-	return a.Table + "\x00" + a.Start + "\x00" + a.End
-}
-
-// callOutcome is what a call dispatched by a round returned.
-type callOutcome struct {
-	call
-	err error
-}
-
-// dispatch runs c in the background, at most LoadParallelism calls of the
-// term at once, and delivers its outcome on t.called. The term waits for
-// its calls before it ends (lead).
-func (t *term) dispatch(ctx context.Context, c call) {
-	switch c.action.Kind {
-	case assign.Record:
-		t.recording[c.action.Tablet] = true
-	case assign.Rescan:
-		t.rescanning[rescanKey(c.action)] = true
-	}
-	t.calls.Go(func() {
-		select {
-		case t.callSlots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		defer func() { <-t.callSlots }()
-		err := errLost
-		if !t.lost() {
-			if err = c.run(ctx); err != nil {
-				t.c.opts.Logger.Warn("master: action", "action", c.action.String(), "err", err)
-			}
-		}
-		select {
-		case t.called <- callOutcome{call: c, err: err}:
-		case <-ctx.Done():
-		}
-	})
-}
-
-// callDone records the outcome of a call: a load answered (noteLoaded),
-// a load or unload failed (noteFailed), a record or rescan no longer
-// under way. An outcome for a request no longer in flight (confirmed by a
-// List meanwhile, or replaced) changes nothing. It reports whether a
-// round should follow at once: after a load or unload that succeeded.
-func (t *term) callDone(o callOutcome) (plan bool) {
-	switch o.action.Kind {
-	case assign.Record:
-		delete(t.recording, o.action.Tablet)
-		return false
-	case assign.Rescan:
-		delete(t.rescanning, rescanKey(o.action))
-		return false
-	}
-	if o.req == nil || t.inflight[o.action.Tablet] != o.req {
-		return o.err == nil
-	}
-	o.req.returned = true
-	if errors.Is(o.err, errLost) {
-		return false
-	}
-	if o.err != nil {
-		t.noteFailed(o.req)
-		return false
-	}
-	if o.action.Kind == assign.Assign {
-		t.noteLoaded(o.req)
-	}
-	return true
-}
-
-// noteFailed backs the resend of r (a load or unload whose call failed)
-// off: it goes again to the same server after callRetry of the failures
-// in a row, not after the planner's LoadTimeout — a load refused, or an
-// unload whose flush failed, while the store or the lock service was
+// noteFailed backs the resend of a (an Assign or Unassign whose call
+// failed) off: it goes again to the same server after callRetry of the
+// failures in a row, not after the planner's LoadTimeout — a load refused,
+// or an unload whose flush failed, while the store or the lock service was
 // down for a few seconds is resent once they are back, not half a minute
 // later. (A failed unload leaves the tablet served where it was; the move
-// it began resumes with the resend.)
-func (t *term) noteFailed(r *request) {
-	r.failures++
-	r.Retry = callRetry(r.failures)
+// or merge it began resumes with the resend.)
+func (t *term) noteFailed(a assign.Action) {
+	kind, ok := requestKind(a.Kind)
+	if !ok {
+		return
+	}
+	r := t.inflight[a.Tablet]
+	if r != nil && r.Kind == kind && r.Server == a.Server {
+		r.failures++
+		r.Retry = callRetry(r.failures)
+	}
 }
 
 // requestKind is the kind of request an action of kind k records in
@@ -562,22 +476,48 @@ func callRetry(n int) time.Duration {
 	return time.Second << min(max(n-1, 0), 5)
 }
 
-// noteLoaded marks load r (whose call succeeded: the server loaded the
-// tablet) as answered. Every List of the next round is asked after this,
-// so a target that does not list the tablet then no longer serves it
-// (settle).
-func (t *term) noteLoaded(r *request) {
-	r.loaded = true
+// noteLoaded marks the load a (an Assign whose call succeeded: the server
+// loaded the tablet) as answered, if it is still the tablet's request in
+// flight. Every List of the next round is asked after this, so a target
+// that does not list the tablet then no longer serves it (settle).
+func (t *term) noteLoaded(a assign.Action) {
+	r := t.inflight[a.Tablet]
+	if r != nil && r.Kind == assign.LoadRequest && r.Server == a.Server {
+		r.loaded = true
+	}
 }
 
-// call is a request to a tablet server (or a METADATA record, or a
-// split repair) that prepare has recorded and dispatch carries out.
+// call is a request to a tablet server that prepare has recorded in
+// flight and send carries out.
 type call struct {
 	action assign.Action
-	// req is the load's or unload's record in t.inflight (nil for the
-	// other calls): its outcome applies only while that record stands.
-	req *request
-	run func(context.Context) error
+	run    func(context.Context) error
+}
+
+// send runs calls, LoadParallelism at a time, logs their failures and
+// returns each call's error (errLost for a call not made because the term
+// ended). A failed call stays in flight (its outcome is unknown); the
+// planner resends it to the same server after its timeout (after a backoff,
+// noteFailed).
+func (t *term) send(ctx context.Context, calls []call) []error {
+	errs := make([]error, len(calls))
+	sem := make(chan struct{}, t.c.opts.LoadParallelism)
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if t.lost() {
+				errs[i] = errLost
+				return
+			}
+			if errs[i] = c.run(ctx); errs[i] != nil {
+				t.c.opts.Logger.Warn("master: action", "action", c.action.String(), "err", errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // observe builds the State: it gathers METADATA, the servers' List
@@ -660,10 +600,9 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 			// holds its lock the load is void and the tablet goes elsewhere.
 			return call{}
 		}
-		req := &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: a.Tablet, Server: a.Server}, sent: now, failures: t.failuresSoFar(a)}
-		t.inflight[a.Tablet] = req
+		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: a.Tablet, Server: a.Server}, sent: now, failures: t.failuresSoFar(a)}
 		rec := RecoverySource{From: string(a.RecoverFrom), Sorted: a.SortedLog}
-		return call{action: a, req: req, run: func(ctx context.Context) error { return t.load(ctx, tb, a.Server, rec) }}
+		return call{action: a, run: func(ctx context.Context) error { return t.load(ctx, tb, a.Server, rec) }}
 	case assign.Unassign:
 		if t.released[a.Server] {
 			return call{} // it may be dying: nothing is sent to it
@@ -672,9 +611,8 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 			t.c.opts.Logger.Info("master: unloading a tablet METADATA has lacked since at least OrphanAfter (a deleted table's)",
 				"tablet", a.Tablet, "server", a.Server, "orphan_after", t.c.opts.OrphanAfter.String())
 		}
-		req := &request{InFlight: assign.InFlight{Kind: assign.UnloadRequest, Tablet: a.Tablet, Server: a.Server, To: a.To}, sent: now, failures: t.failuresSoFar(a)}
-		t.inflight[a.Tablet] = req
-		return call{action: a, req: req, run: func(ctx context.Context) error {
+		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.UnloadRequest, Tablet: a.Tablet, Server: a.Server, To: a.To}, sent: now, failures: t.failuresSoFar(a)}
+		return call{action: a, run: func(ctx context.Context) error {
 			rctx, cancel := t.rpcCtx(ctx)
 			defer cancel()
 			if err := t.c.opts.Servers.Unload(rctx, string(a.Server), string(a.Tablet)); err != nil {
@@ -684,8 +622,8 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 		}}
 	case assign.Record:
 		tb, ok := tablets[a.Tablet]
-		if !ok || t.released[a.Server] || t.recording[a.Tablet] {
-			return call{} // (one under way: its write may not be read yet)
+		if !ok || t.released[a.Server] {
+			return call{}
 		}
 		return call{action: a, run: func(ctx context.Context) error { return t.record(ctx, tb, a.Server) }}
 	case assign.SortLog:
@@ -696,23 +634,32 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 		// METADATA is read afresh every round. A split interrupted
 		// before its commit point shows only as tablets a server reports
 		// and METADATA lacks: the range's saved states tell.
-		// In the background, as a load: a repair of METADATA's own
-		// splits while the server holding those rows is dead waits for
-		// it (2–3 s a try), and the rounds detecting that death must not.
-		r, ok := t.c.opts.Metadata.(SplitRepairer)
-		if !ok || a.Reason != "split" || t.rescanning[rescanKey(a)] {
-			return call{}
+		// In the background, one at a time per range: a repair of
+		// METADATA's own splits while the server holding those rows is
+		// dead waits for it (2–3 s a try), and the rounds detecting that
+		// death must not.
+		if r, ok := t.c.opts.Metadata.(SplitRepairer); ok && a.Reason == "split" && !t.rescanning[rescanKey(a)] {
+			key := rescanKey(a)
+			t.rescanning[key] = true
+			t.background.Go(func() {
+				rctx, cancel := t.rpcCtx(ctx)
+				defer cancel()
+				if err := r.RepairSplits(rctx, a.Table, a.Start, a.End); err != nil {
+					t.c.opts.Logger.Warn("master: repairing splits", "table", a.Table, "err", err)
+				}
+				select {
+				case t.rescanned <- key:
+				case <-ctx.Done():
+				}
+			})
 		}
-		return call{action: a, run: func(ctx context.Context) error {
-			rctx, cancel := t.rpcCtx(ctx)
-			defer cancel()
-			if err := r.RepairSplits(rctx, a.Table, a.Start, a.End); err != nil {
-				return fmt.Errorf("repairing splits of %s: %w", a.Table, err)
-			}
-			return nil
-		}}
 	}
 	return call{}
+}
+
+// rescanKey names the range a Rescan repairs (term.rescanning).
+func rescanKey(a assign.Action) string {
+	return a.Table + "\x00" + a.Start + "\x00" + a.End
 }
 
 // failuresSoFar is how many calls of a's request, to the same server,
@@ -744,12 +691,25 @@ func (t *term) load(ctx context.Context, tb assign.Tablet, server assign.ServerI
 	if err != nil {
 		return err
 	}
-	rctx, cancel = t.rpcCtx(ctx)
+	rctx, cancel = t.metadataWriteCtx(ctx)
 	defer cancel()
 	if err := t.c.opts.Metadata.SetLocation(rctx, string(tb.ID), string(server), epoch); err != nil {
+		// The tablet is served; the planner records its location in a
+		// later round (assign.Record).
 		return fmt.Errorf("set location of %s: %w", tb.ID, err)
 	}
 	return nil
+}
+
+// metadataWriteCtx bounds a location write to METADATA by a Tick (at
+// least a second), not RPCTimeout: the round waits for its loads, and a
+// write to a METADATA tablet whose server just died — retried by the
+// client until its deadline — held up the rounds that detect that death
+// for the whole RPCTimeout (a recovery-time trial: 10.9 s of detection
+// instead of 1.5). A write that times out is made again by a later
+// round's Record once the tablet is served.
+func (t *term) metadataWriteCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, min(t.c.opts.RPCTimeout, max(t.c.opts.Tick, time.Second)))
 }
 
 // record writes server, which reports serving tb, as tb's location in
@@ -763,7 +723,7 @@ func (t *term) record(ctx context.Context, tb assign.Tablet, server assign.Serve
 	if err != nil {
 		return err
 	}
-	rctx, cancel := t.rpcCtx(ctx)
+	rctx, cancel := t.metadataWriteCtx(ctx)
 	defer cancel()
 	if err := t.c.opts.Metadata.SetLocation(rctx, string(tb.ID), string(server), epoch); err != nil {
 		return fmt.Errorf("record location of %s at %s: %w", tb.ID, server, err)

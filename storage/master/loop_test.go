@@ -641,29 +641,30 @@ func TestLoopRetriesFailedUnloadWithBackoff(t *testing.T) {
 	}
 }
 
-// The rounds, and the failure detection they carry, go on while loads
-// hang: a load's METADATA write to a dead server waits out its timeout
-// (here longer than the test), and a second server killed meanwhile is
-// still detected and its tablets served again. (Before the loads went
-// out in the background, the round waited for them, and detection with
-// it; the recovery-time test saw 5–8 s of detection instead of 1 s for a
-// victim holding METADATA tablets.)
-func TestLoopDetectsFailuresWhileLoadsHang(t *testing.T) {
+// A load's METADATA write that cannot complete (the METADATA tablet's
+// server died) holds its round up for a Tick, not the RPC timeout (here
+// ten minutes): a second server killed meanwhile is detected and its
+// tablets served again. (With the RPC timeout the rounds stopped at the
+// first such write; a recovery-time trial saw 10.9 s of detection.)
+func TestLoopLocationWritesDoNotHoldUpDetection(t *testing.T) {
 	c := newCluster(t, "s1", "s2", "s3")
-	c.startMaster("m1", func(o *LoopOptions) {
-		o.RPCTimeout = 10 * time.Minute
-		o.LoadParallelism = 32 // the hung calls must not take every slot
-	})
+	c.startMaster("m1", func(o *LoopOptions) { o.RPCTimeout = 10 * time.Minute })
 	c.waitFor("all tablets served", testTick, c.allServed)
 	c.meta.mu.Lock()
 	c.meta.hang = true
 	c.meta.mu.Unlock()
 	c.kill("s3")
-	c.waitFor("s3's tablets served elsewhere (their METADATA writes hanging)", testTick, c.allServed)
 	c.kill("s2")
-	c.waitFor("s2's tablets served on s1 while the METADATA writes of earlier loads hang", testTick, func() bool {
-		return c.allServed() && len(c.servers.tabletsOn("s1")) == len(testTablets())
-	})
+	start := time.Now()
+	for !(c.allServed() && len(c.servers.tabletsOn("s1")) == len(testTablets())) {
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("s2's and s3's tablets not on s1 after %v: calls %v", time.Since(start), c.servers.callsSince(0))
+		}
+		c.check()
+		c.clock.Advance(testTick / 4)
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("recovered in %v of real time, every METADATA write timing out", time.Since(start))
 }
 
 // repairingMeta is fakeMeta that also repairs splits (SplitRepairer),
@@ -680,9 +681,10 @@ func (m *repairingMeta) RepairSplits(context.Context, string, string, string) er
 
 // A rescan that changes nothing (a server serves a tablet METADATA does
 // not know, overlapping one it does: a split whose rows are not there
-// yet) is tried once a round, rounds coming at their time: its outcome
-// does not start the next round at once. (When it did, the split repairs
-// ran back to back for as long as the unknown tablet was served.)
+// yet) is tried once a round, rounds coming at their time: the split
+// repair, which runs beside the rounds, does not start the next round
+// when it ends. (When it did, the split repairs ran back to back for as
+// long as the unknown tablet was served.)
 func TestLoopRescansOncePerRound(t *testing.T) {
 	c := newCluster(t, "s1", "s2")
 	m := &repairingMeta{fakeMeta: c.meta}

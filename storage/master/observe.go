@@ -152,9 +152,6 @@ type request struct {
 	// failures counts the calls of this load or unload, to this server,
 	// that failed in a row (term.noteFailed backs off by it).
 	failures int
-	// returned says the call was made and returned, whatever its outcome
-	// (term.callDone).
-	returned bool
 }
 
 // observation is buildState's result.
@@ -352,11 +349,8 @@ func (m *memory) settle(st assign.State, answered map[assign.ServerID]bool) {
 			continue
 		}
 		switch {
-		case slices.Contains(servedBy[id], r.Server) && r.returned:
-			// Confirmed. (Not before the call returned: it writes the
-			// location to METADATA after the load, and the planner would
-			// otherwise record the location a second time meanwhile.)
-			delete(m.inflight, id)
+		case slices.Contains(servedBy[id], r.Server):
+			delete(m.inflight, id) // confirmed
 		case r.loaded && answered[r.Server]:
 			// Loaded, then gone from the server before this List: the
 			// tablet is unserved now, and planned as any other.

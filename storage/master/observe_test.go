@@ -50,7 +50,6 @@ func TestBuildState(t *testing.T) {
 		{ID: "t1", Table: "t", End: "m", LastServer: "a"},
 		{ID: "t2", Table: "t", Start: "m", LastServer: "b"},
 		{ID: "t3", Table: "u", LastServer: "dead1"},
-		{ID: "t4", Table: "v", LastServer: "b"},
 	}
 	type want struct {
 		live        map[assign.ServerID][]assign.TabletID
@@ -116,24 +115,21 @@ func TestBuildState(t *testing.T) {
 			inflight: []assign.TabletID{"t1"}, dead: []assign.ServerID{"dead1"},
 		},
 	}, {
-		// t4's load is listed but its call has not returned (it writes
-		// the location to METADATA after the load): it stays in flight.
 		name:  "settling: loads confirmed, dropped tablets' requests and recovered dead servers forgotten",
 		keys:  map[string]coord.Entry{coord.ServerKey("a"): held("a:1"), coord.ServerKey("b"): held("b:1")},
-		lists: map[assign.ServerID]listAnswer{"a": {Served: served("t1", "t3")}, "b": {Served: served("t4")}},
+		lists: map[assign.ServerID]listAnswer{"a": {Served: served("t1", "t3")}, "b": {Served: served()}},
 		mem: func(m *memory) {
 			m.reports["gone"] = served("t9")
-			m.inflight["t1"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t1", Server: "a"}, sent: now, returned: true}
-			m.inflight["t4"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t4", Server: "b"}, sent: now}
+			m.inflight["t1"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t1", Server: "a"}, sent: now}
 			m.inflight["t2"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t2", Server: "b"}, sent: now.Add(-time.Second)}
 			m.inflight["t9"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t9", Server: "b"}, sent: now}
 			m.dead["dead1"] = assign.LogSorted // t3 is served again: recovered
 			m.dead["dead2"] = assign.LogSorting
 		},
 		want: want{
-			live:     map[assign.ServerID][]assign.TabletID{"a": {"t1", "t3"}, "b": {"t4"}},
+			live:     map[assign.ServerID][]assign.TabletID{"a": {"t1", "t3"}, "b": {}},
 			answered: 2, reports: []assign.ServerID{"a", "b"}, unreachable: map[assign.ServerID]int{},
-			inflight: []assign.TabletID{"t2", "t4"},
+			inflight: []assign.TabletID{"t2"},
 		},
 	}, {
 		// t1 was loaded (its call returned) and is missing from the List
