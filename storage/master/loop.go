@@ -444,7 +444,7 @@ func (t *term) round(ctx context.Context) (sent bool, err error) {
 // or an unload whose flush failed, while the store or the lock service was
 // down for a few seconds is resent once they are back, not half a minute
 // later. (A failed unload leaves the tablet served where it was; the move
-// or merge it began resumes with the resend.)
+// it began resumes with the resend.)
 func (t *term) noteFailed(a assign.Action) {
 	kind, ok := requestKind(a.Kind)
 	if !ok {
@@ -638,8 +638,8 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 		// METADATA's own splits while the server holding those rows is
 		// dead waits for it (2–3 s a try), and the rounds detecting that
 		// death must not.
-		if r, ok := t.c.opts.Metadata.(SplitRepairer); ok && a.Reason == "split" && !t.rescanning[rescanKey(a)] {
-			key := rescanKey(a)
+		key := rescanKey(a)
+		if r, ok := t.c.opts.Metadata.(SplitRepairer); ok && a.Reason == "split" && !t.rescanning[key] {
 			t.rescanning[key] = true
 			t.background.Go(func() {
 				rctx, cancel := t.rpcCtx(ctx)
