@@ -216,11 +216,19 @@ func (p *Pool) join(reg Registration) *Client {
 	return c
 }
 
-// leave declares the worker lost and forgets it.
+// leave declares the worker lost and forgets it. It is lost before its
+// connection closes: a call that then fails on the closed connection —
+// another attempt's on the same worker, probing it in turn — must find it
+// lost, or the coordinator counts that failure against the task. (A clean-
+// clone CI run saw four attempts of one map fail so within a millisecond,
+// the worker marked lost only after its connection closed: the job
+// failed.)
 func (p *Pool) leave(name string, why error) {
 	p.mu.Lock()
 	m, ok := p.members[name]
+	first := false
 	if ok {
+		first = m.client.markLost(why)
 		delete(p.members, name)
 		m.stop()
 		p.notifyLocked()
@@ -229,7 +237,7 @@ func (p *Pool) leave(name string, why error) {
 		}
 	}
 	p.mu.Unlock()
-	if ok && m.client.markLost(why) {
+	if first {
 		p.log.Warn("worker lost", "worker", name, "addr", m.client.reg.Addr, "why", why)
 	}
 }
