@@ -117,7 +117,7 @@ func NewConsulPool(kv coord.KV, opts PoolOptions) (*Pool, error) {
 			if ev.Joined {
 				p.join(ev.Worker)
 			} else {
-				p.leave(ev.Worker.Name, errors.New("unregistered (session ended or key deleted)"))
+				p.leaveNamed(ev.Worker.Name, errors.New("unregistered (session ended or key deleted)"))
 			}
 		}
 	}()
@@ -205,7 +205,8 @@ func (p *Pool) join(reg Registration) *Client {
 	if m, ok := p.members[reg.Name]; ok {
 		return m.client
 	}
-	c := newClient(reg, conn, p.book, p.opts, func(err error) { p.leave(reg.Name, err) })
+	var c *Client
+	c = newClient(reg, conn, p.book, p.opts, func(err error) { p.leave(c, err) })
 	ctx, stop := context.WithCancel(p.ctx)
 	p.members[reg.Name] = &member{client: c, stop: stop}
 	p.book.add(reg.Name, reg.Addr)
@@ -216,29 +217,54 @@ func (p *Pool) join(reg Registration) *Client {
 	return c
 }
 
-// leave declares the worker lost and forgets it. It is lost before its
-// connection closes: a call that then fails on the closed connection —
-// another attempt's on the same worker, probing it in turn — must find it
-// lost, or the coordinator counts that failure against the task. (A clean-
-// clone CI run saw four attempts of one map fail so within a millisecond,
-// the worker marked lost only after its connection closed: the job
-// failed.)
-func (p *Pool) leave(name string, why error) {
+// leave declares worker client c lost and forgets it, if c is still the
+// pool's member under its name. A member that left and joined again under
+// the same name (a paused worker answering again) is a new Client: a late
+// call of the old one — a probe of a call that failed on the old
+// connection, its watch — must not drop the new member.
+//
+// The worker is lost before its connection closes: a call that then fails
+// on the closed connection — another attempt's on the same worker, probing
+// it in turn — must find it lost, or the coordinator counts that failure
+// against the task. (A clean-clone CI run saw four attempts of one map
+// fail so within a millisecond, the worker marked lost only after its
+// connection closed: the job failed.)
+func (p *Pool) leave(c *Client, why error) {
+	p.mu.Lock()
+	m, ok := p.members[c.reg.Name]
+	if !ok || m.client != c {
+		p.mu.Unlock()
+		c.markLost(why) // replaced or gone already: nothing of the pool's to undo
+		return
+	}
+	p.removeLocked(m, why)
+}
+
+// leaveNamed declares the member named name lost, whichever Client it is
+// now (its registration is gone).
+func (p *Pool) leaveNamed(name string, why error) {
 	p.mu.Lock()
 	m, ok := p.members[name]
-	first := false
-	if ok {
-		first = m.client.markLost(why)
-		delete(p.members, name)
-		m.stop()
-		p.notifyLocked()
-		if !p.static {
-			p.closeUnusedLocked(m.client.reg.Addr)
-		}
+	if !ok {
+		p.mu.Unlock()
+		return
+	}
+	p.removeLocked(m, why)
+}
+
+// removeLocked marks m lost, removes it and unlocks p.mu. Called under
+// p.mu.
+func (p *Pool) removeLocked(m *member, why error) {
+	first := m.client.markLost(why)
+	delete(p.members, m.client.reg.Name)
+	m.stop()
+	p.notifyLocked()
+	if !p.static {
+		p.closeUnusedLocked(m.client.reg.Addr)
 	}
 	p.mu.Unlock()
 	if first {
-		p.log.Warn("worker lost", "worker", name, "addr", m.client.reg.Addr, "why", why)
+		p.log.Warn("worker lost", "worker", m.client.reg.Name, "addr", m.client.reg.Addr, "why", why)
 	}
 }
 
@@ -283,12 +309,12 @@ func (p *Pool) watch(ctx context.Context, c *Client) {
 		case ctx.Err() != nil:
 			return
 		case err == nil && resp.Worker != c.reg.Name:
-			p.leave(c.reg.Name, fmt.Errorf("%s now serves at %s (the worker restarted)", resp.Worker, c.reg.Addr))
+			p.leave(c, fmt.Errorf("%s now serves at %s (the worker restarted)", resp.Worker, c.reg.Addr))
 			return
 		case err == nil:
 			lastOK = time.Now()
 		case time.Since(lastOK) >= p.opts.LostAfter:
-			p.leave(c.reg.Name, fmt.Errorf("no heartbeat answered for %v: %w", time.Since(lastOK).Round(time.Millisecond), err))
+			p.leave(c, fmt.Errorf("no heartbeat answered for %v: %w", time.Since(lastOK).Round(time.Millisecond), err))
 			if !p.static { // a static address has its probe already
 				p.wg.Add(1)
 				go p.rejoin(c.reg)

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -186,6 +187,15 @@ func TestConsulPoolRejoinsSilentWorker(t *testing.T) {
 	}
 	if back[0].Name() != w.Name() || back[0] == ws[0] || isLostNow(back[0]) {
 		t.Fatalf("after the cut: member %s (same client: %v), want a new live member named %s", back[0].Name(), back[0] == ws[0], w.Name())
+	}
+	// A late declaration by the replaced client (a probe of a call that
+	// failed on its connection) leaves its successor of the same name be.
+	ws[0].(*Client).declare(errors.New("test: a late probe of the old client"))
+	if isLostNow(back[0]) {
+		t.Fatalf("the rejoined member was lost by its predecessor's late probe: %v", back[0].(*Client).LostErr())
+	}
+	if got := pool.Workers(); len(got) != 1 || got[0] != back[0] {
+		t.Fatalf("workers after the old client's late probe: %v, want the rejoined member", got)
 	}
 }
 
