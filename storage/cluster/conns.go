@@ -58,6 +58,19 @@ func (c *conns) get(addr string) (grpc.ClientConnInterface, error) {
 	return cc, nil
 }
 
+// resetBackoff makes the connection to addr, if there is one, dial again
+// at once instead of at the end of its reconnect back-off, and reports
+// whether there was one.
+func (c *conns) resetBackoff(addr string) bool {
+	c.mu.Lock()
+	cc, ok := c.m[addr]
+	c.mu.Unlock()
+	if ok {
+		cc.ResetConnectBackoff()
+	}
+	return ok
+}
+
 func (c *conns) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

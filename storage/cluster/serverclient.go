@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -55,11 +56,25 @@ func (s *serverClient) List(ctx context.Context, server string) ([]assign.Served
 	if err != nil {
 		return nil, err
 	}
+	addr := meta.ServerAddr(server)
 	resp, err := c.ListTablets(ctx, &clusterpb.ListTabletsRequest{})
-	if err != nil {
-		if status.Code(err) == codes.Unavailable && refused(ctx, meta.ServerAddr(server)) {
+	if status.Code(err) == codes.Unavailable {
+		if refused(ctx, addr) {
 			return nil, fmt.Errorf("%w: nothing listens at its address: %v", master.ErrServerGone, err)
 		}
+		// Something listens there now, yet the call failed: gRPC may be
+		// failing calls with the last dial's error until its reconnect
+		// back-off (a second and more) ends — a server killed and started
+		// again on its address (as a supervisor does) is then reported
+		// unreachable, not gone, and its tablets wait for the slower
+		// UnreachableAfter. Dial again at once and ask once more, waiting
+		// for that dial (not failing on the old error while the
+		// connection leaves its back-off): the answer says who listens.
+		if s.conns.resetBackoff(addr) {
+			resp, err = c.ListTablets(ctx, &clusterpb.ListTabletsRequest{}, grpc.WaitForReady(true))
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	if resp.GetServerId() != server {
