@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/client"
@@ -22,6 +25,14 @@ type conns struct {
 	opts []grpc.DialOption
 	// borrowed are connections set by alias: close leaves them open.
 	borrowed map[string]bool
+	// onBreak, once set (notifyBreaks), is called whenever a dialed
+	// connection that was ready is no longer; the watchers run until
+	// close.
+	onBreak     atomic.Pointer[func()]
+	watching    map[*grpc.ClientConn]bool
+	stopWatches context.CancelFunc
+	watchCtx    context.Context
+	watches     sync.WaitGroup
 }
 
 // alias makes get(addr) return cc, which the caller owns: `tabula dev`'s
@@ -37,7 +48,43 @@ func (c *conns) alias(addr string, cc *grpc.ClientConn) {
 }
 
 func newConns(tlsClient *tls.Config, opts ...grpc.DialOption) *conns {
-	return &conns{m: make(map[string]*grpc.ClientConn), tls: tlsClient, opts: opts}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &conns{m: make(map[string]*grpc.ClientConn), tls: tlsClient, opts: opts,
+		watching: make(map[*grpc.ClientConn]bool), watchCtx: ctx, stopWatches: cancel}
+}
+
+// notifyBreaks has fn called whenever a connection get dialed, made or
+// makes, loses its ready transport: the peer's process died or closed the
+// connection. A master pokes its loop so, and a killed tablet server is
+// Listed at once rather than at the next round's time. fn must not block.
+func (c *conns) notifyBreaks(fn func()) {
+	c.onBreak.Store(&fn)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for a, cc := range c.m {
+		if !c.borrowed[a] {
+			c.watchLocked(cc)
+		}
+	}
+}
+
+// watchLocked starts cc's watcher, if notifyBreaks asked for them and it
+// has none. Called under c.mu.
+func (c *conns) watchLocked(cc *grpc.ClientConn) {
+	if c.onBreak.Load() == nil || c.watching[cc] || c.watchCtx.Err() != nil {
+		return
+	}
+	c.watching[cc] = true
+	c.watches.Go(func() {
+		state := cc.GetState()
+		for cc.WaitForStateChange(c.watchCtx, state) {
+			next := cc.GetState()
+			if state == connectivity.Ready && next != connectivity.Ready && next != connectivity.Shutdown {
+				(*c.onBreak.Load())()
+			}
+			state = next
+		}
+	})
 }
 
 // get returns the connection to addr, dialing it (lazily: gRPC connects on
@@ -55,6 +102,7 @@ func (c *conns) get(addr string) (grpc.ClientConnInterface, error) {
 		return nil, fmt.Errorf("cluster: connect to %s: %w", addr, err)
 	}
 	c.m[addr] = cc
+	c.watchLocked(cc)
 	return cc, nil
 }
 
@@ -72,6 +120,8 @@ func (c *conns) resetBackoff(addr string) bool {
 }
 
 func (c *conns) close() {
+	c.stopWatches()
+	c.watches.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for a, cc := range c.m {

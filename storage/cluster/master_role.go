@@ -286,6 +286,10 @@ func newMaster(ctx context.Context, cfg MasterConfig) (_ *Master, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	// A connection to a server that breaks (its process died) asks for a
+	// round now: the failure is counted from then, not from the next
+	// Tick.
+	m.conns.notifyBreaks(m.loop.Poke)
 	m.tableHost = &clusterTableHost{kv: cfg.Coord, catalog: catalog, md: m.md, servers: servers, poke: m.loop.Poke}
 	adminOpts := master.Options{
 		Catalog: catalog,

@@ -80,3 +80,46 @@ func TestListSeesServerRestartedOnItsAddress(t *testing.T) {
 		t.Fatalf("List of the new server: %v", err)
 	}
 }
+
+// A connection that loses its ready transport — the server's process died
+// — is reported at once (the master pokes its loop so), one that was
+// never ready is not, and none after close.
+func TestConnsNotifyBreaks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addr, srv := serveNamed(t, "127.0.0.1:0", "a")
+	conns := newConns(nil)
+	broke := make(chan struct{}, 10)
+	conns.notifyBreaks(func() { broke <- struct{}{} })
+	sc := &serverClient{conns: conns}
+	if _, err := sc.List(ctx, addr+"/a"); err != nil {
+		t.Fatal(err)
+	}
+	// An address nothing listens at: its dials fail, it is never ready.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := lis.Addr().String()
+	_ = lis.Close()
+	if _, err := sc.List(ctx, dead+"/b"); !errors.Is(err, master.ErrServerGone) {
+		t.Fatalf("List at %s: %v, want ErrServerGone", dead, err)
+	}
+	select {
+	case <-broke:
+		t.Fatal("a break reported before any ready connection broke")
+	case <-time.After(200 * time.Millisecond):
+	}
+	srv.Stop()
+	select {
+	case <-broke:
+	case <-ctx.Done():
+		t.Fatal("the ready connection's break was not reported")
+	}
+	conns.close()
+	select {
+	case <-broke:
+		t.Fatal("a second break reported for one")
+	case <-time.After(200 * time.Millisecond):
+	}
+}

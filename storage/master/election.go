@@ -161,7 +161,10 @@ type LoopOptions struct {
 	// server answers from memory.
 	ListTimeout time.Duration
 	// UnreachableAfter is how long, and over at least three rounds, a
-	// server's List must keep failing before the master ends the server's
+	// server must leave its Lists unanswered — counted from the sending
+	// of the first that failed; after that one a failing server's List
+	// is given Tick/2 (at least 250 ms), not ListTimeout — before the
+	// master ends the server's
 	// session (coord.Service.EndSession; the paper's master deletes the
 	// server's file when it cannot reach the server "during its last
 	// several attempts") rather than wait for the lock service to expire

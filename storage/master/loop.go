@@ -520,6 +520,11 @@ func (t *term) send(ctx context.Context, calls []call) []error {
 	return errs
 }
 
+// failingListTimeoutMin is the least time a failing server's List is
+// given (Tick/2 otherwise): a loaded server answers from memory in
+// milliseconds.
+const failingListTimeoutMin = 250 * time.Millisecond
+
 // observe builds the State: it gathers METADATA, the servers' List
 // answers (all at once: one that does not answer costs the round
 // ListTimeout, not one each) and the keys of servers/, and buildState makes
@@ -529,12 +534,21 @@ func (t *term) observe(ctx context.Context) (assign.State, error) {
 	// The Lists go out alongside the METADATA read, which may take its
 	// timeout at a dead server holding METADATA tablets: failure
 	// detection must not wait for it.
-	view := roundView{Keys: t.keys, Lists: make(map[assign.ServerID]listAnswer)}
+	view := roundView{Keys: t.keys, Lists: make(map[assign.ServerID]listAnswer), Asked: t.c.opts.Clock.Now()}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, sid := range view.toList(t.dead) {
+		timeout := t.c.opts.ListTimeout
+		if _, failing := t.unreachable[sid]; failing {
+			// It has been silent for a whole List already: a failure
+			// is counted every round from now on, not every ListTimeout
+			// (a paused server took three of them, 7 s, to detect, and
+			// every round waited 2 s for it meanwhile). A server that
+			// answers resets the count.
+			timeout = min(timeout, max(t.c.opts.Tick/2, failingListTimeoutMin))
+		}
 		wg.Go(func() {
-			lctx, cancel := context.WithTimeout(ctx, t.c.opts.ListTimeout)
+			lctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			served, err := t.c.opts.Servers.List(lctx, string(sid))
 			mu.Lock()

@@ -51,6 +51,11 @@ type fakeServers struct {
 	// that were sent with a sorted log.
 	sortErr     error
 	sortedLoads []string
+	// paused servers' Lists wait for their context's end (a SIGSTOPped
+	// process: the kernel accepts, nothing answers); listTimeouts
+	// records, per server, the time each List was given.
+	paused       map[string]bool
+	listTimeouts map[string][]time.Duration
 	// clock, when set, stamps loadAt: each tablet's Load calls by the
 	// fake clock's time.
 	clock  *coord.FakeClock
@@ -72,10 +77,22 @@ func newFakeServers(svc *coord.Local) *fakeServers {
 
 var errDown = errors.New("fake: server down")
 
-func (f *fakeServers) List(_ context.Context, server string) ([]assign.Served, error) {
+func (f *fakeServers) List(ctx context.Context, server string) ([]assign.Served, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lists++
+	if dl, ok := ctx.Deadline(); ok {
+		if f.listTimeouts == nil {
+			f.listTimeouts = make(map[string][]time.Duration)
+		}
+		f.listTimeouts[server] = append(f.listTimeouts[server], time.Until(dl))
+	}
+	if f.paused[server] {
+		f.mu.Unlock()
+		<-ctx.Done()
+		f.mu.Lock()
+		return nil, ctx.Err()
+	}
 	if f.down[server] {
 		return nil, errDown
 	}
@@ -167,6 +184,23 @@ func (f *fakeServers) kill(server string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.down[server] = true
+}
+
+// pause stops server answering, its tablets still held (SIGSTOP).
+func (f *fakeServers) pause(server string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.paused == nil {
+		f.paused = make(map[string]bool)
+	}
+	f.paused[server] = true
+}
+
+// listTimeoutsOf returns the time each List of server was given.
+func (f *fakeServers) listTimeoutsOf(server string) []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.listTimeouts[server])
 }
 
 // tabletsOn returns the tablets server serves.
@@ -956,6 +990,49 @@ func TestLoopEndsSessionOfUnreachableServer(t *testing.T) {
 	}
 	if took := c.clock.Now().Sub(killed); took > 25*time.Second {
 		t.Fatalf("tablets moved %v after the server stopped answering; want about UnreachableAfter + 1.1×TTL", took)
+	}
+}
+
+// A paused server — its connections accepted, nothing answered — costs
+// one whole ListTimeout, then a short List every round: its failures are
+// counted every round, not one per ListTimeout (which took three of them,
+// 7 s, before the master ended its session, every round waiting for it),
+// and its session is ended once it has answered nothing for
+// UnreachableAfter since the first List it left unanswered was sent.
+func TestLoopAsksPausedServerBriefly(t *testing.T) {
+	const listTimeout = 2 * time.Second
+	c := newCluster(t, "s1", "s2", "s3")
+	c.startMaster("m1", func(o *LoopOptions) { o.ListTimeout = listTimeout })
+	c.waitFor("all tablets served", 0, c.allServed)
+	paused := c.clock.Now()
+	before := len(c.servers.listTimeoutsOf("s2"))
+	c.servers.pause("s2")
+	sess := c.sessions["s2"]
+	start := time.Now()
+	for !isDone(sess) {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("the paused server's session not ended after 30 s; its Lists were given %v", c.servers.listTimeoutsOf("s2"))
+		}
+		c.clock.Advance(250 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after := c.clock.Now().Sub(paused); after < 3*time.Second {
+		t.Fatalf("session ended %v after the pause, before UnreachableAfter (3s)", after)
+	}
+	ts := c.servers.listTimeoutsOf("s2")[before:]
+	var long []time.Duration
+	for _, d := range ts {
+		if d > testTick/2+100*time.Millisecond {
+			long = append(long, d)
+		}
+	}
+	// The List under way at the pause, perhaps one more: the first failure
+	// is counted only when one times out.
+	if len(long) == 0 || len(long) > 2 || long[0] < listTimeout-time.Second {
+		t.Fatalf("the paused server's Lists were given %v: want one or two of ListTimeout (%v) first, then at most Tick/2", ts, listTimeout)
+	}
+	if took := time.Since(start); took > 2*listTimeout+2*time.Second {
+		t.Fatalf("ending the paused server's session took %v of real time: Lists of ListTimeout each", took)
 	}
 }
 

@@ -30,6 +30,9 @@ type roundView struct {
 	Keys map[string]coord.Entry
 	// Lists holds the List answer of each server asked (toList).
 	Lists map[assign.ServerID]listAnswer
+	// Asked is the time the Lists were sent: a server whose List failed
+	// has answered none since then. Zero: Now.
+	Asked time.Time
 	// Now is the time the answers were in.
 	Now time.Time
 }
@@ -100,7 +103,10 @@ func newMemory() memory {
 
 // failing records a server whose List keeps failing.
 type failing struct {
-	key   string
+	key string
+	// since is when the first of the failed Lists was sent: the server
+	// has answered nothing since (a List that times out failed at its
+	// deadline, ListTimeout later).
 	since time.Time
 	count int
 	// gone counts the latest failures in a row that said the server is
@@ -223,7 +229,11 @@ func buildState(v roundView, m *memory, orphanAfter time.Duration) observation {
 		if a.Err != nil {
 			f := m.unreachable[id]
 			if f == nil {
-				f = &failing{key: key, since: v.Now}
+				since := v.Asked
+				if since.IsZero() {
+					since = v.Now
+				}
+				f = &failing{key: key, since: since}
 				m.unreachable[id] = f
 			}
 			f.note(v.Now, errors.Is(a.Err, ErrServerGone))

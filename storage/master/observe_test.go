@@ -1,6 +1,7 @@
 package master
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"reflect"
@@ -288,6 +289,36 @@ func TestFailingServerDue(t *testing.T) {
 		if got := f.due(t0.Add(c.at), unreachable, gone); got != c.want {
 			t.Errorf("%s: due %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// A server's failing time counts from when its first failed List was
+// sent, not from when the answers were in: a List that timed out was a
+// whole ListTimeout of silence already.
+func TestFailingCountsFromTheAsking(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	keys := map[string]coord.Entry{coord.ServerKey("a"): held("a"), coord.ServerKey("b"): held("b")}
+	m := newMemory()
+	lists := map[assign.ServerID]listAnswer{"a": {Served: served("t1")}, "b": {Served: served("t2")}}
+	if o := buildState(roundView{Keys: keys, Lists: lists, Asked: t0, Now: t0}, &m, 0); o.Skip != nil {
+		t.Fatal(o.Skip)
+	}
+	lists["b"] = listAnswer{Err: context.DeadlineExceeded}
+	asked := t0.Add(time.Second)
+	buildState(roundView{Keys: keys, Lists: lists, Asked: asked, Now: asked.Add(2 * time.Second)}, &m, 0)
+	f := m.unreachable["b"]
+	if f == nil || !f.since.Equal(asked) || f.count != 1 {
+		t.Fatalf("failing record of b: %+v, want one failure since %v", f, asked)
+	}
+	// A later failure keeps the first one's time; an answer clears it.
+	buildState(roundView{Keys: keys, Lists: lists, Asked: asked.Add(3 * time.Second), Now: asked.Add(3500 * time.Millisecond)}, &m, 0)
+	if f := m.unreachable["b"]; f == nil || !f.since.Equal(asked) || f.count != 2 {
+		t.Fatalf("after a second failure: %+v, want two since %v", f, asked)
+	}
+	lists["b"] = listAnswer{Served: served("t2")}
+	buildState(roundView{Keys: keys, Lists: lists, Asked: asked.Add(4 * time.Second), Now: asked.Add(4 * time.Second)}, &m, 0)
+	if f := m.unreachable["b"]; f != nil {
+		t.Fatalf("after an answer: still failing %+v", f)
 	}
 }
 
