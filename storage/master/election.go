@@ -184,8 +184,9 @@ type LoopOptions struct {
 	// EndSession, perhaps, whose wait it cannot know) waits that long
 	// before taking the key. Default: the master's own session TTL.
 	ServerTTL time.Duration
-	// LoadParallelism bounds the Load and Unload requests a round has
-	// outstanding at once. Default 8.
+	// LoadParallelism bounds the Load and Unload requests the master has
+	// outstanding at once, those a round stopped waiting for included.
+	// Default 8.
 	LoadParallelism int
 	// SortTimeout bounds one SortLog call. Default 5m.
 	SortTimeout time.Duration

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tabuladb/tabula/storage/coord"
@@ -55,6 +56,25 @@ type term struct {
 	background sync.WaitGroup
 	rescanned  chan string
 	rescanning map[string]bool
+	// callSlots bounds the loads and unloads under way in the term
+	// (LoadParallelism); callDone receives the outcomes of those a round
+	// stopped waiting for (send).
+	callSlots chan struct{}
+	callDone  chan callOutcome
+	// stalled counts, per server, the calls a round stopped waiting for
+	// whose outcome has not come: nothing more is sent to the server
+	// meanwhile (prepare), so that every round does not wait callWait for
+	// one more call it cannot answer.
+	stalled map[assign.ServerID]int
+}
+
+// callOutcome is how a load or unload call ended: err is errLost for one
+// not made because the term ended. stalled says the round that sent it
+// counted it in term.stalled.
+type callOutcome struct {
+	action  assign.Action
+	err     error
+	stalled bool
 }
 
 type sortOutcome struct {
@@ -103,6 +123,9 @@ func (c *Loop) lead(ctx context.Context, sess coord.Session, lock coord.Lock) er
 		lease:      lease,
 		rescanned:  make(chan string, 16),
 		rescanning: make(map[string]bool),
+		callSlots:  make(chan struct{}, c.opts.LoadParallelism),
+		callDone:   make(chan callOutcome),
+		stalled:    make(map[assign.ServerID]int),
 	}
 	if t.serverTTL <= 0 {
 		t.serverTTL = sess.TTL()
@@ -252,6 +275,16 @@ func (t *term) run(ctx context.Context) error {
 				// for as long as it was pending).
 				delete(t.rescanning, key)
 				continue wait
+			case o := <-t.callDone:
+				// A call a round stopped waiting for has ended: a load
+				// answered may allow the next step, a failure is resent
+				// after its back-off.
+				if o.stalled {
+					if t.stalled[o.action.Server]--; t.stalled[o.action.Server] <= 0 {
+						delete(t.stalled, o.action.Server)
+					}
+				}
+				t.noteOutcome(o)
 			case err := <-repairDone:
 				repairing = false
 				if !noteRepair(err) {
@@ -403,7 +436,8 @@ func (t *term) fenceUnreachable(ctx context.Context, answered int) {
 }
 
 // round gathers a State, plans, and carries the actions out: loads and
-// unloads in parallel (up to LoadParallelism at once), log sorts in the
+// unloads in parallel (up to LoadParallelism at once; those not done within
+// callWait finish beside the next rounds, send), log sorts in the
 // background. sent says whether it sent requests.
 func (t *term) round(ctx context.Context) (sent bool, err error) {
 	if err := t.detectDeaths(ctx); err != nil {
@@ -426,16 +460,22 @@ func (t *term) round(ctx context.Context) (sent bool, err error) {
 			calls = append(calls, c)
 		}
 	}
-	for i, err := range t.send(ctx, calls) {
-		a := calls[i].action
-		switch {
-		case err == nil && a.Kind == assign.Assign:
-			t.noteLoaded(a)
-		case err != nil && !errors.Is(err, errLost):
-			t.noteFailed(a)
-		}
+	for _, o := range t.send(ctx, calls) {
+		t.noteOutcome(o)
 	}
 	return len(calls) > 0, ctx.Err()
+}
+
+// noteOutcome records how a load or unload call ended. Called in the
+// loop's goroutine, between rounds: every List of the next round is
+// asked after it.
+func (t *term) noteOutcome(o callOutcome) {
+	switch {
+	case o.err == nil && o.action.Kind == assign.Assign:
+		t.noteLoaded(o.action)
+	case o.err != nil && !errors.Is(o.err, errLost):
+		t.noteFailed(o.action)
+	}
 }
 
 // noteFailed backs the resend of a (an Assign or Unassign whose call
@@ -492,32 +532,102 @@ func (t *term) noteLoaded(a assign.Action) {
 type call struct {
 	action assign.Action
 	run    func(context.Context) error
+	// answered, for a load or unload, is set once the server answered
+	// the call (what follows is METADATA's: a load's location write);
+	// nil for calls that ask no server (Record).
+	answered *atomic.Bool
 }
 
-// send runs calls, LoadParallelism at a time, logs their failures and
-// returns each call's error (errLost for a call not made because the term
-// ended). A failed call stays in flight (its outcome is unknown); the
-// planner resends it to the same server after its timeout (after a backoff,
-// noteFailed).
-func (t *term) send(ctx context.Context, calls []call) []error {
-	errs := make([]error, len(calls))
-	sem := make(chan struct{}, t.c.opts.LoadParallelism)
-	var wg sync.WaitGroup
+// send runs calls, LoadParallelism at a time in the whole term, logs
+// their failures and returns the outcomes of those that ended within
+// callWait. A round waits no longer: a call to a server that stalled
+// (paused, its disk hung) would hold it up for the whole RPCTimeout, and
+// with it the detection of that very server's failure (a campaign's
+// pause-server fault went 12 s without a round, an unload to the paused
+// server outstanding). The calls still running go on beside the rounds,
+// their outcomes delivered to the loop through t.callDone. Either way a
+// call's tablet stays in flight until its outcome or a report settles it,
+// so the planner places it nowhere else meanwhile. A failed call stays in
+// flight too (its outcome is unknown); the planner resends it to the same
+// server after its back-off (noteFailed) or its timeout.
+func (t *term) send(ctx context.Context, calls []call) []callOutcome {
+	if len(calls) == 0 {
+		return nil
+	}
+	type result struct {
+		i int
+		callOutcome
+	}
+	results := make(chan result, len(calls))
 	for i, c := range calls {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if t.lost() {
-				errs[i] = errLost
-				return
-			}
-			if errs[i] = c.run(ctx); errs[i] != nil {
-				t.c.opts.Logger.Warn("master: action", "action", c.action.String(), "err", errs[i])
-			}
+		t.background.Go(func() {
+			results <- result{i, callOutcome{action: c.action, err: t.runCall(ctx, c)}}
 		})
 	}
-	wg.Wait()
-	return errs
+	wait := time.NewTimer(callWait(t.c.opts.Tick))
+	defer wait.Stop()
+	var out []callOutcome
+	done := make([]bool, len(calls))
+	for len(out) < len(calls) {
+		select {
+		case r := <-results:
+			out = append(out, r.callOutcome)
+			done[r.i] = true
+		case <-wait.C:
+			rest := len(calls) - len(out)
+			stalled := make([]bool, len(calls))
+			for i, c := range calls {
+				if !done[i] && c.answered != nil && !c.answered.Load() {
+					// The server itself has not answered (a load waiting
+					// on METADATA's write has).
+					stalled[i] = true
+					t.stalled[c.action.Server]++
+				}
+			}
+			t.background.Go(func() {
+				for range rest {
+					var r result
+					select {
+					case r = <-results:
+					case <-ctx.Done():
+						return
+					}
+					r.stalled = stalled[r.i]
+					select {
+					case t.callDone <- r.callOutcome:
+					case <-ctx.Done():
+						return
+					}
+				}
+			})
+			return out
+		}
+	}
+	return out
+}
+
+// callWait is how long a round waits for its calls: a Tick, at least a
+// second — loads that recover a log take that long, and a round that
+// moves on sooner only runs again to find them in flight.
+func callWait(tick time.Duration) time.Duration { return max(tick, time.Second) }
+
+// runCall makes call c once a slot of the term's LoadParallelism is free,
+// unless the term ended meanwhile.
+func (t *term) runCall(ctx context.Context, c call) error {
+	select {
+	case t.callSlots <- struct{}{}:
+	case <-ctx.Done():
+		return errLost
+	}
+	defer func() { <-t.callSlots }()
+	if t.lost() || ctx.Err() != nil {
+		return errLost
+	}
+	err := c.run(ctx)
+	if err != nil {
+		t.c.opts.Logger.Warn("master: action", "action", c.action.String(), "err", err)
+	}
+	return err
 }
 
 // failingListTimeoutMin is the least time a failing server's List is
@@ -609,27 +719,33 @@ func (t *term) prepare(ctx context.Context, st assign.State, tablets map[assign.
 	switch a.Kind {
 	case assign.Assign:
 		tb, ok := tablets[a.Tablet]
-		if !ok || t.released[a.Server] {
+		if !ok || t.released[a.Server] || t.stalled[a.Server] > 0 {
 			// A resend to a server that may be dying waits: once the master
 			// holds its lock the load is void and the tablet goes elsewhere.
+			// So does a load to a server that has not answered an earlier
+			// call (stalled).
 			return call{}
 		}
 		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: a.Tablet, Server: a.Server}, sent: now, failures: t.failuresSoFar(a)}
 		rec := RecoverySource{From: string(a.RecoverFrom), Sorted: a.SortedLog}
-		return call{action: a, run: func(ctx context.Context) error { return t.load(ctx, tb, a.Server, rec) }}
+		answered := new(atomic.Bool)
+		return call{action: a, answered: answered, run: func(ctx context.Context) error { return t.load(ctx, tb, a.Server, rec, answered) }}
 	case assign.Unassign:
-		if t.released[a.Server] {
-			return call{} // it may be dying: nothing is sent to it
+		if t.released[a.Server] || t.stalled[a.Server] > 0 {
+			return call{} // it may be dying, or has not answered a call yet: nothing is sent to it
 		}
 		if a.Reason == "orphan" {
 			t.c.opts.Logger.Info("master: unloading a tablet METADATA has lacked since at least OrphanAfter (a deleted table's)",
 				"tablet", a.Tablet, "server", a.Server, "orphan_after", t.c.opts.OrphanAfter.String())
 		}
 		t.inflight[a.Tablet] = &request{InFlight: assign.InFlight{Kind: assign.UnloadRequest, Tablet: a.Tablet, Server: a.Server, To: a.To}, sent: now, failures: t.failuresSoFar(a)}
-		return call{action: a, run: func(ctx context.Context) error {
+		answered := new(atomic.Bool)
+		return call{action: a, answered: answered, run: func(ctx context.Context) error {
 			rctx, cancel := t.rpcCtx(ctx)
 			defer cancel()
-			if err := t.c.opts.Servers.Unload(rctx, string(a.Server), string(a.Tablet)); err != nil {
+			err := t.c.opts.Servers.Unload(rctx, string(a.Server), string(a.Tablet))
+			answered.Store(true)
+			if err != nil {
 				return fmt.Errorf("unload %s from %s: %w", a.Tablet, a.Server, err)
 			}
 			return nil
@@ -688,10 +804,11 @@ func (t *term) failuresSoFar(a assign.Action) int {
 
 // load asks server to load tb and, once it has, records the new location
 // in METADATA under a fresh epoch.
-func (t *term) load(ctx context.Context, tb assign.Tablet, server assign.ServerID, rec RecoverySource) error {
+func (t *term) load(ctx context.Context, tb assign.Tablet, server assign.ServerID, rec RecoverySource, answered *atomic.Bool) error {
 	rctx, cancel := t.rpcCtx(ctx)
 	err := t.c.opts.Servers.Load(rctx, string(server), tb, rec)
 	cancel()
+	answered.Store(true)
 	if err != nil {
 		// The outcome is unknown (the server may be loading): the record
 		// stays and the planner resends to the same server after a

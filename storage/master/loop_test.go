@@ -56,6 +56,10 @@ type fakeServers struct {
 	// records, per server, the time each List was given.
 	paused       map[string]bool
 	listTimeouts map[string][]time.Duration
+	// stalled servers' Loads and Unloads wait for their context's end
+	// (a disk that hangs); stalledCalls counts those waiting.
+	stalled      map[string]bool
+	stalledCalls int
 	// clock, when set, stamps loadAt: each tablet's Load calls by the
 	// fake clock's time.
 	clock  *coord.FakeClock
@@ -104,7 +108,27 @@ func (f *fakeServers) List(ctx context.Context, server string) ([]assign.Served,
 	return out, nil
 }
 
+// stall waits for ctx's end if server's calls are stalled, and reports
+// whether it did.
+func (f *fakeServers) stall(ctx context.Context, server string) bool {
+	f.mu.Lock()
+	if !f.stalled[server] {
+		f.mu.Unlock()
+		return false
+	}
+	f.stalledCalls++
+	f.mu.Unlock()
+	<-ctx.Done()
+	f.mu.Lock()
+	f.stalledCalls--
+	f.mu.Unlock()
+	return true
+}
+
 func (f *fakeServers) Load(ctx context.Context, server string, t assign.Tablet, rec RecoverySource) error {
+	if f.stall(ctx, server) {
+		return ctx.Err()
+	}
 	recoverFrom := rec.From
 	if f.loadDelay > 0 {
 		f.mu.Lock()
@@ -157,7 +181,10 @@ func (f *fakeServers) Load(ctx context.Context, server string, t assign.Tablet, 
 	return nil
 }
 
-func (f *fakeServers) Unload(_ context.Context, server, tabletID string) error {
+func (f *fakeServers) Unload(ctx context.Context, server, tabletID string) error {
+	if f.stall(ctx, server) {
+		return ctx.Err()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("unload %s %s", tabletID, server))
@@ -1033,6 +1060,72 @@ func TestLoopAsksPausedServerBriefly(t *testing.T) {
 	}
 	if took := time.Since(start); took > 2*listTimeout+2*time.Second {
 		t.Fatalf("ending the paused server's session took %v of real time: Lists of ListTimeout each", took)
+	}
+}
+
+// A round waits for its loads and unloads for callWait, no longer: a call
+// to a server that stalled goes on beside the next rounds, which keep
+// asking every server what it serves — and so detect failures — instead
+// of waiting the call's whole RPCTimeout. The stalled load is resent once
+// it failed, and no second load of its tablet goes out meanwhile.
+func TestLoopRoundsGoOnBesideAStalledCall(t *testing.T) {
+	const rpcTimeout = 20 * time.Second
+	c := newCluster(t, "s1", "s2", "s3")
+	c.startMaster("m1", func(o *LoopOptions) { o.RPCTimeout = rpcTimeout })
+	c.waitFor("all tablets served", 0, c.allServed)
+	c.servers.mu.Lock()
+	c.servers.stalled = map[string]bool{"s2": true}
+	c.servers.mu.Unlock()
+	// s1 dies: once its session expires its tablets are loaded on s2 and
+	// s3, and the loads to s2 hang.
+	n := c.servers.ncalls()
+	c.kill("s1")
+	stalled := func() bool {
+		c.servers.mu.Lock()
+		defer c.servers.mu.Unlock()
+		return c.servers.stalledCalls > 0
+	}
+	start := time.Now()
+	for !stalled() {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("no call to s2 after s1's death; calls %v", c.servers.callsSince(n))
+		}
+		c.clock.Advance(250 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+	}
+	c.servers.mu.Lock()
+	lists := c.servers.lists
+	c.servers.mu.Unlock()
+	// Rounds go on: a few Ticks of fake time see several of them, within
+	// the callWait of the round that sent the stalled call and a moment —
+	// no more calls go to s2 while it has not answered — not rpcTimeout.
+	start = time.Now()
+	for {
+		c.servers.mu.Lock()
+		more := c.servers.lists - lists
+		c.servers.mu.Unlock()
+		if more >= 3*3 { // three rounds, three servers asked each
+			break
+		}
+		if time.Since(start) > callWait(testTick)+2*time.Second {
+			t.Fatalf("%d Lists in %v while a call to s2 hangs: the rounds wait for it", more, time.Since(start))
+		}
+		c.clock.Advance(testTick)
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Only one load of each tablet is under way: nothing was planned over
+	// the stalled ones.
+	c.check()
+	loads := map[string]int{}
+	for _, call := range c.servers.callsSince(n) {
+		if f := strings.Fields(call); f[0] == "load" {
+			loads[f[1]]++
+		}
+	}
+	for id, k := range loads {
+		if k > 1 {
+			t.Fatalf("tablet %s loaded %d times while its first load hung; calls %v", id, k, c.servers.callsSince(n))
+		}
 	}
 }
 
