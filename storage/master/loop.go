@@ -672,6 +672,8 @@ func (t *term) observe(ctx context.Context) (assign.State, error) {
 		return assign.State{}, err
 	}
 	view.Tablets, view.Whole = tablets, whole
+	_, tells := t.c.opts.Metadata.(WholeReader)
+	view.Partial = tells && !whole
 	view.Now = t.c.opts.Clock.Now()
 	o := buildState(view, &t.memory, t.c.opts.OrphanAfter)
 	t.released = o.Released
@@ -881,6 +883,7 @@ func (t *term) startSort(ctx context.Context, st assign.State, dead assign.Serve
 		return
 	}
 	t.dead[dead] = assign.LogSorting
+	t.sortStarted[dead] = t.c.opts.Clock.Now()
 	t.c.opts.Logger.Info("master: sorting log", "server", dead, "sorters", len(sorters))
 	go func() {
 		sctx, cancel := context.WithTimeout(ctx, t.c.opts.SortTimeout)

@@ -25,6 +25,11 @@ type roundView struct {
 	// left unread (moving, at a dead server). Only then can a tablet a
 	// server reports and Tablets lacks be an orphan.
 	Whole bool
+	// Partial says Tablets is known to lack the rows of a METADATA tablet
+	// left unread (Whole unset by a reader that tells, WholeReader): a
+	// tablet Tablets lacks may exist, and a dead server's other tablets
+	// may still wait.
+	Partial bool
 	// Keys is the picture of servers/, by key; an Entry without a
 	// Session is a released key.
 	Keys map[string]coord.Entry
@@ -71,6 +76,9 @@ type memory struct {
 	// held holds, for each server in dead, how many tablets its last
 	// report listed when it was declared dead (assign.DeadServer.Held).
 	held map[assign.ServerID]int
+	// sortStarted holds, for each server in dead whose log sort was
+	// started, when (assign.DeadServer.SortingFor).
+	sortStarted map[assign.ServerID]time.Time
 	// inflight holds one request per tablet, kept as the assign package
 	// doc says.
 	inflight map[assign.TabletID]*request
@@ -95,6 +103,7 @@ func newMemory() memory {
 		reports:     make(map[assign.ServerID][]assign.Served),
 		dead:        make(map[assign.ServerID]assign.LogState),
 		held:        make(map[assign.ServerID]int),
+		sortStarted: make(map[assign.ServerID]time.Time),
 		inflight:    make(map[assign.TabletID]*request),
 		unreachable: make(map[assign.ServerID]*failing),
 		unknown:     make(map[assign.Orphan]*unknownSince),
@@ -265,10 +274,14 @@ func buildState(v roundView, m *memory, orphanAfter time.Duration) observation {
 			delete(m.reports, id)
 		}
 	}
-	m.settle(*st, answered)
+	m.settle(*st, answered, !v.Partial)
 	st.Orphans = m.orphans(*st, v, answered, orphanAfter)
 	for _, id := range slices.Sorted(maps.Keys(m.dead)) {
-		st.Dead = append(st.Dead, assign.DeadServer{ID: id, Log: m.dead[id], Held: m.held[id]})
+		d := assign.DeadServer{ID: id, Log: m.dead[id], Held: m.held[id]}
+		if started, ok := m.sortStarted[id]; ok && d.Log == assign.LogSorting {
+			d.SortingFor = v.Now.Sub(started)
+		}
+		st.Dead = append(st.Dead, d)
 	}
 	for _, id := range slices.Sorted(maps.Keys(m.inflight)) {
 		in := m.inflight[id].InFlight
@@ -336,10 +349,15 @@ func (m *memory) orphans(st assign.State, v roundView, answered map[assign.Serve
 
 // settle updates m from a fresh observation: loads the target reports are
 // confirmed, loads the target answered but no longer reports (answered:
-// the servers whose List answered this round, after every call of the
-// previous round returned) are over, records of tablets METADATA dropped
-// go, and dead servers with nothing left to recover are forgotten.
-func (m *memory) settle(st assign.State, answered map[assign.ServerID]bool) {
+// the servers whose List answered this round, asked after the load's
+// answer was noted) are over, and — only from METADATA read whole (whole),
+// since rows not read are not rows dropped — records of tablets METADATA
+// dropped go and dead servers with nothing left to recover are forgotten.
+// (A dead server that held the root and METADATA tablets was forgotten
+// as soon as the root was back, before the other METADATA tablets' rows
+// could be read: they, and its user tablets, were then recovered without
+// the log sort, each replaying the whole log.)
+func (m *memory) settle(st assign.State, answered map[assign.ServerID]bool, whole bool) {
 	byID := make(map[assign.TabletID]bool, len(st.Tablets))
 	for _, tb := range st.Tablets {
 		byID[tb.ID] = true
@@ -352,7 +370,9 @@ func (m *memory) settle(st assign.State, answered map[assign.ServerID]bool) {
 	}
 	for id, r := range m.inflight {
 		if !byID[id] {
-			delete(m.inflight, id)
+			if whole {
+				delete(m.inflight, id)
+			}
 			continue
 		}
 		if r.Kind != assign.LoadRequest {
@@ -368,12 +388,16 @@ func (m *memory) settle(st assign.State, answered map[assign.ServerID]bool) {
 		}
 	}
 	for id := range m.dead {
+		if !whole {
+			break
+		}
 		needed := slices.ContainsFunc(st.Tablets, func(tb assign.Tablet) bool {
 			return tb.LastServer == id && len(servedBy[tb.ID]) == 0
 		})
 		if !needed {
 			delete(m.dead, id)
 			delete(m.held, id)
+			delete(m.sortStarted, id)
 		}
 	}
 }

@@ -67,7 +67,9 @@ func TestBuildState(t *testing.T) {
 		keys  map[string]coord.Entry
 		lists map[assign.ServerID]listAnswer
 		mem   func(*memory)
-		want  want
+		// partial: METADATA was not read whole this round.
+		partial bool
+		want    want
 	}{{
 		name:  "every server answers",
 		keys:  map[string]coord.Entry{coord.ServerKey("a"): held("a:1"), coord.ServerKey("b"): held("b:1")},
@@ -156,6 +158,23 @@ func TestBuildState(t *testing.T) {
 			inflight: []assign.TabletID{"t2", "t3"},
 		},
 	}, {
+		// The same with METADATA read in part: the rows not read are not
+		// dropped, nor are the dead servers' other tablets recovered.
+		name:  "settling from METADATA read in part: dropped tablets' requests and dead servers kept",
+		keys:  map[string]coord.Entry{coord.ServerKey("a"): held("a:1"), coord.ServerKey("b"): held("b:1")},
+		lists: map[assign.ServerID]listAnswer{"a": {Served: served("t1", "t3")}, "b": {Served: served()}},
+		mem: func(m *memory) {
+			m.inflight["t1"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t1", Server: "a"}, sent: now}
+			m.inflight["t9"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t9", Server: "b"}, sent: now}
+			m.dead["dead1"] = assign.LogSorted
+		},
+		partial: true,
+		want: want{
+			live:     map[assign.ServerID][]assign.TabletID{"a": {"t1", "t3"}, "b": {}},
+			answered: 2, reports: []assign.ServerID{"a", "b"}, unreachable: map[assign.ServerID]int{},
+			inflight: []assign.TabletID{"t9"}, dead: []assign.ServerID{"dead1"},
+		},
+	}, {
 		name:  "a dead server is not live, and stays dead while a tablet of its waits",
 		keys:  map[string]coord.Entry{coord.ServerKey("a"): held("a:1"), coord.ServerKey("dead1"): held("d:1")},
 		lists: map[assign.ServerID]listAnswer{"a": {Served: served("t1", "t2")}},
@@ -171,7 +190,7 @@ func TestBuildState(t *testing.T) {
 			if tc.mem != nil {
 				tc.mem(&m)
 			}
-			v := roundView{Tablets: tablets, Keys: tc.keys, Lists: tc.lists, Now: now}
+			v := roundView{Tablets: tablets, Partial: tc.partial, Keys: tc.keys, Lists: tc.lists, Now: now}
 			// The servers a round asks are exactly those it has answers for.
 			asked := v.toList(m.dead)
 			if got := slices.Sorted(maps.Keys(tc.lists)); !slices.Equal(asked, got) {

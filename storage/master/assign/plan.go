@@ -500,6 +500,19 @@ func (p *planner) assign() {
 	for id, n := range shown {
 		waiting[id] = max(waiting[id], n)
 	}
+	// METADATA tablets to recover, per dead server: two or more are
+	// reason enough to sort its log (each would replay all of it, which
+	// the sort reads once), even when the master never heard how many
+	// tablets the server held (Held 0: a new master) and its user
+	// tablets' rows are unreadable with those METADATA tablets down.
+	metaWaiting := make(map[ServerID]int)
+	for _, t := range p.tablets {
+		if t.Kind == Meta && t.unplaced() && !t.merging {
+			if _, ok := p.dead[t.LastServer]; ok {
+				metaWaiting[t.LastServer]++
+			}
+		}
+	}
 	sortFirst := make(map[ServerID]bool)
 	deadIDs := make([]ServerID, 0, len(p.dead))
 	for id := range p.dead {
@@ -507,7 +520,7 @@ func (p *planner) assign() {
 	}
 	slices.Sort(deadIDs)
 	for _, id := range deadIDs {
-		if waiting[id] < p.cfg.SortLogMin {
+		if waiting[id] < p.cfg.SortLogMin && metaWaiting[id] < 2 {
 			continue
 		}
 		switch p.dead[id].Log {
@@ -528,6 +541,12 @@ func (p *planner) assign() {
 			metaServed = false
 		}
 	}
+	// Two METADATA tablets or more of one dead server wait for its log's
+	// sort, for a while: each would replay the whole unsorted log, which
+	// the sort reads once.
+	metaWaitsForSort := func(dead ServerID) bool {
+		return sortFirst[dead] && metaWaiting[dead] >= 2 && p.dead[dead].SortingFor < p.cfg.MetaSortWait
+	}
 	occ := p.occupied()
 	for _, t := range p.tablets {
 		if !t.unplaced() || t.merging || t.shadowed || t.acted || len(p.active) == 0 {
@@ -540,7 +559,7 @@ func (p *planner) assign() {
 			p.rescan(t.span(), "split")
 			continue
 		}
-		if sortFirst[t.LastServer] && t.Kind == User {
+		if sortFirst[t.LastServer] && t.Kind == User || t.Kind == Meta && metaWaitsForSort(t.LastServer) {
 			continue
 		}
 		from, sorted := p.recovery(t)

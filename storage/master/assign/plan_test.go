@@ -251,6 +251,49 @@ func TestDeadServerLogSortNotBehindMetadata(t *testing.T) {
 	}
 }
 
+// Two METADATA tablets or more of a dead server have its log sorted, and
+// wait for the sort (each would replay the whole unsorted log, which the
+// sort reads once), but not longer than MetaSortWait; one alone does not
+// wait (TestDeadServerLogSortNotBehindMetadata).
+func TestDeadServerMetadataWaitsForTheSort(t *testing.T) {
+	st := State{Live: servers("s1", "s2"), Tablets: metaTablets(3)}
+	place(&st, "root")
+	for i := range st.Tablets {
+		if st.Tablets[i].Kind == Meta {
+			st.Tablets[i].LastServer = "dead1"
+		}
+	}
+	cfg := Config{NoMerge: true, SortLogMin: 5, MetaSortWait: 5 * time.Second}
+	for _, tc := range []struct {
+		name       string
+		dead       DeadServer
+		wantSort   bool
+		wantAssign int
+		sorted     bool
+	}{
+		{"sort not started", DeadServer{ID: "dead1", Held: 10}, true, 0, false},
+		{"sorting for 2s", DeadServer{ID: "dead1", Held: 10, Log: LogSorting, SortingFor: 2 * time.Second}, false, 0, false},
+		{"sorting past MetaSortWait", DeadServer{ID: "dead1", Held: 10, Log: LogSorting, SortingFor: 5 * time.Second}, false, 3, false},
+		{"sorted", DeadServer{ID: "dead1", Held: 10, Log: LogSorted}, false, 3, true},
+		{"sort failed", DeadServer{ID: "dead1", Held: 10, Log: LogSortFailed}, false, 3, false},
+		// Held unknown (a new master): the METADATA tablets alone ask
+		// for the sort.
+		{"held unknown", DeadServer{ID: "dead1"}, true, 0, false},
+	} {
+		st.Dead = []DeadServer{tc.dead}
+		acts := Plan(st, cfg)
+		k := kinds(acts)
+		if (k[SortLog] == 1) != tc.wantSort || k[Assign] != tc.wantAssign || len(acts) != k[SortLog]+k[Assign] {
+			t.Errorf("%s: got %s", tc.name, describe(acts))
+		}
+		for _, a := range only(acts, Assign) {
+			if a.SortedLog != tc.sorted || a.RecoverFrom != "dead1" {
+				t.Errorf("%s: %s", tc.name, a)
+			}
+		}
+	}
+}
+
 func TestInFlight(t *testing.T) {
 	cfg := Config{NoMerge: true, LoadTimeout: 10 * time.Second}
 	mk := func() State {

@@ -100,6 +100,9 @@ type DeadServer struct {
 	// among them, its user tablets' rows may be unreadable until those
 	// are served again, yet the log sort they will need can start at once.
 	Held int
+	// SortingFor is how long the sort of its log has been under way (Log
+	// LogSorting).
+	SortingFor time.Duration
 }
 
 // RequestKind tells in-flight requests apart.
@@ -209,6 +212,14 @@ type Config struct {
 	// SortLogMin is how many tablets of one dead server must be recovered
 	// for its log to be sorted first. Default 8.
 	SortLogMin int
+	// MetaSortWait is how long the METADATA tablets of a dead server whose
+	// log is being sorted wait for the sort when at least two of them need
+	// recovering: each would otherwise replay the whole unsorted log (a
+	// campaign's dead server had 2,126 log objects: four METADATA tablets
+	// read them all, on three servers at once, beside the sort, and came
+	// back 7 s after the root). A sort that takes longer than this is not
+	// waited for. Default 10s.
+	MetaSortWait time.Duration
 	// SplitSize is the size past which servers split tablets; merged
 	// tablets stay below it. Default 256 MiB.
 	SplitSize int64
@@ -233,6 +244,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SortLogMin <= 0 {
 		c.SortLogMin = 8
+	}
+	if c.MetaSortWait <= 0 {
+		c.MetaSortWait = 10 * time.Second
 	}
 	if c.SplitSize <= 0 {
 		c.SplitSize = 256 << 20
