@@ -197,16 +197,7 @@ func TestDeadServerLogSortedOnce(t *testing.T) {
 	} {
 		st := base
 		st.Dead = []DeadServer{{ID: "dead1", Log: tc.log}}
-		acts := Plan(st, cfg)
-		k := kinds(acts)
-		if (k[SortLog] == 1) != tc.wantSort || k[Assign] != tc.wantAssigns || len(acts) != k[SortLog]+k[Assign] {
-			t.Errorf("log %d: got %s", tc.log, describe(acts))
-		}
-		for _, a := range only(acts, Assign) {
-			if a.SortedLog != tc.sorted || a.RecoverFrom != "dead1" {
-				t.Errorf("log %d: %s", tc.log, a)
-			}
-		}
+		checkRecoveryPlan(t, fmt.Sprintf("log %d", tc.log), Plan(st, cfg), tc.wantSort, tc.wantAssigns, tc.sorted)
 	}
 	// Fewer tablets than SortLogMin: no sort, straight recovery.
 	st := base
@@ -281,15 +272,21 @@ func TestDeadServerMetadataWaitsForTheSort(t *testing.T) {
 		{"held unknown", DeadServer{ID: "dead1"}, true, 0, false},
 	} {
 		st.Dead = []DeadServer{tc.dead}
-		acts := Plan(st, cfg)
-		k := kinds(acts)
-		if (k[SortLog] == 1) != tc.wantSort || k[Assign] != tc.wantAssign || len(acts) != k[SortLog]+k[Assign] {
-			t.Errorf("%s: got %s", tc.name, describe(acts))
-		}
-		for _, a := range only(acts, Assign) {
-			if a.SortedLog != tc.sorted || a.RecoverFrom != "dead1" {
-				t.Errorf("%s: %s", tc.name, a)
-			}
+		checkRecoveryPlan(t, tc.name, Plan(st, cfg), tc.wantSort, tc.wantAssign, tc.sorted)
+	}
+}
+
+// checkRecoveryPlan checks that acts are a SortLog of dead1 (if wantSort)
+// and wantAssign loads recovering from dead1's log, sorted or not.
+func checkRecoveryPlan(t *testing.T, what string, acts []Action, wantSort bool, wantAssign int, sorted bool) {
+	t.Helper()
+	k := kinds(acts)
+	if (k[SortLog] == 1) != wantSort || k[Assign] != wantAssign || len(acts) != k[SortLog]+k[Assign] {
+		t.Errorf("%s: got %s", what, describe(acts))
+	}
+	for _, a := range only(acts, Assign) {
+		if a.SortedLog != sorted || a.RecoverFrom != "dead1" {
+			t.Errorf("%s: %s", what, a)
 		}
 	}
 }
