@@ -1066,8 +1066,8 @@ func TestLoopAsksPausedServerBriefly(t *testing.T) {
 // A round waits for its loads and unloads for callWait, no longer: a call
 // to a server that stalled goes on beside the next rounds, which keep
 // asking every server what it serves — and so detect failures — instead
-// of waiting the call's whole RPCTimeout. The stalled load is resent once
-// it failed, and no second load of its tablet goes out meanwhile.
+// of waiting the call's whole RPCTimeout; no second load of a tablet goes
+// out while its first hangs.
 func TestLoopRoundsGoOnBesideAStalledCall(t *testing.T) {
 	const rpcTimeout = 20 * time.Second
 	c := newCluster(t, "s1", "s2", "s3")
