@@ -53,10 +53,11 @@ func newConns(tlsClient *tls.Config, opts ...grpc.DialOption) *conns {
 		watching: make(map[*grpc.ClientConn]bool), watchCtx: ctx, stopWatches: cancel}
 }
 
-// notifyBreaks has fn called whenever a connection get dialed, made or
-// makes, loses its ready transport: the peer's process died or closed the
-// connection. A master pokes its loop so, and a killed tablet server is
-// Listed at once rather than at the next round's time. fn must not block.
+// notifyBreaks has fn called whenever one of the connections get dialed
+// (before or after this call) loses its ready transport: the peer's
+// process died or closed the connection. A master pokes its loop so, and
+// a killed tablet server is Listed at once rather than at the next
+// round's time. fn must not block.
 func (c *conns) notifyBreaks(fn func()) {
 	c.onBreak.Store(&fn)
 	c.mu.Lock()
