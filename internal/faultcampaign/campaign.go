@@ -287,6 +287,7 @@ func analyze(res *Result) {
 		for _, evs := range rows {
 			g := longestGap(evs, f.Start, f.End)
 			f.Unavailable = max(f.Unavailable, g)
+			f.Waited = max(f.Waited, longestWait(evs, f.Start, f.End))
 			if g > 2*time.Second {
 				f.RowsStalled++
 			}
@@ -351,6 +352,44 @@ func longestGap(evs []Event, from, to time.Duration) time.Duration {
 		last = t
 	}
 	return max(gap, to-last)
+}
+
+// longestWait is the longest a caller of evs waited for the row within
+// [from, to): for each operation called in the window, its latency if it
+// succeeded; if not, the time from its call to the earliest return of a
+// success called at or after it (as if its caller had kept retrying), or
+// to `to` if none returned by then. Unlike
+// longestGap it does not count time in which nobody asked for the row —
+// with a few workers each stuck up to its deadline on rows that are down,
+// a row can go untried for seconds — so it is the unavailability a client
+// that kept retrying would have seen.
+func longestWait(evs []Event, from, to time.Duration) time.Duration {
+	var oks []Event
+	for _, e := range evs {
+		if e.OK() && e.Worker != "final" {
+			oks = append(oks, e)
+		}
+	}
+	sort.Slice(oks, func(i, j int) bool { return oks[i].Call < oks[j].Call })
+	// firstReturn[i]: the earliest return among oks[i:].
+	firstReturn := make([]time.Duration, len(oks)+1)
+	firstReturn[len(oks)] = to
+	for i := len(oks) - 1; i >= 0; i-- {
+		firstReturn[i] = min(oks[i].Return, firstReturn[i+1])
+	}
+	var wait time.Duration
+	for _, e := range evs {
+		if e.Worker == "final" || e.Call < from || e.Call >= to {
+			continue
+		}
+		if e.OK() {
+			wait = max(wait, min(e.Return, to)-e.Call)
+			continue
+		}
+		i := sort.Search(len(oks), func(i int) bool { return oks[i].Call >= e.Call })
+		wait = max(wait, min(firstReturn[i], to)-e.Call)
+	}
+	return wait
 }
 
 // Keep writes the history into the run's directory (for diagnosis of a

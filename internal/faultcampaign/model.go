@@ -6,8 +6,10 @@
 // over several tablets, while a nemesis kills, pauses and disturbs the
 // cluster. Each row's history is checked for linearizability with
 // porcupine against RowModel; the run reports operations, faults,
-// anomalies, acknowledged writes lost and the longest unavailability per
-// fault kind, as text and as an HTML page.
+// anomalies, acknowledged writes lost, and per fault kind the longest
+// unavailability (the longest time a hot row had no success) and the
+// longest wait (the longest a caller, retrying, waited for one), as text
+// and as an HTML page.
 //
 // The campaign itself runs in the package's integration test
 // (TestCampaign; TABULA_LONG=1 for the long one).

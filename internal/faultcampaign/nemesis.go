@@ -64,6 +64,11 @@ type Fault struct {
 	// Unavailable is the longest time, within [Start, End), that some hot
 	// row had no successful operation.
 	Unavailable time.Duration
+	// Waited is the longest a caller of a hot row, called within [Start,
+	// End), waited for a success of that row (longestWait): the
+	// unavailability a retrying client saw, without the stretches in
+	// which no worker asked for the row.
+	Waited time.Duration
 	// RowsStalled counts the hot rows that went more than 2 s without a
 	// successful operation within [Start, End): the fault's reach (a
 	// server's tablets, or every row when METADATA or the gateway stalls).

@@ -16,8 +16,10 @@ type KindSummary struct {
 	Count           int
 	Errors          int
 	WorstUnavail    time.Duration
-	Skipped         string // why the kind was not applied
+	WorstWait       time.Duration // the longest Fault.Waited
+	Skipped         string        // why the kind was not applied
 	WorstUnavailSec string
+	WorstWaitSec    string
 }
 
 // Summary is a run's figures.
@@ -78,15 +80,18 @@ func (r *Result) Summarize() Summary {
 				ks.Errors++
 			}
 			ks.WorstUnavail = max(ks.WorstUnavail, f.Unavailable)
+			ks.WorstWait = max(ks.WorstWait, f.Waited)
 		}
 		ks.WorstUnavailSec = fmt.Sprintf("%.1f s", ks.WorstUnavail.Seconds())
+		ks.WorstWaitSec = fmt.Sprintf("%.1f s", ks.WorstWait.Seconds())
 		s.Kinds = append(s.Kinds, ks)
 	}
 	return s
 }
 
 // WriteText prints the run's figures: operations, faults, anomalies, lost
-// acknowledged writes and the longest unavailability per fault kind.
+// acknowledged writes, and per fault kind the longest unavailability
+// (Fault.Unavailable) and the longest wait of a caller (Fault.Waited).
 func (r *Result) WriteText(w io.Writer) {
 	s := r.Summarize()
 	fmt.Fprintf(w, "campaign: %.0f s, %d operations (%d ok, %d failed, %d unknown outcome)", r.Duration.Seconds(), s.Ops, s.OK, s.Failed, s.Unknown)
@@ -97,13 +102,13 @@ func (r *Result) WriteText(w io.Writer) {
 	sort.Strings(ops)
 	fmt.Fprintf(w, " [%s]; latency p50 %v p99 %v max %v\n", strings.Join(ops, ", "), s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond), s.Max.Round(time.Millisecond))
 	fmt.Fprintf(w, "faults: %d; anomalies: %d; acknowledged writes lost: %d\n", s.Faults, s.Anomalies, s.LostWrites)
-	fmt.Fprintf(w, "%-16s %6s %7s %s\n", "kind", "faults", "errors", "longest unavailability")
+	fmt.Fprintf(w, "%-16s %6s %7s %-23s %s\n", "kind", "faults", "errors", "longest unavailability", "longest wait")
 	for _, k := range s.Kinds {
 		if k.Skipped != "" && k.Count == 0 {
 			fmt.Fprintf(w, "%-16s skipped: %s\n", k.Kind, k.Skipped)
 			continue
 		}
-		fmt.Fprintf(w, "%-16s %6d %7d %.1f s\n", k.Kind, k.Count, k.Errors, k.WorstUnavail.Seconds())
+		fmt.Fprintf(w, "%-16s %6d %7d %-23s %s\n", k.Kind, k.Count, k.Errors, k.WorstUnavailSec, k.WorstWaitSec)
 	}
 	for _, f := range r.Finals {
 		fmt.Fprintf(w, "row %s: counter %d (acknowledged increments %d, unknown %d), %d appends in the final value\n",
@@ -137,7 +142,7 @@ type reportPage struct {
 
 type faultRow struct {
 	Fault
-	StartSec, HealedSec, UnavailSec string
+	StartSec, HealedSec, UnavailSec, WaitedSec string
 }
 
 type band struct {
@@ -182,9 +187,10 @@ func (r *Result) WriteHTML(w io.Writer) error {
 	}
 	for _, f := range r.Faults {
 		p.Faults = append(p.Faults, faultRow{Fault: f, StartSec: fmt.Sprintf("%.1f", f.Start.Seconds()),
-			HealedSec: fmt.Sprintf("%.1f", f.Healed.Seconds()), UnavailSec: fmt.Sprintf("%.1f", f.Unavailable.Seconds())})
+			HealedSec: fmt.Sprintf("%.1f", f.Healed.Seconds()), UnavailSec: fmt.Sprintf("%.1f", f.Unavailable.Seconds()),
+			WaitedSec: fmt.Sprintf("%.1f", f.Waited.Seconds())})
 		p.Bands = append(p.Bands, band{X: x(f.Start), W: math.Max(2, x(f.Healed)-x(f.Start)), Kind: f.Kind,
-			Label: fmt.Sprintf("%s %s %.1f–%.1f s, unavailable %.1f s", f.Kind, f.Target, f.Start.Seconds(), f.Healed.Seconds(), f.Unavailable.Seconds()),
+			Label: fmt.Sprintf("%s %s %.1f–%.1f s, unavailable %.1f s, longest wait %.1f s", f.Kind, f.Target, f.Start.Seconds(), f.Healed.Seconds(), f.Unavailable.Seconds(), f.Waited.Seconds()),
 			Color: kindColors[f.Kind]})
 	}
 	step := dotStep(len(r.Events))
@@ -275,12 +281,12 @@ svg text{font-size:11px}
 {{end}}{{range .LatAxis}}<text x="2" y="{{.Pos}}">{{.Label}}</text>
 {{end}}</svg>
 <h2>Unavailability per fault kind</h2>
-<table id="kinds"><tr><th>kind</th><th>faults</th><th>errors</th><th>longest unavailability</th><th>note</th></tr>
-{{range .Summary.Kinds}}<tr class="kind" data-kind="{{.Kind}}"><td>{{.Kind}}</td><td>{{.Count}}</td><td>{{.Errors}}</td><td>{{.WorstUnavailSec}}</td><td>{{if .Skipped}}skipped: {{.Skipped}}{{end}}</td></tr>
+<table id="kinds"><tr><th>kind</th><th>faults</th><th>errors</th><th>longest unavailability</th><th>longest wait</th><th>note</th></tr>
+{{range .Summary.Kinds}}<tr class="kind" data-kind="{{.Kind}}"><td>{{.Kind}}</td><td>{{.Count}}</td><td>{{.Errors}}</td><td>{{.WorstUnavailSec}}</td><td>{{.WorstWaitSec}}</td><td>{{if .Skipped}}skipped: {{.Skipped}}{{end}}</td></tr>
 {{end}}</table>
 <h2>Faults</h2>
-<table id="faultlist"><tr><th>kind</th><th>target</th><th>injected</th><th>healed</th><th>unavailable</th><th>rows stalled &gt; 2 s</th><th>note</th><th>error</th></tr>
-{{range .Faults}}<tr class="faultrow"><td>{{.Kind}}</td><td>{{.Target}}</td><td>{{.StartSec}} s</td><td>{{.HealedSec}} s</td><td>{{.UnavailSec}} s</td><td>{{.RowsStalled}}</td><td>{{.Note}}</td><td>{{.Err}}</td></tr>
+<table id="faultlist"><tr><th>kind</th><th>target</th><th>injected</th><th>healed</th><th>unavailable</th><th>longest wait</th><th>rows stalled &gt; 2 s</th><th>note</th><th>error</th></tr>
+{{range .Faults}}<tr class="faultrow"><td>{{.Kind}}</td><td>{{.Target}}</td><td>{{.StartSec}} s</td><td>{{.HealedSec}} s</td><td>{{.UnavailSec}} s</td><td>{{.WaitedSec}} s</td><td>{{.RowsStalled}}</td><td>{{.Note}}</td><td>{{.Err}}</td></tr>
 {{end}}</table>
 <h2>Anomalies</h2>
 <ul id="anomalylist">{{range .Anomalies}}<li class="anomaly">{{.}}</li>{{else}}<li>none</li>{{end}}</ul>

@@ -18,7 +18,7 @@ func sampleResult() *Result {
 			{Client: 3, Worker: "official-2", Row: "a1", In: Input{Kind: OpRead}, Failed: true, Call: 5 * s, Return: 6 * s, Err: "unavailable"},
 		},
 		Faults: []Fault{
-			{Kind: KillServer, Target: "tabletserver-1", Start: 10 * s, Healed: 12 * s, End: 30 * s, Unavailable: 7 * s},
+			{Kind: KillServer, Target: "tabletserver-1", Start: 10 * s, Healed: 12 * s, End: 30 * s, Unavailable: 7 * s, Waited: 4 * s},
 			{Kind: PauseMinIO, Target: "minio", Start: 30 * s, Healed: 35 * s, End: 60 * s, Unavailable: 5 * s, Err: "boom"},
 		},
 		Anomalies: []string{"row a1: <b>bad</b>"},
@@ -33,7 +33,7 @@ func TestSummarize(t *testing.T) {
 	for _, k := range s.Kinds {
 		switch k.Kind {
 		case KillServer:
-			if k.Count != 1 || k.WorstUnavail != 7*time.Second {
+			if k.Count != 1 || k.WorstUnavail != 7*time.Second || k.WorstWait != 4*time.Second || k.WorstWaitSec != "4.0 s" {
 				t.Errorf("kill-server: %+v", k)
 			}
 		case PauseMinIO:
@@ -58,7 +58,7 @@ func TestWriteHTML(t *testing.T) {
 	}
 	page := b.String()
 	for _, want := range []string{`<td id="ops">4</td>`, `<td id="faults">2</td>`, `<td id="anomalies">1</td>`, "FAILED",
-		"&lt;b&gt;bad&lt;/b&gt;", `data-kind="kill-server"`, `data-kind="merge"`} {
+		"&lt;b&gt;bad&lt;/b&gt;", `data-kind="kill-server"`, `data-kind="merge"`, "<td>7.0 s</td><td>4.0 s</td>"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %s", want)
 		}
@@ -110,5 +110,49 @@ func TestLongestGap(t *testing.T) {
 	}
 	if g := longestGap(evs, 0, 20*s); g != 10*s {
 		t.Errorf("gap %v, want 10s (the window's end after the last success)", g)
+	}
+}
+
+func TestLongestWait(t *testing.T) {
+	s := time.Second
+	ms := time.Millisecond
+	evs := []Event{
+		{Call: 900 * ms, Return: 1 * s},
+		// The row goes down at 2 s: the first caller after it fails at
+		// its deadline, the next one is retried by the client until the
+		// row is back and succeeds at 9 s.
+		{Call: 2 * s, Return: 6 * s, Failed: true},
+		{Call: 6500 * ms, Return: 9 * s},
+		// Nobody asks between 9 s and 15 s: longestGap counts it, a
+		// caller did not wait.
+		{Call: 15 * s, Return: 15100 * ms},
+		// An unknown outcome at 16 s; a later caller succeeds at 18 s.
+		{Call: 16 * s, Return: -1, Out: Output{Unknown: true}},
+		{Call: 17500 * ms, Return: 18 * s},
+		// The final read is not a caller.
+		{Call: 25 * s, Return: 25 * s, Worker: "final"},
+	}
+	if w := longestWait(evs, 1500*ms, 15*s); w != 7*s {
+		t.Errorf("wait %v, want 7s (called at 2 s, the next success called after it returned at 9 s)", w)
+	}
+	if w, g := longestWait(evs, 8*s, 15*s), longestGap(evs, 8*s, 15*s); w != 0 || g != 6*s {
+		t.Errorf("wait %v and gap %v, want 0 (no caller called in the window) and 6s (9 s to the window's end)", w, g)
+	}
+	if w := longestWait(evs, 10*s, 20*s); w != 2*s {
+		t.Errorf("wait %v, want 2s (called at 16 s, answered at 18 s)", w)
+	}
+	// A caller no success follows before the window's end waits to it.
+	if w := longestWait(evs[:2], 1500*ms, 12*s); w != 10*s {
+		t.Errorf("wait %v, want 10s (called at 2 s, nothing by 12 s)", w)
+	}
+	// A success called before a caller does not answer it, even if it
+	// returns after the caller's call: the caller's request did not get
+	// through.
+	slow := []Event{{Call: 0, Return: 5 * s}, {Call: 1 * s, Return: 2 * s, Failed: true}, {Call: 3 * s, Return: 4 * s}}
+	if w := longestWait(slow, 0, 10*s); w != 5*s {
+		t.Errorf("wait %v, want 5s (the slow success's own latency)", w)
+	}
+	if w := longestWait(nil, 0, 10*s); w != 0 {
+		t.Errorf("wait %v with no callers, want 0", w)
 	}
 }
