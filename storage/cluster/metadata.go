@@ -69,6 +69,15 @@ func readRoot(ctx context.Context, kv coord.KV) (meta.Location, uint64, error) {
 // metadataScanTimeout bounds one read of a METADATA tablet's rows.
 const metadataScanTimeout = 3 * time.Second
 
+// metadataRoundReadTimeout bounds a round's read of a METADATA tablet
+// (readTablet) at a server whose reads have not been failing. It is no
+// longer than the master's List timeout (master.LoopOptions.ListTimeout,
+// 2 s): the round's Lists and its METADATA reads go out together, and a
+// paused server holding METADATA tablets held up the round that first
+// found it silent by the read's 3 s, not the List's 2 (its death was
+// declared a second later).
+const metadataRoundReadTimeout = 2 * time.Second
+
 // metadataSuspectTimeout bounds one read of a METADATA tablet at a server
 // where the last one failed (metadataStore.suspects): long enough for a
 // live server's answer, short enough not to hold up the round.
@@ -83,7 +92,7 @@ const metadataProbeAfter = 200 * time.Millisecond
 var errMetadataServerGone = errors.New("cluster: nothing listens at the METADATA tablet's server")
 
 // metadataSuspectFull: every metadataSuspectFull-th read at a suspect
-// server has the full metadataScanTimeout.
+// server has the full metadataRoundReadTimeout.
 const metadataSuspectFull = 4
 
 // metadataScanParallelism bounds the servers whose METADATA tablets the
@@ -116,7 +125,7 @@ type metadataStore struct {
 	// one, in case a live server is only slow) until one succeeds, so
 	// that a dead server holding METADATA tablets does not slow every
 	// round — and with them the detection of its death — by
-	// metadataScanTimeout.
+	// metadataRoundReadTimeout.
 	suspects map[string]int
 }
 
@@ -325,13 +334,13 @@ func (m *metadataStore) scanEntries(ctx context.Context, start, end []byte) ([]m
 }
 
 // readTablet reads the METADATA rows in [start, end) of a tablet served
-// by server, within metadataScanTimeout, or metadataSuspectTimeout while
-// reads at server keep failing (metadataStore.suspects).
+// by server, within metadataRoundReadTimeout, or metadataSuspectTimeout
+// while reads at server keep failing (metadataStore.suspects).
 func (m *metadataStore) readTablet(ctx context.Context, server string, start, end []byte) ([]meta.MetadataEntry, error) {
 	m.mu.Lock()
 	failures := m.suspects[server]
 	m.mu.Unlock()
-	timeout := metadataScanTimeout
+	timeout := metadataRoundReadTimeout
 	if failures%metadataSuspectFull != 0 {
 		timeout = metadataSuspectTimeout
 	}

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"reflect"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/tabuladb/tabula/storage/cell"
 	"github.com/tabuladb/tabula/storage/master/assign"
@@ -184,14 +187,8 @@ func TestMetadataTabletSplit(t *testing.T) {
 	}
 }
 
-// TestMetadataReadSkipsDeadServer: METADATA tablets whose server does not
-// answer are listed (for the planner to recover) without their rows, the
-// others' rows are read; a server whose read failed is a suspect — read
-// once per round, with the short timeout — until a read there succeeds.
-func TestMetadataReadSkipsDeadServer(t *testing.T) {
-	ctx := context.Background()
-	f := newMetadataFixture(t)
-	f.md.states = f.states
+// putUserRows writes the METADATA rows of 20 tablets of table i/t.
+func putUserRows(t *testing.T, f *metadataFixture) {
 	table := meta.TableID{Instance: "i", Table: "t"}
 	for i := range 20 {
 		st := tabletdesc.State{ID: fmt.Sprintf("u%02d", i), Start: fmt.Appendf(nil, "r%02d", i), End: fmt.Appendf(nil, "r%02d", i+1)}
@@ -203,22 +200,96 @@ func TestMetadataReadSkipsDeadServer(t *testing.T) {
 		}
 		f.putRow(t, table, st, "10.0.0.9:1/x", 5)
 	}
-	// Three METADATA tablets: the right two then "move" to a dead server.
+}
+
+// moveMetadataTablets splits METADATA into three tablets and "moves" the
+// right two to server: their rows name it, and they are unloaded here.
+func moveMetadataTablets(t *testing.T, f *metadataFixture, server string) (children, grand []tabletserver.TabletInfo) {
+	ctx := context.Background()
 	children, err := f.server.host.SplitTabletAt(ctx, meta.MetadataTable, meta.MetaTabletID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	grand, err := f.server.host.SplitTabletAt(ctx, meta.MetadataTable, children[1].ID, nil)
+	grand, err = f.server.host.SplitTabletAt(ctx, meta.MetadataTable, children[1].ID, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const dead = "127.0.0.1:1/dead"
 	for _, c := range grand {
-		f.putRow(t, meta.MetadataTable, tabletdesc.State{ID: c.ID, Start: c.Start, End: c.End, Parent: children[1].ID}, dead, 9)
+		f.putRow(t, meta.MetadataTable, tabletdesc.State{ID: c.ID, Start: c.Start, End: c.End, Parent: children[1].ID}, server, 9)
 		if err := f.server.host.UnloadTablet(ctx, c.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return children, grand
+}
+
+// TestMetadataReadOfSilentServer: a round's read of METADATA tablets at a
+// server that accepts connections and never answers (a paused process)
+// gives up at metadataRoundReadTimeout — the master's List timeout — not
+// at metadataScanTimeout, and the next one, the server now a suspect, at
+// metadataSuspectTimeout.
+func TestMetadataReadOfSilentServer(t *testing.T) {
+	ctx := context.Background()
+	f := newMetadataFixture(t)
+	f.md.states = f.states
+	putUserRows(t, f)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accepted, never read or answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	silent := ln.Addr().String() + "/silent"
+	moveMetadataTablets(t, f, silent)
+	for i, limit := range []time.Duration{metadataScanTimeout, metadataRoundReadTimeout} {
+		began := time.Now()
+		ts, complete, err := f.md.read(ctx)
+		took := time.Since(began)
+		if err != nil || complete {
+			t.Fatalf("read %d with two METADATA tablets at a silent server: complete %v, %v", i+1, complete, err)
+		}
+		if got, want := len(metaTablets(ts)), 3; got != want {
+			t.Fatalf("read %d: %d METADATA tablets listed, want %d", i+1, got, want)
+		}
+		if took >= limit {
+			t.Fatalf("read %d took %v at a silent server: want under %v", i+1, took, limit)
+		}
+		if got := f.md.suspects[silent]; got != i+1 {
+			t.Fatalf("failures at the silent server after read %d: %d", i+1, got)
+		}
+	}
+}
+
+// TestMetadataReadSkipsDeadServer: METADATA tablets whose server does not
+// answer are listed (for the planner to recover) without their rows, the
+// others' rows are read; a server whose read failed is a suspect — read
+// once per round, with the short timeout — until a read there succeeds.
+func TestMetadataReadSkipsDeadServer(t *testing.T) {
+	ctx := context.Background()
+	f := newMetadataFixture(t)
+	f.md.states = f.states
+	putUserRows(t, f)
+	const dead = "127.0.0.1:1/dead"
+	children, grand := moveMetadataTablets(t, f, dead)
 	ts, complete, err := f.md.read(ctx)
 	if err != nil || complete {
 		t.Fatalf("read with two METADATA tablets at a dead server: complete %v, %v", complete, err)
