@@ -171,6 +171,7 @@ func newTabletServerCommand() *cobra.Command {
 	var majorInterval, idleMergeAfter time.Duration
 	var serverLease, fileCommitWindow time.Duration
 	var classicOnly bool
+	var lockDir string
 	var tw tabletServerWorker
 	cmd := &cobra.Command{
 		Use:   "tabletserver",
@@ -198,7 +199,7 @@ back.`,
 				MemtableBytes: memtableBytes, MemtableBudget: memtableBudget, SplitBytes: splitBytes, CompactionRate: compactionRate, MetadataSplitBytes: metadataSplitBytes, MajorInterval: majorInterval, IdleMergeAfter: idleMergeAfter,
 				BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
 				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Lease: serverLease, FileCommitWindow: fileCommitWindow, Logger: log, TLS: r.transport, Auth: r.authConfig,
-				ClassicOnly: classicOnly,
+				ClassicOnly: classicOnly, LockDir: lockDir,
 			})
 			if err != nil {
 				return err
@@ -240,6 +241,7 @@ back.`,
 	f.DurationVar(&serverLease, "server-lease", cluster.DefaultServerLease, "the server's own lease, shorter than --session-ttl: it stops serving this long after the start of its last successful session renewal (renewing every quarter of it), and the master reassigns its tablets this long plus a tenth after ending its session (negative: the session TTL)")
 	f.DurationVar(&fileCommitWindow, "file-commit-window", cluster.DefaultGCGrace/2, "a new SSTable is written again under a fresh name when saving the tablet state that lists it starts later than this after its name's time; keep it below the master's --gc-grace, which spares files younger than that")
 	f.BoolVar(&classicOnly, "classic-only", false, classicOnlyHelp)
+	f.StringVar(&lockDir, "lock-dir", os.TempDir(), "a directory of this host, kept across restarts, where the server locks a file named after its advertised address while it runs: restarted on the same address, it finds there that its predecessor exited, and the master recovers that one's tablets at once instead of after --server-lease (empty: no lock)")
 	tw.register(cmd)
 	return cmd
 }

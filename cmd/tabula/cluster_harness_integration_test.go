@@ -266,15 +266,20 @@ func (c *testCluster) startMaster() *roleProc {
 	return p
 }
 
-func (c *testCluster) startServer() *roleProc {
-	var args []string
+// startServer starts a tablet server with the cluster's options and
+// extra, its flags last (so "--addr", A starts it on address A).
+func (c *testCluster) startServer(extra ...string) *roleProc {
+	// The servers' succession locks in the test's directory rather than
+	// the machine's temporary one: a server restarted on its address
+	// finds its predecessor's.
+	args := []string{"--lock-dir", c.dir}
 	if c.opts.splitSize > 0 {
 		args = append(args, "--split-size", fmt.Sprint(c.opts.splitSize))
 	}
 	if c.opts.memtableSize > 0 {
 		args = append(args, "--memtable-size", fmt.Sprint(c.opts.memtableSize))
 	}
-	p := c.start("tabletserver", append(args, c.opts.extraServer...)...)
+	p := c.start("tabletserver", append(append(args, c.opts.extraServer...), extra...)...)
 	c.mu.Lock()
 	c.servers = append(c.servers, p)
 	c.mu.Unlock()

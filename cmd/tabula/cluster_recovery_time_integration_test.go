@@ -53,7 +53,18 @@ func logTimeOf(t *testing.T, path, msg string, since time.Time) time.Time {
 // --server-lease, plus a tenth), and the tablets served again (log sort
 // and loads).
 func TestClusterServerRecoveryTime(t *testing.T) {
-	measureServerRecovery(t, false)
+	measureServerRecovery(t, false, false)
+}
+
+// TestClusterServerRecoveryTimeRestarted is TestClusterServerRecoveryTime
+// with the killed server started again at once on its address, as a
+// supervisor (systemd, the fault campaign's) does: the new process takes
+// the address's succession lock its predecessor held until it died and
+// says so in its key, and the master declares the predecessor dead
+// without waiting out its lease ("succeeded_by" in its log) — the test
+// fails if it waited.
+func TestClusterServerRecoveryTimeRestarted(t *testing.T) {
+	measureServerRecovery(t, false, true)
 }
 
 // TestClusterServerRecoveryTimeMetadata is TestClusterServerRecoveryTime
@@ -63,10 +74,10 @@ func TestClusterServerRecoveryTime(t *testing.T) {
 // tablets first while the dead server's log is sorted, then the user
 // tablets.
 func TestClusterServerRecoveryTimeMetadata(t *testing.T) {
-	measureServerRecovery(t, true)
+	measureServerRecovery(t, true, false)
 }
 
-func measureServerRecovery(t *testing.T, metadata bool) {
+func measureServerRecovery(t *testing.T, metadata, restarted bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	opts := clusterOptions{masters: 1, servers: 3}
@@ -114,6 +125,7 @@ func measureServerRecovery(t *testing.T, metadata bool) {
 		// use; in the METADATA case the one holding the most METADATA
 		// tablets, the rows then read through another's gateway.
 		var victim *roleProc
+		var victimID string
 		waitFor(t, 60*time.Second, "a victim server", func() (bool, string) {
 			_, st := c.activeMaster()
 			candidates := c.liveServers()[1:]
@@ -133,7 +145,7 @@ func measureServerRecovery(t *testing.T, metadata bool) {
 						}
 					}
 					if !metadata || metas > most {
-						victim, most = s, metas
+						victim, victimID, most = s, ss.ID, metas
 					}
 				}
 			}
@@ -145,10 +157,13 @@ func measureServerRecovery(t *testing.T, metadata bool) {
 		master, _ := c.activeMaster()
 		c.kill(victim)
 		killed := time.Now()
+		if restarted {
+			c.startServer("--addr", victim.addr)
+		}
 		waitFor(t, 90*time.Second, "the dead server's tablets served again", func() (bool, string) {
 			_, st := c.activeMaster()
 			for _, ss := range st.Servers {
-				if strings.HasPrefix(ss.ID, victim.addr+"/") {
+				if ss.ID == victimID {
 					return false, "the dead server is still listed"
 				}
 			}
@@ -187,21 +202,36 @@ func measureServerRecovery(t *testing.T, metadata bool) {
 		}
 		ended := logTimeOf(t, master.logPath, "session ended", killed)
 		dead := logTimeOf(t, master.logPath, "master: server dead", killed)
-		if !ended.IsZero() && !dead.IsZero() {
+		if restarted {
+			succeeded := logTimeOf(t, master.logPath, "server="+victimID+" succeeded_by=", killed)
+			if succeeded.IsZero() {
+				t.Fatalf("the master did not declare %s dead on its successor's word (no succeeded_by in its log): it waited out the lease\n%s", victimID, logTail(master.logPath))
+			}
+			detect = append(detect, succeeded.Sub(killed))
+			load = append(load, took-succeeded.Sub(killed))
+		} else if !ended.IsZero() && !dead.IsZero() {
 			detect = append(detect, ended.Sub(killed))
 			fence = append(fence, dead.Sub(ended))
 			load = append(load, took-dead.Sub(killed))
 		}
 		total = append(total, took)
-		c.startServer()
+		if !restarted {
+			c.startServer()
+		}
 		c.waitAllServed(90*time.Second, minTablets)
 	}
 	what := "tablet server kill -9 → its tablets served again"
-	if metadata {
+	switch {
+	case metadata:
 		what = "tablet server holding METADATA tablets kill -9 → its tablets served again"
+	case restarted:
+		what = "tablet server kill -9, restarted on its address → its tablets served again"
 	}
 	recordTrials(t, what, total)
-	if len(detect) > 0 {
+	if restarted {
+		recordTrials(t, "  of which kill → declared dead (its successor's word)", detect)
+		recordTrials(t, "  of which declared dead → served (loads, status)", load)
+	} else if len(detect) > 0 {
 		recordTrials(t, "  of which unreachable → session ended", detect)
 		recordTrials(t, "  of which session ended → declared dead (fence wait)", fence)
 		recordTrials(t, "  of which declared dead → served (sort, loads, status)", load)

@@ -152,6 +152,14 @@ type ServerConfig struct {
 	// DefaultServerLease; negative: the TTL.
 	Lease time.Duration
 
+	// LockDir is a directory of this host, kept across the server's
+	// restarts, where it locks a file named after its advertised address
+	// for as long as it runs (successionLock). A server restarted on the
+	// same address finds there that its predecessor exited, and the
+	// master recovers the predecessor's tablets without waiting out its
+	// Lease. Empty: no lock, and the master always waits.
+	LockDir string
+
 	// inProc, set only by StartDev, runs the server in one process with
 	// the master (see inProcess).
 	inProc *inProcess
@@ -167,24 +175,27 @@ type TabletServer struct {
 	log   *slog.Logger
 	start time.Time
 
-	lis      net.Listener
-	httpLis  net.Listener
-	grpc     *grpc.Server
-	http     *http.Server
-	sess     coord.Session
-	lock     coord.Lock
-	commit   *commitlog.Log
-	host     *tabletserver.Host
-	data     *tabletserver.DataService
-	gateway  *gateway.Gateway
-	conns    *conns
-	self     *grpc.ClientConn
-	cl       *client.Client
-	cache    *client.LocationCache
-	src      client.MetadataSource
-	blocks   *sstable.Cache
-	scans    *tablet.ScanCache
-	registry *prometheus.Registry
+	lis     net.Listener
+	httpLis net.Listener
+	grpc    *grpc.Server
+	http    *http.Server
+	sess    coord.Session
+	lock    coord.Lock
+	// succession is this address's lock on this host (ServerConfig.LockDir;
+	// nil without one), released last in shutdown.
+	succession *successionLock
+	commit     *commitlog.Log
+	host       *tabletserver.Host
+	data       *tabletserver.DataService
+	gateway    *gateway.Gateway
+	conns      *conns
+	self       *grpc.ClientConn
+	cl         *client.Client
+	cache      *client.LocationCache
+	src        client.MetadataSource
+	blocks     *sstable.Cache
+	scans      *tablet.ScanCache
+	registry   *prometheus.Registry
 
 	stopOnce sync.Once
 	done     chan struct{}
@@ -253,11 +264,26 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	}
 	s.name = NewServerName(s.addr)
 	s.log = cfg.Logger.With("server", s.name)
+	record := coord.ServerRecord{Addr: s.addr}
+	if cfg.LockDir != "" && in == nil {
+		s.succession, record.Succeeds, err = takeSuccessionLock(cfg.LockDir, s.addr, s.name)
+		switch {
+		case errors.Is(err, errLockHeld):
+			// The process that held the address is still alive: the
+			// master waits out its lease, as for any unreachable server.
+			s.log.Warn("succession lock held by another process: a predecessor at this address is still running", "lock_dir", cfg.LockDir)
+			err = nil
+		case err != nil:
+			return nil, err
+		case record.Succeeds != "":
+			s.log.Info("succeeding an exited server at this address", "predecessor", record.Succeeds)
+		}
+	}
 
 	if s.sess, err = cfg.Coord.NewSession(ctx, coord.SessionOptions{Name: "tabletserver " + s.name, TTL: cfg.SessionTTL, LockDelay: cfg.LockDelay, Lease: max(cfg.Lease, 0)}); err != nil {
 		return nil, fmt.Errorf("cluster: session: %w", err)
 	}
-	if s.lock, err = s.sess.TryLock(ctx, coord.ServerKey(s.name), []byte(s.addr)); err != nil {
+	if s.lock, err = s.sess.TryLock(ctx, coord.ServerKey(s.name), record.Encode()); err != nil {
 		return nil, fmt.Errorf("cluster: locking %s: %w", coord.ServerKey(s.name), err)
 	}
 	if s.commit, err = commitlog.Open(ctx, s.logOptions(s.name)); err != nil {
@@ -516,6 +542,9 @@ func (s *TabletServer) shutdown(clean bool) {
 	if s.lis != nil {
 		_ = s.lis.Close()
 	}
+	// Last: the lock tells a successor at this address that this server
+	// serves no more (successionLock).
+	s.succession.release()
 }
 
 // masterConn returns a connection to the active master (coord's master

@@ -49,6 +49,38 @@ func ServerID(key string) (id string, ok bool) {
 	return id, true
 }
 
+// ServerRecord is the value of a tablet server's key: where it serves
+// and, when it is a new incarnation at the address of an earlier one that
+// it proved exited, that one's name.
+type ServerRecord struct {
+	Addr string
+	// Succeeds is the name (the ServerID) of the tablet server that held
+	// this address on this host before, when the new one proved that its
+	// process exited — by taking the lock that process held for as long
+	// as it served (cluster's successionLock). A master may then declare
+	// that server dead at once: no lease of its can still be in use.
+	Succeeds string
+}
+
+// successorMark separates a ServerRecord's address from its Succeeds.
+const successorMark = "\nsucceeds "
+
+// Encode is the key's value: the address alone when Succeeds is empty (as
+// servers wrote before ServerRecord had it).
+func (r ServerRecord) Encode() []byte {
+	if r.Succeeds == "" {
+		return []byte(r.Addr)
+	}
+	return []byte(r.Addr + successorMark + r.Succeeds)
+}
+
+// ParseServerRecord reads a server key's value (Encode's form; a plain
+// address is a record without Succeeds).
+func ParseServerRecord(v []byte) ServerRecord {
+	addr, succeeds, _ := strings.Cut(string(v), successorMark)
+	return ServerRecord{Addr: addr, Succeeds: succeeds}
+}
+
 // SchemaKey is the key of table's schema.
 func SchemaKey(table string) string { return PrefixSchema + escape(table) }
 

@@ -336,25 +336,41 @@ func (t *term) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc)
 // it still be running, can neither hold its key nor serve), then deletes
 // the key (so it exits). Only then are its tablets reassignable. A key in
 // lock-delay is retried on later rounds.
+//
+// A server that a new one at its address succeeds (coord.ServerRecord's
+// Succeeds: the newcomer took the lock the old process held until it
+// exited) is dead already: its session is ended and its key deleted at
+// once, with no wait for its lease or the lock-delay.
 func (t *term) detectDeaths(ctx context.Context) error {
 	keys := make([]string, 0, len(t.keys))
-	for k := range t.keys {
+	successors := make(map[string]string) // server → the server that succeeds it
+	for k, e := range t.keys {
 		keys = append(keys, k)
+		if id, ok := coord.ServerID(k); ok {
+			if prev := coord.ParseServerRecord(e.Value).Succeeds; prev != "" && prev != id {
+				successors[prev] = id
+			}
+		}
 	}
 	slices.Sort(keys)
 	for _, key := range keys {
 		e := t.keys[key]
 		id, ok := coord.ServerID(key)
-		if !ok || (e.Session != "" && e.Session != t.sess.ID()) {
+		successor, exited := successors[id]
+		if !ok || (e.Session != "" && e.Session != t.sess.ID() && !exited) {
 			continue
 		}
 		if t.lost() {
 			return errLost
 		}
-		if until, ok := t.fenced[key]; ok && t.c.opts.Clock.Now().Before(until) {
+		if exited {
+			if err := t.retireExited(ctx, key); err != nil {
+				t.c.opts.Logger.Warn("master: end the session of a server that exited", "server", id, "successor", successor, "err", err)
+				continue
+			}
+		} else if until, ok := t.fenced[key]; ok && t.c.opts.Clock.Now().Before(until) {
 			continue // the holder of an ended session may still act
-		}
-		if e.Session != t.sess.ID() {
+		} else if e.Session != t.sess.ID() {
 			_, err := t.sess.TryLockExisting(ctx, key, []byte(t.c.opts.Name))
 			switch {
 			case errors.Is(err, coord.ErrLocked):
@@ -366,7 +382,8 @@ func (t *term) detectDeaths(ctx context.Context) error {
 				return fmt.Errorf("master: lock %s: %w", key, err)
 			}
 		}
-		// The lock is ours: the server cannot serve any more. (A stale
+		// The lock is ours, or the server exited: it cannot serve any
+		// more. (A stale
 		// watch event may show the key again after its delete: the log's
 		// state, a sort under way or done, stays.)
 		if _, known := t.dead[assign.ServerID(id)]; !known {
@@ -380,8 +397,31 @@ func (t *term) detectDeaths(ctx context.Context) error {
 		}
 		delete(t.keys, key)
 		delete(t.fenced, key)
-		t.c.opts.Logger.Info("master: server dead", "server", id)
+		if exited {
+			t.c.opts.Logger.Info("master: server dead", "server", id, "succeeded_by", successor)
+		} else {
+			t.c.opts.Logger.Info("master: server dead", "server", id)
+		}
 	}
+	return nil
+}
+
+// retireExited ends the session of a server whose successor proved it
+// exited (detectDeaths), unless it is ended already. Its key is not locked
+// by the master: the lock-delay that would hold that up guards against a
+// holder that has not yet noticed its loss, and this one is gone.
+func (t *term) retireExited(ctx context.Context, key string) error {
+	e := t.keys[key]
+	if e.Session == "" || e.Session == t.sess.ID() {
+		return nil
+	}
+	if _, err := t.c.opts.Coord.EndSession(ctx, e.Session); err != nil && !errors.Is(err, coord.ErrSessionGone) {
+		return err
+	}
+	e.Session = ""
+	t.keys[key] = e
+	id, _ := coord.ServerID(key)
+	delete(t.unreachable, assign.ServerID(id))
 	return nil
 }
 

@@ -1180,6 +1180,73 @@ func TestLoopFencesUnreachableServerForItsOwnLease(t *testing.T) {
 	}
 }
 
+// A server restarted on its address that proved its predecessor exited
+// (coord.ServerRecord's Succeeds) has the predecessor's tablets recovered
+// at once: no wait for the predecessor's lease, its session's TTL or the
+// lock-delay. A claim about another server changes nothing for it.
+func TestLoopRecoversServerItsSuccessorSaysExited(t *testing.T) {
+	const lease = 6 * time.Second // FenceWait 6.6 s
+	ctx := context.Background()
+	c := newCluster(t, "s1", "s3")
+	sess, err := c.svc.NewSession(ctx, coord.SessionOptions{Name: "s2", Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sess.TryLock(ctx, coord.ServerKey("s2"), []byte("s2:7000")); err != nil {
+		t.Fatal(err)
+	}
+	c.sessions["s2"] = sess
+	c.startMaster("m1")
+	c.waitFor("all tablets served", 0, c.allServed)
+	held := c.servers.tabletsOn("s2")
+	if len(held) == 0 {
+		t.Fatal("s2 serves nothing: the test needs it to hold tablets")
+	}
+	c.servers.kill("s2") // the process is gone; its session lives on
+	c.servers.kill("s3") // so is s3's, and nobody claims it
+	succeed := func(name, prev string) {
+		ss, err := c.svc.NewSession(ctx, coord.SessionOptions{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ss.TryLock(ctx, coord.ServerKey(name), coord.ServerRecord{Addr: "s2:7000", Succeeds: prev}.Encode()); err != nil {
+			t.Fatal(err)
+		}
+		c.sessions[name] = ss
+	}
+	succeed("s2b", "s2")
+	succeed("s9", "s-unknown")
+	start := c.clock.Now()
+	c.waitFor("s2 declared dead", 100*time.Millisecond, func() bool {
+		_, err := c.svc.Get(ctx, coord.ServerKey("s2"))
+		return errors.Is(err, coord.ErrNotFound)
+	})
+	if took := c.clock.Now().Sub(start); took >= 2*testTick {
+		t.Fatalf("s2 declared dead %v after its successor claimed it: want within a round or two", took)
+	}
+	if !isDone(sess) {
+		t.Fatal("s2's session still lives after it was declared dead")
+	}
+	if isDone(c.sessions["s3"]) {
+		t.Fatal("s3's session ended at once: only a successor's claim may skip the wait")
+	}
+	if _, err := c.svc.Get(ctx, coord.ServerKey("s3")); err != nil {
+		t.Fatalf("s3's key: %v, want it still there", err)
+	}
+	c.waitFor("s2's tablets served again", 100*time.Millisecond, func() bool {
+		w := c.servers.where()
+		for _, id := range held {
+			if len(w[id]) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	if took := c.clock.Now().Sub(start); took >= testLockDelay {
+		t.Fatalf("s2's tablets served again %v after its successor claimed it: the master waited", took)
+	}
+}
+
 // A master that reaches no server at all ends nobody's session: it is more
 // likely cut off itself.
 func TestLoopEndsNoSessionWhenNoServerAnswers(t *testing.T) {

@@ -213,7 +213,7 @@ func buildState(v roundView, m *memory, orphanAfter time.Duration) observation {
 			continue
 		}
 		present[id] = true
-		srv := assign.Server{ID: id, Addr: string(e.Value)}
+		srv := assign.Server{ID: id, Addr: coord.ParseServerRecord(e.Value).Addr}
 		if e.Session == "" {
 			o.Released[id] = true
 			delete(m.unreachable, id)
