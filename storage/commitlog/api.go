@@ -78,6 +78,12 @@ type Options struct {
 	Prefix string
 	// SegmentBytes starts a new segment past this size; default 64 MiB.
 	SegmentBytes int64
+	// SegmentObjects starts a new segment of an object-store log once
+	// this many flushes (objects) went to the current one; default
+	// DefaultSegmentObjects. It bounds the objects a recovery reads: the
+	// tablet server flushes tablets whose redo point lies a few segments
+	// behind the tail so that the segments can be deleted.
+	SegmentObjects int
 	// MaxBatchBytes bounds one group-commit flush; default 4 MiB. A record
 	// larger than this is flushed alone.
 	MaxBatchBytes int
@@ -97,8 +103,10 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultSegmentBytes  = 64 << 20
-	DefaultMaxBatchBytes = 4 << 20
+	DefaultSegmentBytes = 64 << 20
+	// DefaultSegmentObjects is the default of Options.SegmentObjects.
+	DefaultSegmentObjects = 1024
+	DefaultMaxBatchBytes  = 4 << 20
 	// MaxRecordBytes bounds the encoded size of one record. Larger
 	// records are refused (ErrRecordTooLarge); the reader treats a frame
 	// claiming more as damaged, so a corrupt length never makes it
@@ -117,6 +125,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.SegmentBytes <= 0 {
 		o.SegmentBytes = DefaultSegmentBytes
+	}
+	if o.SegmentObjects <= 0 {
+		o.SegmentObjects = DefaultSegmentObjects
 	}
 	if o.MaxBatchBytes <= 0 {
 		o.MaxBatchBytes = DefaultMaxBatchBytes

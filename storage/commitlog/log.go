@@ -21,16 +21,19 @@ type Log struct {
 	opts    Options
 	backend backend
 
-	mu      sync.Mutex
-	cond    *sync.Cond // signalled when a batch is queued or the log closes
-	seg     uint64     // segment of the next record
-	off     int64      // offset of the next record in seg
-	queue   []*batch   // batches not yet taken by the flusher, in log order
-	free    [][]byte   // batch buffers to reuse
-	closing bool
-	failed  error  // first flush error; sticky
-	liveSeg uint64 // lowest segment still being written: Truncate keeps it
-	stats   Stats
+	mu   sync.Mutex
+	cond *sync.Cond // signalled when a batch is queued or the log closes
+	seg  uint64     // segment of the next record
+	off  int64      // offset of the next record in seg
+	// segObjects counts the flushes of seg taken by the flusher: past
+	// Options.SegmentObjects the next records go to a new segment.
+	segObjects int
+	queue      []*batch // batches not yet taken by the flusher, in log order
+	free       [][]byte // batch buffers to reuse
+	closing    bool
+	failed     error  // first flush error; sticky
+	liveSeg    uint64 // lowest segment still being written: Truncate keeps it
+	stats      Stats
 	// inFlight are the batches whose flush started and that are not yet
 	// acknowledged, in log order (flushPipelined only).
 	inFlight []*batch
@@ -226,8 +229,29 @@ func (l *Log) appendedLocked(b *batch, frameLen int) {
 	if l.off >= l.opts.SegmentBytes {
 		l.seg++
 		l.off = l.backend.firstOffset(l.seg)
+		l.segObjects = 0
 	}
 	l.stats.Appends++
+}
+
+// countObjectLocked counts b, taken by the flusher, as an object of its
+// segment, and once the segment has Options.SegmentObjects of them sends
+// the next records to a new one. l.mu held. Only an object-store log
+// counts: each flush there is an object, which recovery reads with a GET of
+// its own, so a server taking a trickle of writes would otherwise gather
+// tens of thousands of tiny objects in one 64 MiB segment — all read at a
+// crash — while Host.TruncateLog, which bounds the log by whole segments
+// behind the tail, would never see the tail move on.
+func (l *Log) countObjectLocked(b *batch) {
+	if l.opts.Store == nil || b.seg != l.seg {
+		return
+	}
+	l.segObjects++
+	if l.segObjects >= l.opts.SegmentObjects {
+		l.seg++
+		l.off = l.backend.firstOffset(l.seg)
+		l.segObjects = 0
+	}
 }
 
 // framePool holds encoding buffers for Append, so that encoding outside the
@@ -316,6 +340,7 @@ func (l *Log) flusher() {
 		l.queue = l.queue[1:]
 		l.liveSeg = b.seg
 		failed := l.failed
+		l.countObjectLocked(b)
 		l.mu.Unlock()
 
 		var err error
@@ -389,6 +414,7 @@ func (l *Log) flushPipelined(k int) {
 		b := l.queue[0]
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
+		l.countObjectLocked(b)
 		l.mu.Unlock()
 
 		var rollErr error

@@ -585,3 +585,47 @@ func TestReplayStopsAtCallbackError(t *testing.T) {
 		}
 	})
 }
+
+// An object-store log starts a new segment once SegmentObjects flushes went
+// to the current one, whatever their bytes: replay reads every record
+// across the segments, and truncation deletes the segments behind a
+// position, so the objects a recovery reads stay bounded.
+func TestObjectLogSegmentEndsAfterSegmentObjects(t *testing.T) {
+	for _, concurrency := range []int{1, 4} {
+		t.Run(fmt.Sprintf("flushes in flight %d", concurrency), func(t *testing.T) {
+			ctx := context.Background()
+			store := blob.NewMemory()
+			opts := Options{Store: store, Prefix: "p", SegmentObjects: 4, FlushConcurrency: concurrency}
+			l := openLog(t, opts)
+			recs := records(7, 10)
+			pos := writeAll(t, l, recs) // one flush each: written one at a time
+			first := pos[0].Segment
+			for i, p := range pos {
+				if want := first + uint64(i/4); p.Segment != want {
+					t.Fatalf("record %d in segment %d, want %d (4 objects a segment): %v", i, p.Segment, want, pos)
+				}
+			}
+			got, _, err := replayAll(t, opts, tabletdesc.LogPosition{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkReplayed(t, got, recs, pos)
+			if err := l.Truncate(ctx, pos[8]); err != nil {
+				t.Fatal(err)
+			}
+			objs, err := store.List(ctx, "p/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(objs) != 2 {
+				t.Fatalf("after truncating to the third segment %d objects left, want its 2: %v", len(objs), objs)
+			}
+			got, _, err = replayAll(t, opts, pos[8])
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkReplayed(t, got, recs[8:], pos[8:])
+			l.Close()
+		})
+	}
+}

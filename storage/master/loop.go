@@ -386,7 +386,8 @@ func (t *term) detectDeaths(ctx context.Context) error {
 		// more. (A stale
 		// watch event may show the key again after its delete: the log's
 		// state, a sort under way or done, stays.)
-		if _, known := t.dead[assign.ServerID(id)]; !known {
+		_, known := t.dead[assign.ServerID(id)]
+		if !known {
 			t.dead[assign.ServerID(id)] = assign.LogUnsorted
 			t.held[assign.ServerID(id)] = len(t.reports[assign.ServerID(id)])
 		}
@@ -397,9 +398,12 @@ func (t *term) detectDeaths(ctx context.Context) error {
 		}
 		delete(t.keys, key)
 		delete(t.fenced, key)
-		if exited {
+		switch {
+		case known:
+			// A stale watch event showed the key again: said already.
+		case exited:
 			t.c.opts.Logger.Info("master: server dead", "server", id, "succeeded_by", successor)
-		} else {
+		default:
 			t.c.opts.Logger.Info("master: server dead", "server", id)
 		}
 	}

@@ -85,7 +85,12 @@ const (
 	// HostOptions.LogFlushSegments: with the log's 64 MiB segments, a
 	// tablet is flushed once 512 MiB of log were written after its
 	// oldest unflushed write — well past a busy tablet's 64 MiB memtable
-	// unless more than eight tablets share the writes.
+	// unless more than eight tablets share the writes. In an object store
+	// a segment also ends after commitlog.DefaultSegmentObjects (1,024)
+	// flushes, so a tablet taking a trickle of writes is flushed after
+	// about 8,000 group commits, and a recovery reads at most about
+	// 12,000 log objects (the host truncates every LogFlushSegments/2
+	// segments).
 	DefaultLogFlushSegments = 8
 )
 

@@ -55,6 +55,15 @@ func (h *Host) background() {
 		cancel()
 	}()
 	var lastCheck time.Time
+	var truncatedAt uint64 // the log's tail segment at the last truncation
+	truncate := func() {
+		if h.opts.Log != nil {
+			truncatedAt = h.opts.Log.Tail().Segment
+		}
+		if err := h.TruncateLog(ctx); err != nil && ctx.Err() == nil {
+			h.log.Error("commit log truncation failed", "err", err)
+		}
+	}
 	for {
 		// While writes wait for flushes (the memtable budget), look
 		// again every 50 ms: no write kicks the loop meanwhile.
@@ -77,9 +86,7 @@ func (h *Host) background() {
 				}
 			}
 		case <-truncTick.C:
-			if err := h.TruncateLog(ctx); err != nil && ctx.Err() == nil {
-				h.log.Error("commit log truncation failed", "err", err)
-			}
+			truncate()
 			continue
 		case <-idleTick:
 			if h.opts.Pacer.IdleFor() >= h.opts.IdleMergeAfter {
@@ -90,6 +97,14 @@ func (h *Host) background() {
 		lastCheck = time.Now()
 		h.enforceMemtableBudget()
 		h.splitBig(ctx)
+		// Segments of an object-store log end after a number of flushes
+		// too (commitlog.Options.SegmentObjects): at a few hundred group
+		// commits a second they come every few seconds, and waiting for
+		// the ticker would let the log grow by a minute's objects, all
+		// read at a crash.
+		if h.opts.Log != nil && h.opts.Log.Tail().Segment >= truncatedAt+uint64(max(h.opts.LogFlushSegments/2, 1)) {
+			truncate()
+		}
 	}
 }
 

@@ -518,6 +518,37 @@ func TestLogTruncationReleasesOldSegments(t *testing.T) {
 	e.crashAndCount(len(keys) + 2)
 }
 
+// TestHostTruncatesAsObjectSegmentsEnd: with an object-store log whose
+// segments end after a few flushes (commitlog.Options.SegmentObjects), a
+// trickle of single-row writes — one object each — does not pile up
+// objects until the next LogTruncateInterval (an hour here): the host
+// truncates as the segments go by, flushing the tablets that pin them,
+// and a crash afterwards still finds every row.
+func TestHostTruncatesAsObjectSegmentsEnd(t *testing.T) {
+	const segmentObjects, flushSegments = 4, 2
+	e := newLogTruncationEnvWith(t, commitlog.Options{Prefix: "log", SegmentObjects: segmentObjects},
+		HostOptions{LogFlushSegments: flushSegments, LogTruncateInterval: time.Hour})
+	var keys []string
+	for i := range 120 {
+		keys = append(keys, fmt.Sprintf("k%03d", i))
+	}
+	e.write(keys...)
+	// Past the segments a truncation keeps (flushSegments behind the
+	// tail, plus the tail's) and those that end before the next
+	// (flushSegments/2), with one of slack for the last check's timing.
+	bound := (flushSegments + max(flushSegments/2, 1) + 2) * segmentObjects
+	deadline := time.Now().Add(5 * time.Second)
+	for e.logObjects() > bound {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d log objects after %d writes of one object each, want at most %d", e.logObjects(), len(keys), bound)
+		}
+		e.write("kick") // the background loop looks at the log when written to
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.write("z")
+	e.crashAndCount(len(keys) + 2)
+}
+
 // logTruncationEnv is a Host with a two-tablet table ([, m) and [m, )) and
 // a commit log of 2 KiB segments in a directory of its own.
 type logTruncationEnv struct {
@@ -532,14 +563,24 @@ type logTruncationEnv struct {
 }
 
 func newLogTruncationEnv(t *testing.T, flushSegments int) *logTruncationEnv {
+	return newLogTruncationEnvWith(t, commitlog.Options{Dir: t.TempDir(), SegmentBytes: 2048}, HostOptions{LogFlushSegments: flushSegments})
+}
+
+// newLogTruncationEnvWith is newLogTruncationEnv with the log of logOpts
+// (a Store left nil is the env's store) and the Host options of opts.
+func newLogTruncationEnvWith(t *testing.T, logOpts commitlog.Options, opts HostOptions) *logTruncationEnv {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	e := &logTruncationEnv{t: t, ctx: ctx, store: blob.NewMemory(), logOpts: commitlog.Options{Dir: t.TempDir(), SegmentBytes: 2048}}
+	e := &logTruncationEnv{t: t, ctx: ctx, store: blob.NewMemory(), logOpts: logOpts}
+	if e.logOpts.Dir == "" && e.logOpts.Store == nil {
+		e.logOpts.Store = e.store
+	}
 	var err error
 	if e.lg, err = commitlog.Open(ctx, e.logOpts); err != nil {
 		t.Fatal(err)
 	}
-	e.h, err = NewHost(ctx, HostOptions{Store: e.store, Log: e.lg, LogOptions: e.logOpts, LogFlushSegments: flushSegments, Logger: quietLogger()})
+	opts.Store, opts.Log, opts.LogOptions, opts.Logger = e.store, e.lg, e.logOpts, quietLogger()
+	e.h, err = NewHost(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,6 +591,15 @@ func newLogTruncationEnv(t *testing.T, flushSegments int) *logTruncationEnv {
 	}
 	e.ds = NewDataService(e.h, DataOptions{})
 	return e
+}
+
+// logObjects counts the objects of an object-store log.
+func (e *logTruncationEnv) logObjects() int {
+	objs, err := e.logOpts.Store.List(e.ctx, e.logOpts.Prefix)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return len(objs)
 }
 
 // segments counts the log's segment files.
