@@ -383,9 +383,8 @@ func (t *term) detectDeaths(ctx context.Context) error {
 			}
 		}
 		// The lock is ours, or the server exited: it cannot serve any
-		// more. (A stale
-		// watch event may show the key again after its delete: the log's
-		// state, a sort under way or done, stays.)
+		// more. (A stale watch event may show the key again after its
+		// delete: the log's state, a sort under way or done, stays.)
 		_, known := t.dead[assign.ServerID(id)]
 		if !known {
 			t.dead[assign.ServerID(id)] = assign.LogUnsorted
