@@ -204,3 +204,60 @@ func measureLog(b *testing.B, opts Options, value []byte, bulk bool, d time.Dura
 	}
 	return float64(total) / el.Seconds(), flushes
 }
+
+// BenchmarkS3ReplayPrefetch measures how fast a recovery reads a log of
+// small objects from MinIO — one object per group commit, as a server
+// taking a trickle of writes leaves — with 8, 16, 32 and 64 objects
+// fetched ahead (replayPrefetch), in rounds (TABULA_BENCH_ROUNDS, default
+// 3) whose order is reversed every other round. It logs each setting's
+// median objects/s and its ratio to 8 in the same round.
+func BenchmarkS3ReplayPrefetch(b *testing.B) {
+	ctx := context.Background()
+	store := blobtest.NewS3(b)
+	const objects = 2000
+	opts := Options{Store: store, Prefix: "replaybench", SegmentObjects: objects}
+	l := openLog(b, opts)
+	for _, rec := range records(41, objects) {
+		if _, err := l.Write(ctx, rec); err != nil { // one object each
+			b.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		b.Fatal(err)
+	}
+	rounds := 3
+	if v := os.Getenv("TABULA_BENCH_ROUNDS"); v != "" {
+		fmt.Sscan(v, &rounds)
+	}
+	settings := []int{8, 16, 32, 64}
+	defer func(v int) { replayPrefetch = v }(replayPrefetch)
+	rate := map[int][]float64{}
+	ratio := map[int][]float64{}
+	for b.Loop() {
+		for r := range rounds {
+			order := slices.Clone(settings)
+			if r%2 == 1 {
+				slices.Reverse(order)
+			}
+			got := map[int]float64{}
+			for _, k := range order {
+				replayPrefetch = k
+				start := time.Now()
+				res, err := Replay(ctx, opts, tabletdesc.LogPosition{}, func(tabletdesc.LogPosition, Record) error { return nil })
+				if err != nil || res.Records != objects {
+					b.Fatalf("replay: %+v, %v", res, err)
+				}
+				got[k] = objects / time.Since(start).Seconds()
+			}
+			for k, v := range got {
+				rate[k] = append(rate[k], v)
+				ratio[k] = append(ratio[k], v/got[8])
+			}
+		}
+	}
+	med := func(xs []float64) float64 { s := slices.Clone(xs); slices.Sort(s); return s[len(s)/2] }
+	for _, k := range settings {
+		b.Logf("prefetch %d: %.0f objects/s (rounds %v), %.2f× prefetch 8 (range %.2f–%.2f)",
+			k, med(rate[k]), roundAll(rate[k]), med(ratio[k]), slices.Min(ratio[k]), slices.Max(ratio[k]))
+	}
+}

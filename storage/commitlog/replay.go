@@ -295,8 +295,9 @@ func (r *replayer) objects(store blob.Store, prefix string) error {
 
 // replayPrefetch is how many log objects replay fetches ahead. Each flush
 // is one small object, so reading them one GET at a time would make
-// recovery from an object store latency-bound.
-const replayPrefetch = 8
+// recovery from an object store latency-bound. A variable only for
+// BenchmarkS3ReplayPrefetch.
+var replayPrefetch = 8
 
 // prefetch starts fetching objs, at most replayPrefetch ahead of the
 // consumer, and returns a function that yields their contents in order.
