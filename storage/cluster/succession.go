@@ -32,8 +32,8 @@ type successionLock struct {
 	f *os.File
 }
 
-// errLockHeld: another process holds the address's lock.
-var errLockHeld = errors.New("cluster: the address's succession lock is held by another process")
+// errLockHeld: another process holds the lock (lockFile).
+var errLockHeld = errors.New("cluster: the lock is held by another process")
 
 // takeSuccessionLock takes the lock of addr in dir for the server name and
 // returns the name of the server that held it before (empty if none, or
