@@ -358,11 +358,11 @@ func longestGap(evs []Event, from, to time.Duration) time.Duration {
 // [from, to): for each operation called in the window, its latency if it
 // succeeded; if not, the time from its call to the earliest return of a
 // success called at or after it (as if its caller had kept retrying), or
-// to `to` if none returned by then. Unlike
-// longestGap it does not count time in which nobody asked for the row —
-// with a few workers each stuck up to its deadline on rows that are down,
-// a row can go untried for seconds — so it is the unavailability a client
-// that kept retrying would have seen.
+// to `to` if none returned by then. Unlike longestGap it does not count
+// time in which nobody asked for the row — with a few workers each stuck
+// up to its deadline on rows that are down, a row can go untried for
+// seconds — so it is the unavailability a client that kept retrying
+// would have seen.
 func longestWait(evs []Event, from, to time.Duration) time.Duration {
 	var oks []Event
 	for _, e := range evs {
