@@ -271,6 +271,10 @@ start_role() {
 	local -a extra=()
 	# Both roles take it: the masters weigh tablets by it when balancing.
 	[[ -n $SPLIT_SIZE ]] && extra+=(--split-size "$SPLIT_SIZE")
+	# A tablet server restarted on its port finds its predecessor's
+	# succession lock here, and the master recovers that one's tablets at
+	# once (RELIABILITY item 38).
+	[[ $role == tabletserver ]] && extra+=(--lock-dir "$DIR")
 	extra+=("${ROLE_TLS[@]}")
 	launch "$name" "$addr" "$http" "$TABULA" "$role" \
 		--consul "$CONSUL" --store "$STORE" \
