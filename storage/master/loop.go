@@ -22,10 +22,11 @@ var errLost = errors.New("master: lock lost")
 // reports and METADATA (the paper's §5.2), so nothing here needs
 // persisting except the epoch counter.
 type term struct {
-	c    *Loop
-	sess coord.Session
-	lock coord.Lock
-	ep   epochs
+	c       *Loop
+	elected time.Time // when the term began
+	sess    coord.Session
+	lock    coord.Lock
+	ep      epochs
 
 	// keys is the picture of servers/ from the watch, by key.
 	keys map[string]coord.Entry
@@ -110,6 +111,7 @@ func (c *Loop) lead(ctx context.Context, sess coord.Session, lock coord.Lock) er
 	}()
 	t := &term{
 		c:          c,
+		elected:    c.opts.Clock.Now(),
 		sess:       sess,
 		lock:       lock,
 		ep:         epochs{kv: c.opts.Coord, block: c.opts.EpochBlock},
@@ -495,7 +497,9 @@ func (t *term) round(ctx context.Context) (sent bool, err error) {
 		tablets[tb.ID] = tb
 	}
 	var calls []call
-	for _, a := range assign.Plan(st, t.c.opts.Plan) {
+	cfg := t.c.opts.Plan
+	cfg.NoBalance = t.c.opts.Clock.Now().Sub(t.elected) < t.c.opts.BalanceAfter
+	for _, a := range assign.Plan(st, cfg) {
 		if t.lost() {
 			return false, errLost
 		}

@@ -1247,6 +1247,32 @@ func TestLoopRecoversServerItsSuccessorSaysExited(t *testing.T) {
 	}
 }
 
+// A master elected moments ago moves no tablet to balance the servers for
+// LoopOptions.BalanceAfter (a master that stops between a move's unload and
+// its load leaves the tablet unserved), then does.
+func TestLoopBalancesOnlyAfterBalanceAfter(t *testing.T) {
+	c := newCluster(t, "s1")
+	stop := c.startMaster("m1")
+	c.waitFor("every tablet served on s1", testTick, c.allServed)
+	stop()
+	c.join("s2") // empty: the balance would move tablets to it
+	n := c.servers.ncalls()
+	c.startMaster("m2")
+	c.waitFor("m2 elected", 50*time.Millisecond, func() bool { return c.masterName() == "m2" })
+	elected := c.clock.Now()
+	const balanceAfter = 5 * testTick // the default
+	for c.clock.Now().Sub(elected) < balanceAfter-testTick {
+		for _, call := range c.servers.callsSince(n) {
+			if strings.HasPrefix(call, "unload ") {
+				t.Fatalf("%s %v after the election: want no move before %v", call, c.clock.Now().Sub(elected), balanceAfter)
+			}
+		}
+		c.clock.Advance(100 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+	}
+	c.waitFor("a tablet moved to s2", 100*time.Millisecond, func() bool { return len(c.servers.tabletsOn("s2")) > 0 })
+}
+
 // A master that reaches no server at all ends nobody's session: it is more
 // likely cut off itself.
 func TestLoopEndsNoSessionWhenNoServerAnswers(t *testing.T) {

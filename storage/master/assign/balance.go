@@ -142,7 +142,7 @@ func (p *planner) drain() {
 // already fills the emptiest servers. Loads in flight count on their
 // targets.
 func (p *planner) balance() {
-	if len(p.active) < 2 {
+	if len(p.active) < 2 || p.cfg.NoBalance {
 		return
 	}
 	if p.assigned > 0 {

@@ -27,7 +27,7 @@ import (
 //
 // The command's arguments set Config: tolerance=F maxmoves=N
 // loadtimeout=DURATION sortlogmin=N splitsize=N mergebelow=N maxmerges=N
-// minbyteskew=N nomerge.
+// minbyteskew=N nomerge nobalance.
 func TestPlanDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata/plan", func(t *testing.T, path string) {
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
@@ -81,6 +81,8 @@ func parseConfig(args []datadriven.CmdArg) (Config, error) {
 			c.MinByteSkew, err = strconv.ParseInt(v, 10, 64)
 		case "nomerge":
 			c.NoMerge = true
+		case "nobalance":
+			c.NoBalance = true
 		default:
 			return c, fmt.Errorf("unknown config %q", a.Key)
 		}

@@ -230,6 +230,9 @@ type Config struct {
 	MaxMerges int
 	// NoMerge turns merging off.
 	NoMerge bool
+	// NoBalance holds balance moves back for this Plan: the master was
+	// elected moments ago (master.LoopOptions.BalanceAfter).
+	NoBalance bool
 }
 
 func (c Config) withDefaults() Config {
