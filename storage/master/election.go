@@ -159,7 +159,7 @@ type LoopOptions struct {
 	// until its successor takes over, and a master elected moments ago is
 	// the likeliest to (a flapping host; in the fault campaign a master
 	// paused 0.1 s after its election had just unloaded three tablets, 7 s
-	// unserved). Recovery, drains and merges asked for are not held.
+	// unserved). Recovery, drains and merges are not held.
 	// Default 5 Ticks; negative: none.
 	BalanceAfter time.Duration
 	// RPCTimeout bounds each call to a tablet server or METADATA. Default
