@@ -106,11 +106,16 @@ func forwardUnknown(target func(ctx context.Context) (grpc.ClientConnInterface, 
 			}
 		}()
 		// upFailed returns the error that ended the forwarding to the
-		// master, if it failed.
-		upFailed := func() error {
+		// master, if it failed; with wait, once that forwarding ended.
+		upFailed := func(wait bool) error {
+			if wait {
+				err := <-upErr
+				upErr <- err // for a later look
+				return err
+			}
 			select {
 			case err := <-upErr:
-				upErr <- err // for a later look
+				upErr <- err
 				return err
 			default:
 				return nil
@@ -127,7 +132,13 @@ func forwardUnknown(target func(ctx context.Context) (grpc.ClientConnInterface, 
 					}
 				}
 				ss.SetTrailer(cs.Trailer())
-				if upErr := upFailed(); upErr != nil {
+				// A forwarded call cancelled — by the forwarding up, which
+				// failed, or with the caller's stream — ends that
+				// forwarding too, soon: wait for it, since its failure is
+				// the call's. A caller's message over the limit fails the
+				// receive and ends the caller's stream at once, and that
+				// cancellation could reach RecvMsg here first.
+				if upErr := upFailed(ctx.Err() != nil); upErr != nil {
 					return upErr
 				}
 				if errors.Is(err, io.EOF) {
