@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -200,29 +201,56 @@ var handedOut struct {
 	ports map[int]bool
 }
 
-// freePort returns a port free on 127.0.0.1 a moment ago, and never one it
-// returned before in this process: two listeners opened and closed in
-// turn can be given the same port, and a tablet server given it for both
-// --addr and --http could not start (a clean-clone CI run, session 12).
+// freePort returns a port that was free on 127.0.0.1 a moment ago, below
+// the kernel's ephemeral range, and never one it returned before in this
+// process.
+//
+// Below the ephemeral range because the campaign's processes keep their
+// ports for life: a killed server is restarted on its address, and Consul
+// and MinIO start a moment after their ports are chosen. A port in the
+// ephemeral range can meanwhile be taken by any process's outgoing
+// connection or port-0 listener — a clean-clone CI run lost Consul's HTTP
+// port that way (session 31), as another test package ran beside it. The
+// kernel never hands out ports below the range on its own, so only an
+// explicit bind can collide there. Never twice because two checks in turn
+// can see the same port free, and a tablet server given it for both
+// --addr and --http could not start (session 12).
 func freePort() (int, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
 	if handedOut.ports == nil {
 		handedOut.ports = map[int]bool{}
 	}
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
+	low, high := belowEphemeralRange()
+	for range 1000 {
+		p := low + mrand.IntN(high-low)
+		if handedOut.ports[p] {
+			continue
 		}
-		p := l.Addr().(*net.TCPAddr).Port
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue // in use
+		}
 		l.Close()
-		if !handedOut.ports[p] {
-			handedOut.ports[p] = true
-			return p, nil
+		handedOut.ports[p] = true
+		return p, nil
+	}
+	return 0, fmt.Errorf("faultcampaign: no free port in [%d, %d) in 1000 tries", low, high)
+}
+
+// belowEphemeralRange is the range freePort draws from: the 12,000 ports
+// under the first port of Linux's ip_local_port_range (32768 when the
+// file cannot be read, the Linux default), and never the privileged ones.
+func belowEphemeralRange() (low, high int) {
+	high = 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var first, last int
+		if n, _ := fmt.Sscan(string(b), &first, &last); n == 2 && first > 2048 {
+			high = first
 		}
 	}
-	return 0, errors.New("faultcampaign: no port not handed out before in 100 tries")
+	low = max(high-12000, 1024)
+	return low, high
 }
 
 func freeAddr() (string, error) {
