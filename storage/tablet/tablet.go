@@ -388,6 +388,7 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 		}
 		var res commitlog.ReplayResult
 		var err error
+		replayStart := time.Now()
 		if opts.SortedLog.Store != nil {
 			res, err = commitlog.ReplaySorted(ctx, opts.LogOptions, opts.SortedLog, opts.ID, st.RedoPoint, apply)
 		} else {
@@ -399,6 +400,13 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 		}
 		if res.TornTail {
 			opts.Logger.Warn("commit log ended in a torn record", "tablet", opts.ID, "at", res.TornAt)
+		}
+		if res.Records > 0 {
+			// How much of the log a recovery read for this tablet, and
+			// how long it took: the cost HostOptions.LogFlushSegments and
+			// MetadataLogRelease bound.
+			opts.Logger.Info("read commit log", "tablet", opts.ID, "records_read", res.Records, "records_replayed", replayed,
+				"from", st.RedoPoint, "sorted", opts.SortedLog.Store != nil, "took", time.Since(replayStart).Round(time.Millisecond))
 		}
 	}
 
@@ -424,7 +432,6 @@ func Open(ctx context.Context, opts Options) (*Tablet, error) {
 	release() // the version holds its own references now
 
 	if replayed > 0 {
-		opts.Logger.Info("replayed commit log", "tablet", opts.ID, "records", replayed, "sorted", opts.SortedLog.Store != nil)
 		if _, err := t.flushLocked(ctx); err != nil {
 			t.release()
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tabuladb/tabula/storage/blob"
 	"github.com/tabuladb/tabula/storage/meta"
@@ -142,4 +143,88 @@ func containsString(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestMetadataTabletsReleaseLog: while the server takes user writes, its
+// METADATA tablets — the root with a write in memory, another idle one —
+// move their redo points up to the log's tail every MetadataLogRelease
+// (the root flushed, the idle one by a state save), so that a recovery
+// of the root from this server's unsorted log reads only its tail; user
+// tablets keep theirs (LogFlushSegments is far off). With the release
+// off (negative), nothing moves.
+func TestMetadataTabletsReleaseLog(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("release=%v", on), func(t *testing.T) {
+			h, _ := newPartialHost(t, blob.NewMemory(), false, func(o *HostOptions) {
+				o.MetadataLogRelease = 20 * time.Millisecond
+				if !on {
+					o.MetadataLogRelease = -1
+				}
+			})
+			mt := meta.Table{ID: meta.MetadataTable, Families: map[string]tabletdesc.Family{"f": {}}, Tablets: []meta.TabletRef{
+				{ID: meta.RootTabletID, End: []byte("m")},
+				{ID: "meta-1", Start: []byte("m")},
+			}}
+			loadAll(t, h, mt, ReplayLog{}, 0, 1)
+			user := partialTable("u")
+			loadAll(t, h, user, ReplayLog{}, 0, 1, 2)
+			if err := putRow(h, meta.MetadataTable, "a-root-row"); err != nil {
+				t.Fatal(err)
+			}
+			redo := func(id meta.TableID) map[string]tabletdesc.LogPosition {
+				st, err := h.table(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := map[string]tabletdesc.LogPosition{}
+				for _, tb := range st.list() {
+					out[tb.ID()] = tb.State().RedoPoint
+				}
+				return out
+			}
+			userBefore := redo(user.ID)
+			var mark tabletdesc.LogPosition // the tail after some user writes
+			caughtUp := func() bool {
+				for _, p := range redo(meta.MetadataTable) {
+					if p.Compare(mark) < 0 {
+						return false
+					}
+				}
+				return true
+			}
+			// Off, 300 ms would be 15 releases.
+			deadline := time.Now().Add(map[bool]time.Duration{true: 3 * time.Second, false: 300 * time.Millisecond}[on])
+			for i := 0; ; i++ {
+				if err := putRow(h, user.ID, fmt.Sprintf("b%05d", i)); err != nil {
+					t.Fatal(err)
+				}
+				if i == 20 {
+					mark = h.opts.Log.Tail()
+				}
+				if i > 20 && caughtUp() || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			released := counterValue(t, h.metrics.metaReleases)
+			if !on {
+				if caughtUp() || released != 0 {
+					t.Fatalf("release off: METADATA redo points %v reached the tail %v (%v releases)", redo(meta.MetadataTable), mark, released)
+				}
+				return
+			}
+			if !caughtUp() {
+				t.Fatalf("METADATA redo points %v still before %v after 3 s of user writes", redo(meta.MetadataTable), mark)
+			}
+			if released < 2 {
+				t.Fatalf("tabula_commitlog_metadata_releases_total %v, want at least 2", released)
+			}
+			for id, p := range redo(user.ID) {
+				if p != userBefore[id] {
+					t.Fatalf("user tablet %s's redo point moved from %v to %v", id, userBefore[id], p)
+				}
+			}
+			getRow(t, h, meta.MetadataTable, "a-root-row")
+		})
+	}
 }

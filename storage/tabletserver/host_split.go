@@ -54,8 +54,19 @@ func (h *Host) background() {
 		<-h.stop
 		cancel()
 	}()
+	var metaTick <-chan time.Time
+	if h.opts.Log != nil && h.opts.MetadataLogRelease > 0 {
+		t := time.NewTicker(h.opts.MetadataLogRelease)
+		defer t.Stop()
+		metaTick = t.C
+	}
 	var lastCheck time.Time
-	var truncatedAt uint64 // the log's tail segment at the last truncation
+	var truncatedAt uint64    // the log's tail segment at the last truncation
+	var metaReleasedAt uint64 // the log's tail segment at the last METADATA release
+	releaseMetadata := func() {
+		metaReleasedAt = h.opts.Log.Tail().Segment
+		h.releaseMetadataLog(ctx)
+	}
 	truncate := func() {
 		if h.opts.Log != nil {
 			truncatedAt = h.opts.Log.Tail().Segment
@@ -88,6 +99,9 @@ func (h *Host) background() {
 		case <-truncTick.C:
 			truncate()
 			continue
+		case <-metaTick:
+			releaseMetadata()
+			continue
 		case <-idleTick:
 			if h.opts.Pacer.IdleFor() >= h.opts.IdleMergeAfter {
 				h.mergeWhileIdle()
@@ -104,6 +118,9 @@ func (h *Host) background() {
 		// read at a crash.
 		if h.opts.Log != nil && h.opts.Log.Tail().Segment >= truncatedAt+uint64(max(h.opts.LogFlushSegments/2, 1)) {
 			truncate()
+		}
+		if metaTick != nil && h.opts.Log.Tail().Segment > metaReleasedAt {
+			releaseMetadata()
 		}
 	}
 }
@@ -370,6 +387,32 @@ func (h *Host) TruncateLog(ctx context.Context) error {
 		return nil
 	}
 	return h.opts.Log.Truncate(ctx, *oldest)
+}
+
+// releaseMetadataLog makes the open METADATA tablets whose redo point is
+// behind the log's tail release the log (see
+// HostOptions.MetadataLogRelease). A failure is logged; the tablet keeps
+// its redo point until the next try.
+func (h *Host) releaseMetadataLog(ctx context.Context) {
+	h.mu.RLock()
+	st := h.tables[meta.MetadataTable]
+	h.mu.RUnlock()
+	if st == nil {
+		return
+	}
+	tail := h.opts.Log.Tail()
+	for _, tb := range st.list() {
+		if tb.State().RedoPoint.Compare(tail) >= 0 {
+			continue
+		}
+		if err := tb.ReleaseLog(ctx); err != nil {
+			if !errors.Is(err, tabletdesc.ErrNotServing) && ctx.Err() == nil {
+				h.log.Warn("releasing the commit log of a METADATA tablet", "tablet", tb.ID(), "err", err)
+			}
+			continue
+		}
+		h.metrics.metaReleases.Inc()
+	}
 }
 
 // openTablets returns the tablets open on the host, of every table.

@@ -26,6 +26,9 @@ type metrics struct {
 	rowsRead     prometheus.Counter
 	splits       prometheus.Counter
 	logReleases  prometheus.Counter
+	// metaReleases counts METADATA tablets released by
+	// HostOptions.MetadataLogRelease.
+	metaReleases prometheus.Counter
 	// budgetFlushes counts flushes asked for by the memtable budget.
 	budgetFlushes prometheus.Counter
 	// budgetWaits counts writes held back by the memtable budget.
@@ -61,6 +64,9 @@ func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
 		logReleases: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tabula_commitlog_release_flushes_total", Help: "Tablets flushed (or, if idle, given a new redo point) because their redo point held commit-log segments HostOptions.LogFlushSegments behind the tail.",
 		}),
+		metaReleases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tabula_commitlog_metadata_releases_total", Help: "METADATA tablets flushed (or, if idle, given a new redo point) to keep their redo point near the commit log's tail (HostOptions.MetadataLogRelease).",
+		}),
 		budgetFlushes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tabula_memtable_budget_flushes_total", Help: "Memtables flushed before they were full because the memtables of all tablets together passed HostOptions.MemtableBudget.",
 		}),
@@ -72,7 +78,7 @@ func newMetrics(h *Host, reg prometheus.Registerer) (*metrics, error) {
 		}),
 		lease: newLeaseMetrics(h),
 	}
-	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, m.logReleases, m.budgetFlushes, m.budgetWaits, m.writesTurnedAway, &tabletCollector{h: h}, &commitLogCollector{h: h}}
+	m.collectors = []prometheus.Collector{m.requests, m.latency, m.bytesRead, m.bytesWritten, m.rowsRead, m.splits, m.logReleases, m.metaReleases, m.budgetFlushes, m.budgetWaits, m.writesTurnedAway, &tabletCollector{h: h}, &commitLogCollector{h: h}}
 	m.collectors = append(m.collectors, m.lease.collectors()...)
 	if reg == nil {
 		return m, nil
