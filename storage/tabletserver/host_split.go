@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tabuladb/tabula/internal/ctxtime"
@@ -48,6 +49,10 @@ func (h *Host) background() {
 		defer t.Stop()
 		idleTick = t.C
 	}
+	// releasing runs releaseMetadataLog beside the loop (see
+	// releaseMetadata); waited for after cancel, before done closes.
+	var releasing sync.WaitGroup
+	defer releasing.Wait()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -63,9 +68,19 @@ func (h *Host) background() {
 	var lastCheck time.Time
 	var truncatedAt uint64    // the log's tail segment at the last truncation
 	var metaReleasedAt uint64 // the log's tail segment at the last METADATA release
+	var metaReleasing atomic.Bool
+	// releaseMetadata runs beside the loop, one at a time: a flush that
+	// waits on a stalled store must not hold up the memtable budget and
+	// the splits.
 	releaseMetadata := func() {
+		if !metaReleasing.CompareAndSwap(false, true) {
+			return
+		}
 		metaReleasedAt = h.opts.Log.Tail().Segment
-		h.releaseMetadataLog(ctx)
+		releasing.Go(func() {
+			defer metaReleasing.Store(false)
+			h.releaseMetadataLog(ctx)
+		})
 	}
 	truncate := func() {
 		if h.opts.Log != nil {
