@@ -168,7 +168,7 @@ SIGTERM or SIGINT stops it.`,
 func newTabletServerCommand() *cobra.Command {
 	var r roleFlags
 	var memtableBytes, memtableBudget, splitBytes, metadataSplitBytes, blockCacheBytes, scanCacheBytes, compactionRate int64
-	var majorInterval, idleMergeAfter time.Duration
+	var majorInterval, idleMergeAfter, metadataLogRelease time.Duration
 	var serverLease, fileCommitWindow time.Duration
 	var classicOnly bool
 	var lockDir string
@@ -196,7 +196,7 @@ back.`,
 			defer svc.Close()
 			s, err := cluster.StartTabletServer(ctx, cluster.ServerConfig{
 				Coord: svc, Store: store, Addr: r.addr, AdvertiseAddr: r.advertise, HTTPAddr: r.http, Cluster: r.cluster,
-				MemtableBytes: memtableBytes, MemtableBudget: memtableBudget, SplitBytes: splitBytes, CompactionRate: compactionRate, MetadataSplitBytes: metadataSplitBytes, MajorInterval: majorInterval, IdleMergeAfter: idleMergeAfter,
+				MemtableBytes: memtableBytes, MemtableBudget: memtableBudget, SplitBytes: splitBytes, CompactionRate: compactionRate, MetadataSplitBytes: metadataSplitBytes, MetadataLogRelease: metadataLogRelease, MajorInterval: majorInterval, IdleMergeAfter: idleMergeAfter,
 				BlockCacheBytes: blockCacheBytes, ScanCacheBytes: scanCacheBytes,
 				SessionTTL: r.sessionTTL, LockDelay: r.lockDelay, Lease: serverLease, FileCommitWindow: fileCommitWindow, Logger: log, TLS: r.transport, Auth: r.authConfig,
 				ClassicOnly: classicOnly, LockDir: lockDir,
@@ -236,6 +236,7 @@ back.`,
 	f.DurationVar(&idleMergeAfter, "idle-merge-after", cluster.DefaultIdleMergeAfter, idleMergeHelp)
 	f.Int64Var(&splitBytes, "split-size", tabletserver.DefaultSplitBytes, "tablet size in bytes past which a tablet splits")
 	f.Int64Var(&metadataSplitBytes, "metadata-split-size", tabletserver.DefaultMetadataSplitBytes, "METADATA tablet size in bytes past which a METADATA tablet other than the root splits")
+	f.DurationVar(&metadataLogRelease, "metadata-log-release", tabletserver.DefaultMetadataLogRelease, "how long a METADATA tablet's redo point may stay behind the commit log's tail: this often, and at each new log segment, METADATA tablets are flushed (or, idle, given a new redo point), so that recovering the root from this server's log after a crash reads only the log's tail (negative: only when the log is truncated)")
 	f.Int64Var(&blockCacheBytes, "block-cache-size", 0, blockCacheHelp)
 	f.Int64Var(&scanCacheBytes, "scan-cache-size", cluster.DefaultScanCacheBytes, "scan cache in bytes (negative: none)")
 	f.DurationVar(&serverLease, "server-lease", cluster.DefaultServerLease, "the server's own lease, shorter than --session-ttl: it stops serving this long after the start of its last successful session renewal (renewing every quarter of it), and the master reassigns its tablets this long plus a tenth after ending its session (negative: the session TTL)")

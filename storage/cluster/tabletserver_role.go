@@ -125,6 +125,11 @@ type ServerConfig struct {
 	// than the root, which never splits (default
 	// tabletserver.DefaultMetadataSplitBytes).
 	MetadataSplitBytes int64
+	// MetadataLogRelease is how long a METADATA tablet's redo point may
+	// stay behind the commit log's tail (tabletserver.HostOptions'
+	// MetadataLogRelease; default
+	// tabletserver.DefaultMetadataLogRelease, negative: off).
+	MetadataLogRelease time.Duration
 	// BlockCacheBytes and ScanCacheBytes size the caches shared by the
 	// server's tablets; default DefaultBlockCacheBytes() and
 	// DefaultScanCacheBytes (as `tabula dev`), negative disables.
@@ -328,6 +333,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 		FileCommitWindow:    cmp.Or(cfg.FileCommitWindow, DefaultGCGrace/2),
 		SplitBytes:          cfg.SplitBytes,
 		MetadataSplitBytes:  cfg.MetadataSplitBytes,
+		MetadataLogRelease:  cfg.MetadataLogRelease,
 		LogTruncateInterval: cfg.LogTruncateInterval,
 		Logger:              s.log,
 		Registerer:          s.registry,
