@@ -484,19 +484,19 @@ type loopMetadata struct {
 }
 
 func (l loopMetadata) Tablets(ctx context.Context) ([]assign.Tablet, error) {
-	ts, _, err := l.TabletsWhole(ctx)
+	ts, _, err := l.TabletsWhole(ctx, nil)
 	return ts, err
 }
 
 // TabletsWhole implements master.WholeReader: Tablets, and whether every
 // METADATA tablet was read.
-func (l loopMetadata) TabletsWhole(ctx context.Context) ([]assign.Tablet, bool, error) {
+func (l loopMetadata) TabletsWhole(ctx context.Context, dead func(server string) bool) ([]assign.Tablet, bool, error) {
 	if l.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	ts, whole, err := l.metadataStore.read(ctx)
+	ts, whole, err := l.metadataStore.read(ctx, dead)
 	if err != nil || !anyUnassigned(ts) {
 		return ts, whole, err
 	}

@@ -91,6 +91,10 @@ const metadataProbeAfter = 200 * time.Millisecond
 // its server's address.
 var errMetadataServerGone = errors.New("cluster: nothing listens at the METADATA tablet's server")
 
+// errMetadataServerDead: a METADATA tablet was not read because the
+// master declared its server dead.
+var errMetadataServerDead = errors.New("cluster: the METADATA tablet's server was declared dead")
+
 // metadataSuspectFull: every metadataSuspectFull-th read at a suspect
 // server has the full metadataRoundReadTimeout.
 const metadataSuspectFull = 4
@@ -145,13 +149,13 @@ func newMetadataStore(kv coord.KV, cl *client.Client) *metadataStore {
 // server dying in the middle of a split's commit leaves no tablet held
 // for ever nor any range unassigned.
 func (m *metadataStore) Tablets(ctx context.Context) ([]assign.Tablet, error) {
-	ts, _, err := m.read(ctx)
+	ts, _, err := m.read(ctx, nil)
 	return ts, err
 }
 
 // allTablets is Tablets that fails unless every METADATA tablet was read.
 func (m *metadataStore) allTablets(ctx context.Context) ([]assign.Tablet, error) {
-	ts, complete, err := m.read(ctx)
+	ts, complete, err := m.read(ctx, nil)
 	if err == nil && !complete {
 		err = errors.New("cluster: METADATA not wholly readable (a METADATA tablet is unassigned or moving)")
 	}
@@ -159,8 +163,16 @@ func (m *metadataStore) allTablets(ctx context.Context) ([]assign.Tablet, error)
 }
 
 // read returns the tablets METADATA lists and whether every METADATA
-// tablet could be read.
-func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete bool, _ error) {
+// tablet could be read. METADATA tablets that METADATA places at a server
+// dead reports (nil: none) are not read, and count as unread: the master
+// declared that server dead, so it serves nothing, and a read there
+// would only wait for its timeout — which held up a round, and with it
+// the recovery that round was to start, by 1.8 s after a paused server's
+// death (session 31).
+func (m *metadataStore) read(ctx context.Context, dead func(server string) bool) (_ []assign.Tablet, complete bool, _ error) {
+	if dead == nil {
+		dead = func(string) bool { return false }
+	}
 	root, index, err := readRoot(ctx, m.kv)
 	if err != nil {
 		return nil, false, err
@@ -178,7 +190,7 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 		m.rows = rows
 		m.mu.Unlock()
 	}()
-	if root.Server == "" {
+	if root.Server == "" || dead(root.Server) {
 		return out, false, nil
 	}
 	metas, err := m.readTablet(ctx, root.Server, nil, meta.RootTabletEnd())
@@ -246,7 +258,14 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			var failed error
+			if dead(server) {
+				failed = errMetadataServerDead
+			}
 			for _, p := range byServer[server] {
+				if failed == errMetadataServerDead {
+					p.err = failed
+					continue
+				}
 				if failed != nil {
 					p.err = fmt.Errorf("not read: another METADATA tablet of %s failed: %w", server, failed)
 					continue
@@ -275,7 +294,7 @@ func (m *metadataStore) read(ctx context.Context) (_ []assign.Tablet, complete b
 		rows[p.l.TabletID] = p.l
 		out = append(out, assignTablet(p.l, assign.Meta))
 		switch {
-		case p.l.Server == "":
+		case p.l.Server == "", errors.Is(p.err, errMetadataServerDead):
 			complete = false
 		case p.err != nil:
 			m.warn("reading METADATA tablet "+p.l.TabletID, p.err)

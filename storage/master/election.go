@@ -70,8 +70,11 @@ type Metadata interface {
 // tablet is ever taken for an orphan (LoopOptions.OrphanAfter).
 type WholeReader interface {
 	// TabletsWhole is Tablets, also saying whether every METADATA tablet
-	// was read (none moving, none at a dead server).
-	TabletsWhole(ctx context.Context) (tablets []assign.Tablet, whole bool, err error)
+	// was read (none moving, none at a dead server). It need not read the
+	// METADATA tablets placed at servers for which dead (never nil) is
+	// true — the master declared them dead, so they serve nothing — and
+	// then reports whole false.
+	TabletsWhole(ctx context.Context, dead func(server string) bool) (tablets []assign.Tablet, whole bool, err error)
 }
 
 // ErrServerGone is what a TabletServers.List error wraps when the server

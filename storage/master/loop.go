@@ -748,7 +748,12 @@ func (t *term) metadata(ctx context.Context) (tablets []assign.Tablet, whole boo
 	rctx, cancel := t.rpcCtx(ctx)
 	defer cancel()
 	if w, ok := t.c.opts.Metadata.(WholeReader); ok {
-		tablets, whole, err = w.TabletsWhole(rctx)
+		// A copy: the read may ask from several goroutines.
+		dead := make(map[string]bool, len(t.dead))
+		for id := range t.dead {
+			dead[string(id)] = true
+		}
+		tablets, whole, err = w.TabletsWhole(rctx, func(server string) bool { return dead[server] })
 	} else {
 		tablets, err = t.c.opts.Metadata.Tablets(rctx)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -1426,4 +1427,59 @@ func TestLoopRepairYieldsToRecovery(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	t.Logf("%d tries of the repairs during the recovery", stuckTries.Load())
+}
+
+// deadRecordingMeta is fakeMeta as a WholeReader that remembers which
+// of servers any read's dead reported dead.
+type deadRecordingMeta struct {
+	*fakeMeta
+	servers []string
+	mu      sync.Mutex
+	said    map[string]bool
+}
+
+func (m *deadRecordingMeta) TabletsWhole(ctx context.Context, dead func(string) bool) ([]assign.Tablet, bool, error) {
+	m.mu.Lock()
+	for _, s := range m.servers {
+		if dead(s) {
+			m.said[s] = true
+		}
+	}
+	m.mu.Unlock()
+	ts, err := m.fakeMeta.Tablets(ctx)
+	return ts, true, err
+}
+
+func (m *deadRecordingMeta) saidDead() map[string]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.said)
+}
+
+// TestLoopTellsMetadataWhichServersAreDead: the rounds' METADATA reads
+// learn which servers the master declared dead — whose METADATA tablets
+// they need not wait for — and only those.
+func TestLoopTellsMetadataWhichServersAreDead(t *testing.T) {
+	c := newCluster(t, "s1", "s2")
+	md := &deadRecordingMeta{fakeMeta: c.meta, servers: []string{"s1", "s2"}, said: map[string]bool{}}
+	c.startMaster("m1", func(o *LoopOptions) { o.Metadata = md })
+	c.waitFor("all tablets served", 0, c.allServed)
+	if said := md.saidDead(); len(said) > 0 {
+		t.Fatalf("reads were told %v is dead with both servers alive", said)
+	}
+	c.servers.kill("s2")
+	if _, err := c.svc.EndSession(context.Background(), c.sessions["s2"].ID()); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("s2's tablets served again", 100*time.Millisecond, func() bool {
+		for _, ss := range c.servers.where() {
+			if slices.Contains(ss, "s2") {
+				return false
+			}
+		}
+		return c.allServed()
+	})
+	if said := md.saidDead(); !said["s2"] || said["s1"] {
+		t.Fatalf("reads were told %v is dead; want s2 only", said)
+	}
 }
