@@ -98,6 +98,7 @@ func (c *conns) get(addr string) (grpc.ClientConnInterface, error) {
 	}
 	cc, err := grpc.NewClient(addr, append([]grpc.DialOption{
 		tlsconfig.DialOption(c.tls),
+		grpc.WithConnectParams(client.ReconnectParams),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(client.MaxMessageSize), grpc.MaxCallSendMsgSize(client.MaxMessageSize))}, c.opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect to %s: %w", addr, err)
