@@ -122,6 +122,17 @@ func newDataPlane(c *Client) *dataPlane {
 // data returns the Client's data plane.
 func (c *Client) data() *dataPlane { return c.plane }
 
+// CacheLocations tells the client where tablets are, as its caller has
+// just read them from METADATA: the data operations on their rows go
+// there from now on (LocationCache.Insert: a location older, by epoch,
+// than a cached one it overlaps is ignored). A master reading a METADATA
+// tablet it found at a server must read it there, not where the client
+// last saw it: that may be a server paused since, which never answers
+// (a round waited 2 s for it after its death, session 31).
+func (c *Client) CacheLocations(locs ...meta.Location) {
+	c.plane.cache.Insert(locs...)
+}
+
 // closeData closes the connections the pool dialed; the Client's own
 // connection is Close's business.
 func (c *Client) closeData() {

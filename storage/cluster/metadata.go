@@ -193,7 +193,7 @@ func (m *metadataStore) read(ctx context.Context, dead func(server string) bool)
 	if root.Server == "" || dead(root.Server) {
 		return out, false, nil
 	}
-	metas, err := m.readTablet(ctx, root.Server, nil, meta.RootTabletEnd())
+	metas, err := m.readTablet(ctx, root, nil)
 	if err != nil {
 		m.warn("reading the root tablet", err)
 		return out, false, nil
@@ -270,7 +270,7 @@ func (m *metadataStore) read(ctx context.Context, dead func(server string) bool)
 					p.err = fmt.Errorf("not read: another METADATA tablet of %s failed: %w", server, failed)
 					continue
 				}
-				p.users, p.err = m.readTablet(ctx, server, p.start, p.l.End)
+				p.users, p.err = m.readTablet(ctx, p.l, p.start)
 				if p.err != nil {
 					failed = p.err
 					continue
@@ -352,10 +352,14 @@ func (m *metadataStore) scanEntries(ctx context.Context, start, end []byte) ([]m
 	return m.scanEntriesWithin(ctx, metadataScanTimeout, start, end)
 }
 
-// readTablet reads the METADATA rows in [start, end) of a tablet served
-// by server, within metadataRoundReadTimeout, or metadataSuspectTimeout
-// while reads at server keep failing (metadataStore.suspects).
-func (m *metadataStore) readTablet(ctx context.Context, server string, start, end []byte) ([]meta.MetadataEntry, error) {
+// readTablet reads the METADATA rows in [start, l.End) of the METADATA
+// tablet at l, within metadataRoundReadTimeout, or metadataSuspectTimeout
+// while reads at l.Server keep failing (metadataStore.suspects). The read
+// goes to l.Server, where METADATA (or the root key) just said the tablet
+// is: the client is told so first (client.CacheLocations).
+func (m *metadataStore) readTablet(ctx context.Context, l meta.Location, start []byte) ([]meta.MetadataEntry, error) {
+	server, end := l.Server, l.End
+	m.cl.CacheLocations(l)
 	m.mu.Lock()
 	failures := m.suspects[server]
 	m.mu.Unlock()

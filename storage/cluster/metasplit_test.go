@@ -339,6 +339,59 @@ func TestMetadataReadOfServerDeclaredDead(t *testing.T) {
 	}
 }
 
+// TestMetadataReadGoesWhereMetadataSays: a METADATA tablet is read at the
+// server METADATA names, even when the client's location cache still
+// places it at another — a server paused since, which accepts connections
+// and never answers (after a pause, rounds waited 2 s each for it).
+func TestMetadataReadGoesWhereMetadataSays(t *testing.T) {
+	ctx := context.Background()
+	f := newMetadataFixture(t)
+	putUserRows(t, f)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // never read or answered
+		}
+	}()
+	defer func() {
+		for {
+			select {
+			case c := <-accepted:
+				c.Close()
+			default:
+				return
+			}
+		}
+	}()
+	// The fixture's METADATA tablet, as a client that saw it at the
+	// silent server under the same epoch would cache it.
+	f.server.cl.CacheLocations(meta.Location{Table: meta.MetadataTable, Start: meta.RootTabletEnd(), TabletID: meta.MetaTabletID,
+		Server: ln.Addr().String() + "/paused", Epoch: 2})
+	began := time.Now()
+	ts, complete, err := f.md.read(ctx, nil)
+	if err != nil || !complete {
+		t.Fatalf("read after %v: complete %v, %v", time.Since(began), complete, err)
+	}
+	users := 0
+	for _, tb := range ts {
+		if tb.Kind == assign.User {
+			users++
+		}
+	}
+	if users != 20 {
+		t.Fatalf("%d user tablets read, want 20", users)
+	}
+}
+
 // TestMetadataReadSkipsDeadServer: METADATA tablets whose server does not
 // answer are listed (for the planner to recover) without their rows, the
 // others' rows are read; a server whose read failed is a suspect — read
