@@ -15,6 +15,7 @@ import (
 	"cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -180,6 +181,27 @@ func (p *dataPlane) connAddr(server string) (grpc.ClientConnInterface, error) {
 	return cc, nil
 }
 
+// redial makes the connection to server, if it is in reconnect back-off,
+// dial again at once: until the back-off ends gRPC fails every call on it
+// with the last dial's error, also once a process serves again at the
+// address (a server restarted by its supervisor). By the retrier's next
+// attempt, after its own back-off, that dial is under way, and a call
+// waits for a dial under way rather than failing.
+func (p *dataPlane) redial(server string) {
+	addr := meta.ServerAddr(server)
+	var cc *grpc.ClientConn
+	if addr == p.home() {
+		cc = p.c.cc
+	} else {
+		p.mu.Lock()
+		cc = p.conns[addr]
+		p.mu.Unlock()
+	}
+	if cc != nil && cc.GetState() == connectivity.TransientFailure {
+		cc.ResetConnectBackoff()
+	}
+}
+
 // tableID resolves a table name as TableName does.
 func (c *Client) tableID(table string) (meta.TableID, string, error) {
 	name := c.TableName(table)
@@ -328,6 +350,7 @@ func (r *retrier) retry(ctx context.Context, p *dataPlane, loc meta.Location, er
 	}
 	if loc.Server != "" {
 		p.cache.Invalidate(loc)
+		p.redial(loc.Server)
 	}
 	if !r.idempotent {
 		return err

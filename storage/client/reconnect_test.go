@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -62,4 +63,62 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("answered %v after the server came back", time.Since(back).Round(time.Millisecond))
+}
+
+// TestRedialAfterUnavailable: a connection in reconnect back-off fails
+// every call with its last dial's error, even once a server is back on
+// its address; after redial — what the retrier does on UNAVAILABLE — the
+// next call dials again and is answered.
+func TestRedialAfterUnavailable(t *testing.T) {
+	serve := func(addr string) (*grpc.Server, string) {
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := grpc.NewServer()
+		healthpb.RegisterHealthServer(s, health.NewServer())
+		go s.Serve(lis)
+		return s, lis.Addr().String()
+	}
+	home, err := grpc.NewClient("127.0.0.1:1", (&Options{}).dialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer home.Close()
+	c := New(home, Options{})
+	defer c.Close()
+	srv, addr := serve("127.0.0.1:0")
+	cc, err := c.plane.connAddr(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	if err := check(); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	// Failing calls until the connection is in back-off.
+	for c.plane.conns[addr].GetState() != connectivity.TransientFailure {
+		if check() == nil {
+			t.Fatal("a call succeeded with the server stopped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	srv, _ = serve(addr)
+	defer srv.Stop()
+	if err := check(); err == nil {
+		t.Fatal("a call on a connection in back-off succeeded: the test shows nothing")
+	}
+	c.plane.redial(addr + "/nonce")
+	// The retrier's own back-off comes between: the dial is under way by
+	// then, and a call waits for it.
+	time.Sleep(5 * backoffFirst)
+	if err := check(); err != nil {
+		t.Fatalf("after redial: %v", err)
+	}
 }
