@@ -318,8 +318,11 @@ type retrier struct {
 //     first time, then with backoff, at most notServingRetries.limit times
 //     and while the context's deadline allows the wait; the last answer
 //     is returned after that;
+//   - DEADLINE_EXCEEDED drops the location and is returned: the next
+//     operation looks the tablet up again;
 //   - UNAVAILABLE drops the location too (its server may be dead and its
-//     tablets reassigned) and is retried with exponential backoff from
+//     tablets reassigned; its connection is made to dial again at once:
+//     redial) and is retried with exponential backoff from
 //     backoffFirst to backoffMax, while the context allows (and at most
 //     maxUnavailable times without a deadline) — only when r.idempotent:
 //     the caller sets it for idempotent operations and for requests that
@@ -344,6 +347,15 @@ func (r *retrier) retry(ctx context.Context, p *dataPlane, loc meta.Location, er
 			p.cache.Invalidate(loc)
 		}
 		return sleepBefore(ctx, pol.wait(r.notServing), err)
+	}
+	if status.Code(err) == codes.DeadlineExceeded && loc.Server != "" {
+		// Not retried (the deadline is the operation's), but the next
+		// operation looks the tablet up again: its server may be paused
+		// or cut off, answering nothing while the tablet is recovered
+		// elsewhere — a tablet server committing a split kept sending it
+		// to a paused root holder until that process exited (session 31).
+		p.cache.Invalidate(loc)
+		return err
 	}
 	if status.Code(err) != codes.Unavailable {
 		return err

@@ -7,9 +7,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/storage/meta"
 )
 
 // TestReconnectAfterServerRestart: a connection dialed with the client's
@@ -120,5 +124,36 @@ func TestRedialAfterUnavailable(t *testing.T) {
 	time.Sleep(5 * backoffFirst)
 	if err := check(); err != nil {
 		t.Fatalf("after redial: %v", err)
+	}
+}
+
+// TestDeadlineExceededDropsLocation: an operation that ran out of time at
+// a tablet's server is not retried, and the next one looks the tablet up
+// again instead of asking the same, perhaps paused, server; other errors
+// than UNAVAILABLE and "not serving" leave the cache alone.
+func TestDeadlineExceededDropsLocation(t *testing.T) {
+	home, err := grpc.NewClient("127.0.0.1:1", (&Options{}).dialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer home.Close()
+	c := New(home, Options{})
+	defer c.Close()
+	table := meta.TableID{Instance: "i", Table: "t"}
+	loc := meta.Location{Table: table, TabletID: "t0", Server: "127.0.0.1:2/paused", Epoch: 3}
+	for _, tc := range []struct {
+		code    codes.Code
+		dropped bool
+	}{{codes.InvalidArgument, false}, {codes.DeadlineExceeded, true}} {
+		c.CacheLocations(loc)
+		r := retrier{idempotent: true}
+		in := status.Error(tc.code, "x")
+		if got := r.retry(context.Background(), c.plane, loc, in); got != in {
+			t.Fatalf("%v: retry returned %v, want the error itself", tc.code, got)
+		}
+		_, cached := c.plane.cache.Lookup(table, []byte("row"))
+		if cached == tc.dropped {
+			t.Fatalf("after %v the location is cached: %v, want %v", tc.code, cached, !tc.dropped)
+		}
 	}
 }
