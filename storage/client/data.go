@@ -123,6 +123,13 @@ func newDataPlane(c *Client) *dataPlane {
 // data returns the Client's data plane.
 func (c *Client) data() *dataPlane { return c.plane }
 
+// CachedLocation returns the location the client has cached for the
+// tablet of table holding row, and whether it has one: where its next
+// data operation on row goes without a lookup.
+func (c *Client) CachedLocation(table meta.TableID, row []byte) (meta.Location, bool) {
+	return c.plane.cache.Lookup(table, row)
+}
+
 // CacheLocations tells the client where tablets are, as its caller has
 // just read them from METADATA: the data operations on their rows go
 // there from now on (LocationCache.Insert: a location older, by epoch,

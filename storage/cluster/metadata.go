@@ -450,7 +450,12 @@ func (m *metadataStore) SetLocation(ctx context.Context, tabletID, server string
 		if err != nil {
 			return err
 		}
-		return m.kv.Put(ctx, coord.KeyRoot, b)
+		if err := m.kv.Put(ctx, coord.KeyRoot, b); err != nil {
+			return err
+		}
+		// This process's own client reads and writes the root at once.
+		m.cl.CacheLocations(l)
+		return nil
 	}
 	rm := locationWithEvent(l, meta.EventLoad, "", m.now())
 	written, err := m.cl.CheckAndMutate(ctx, meta.MetadataTableName, rm.Row, namesTabletPredicate(tabletID), rm.Mutations, nil)

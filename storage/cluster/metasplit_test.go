@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/storage/cell"
+	"github.com/tabuladb/tabula/storage/coord"
 	"github.com/tabuladb/tabula/storage/master/assign"
 	"github.com/tabuladb/tabula/storage/meta"
 	"github.com/tabuladb/tabula/storage/tabletdesc"
@@ -443,5 +445,33 @@ func TestMetadataReadSkipsDeadServer(t *testing.T) {
 	checkUserRows(t, "after the move back", ts, 20)
 	if len(f.md.suspects) != 0 {
 		t.Fatalf("suspects %v after every read succeeded", f.md.suspects)
+	}
+}
+
+// TestServerFollowsRootMoves: a tablet server's location caches (its
+// client's and its gateway's) learn a new root location from the lock
+// service's root key as it is written, without a call failing first.
+func TestServerFollowsRootMoves(t *testing.T) {
+	ctx := context.Background()
+	f := newMetadataFixture(t)
+	moved := meta.RootLocation("127.0.0.1:1/elsewhere", 99)
+	b, err := json.Marshal(moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.md.kv.Put(ctx, coord.KeyRoot, b); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cl, okc := f.server.cl.CachedLocation(meta.MetadataTable, nil)
+		gw, okg := f.server.cache.Lookup(meta.MetadataTable, nil)
+		if okc && okg && cl.Server == moved.Server && gw.Server == moved.Server {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after the root moved: client caches %+v (%v), gateway %+v (%v); want %s", cl, okc, gw, okg, moved.Server)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

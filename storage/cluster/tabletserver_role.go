@@ -3,6 +3,7 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -407,8 +408,42 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	}
 	tlsconfig.WarnPlaintext(s.log, "tabletserver", s.addr, cfg.TLS.Server)
 	go s.watchLease()
+	go s.followRoot()
 	s.log.Info("tablet server started", "addr", s.addr, "name", s.name)
 	return s, nil
+}
+
+// followRoot keeps the root's location in the server's location caches —
+// its client's (split commits, METADATA writes) and its gateway's —
+// current until the server stops: it watches the lock service's root key
+// and hands each new location to both. A cached location is otherwise
+// dropped only once a call to it fails: after a paused root holder's
+// death, a split commit here kept going to it until its RPC timed out
+// (1.5 s), although the master had recorded the recovered root's new
+// server seconds before (session 31).
+func (s *TabletServer) followRoot() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.stopping
+		cancel()
+	}()
+	events, err := s.cfg.Coord.WatchKey(ctx, coord.KeyRoot)
+	if err != nil {
+		s.log.Warn("not following the root's location (its moves are learned when a call fails)", "err", err)
+		return
+	}
+	for ev := range events {
+		if ev.Kind != coord.EventPut {
+			continue
+		}
+		var l meta.Location
+		if err := json.Unmarshal(ev.Entry.Value, &l); err != nil || !l.IsRoot() || l.Server == "" {
+			continue
+		}
+		s.cl.CacheLocations(l)
+		s.cache.Insert(l)
+	}
 }
 
 // register registers on srv the tablet server's services: data (the data
