@@ -453,8 +453,11 @@ func (m *metadataStore) SetLocation(ctx context.Context, tabletID, server string
 		if err := m.kv.Put(ctx, coord.KeyRoot, b); err != nil {
 			return err
 		}
-		// This process's own client reads and writes the root at once.
-		m.cl.CacheLocations(l)
+		// This process's own client reads and writes the root there at
+		// once.
+		if m.cl != nil {
+			m.cl.CacheLocations(l)
+		}
 		return nil
 	}
 	rm := locationWithEvent(l, meta.EventLoad, "", m.now())
