@@ -415,3 +415,22 @@ func (c *testCluster) waitAllServed(timeout time.Duration, minTablets int) statu
 	})
 	return st
 }
+
+// waitRecovered waits until the master no longer lists the dead server
+// id and has no tablet unassigned: the dead server's tablets are served
+// again.
+func (c *testCluster) waitRecovered(id string) {
+	c.t.Helper()
+	waitFor(c.t, 90*time.Second, "the dead server's tablets served again", func() (bool, string) {
+		_, st := c.activeMaster()
+		for _, ss := range st.Servers {
+			if ss.ID == id {
+				return false, "the dead server is still listed"
+			}
+		}
+		if len(st.Unassigned) > 0 {
+			return false, fmt.Sprintf("%d unassigned", len(st.Unassigned))
+		}
+		return true, ""
+	})
+}

@@ -160,18 +160,7 @@ func measureServerRecovery(t *testing.T, metadata, restarted bool) {
 		if restarted {
 			c.startServer("--addr", victim.addr)
 		}
-		waitFor(t, 90*time.Second, "the dead server's tablets served again", func() (bool, string) {
-			_, st := c.activeMaster()
-			for _, ss := range st.Servers {
-				if ss.ID == victimID {
-					return false, "the dead server is still listed"
-				}
-			}
-			if len(st.Unassigned) > 0 {
-				return false, fmt.Sprintf("%d unassigned", len(st.Unassigned))
-			}
-			return true, ""
-		})
+		c.waitRecovered(victimID)
 		took := time.Since(killed)
 		if victim == c.servers[0] || !c.servers[0].alive() {
 			for _, s := range c.liveServers() {

@@ -136,18 +136,7 @@ func measureRootRecovery(t *testing.T, release string, writeFor time.Duration) r
 	if err, _ := writeErr.Load().(error); err != nil {
 		t.Fatalf("a write before the kill failed: %v", err)
 	}
-	waitFor(t, 90*time.Second, "the dead server's tablets served again", func() (bool, string) {
-		_, st := c.activeMaster()
-		for _, ss := range st.Servers {
-			if ss.ID == victimID {
-				return false, "the dead server is still listed"
-			}
-		}
-		if len(st.Unassigned) > 0 {
-			return false, fmt.Sprintf("%d unassigned", len(st.Unassigned))
-		}
-		return true, ""
-	})
+	c.waitRecovered(victimID)
 	took := time.Since(killed)
 	if victim == entry {
 		for _, s := range c.liveServers() {

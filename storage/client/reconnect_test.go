@@ -23,29 +23,14 @@ import (
 // With gRPC's default back-off (1 s growing by 1.6) the next dial would
 // come about 3 s after the restart.
 func TestReconnectAfterServerRestart(t *testing.T) {
-	serve := func(addr string) (*grpc.Server, string) {
-		lis, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := grpc.NewServer()
-		healthpb.RegisterHealthServer(s, health.NewServer())
-		go s.Serve(lis)
-		return s, lis.Addr().String()
-	}
-	srv, addr := serve("127.0.0.1:0")
+	srv, addr := serveHealth(t, "127.0.0.1:0")
 	var opts Options
 	cc, err := grpc.NewClient(addr, opts.dialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	check := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
-		return err
-	}
+	check := func() error { return healthCheck(cc) }
 	if err := check(); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +42,7 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	srv, _ = serve(addr)
+	srv, _ = serveHealth(t, addr)
 	defer srv.Stop()
 	back := time.Now()
 	for check() != nil {
@@ -74,16 +59,6 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 // its address; after redial — what the retrier does on UNAVAILABLE — the
 // next call dials again and is answered.
 func TestRedialAfterUnavailable(t *testing.T) {
-	serve := func(addr string) (*grpc.Server, string) {
-		lis, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := grpc.NewServer()
-		healthpb.RegisterHealthServer(s, health.NewServer())
-		go s.Serve(lis)
-		return s, lis.Addr().String()
-	}
 	home, err := grpc.NewClient("127.0.0.1:1", (&Options{}).dialOptions()...)
 	if err != nil {
 		t.Fatal(err)
@@ -91,17 +66,12 @@ func TestRedialAfterUnavailable(t *testing.T) {
 	defer home.Close()
 	c := New(home, Options{})
 	defer c.Close()
-	srv, addr := serve("127.0.0.1:0")
+	srv, addr := serveHealth(t, "127.0.0.1:0")
 	cc, err := c.plane.connAddr(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
-		return err
-	}
+	check := func() error { return healthCheck(cc) }
 	if err := check(); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +83,7 @@ func TestRedialAfterUnavailable(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	srv, _ = serve(addr)
+	srv, _ = serveHealth(t, addr)
 	defer srv.Stop()
 	if err := check(); err == nil {
 		t.Fatal("a call on a connection in back-off succeeded: the test shows nothing")
@@ -156,4 +126,26 @@ func TestDeadlineExceededDropsLocation(t *testing.T) {
 			t.Fatalf("after %v the location is cached: %v, want %v", tc.code, cached, !tc.dropped)
 		}
 	}
+}
+
+// serveHealth serves gRPC's health service on addr ("host:0": a free
+// port) and returns the server and its address.
+func serveHealth(t *testing.T, addr string) (*grpc.Server, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go s.Serve(lis)
+	return s, lis.Addr().String()
+}
+
+// healthCheck makes one health check on cc, waiting at most a second.
+func healthCheck(cc grpc.ClientConnInterface) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err
 }
