@@ -22,6 +22,14 @@ import (
 // logTimeOf returns the time of the first line of the role's log after
 // since whose message contains msg (zero if none).
 func logTimeOf(t *testing.T, path, msg string, since time.Time) time.Time {
+	_, at := logLineAfter(t, path, since, func(line string) bool { return strings.Contains(line, msg) })
+	return at
+}
+
+// logLineAfter returns the first line of the role's log (text format)
+// logged after since for which match is true, and its time; "" and the
+// zero time if none.
+func logLineAfter(t *testing.T, path string, since time.Time, match func(line string) bool) (string, time.Time) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -32,16 +40,15 @@ func logTimeOf(t *testing.T, path, msg string, since time.Time) time.Time {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.Contains(line, msg) || !strings.HasPrefix(line, "time=") {
+		if !strings.HasPrefix(line, "time=") || !match(line) {
 			continue
 		}
 		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
-		at, err := time.Parse(time.RFC3339Nano, ts)
-		if err == nil && at.After(since) {
-			return at
+		if at, err := time.Parse(time.RFC3339Nano, ts); err == nil && at.After(since) {
+			return line, at
 		}
 	}
-	return time.Time{}
+	return "", time.Time{}
 }
 
 // TestClusterServerRecoveryTime: a tablet server holding user tablets is

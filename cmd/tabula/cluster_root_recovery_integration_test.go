@@ -3,10 +3,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -180,32 +178,20 @@ var (
 // root tablet logged after since.
 func rootReplayIn(t *testing.T, path string, since time.Time) (rootReplay, bool) {
 	t.Helper()
-	f, err := os.Open(path)
+	line, _ := logLineAfter(t, path, since, func(line string) bool {
+		return strings.Contains(line, `msg="read commit log"`) && strings.Contains(line, "tablet="+meta.RootTabletID+" ")
+	})
+	if line == "" {
+		return rootReplay{}, false
+	}
+	m, d := recordsReadRE.FindStringSubmatch(line), tookRE.FindStringSubmatch(line)
+	if m == nil || d == nil {
+		t.Fatalf("unexpected line in %s: %s", path, line)
+	}
+	n, _ := strconv.Atoi(m[1])
+	took, err := time.ParseDuration(d[1])
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("took in %s: %v", line, err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, `msg="read commit log"`) || !strings.Contains(line, "tablet="+meta.RootTabletID+" ") || !strings.HasPrefix(line, "time=") {
-			continue
-		}
-		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
-		if at, err := time.Parse(time.RFC3339Nano, ts); err != nil || !at.After(since) {
-			continue
-		}
-		m, d := recordsReadRE.FindStringSubmatch(line), tookRE.FindStringSubmatch(line)
-		if m == nil || d == nil {
-			t.Fatalf("unexpected line in %s: %s", path, line)
-		}
-		n, _ := strconv.Atoi(m[1])
-		took, err := time.ParseDuration(d[1])
-		if err != nil {
-			t.Fatalf("took in %s: %v", line, err)
-		}
-		return rootReplay{records: n, took: took}, true
-	}
-	return rootReplay{}, false
+	return rootReplay{records: n, took: took}, true
 }

@@ -59,13 +59,7 @@ func TestReconnectAfterServerRestart(t *testing.T) {
 // its address; after redial — what the retrier does on UNAVAILABLE — the
 // next call dials again and is answered.
 func TestRedialAfterUnavailable(t *testing.T) {
-	home, err := grpc.NewClient("127.0.0.1:1", (&Options{}).dialOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer home.Close()
-	c := New(home, Options{})
-	defer c.Close()
+	c := newUnconnectedClient(t)
 	srv, addr := serveHealth(t, "127.0.0.1:0")
 	cc, err := c.plane.connAddr(addr)
 	if err != nil {
@@ -102,13 +96,7 @@ func TestRedialAfterUnavailable(t *testing.T) {
 // again instead of asking the same, perhaps paused, server; other errors
 // than UNAVAILABLE and "not serving" leave the cache alone.
 func TestDeadlineExceededDropsLocation(t *testing.T) {
-	home, err := grpc.NewClient("127.0.0.1:1", (&Options{}).dialOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer home.Close()
-	c := New(home, Options{})
-	defer c.Close()
+	c := newUnconnectedClient(t)
 	table := meta.TableID{Instance: "i", Table: "t"}
 	loc := meta.Location{Table: table, TabletID: "t0", Server: "127.0.0.1:2/paused", Epoch: 3}
 	for _, tc := range []struct {
@@ -148,4 +136,21 @@ func healthCheck(cc grpc.ClientConnInterface) error {
 	defer cancel()
 	_, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
 	return err
+}
+
+// newUnconnectedClient returns a client whose own connection goes nowhere:
+// for tests of the connections and locations it keeps for other servers.
+// Closed at the test's end.
+func newUnconnectedClient(t *testing.T) *Client {
+	t.Helper()
+	home, err := grpc.NewClient("127.0.0.1:1", (&Options{}).dialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(home, Options{})
+	t.Cleanup(func() {
+		c.Close()
+		home.Close()
+	})
+	return c
 }
