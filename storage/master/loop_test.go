@@ -660,6 +660,51 @@ func TestLoopRetriesFailedLoadWithBackoff(t *testing.T) {
 	}
 }
 
+// A dead server's tablets, just recovered on another server, stay there
+// while they settle (assign.Config.SettleAfterLoad, 10 s by default):
+// when an empty server joins, balance first moves the tablets that were
+// there before, and a recovered one only once its load is 10 s old. (A
+// fault campaign saw a recovered tablet moved 30 ms after its load: its
+// callers, who had just found it, looked it up again.)
+func TestLoopLeavesRecoveredTabletsToSettle(t *testing.T) {
+	c := newCluster(t, "s1", "s2")
+	c.startMaster("m1")
+	c.waitFor("every tablet served", 0, c.allServed)
+	// Let the first loads settle: 11 rounds of a second.
+	for range 11 {
+		c.clock.Advance(testTick)
+		time.Sleep(5 * time.Millisecond)
+	}
+	isUser := func(id assign.TabletID) bool { return strings.HasPrefix(string(id), "u") }
+	old := slices.DeleteFunc(c.servers.tabletsOn("s1"), func(id assign.TabletID) bool { return !isUser(id) })
+	recovered := slices.DeleteFunc(c.servers.tabletsOn("s2"), func(id assign.TabletID) bool { return !isUser(id) })
+	if len(old) == 0 || len(recovered) == 0 {
+		t.Fatalf("user tablets on s1 %v, on s2 %v: want some on each", old, recovered)
+	}
+	c.kill("s2")
+	c.waitFor("s2's tablets recovered on s1", testTick/10, func() bool {
+		return c.allServed() && len(c.servers.tabletsOn("s1")) == len(testTablets())
+	})
+	recoveredAt := c.clock.Now()
+	c.join("s3")
+	c.waitFor("s1's older tablets moved to s3", testTick/10, func() bool {
+		return len(c.servers.tabletsOn("s3")) >= len(old)
+	})
+	slices.Sort(old)
+	if on3 := c.servers.tabletsOn("s3"); !slices.Equal(slices.Sorted(slices.Values(on3)), old) {
+		t.Fatalf("s3 got %v %v after the recovery: want s1's older tablets %v, not the recovered %v",
+			on3, c.clock.Now().Sub(recoveredAt), old, recovered)
+	}
+	// s1 still holds the recovered ones and the METADATA tablets, more
+	// than the mean: once settled, a recovered tablet moves.
+	c.waitFor("a recovered tablet moved to s3", testTick/10, func() bool {
+		return slices.ContainsFunc(c.servers.tabletsOn("s3"), func(id assign.TabletID) bool { return slices.Contains(recovered, id) })
+	})
+	if waited := c.clock.Now().Sub(recoveredAt); waited < 9*time.Second {
+		t.Fatalf("a recovered tablet moved %v after its recovery: want it left to settle for 10s", waited)
+	}
+}
+
 // An unload whose call fails (the server's flush failed: the store was
 // down) is resent to the same server after a backoff — 1s, then 2s — not
 // after the planner's 30s timeout: a move held up by a store outage of a

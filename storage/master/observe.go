@@ -89,7 +89,21 @@ type memory struct {
 	// when each has been so in every round with METADATA read whole
 	// (orphans).
 	unknown map[assign.Orphan]*unknownSince
+	// landed holds, for tablets whose load this master saw confirmed in
+	// the last landedKept, the server and when (assign.Served.LoadedAgo).
+	landed map[assign.TabletID]landing
 }
+
+// landing is a load the master saw confirmed: server reported the tablet
+// at the round of time at.
+type landing struct {
+	server assign.ServerID
+	at     time.Time
+}
+
+// landedKept is how long memory.landed keeps a confirmed load: beyond
+// any assign.Config.SettleAfterLoad worth setting.
+const landedKept = 10 * time.Minute
 
 // unknownSince is when a tablet was first seen served and lacking from
 // METADATA read whole, and when it was last given to the planner as an
@@ -107,6 +121,7 @@ func newMemory() memory {
 		inflight:    make(map[assign.TabletID]*request),
 		unreachable: make(map[assign.ServerID]*failing),
 		unknown:     make(map[assign.Orphan]*unknownSince),
+		landed:      make(map[assign.TabletID]landing),
 	}
 }
 
@@ -274,7 +289,8 @@ func buildState(v roundView, m *memory, orphanAfter time.Duration) observation {
 			delete(m.reports, id)
 		}
 	}
-	m.settle(*st, answered, !v.Partial)
+	m.settle(*st, answered, !v.Partial, v.Now)
+	m.noteLanded(st.Live, answered, v.Now)
 	st.Orphans = m.orphans(*st, v, answered, orphanAfter)
 	for _, id := range slices.Sorted(maps.Keys(m.dead)) {
 		d := assign.DeadServer{ID: id, Log: m.dead[id], Held: m.held[id]}
@@ -357,7 +373,7 @@ func (m *memory) orphans(st assign.State, v roundView, answered map[assign.Serve
 // as soon as the root was back, before the other METADATA tablets' rows
 // could be read: they, and its user tablets, were then recovered without
 // the log sort, each replaying the whole log.)
-func (m *memory) settle(st assign.State, answered map[assign.ServerID]bool, whole bool) {
+func (m *memory) settle(st assign.State, answered map[assign.ServerID]bool, whole bool, now time.Time) {
 	byID := make(map[assign.TabletID]bool, len(st.Tablets))
 	for _, tb := range st.Tablets {
 		byID[tb.ID] = true
@@ -381,6 +397,7 @@ func (m *memory) settle(st assign.State, answered map[assign.ServerID]bool, whol
 		switch {
 		case slices.Contains(servedBy[id], r.Server):
 			delete(m.inflight, id) // confirmed
+			m.landed[id] = landing{server: r.Server, at: now}
 		case r.loaded && answered[r.Server]:
 			// Loaded, then gone from the server before this List: the
 			// tablet is unserved now, and planned as any other.
@@ -399,6 +416,41 @@ func (m *memory) settle(st assign.State, answered map[assign.ServerID]bool, whol
 			delete(m.held, id)
 			delete(m.sortStarted, id)
 		}
+	}
+}
+
+// noteLanded sets Served.LoadedAgo on the live servers' reports of the
+// tablets whose loads m.landed holds, and forgets the loads confirmed
+// more than landedKept ago and those of tablets a server that answered
+// this round no longer reports (moved, unloaded, split or merged since)
+// or whose server is gone. It copies the reports it annotates: m.reports
+// keeps the servers' own words.
+func (m *memory) noteLanded(live []assign.Server, answered map[assign.ServerID]bool, now time.Time) {
+	byServer := make(map[assign.ServerID]int, len(live))
+	copied := make(map[assign.ServerID]bool)
+	for i, s := range live {
+		byServer[s.ID] = i
+	}
+	for id, l := range m.landed {
+		i, ok := byServer[l.server]
+		if !ok || now.Sub(l.at) > landedKept {
+			delete(m.landed, id)
+			continue
+		}
+		s := &live[i]
+		j := slices.IndexFunc(s.Serving, func(sv assign.Served) bool { return sv.ID == id })
+		if j < 0 {
+			if answered[s.ID] {
+				delete(m.landed, id)
+			}
+			continue
+		}
+		if !copied[s.ID] {
+			s.Serving = slices.Clone(s.Serving)
+			copied[s.ID] = true
+		}
+		// At least a nanosecond: 0 means no load remembered.
+		s.Serving[j].LoadedAgo = max(now.Sub(l.at), time.Nanosecond)
 	}
 }
 

@@ -341,6 +341,66 @@ func TestFailingCountsFromTheAsking(t *testing.T) {
 	}
 }
 
+// TestLoadedAgo: once a server's report confirms a load the master sent,
+// later rounds' States say how long ago (Served.LoadedAgo), on that
+// server's report only and without changing the report the master keeps;
+// a server that stops answering keeps it, one that answers without the
+// tablet (it moved on) forgets it, as does a load older than landedKept.
+func TestLoadedAgo(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	tablets := []assign.Tablet{{ID: "t1", Table: "t", End: "m"}, {ID: "t2", Table: "t", Start: "m"}}
+	keys := map[string]coord.Entry{coord.ServerKey("a"): held("a"), coord.ServerKey("b"): held("b")}
+	m := newMemory()
+	m.inflight["t1"] = &request{InFlight: assign.InFlight{Kind: assign.LoadRequest, Tablet: "t1", Server: "a"}, sent: t0}
+	round := func(at time.Time, lists map[assign.ServerID]listAnswer) map[assign.ServerID]map[assign.TabletID]time.Duration {
+		t.Helper()
+		o := buildState(roundView{Tablets: tablets, Whole: true, Keys: keys, Lists: lists, Asked: at, Now: at}, &m, time.Hour)
+		if o.Skip != nil {
+			t.Fatal(o.Skip)
+		}
+		out := make(map[assign.ServerID]map[assign.TabletID]time.Duration)
+		for _, s := range o.State.Live {
+			out[s.ID] = make(map[assign.TabletID]time.Duration)
+			for _, sv := range s.Serving {
+				out[s.ID][sv.ID] = sv.LoadedAgo
+			}
+		}
+		return out
+	}
+	check := func(got map[assign.ServerID]map[assign.TabletID]time.Duration, want map[assign.ServerID]map[assign.TabletID]time.Duration) {
+		t.Helper()
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("LoadedAgo by server: got %v, want %v", got, want)
+		}
+	}
+	both := map[assign.ServerID]listAnswer{"a": {Served: served("t1")}, "b": {Served: served("t2")}}
+	// The round that confirms the load already tells its age: a
+	// nanosecond, not 0 (no load remembered).
+	check(round(t0.Add(time.Second), both), map[assign.ServerID]map[assign.TabletID]time.Duration{
+		"a": {"t1": time.Nanosecond}, "b": {"t2": 0}})
+	check(round(t0.Add(4*time.Second), both), map[assign.ServerID]map[assign.TabletID]time.Duration{
+		"a": {"t1": 3 * time.Second}, "b": {"t2": 0}})
+	if got := m.reports["a"][0].LoadedAgo; got != 0 {
+		t.Fatalf("the master's record of a's report was changed: LoadedAgo %v", got)
+	}
+	// a stops answering: its last report stands, and so does the load.
+	check(round(t0.Add(5*time.Second), map[assign.ServerID]listAnswer{"a": {Err: context.DeadlineExceeded}, "b": both["b"]}),
+		map[assign.ServerID]map[assign.TabletID]time.Duration{"a": {"t1": 4 * time.Second}, "b": {"t2": 0}})
+	// a answers without t1, now on b (moved by an operator): forgotten;
+	// b's copy was not loaded by this master.
+	check(round(t0.Add(6*time.Second), map[assign.ServerID]listAnswer{"a": {Served: served()}, "b": {Served: served("t1", "t2")}}),
+		map[assign.ServerID]map[assign.TabletID]time.Duration{"a": {}, "b": {"t1": 0, "t2": 0}})
+	if _, ok := m.landed["t1"]; ok {
+		t.Fatal("a load of a tablet its server no longer reports is remembered")
+	}
+	// A load older than landedKept is forgotten.
+	m.landed["t2"] = landing{server: "b", at: t0.Add(7 * time.Second)}
+	check(round(t0.Add(8*time.Second), map[assign.ServerID]listAnswer{"a": {Served: served()}, "b": {Served: served("t1", "t2")}}),
+		map[assign.ServerID]map[assign.TabletID]time.Duration{"a": {}, "b": {"t1": 0, "t2": time.Second}})
+	check(round(t0.Add(8*time.Second+landedKept), map[assign.ServerID]listAnswer{"a": {Served: served()}, "b": {Served: served("t1", "t2")}}),
+		map[assign.ServerID]map[assign.TabletID]time.Duration{"a": {}, "b": {"t1": 0, "t2": 0}})
+}
+
 // TestOrphans: a tablet a server reports and METADATA lacks is given to
 // the planner as an orphan only once METADATA, read whole in every round,
 // has lacked it for the grace; again every grace while it stays; never

@@ -82,6 +82,12 @@ func (t *tab) movable(allowSplitting bool) bool {
 	return !t.acted && !t.unloading && !t.merging && !t.shadowed && !t.conflict && (allowSplitting || !t.splitting)
 }
 
+// settling reports whether t's holder loaded it less than
+// Config.SettleAfterLoad ago: balance leaves it there for now.
+func (p *planner) settling(t *tab) bool {
+	return t.loadedOn != nil && t.loadedOn == t.holder && t.loadedAgo < p.cfg.SettleAfterLoad
+}
+
 func (p *planner) movesLeft() int {
 	n := p.cfg.MaxMoves - p.moved
 	for _, t := range p.tablets {
@@ -138,7 +144,8 @@ func (p *planner) drain() {
 // server is outside the tolerance band and a move lowers the total cost,
 // within the move budget; when no single move helps, it swaps two tablets.
 // Splitting tablets move only when nothing else can, and are never
-// swapped. It does nothing in a round that assigns tablets: assignment
+// swapped; tablets still settling after their load (Config.SettleAfterLoad)
+// do not move. It does nothing in a round that assigns tablets: assignment
 // already fills the emptiest servers. Loads in flight count on their
 // targets.
 func (p *planner) balance() {
@@ -186,8 +193,8 @@ func (p *planner) balance() {
 
 // bestSwap returns the exchange of a tablet of an out-of-band server with
 // one of another server that lowers the total cost most, by at least a
-// hundredth of the tablets' weight; nil if none does. Splitting tablets
-// are not swapped.
+// hundredth of the tablets' weight; nil if none does. Splitting and
+// settling tablets are not swapped.
 func (p *planner) bestSwap(meanC, meanB float64) (*tab, *tab, *srv, *srv) {
 	var ba, bb *tab
 	var bsa, bsb *srv
@@ -199,11 +206,11 @@ func (p *planner) bestSwap(meanC, meanB float64) (*tab, *tab, *srv, *srv) {
 			}
 			base := cost(sa.count, sa.bytes, meanC, meanB) + cost(sb.count, sb.bytes, meanC, meanB)
 			for _, a := range sa.held {
-				if !a.movable(false) || a.Kind != User {
+				if !a.movable(false) || a.Kind != User || p.settling(a) {
 					continue
 				}
 				for _, b := range sb.held {
-					if !b.movable(false) || b.Kind != User || a.size == b.size {
+					if !b.movable(false) || b.Kind != User || p.settling(b) || a.size == b.size {
 						continue
 					}
 					d := cost(sa.count, sa.bytes-a.size+b.size, meanC, meanB) +
@@ -235,7 +242,7 @@ func (p *planner) bestMove(meanC, meanB float64, allowSplitting bool) (*tab, *sr
 			// METADATA tablets are not moved for balance: every move
 			// makes every client walk the hierarchy again, and the
 			// master's own reads of METADATA wait for it.
-			if !t.movable(allowSplitting) || t.Kind != User {
+			if !t.movable(allowSplitting) || t.Kind != User || p.settling(t) {
 				continue
 			}
 			fromAfter := cost(from.count-1, from.bytes-t.size, meanC, meanB) - base

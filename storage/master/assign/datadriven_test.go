@@ -18,7 +18,8 @@ import (
 // The input's lines (words are key=value unless said otherwise):
 //
 //	tablet ID [table=T] [start=K] [end=K] [size=N] [last=SERVER] [kind=root|meta|user]
-//	server ID [draining] [serving=ID[:BYTES][!],…]   (! marks a tablet being split, ~ one sharing files)
+//	server ID [draining] [serving=ID[:BYTES][@AGO][!],…]   (! marks a tablet being split, ~ one sharing files,
+//	                                                       @AGO a load the master confirmed AGO ago: Served.LoadedAgo)
 //	dead ID [log=unsorted|sorting|sorted|failed]
 //	inflight load|unload TABLET SERVER [to=SERVER] [age=DURATION]
 //	split SERVER PARENT CHILD,…
@@ -27,7 +28,7 @@ import (
 //
 // The command's arguments set Config: tolerance=F maxmoves=N
 // loadtimeout=DURATION sortlogmin=N splitsize=N mergebelow=N maxmerges=N
-// minbyteskew=N nomerge nobalance.
+// minbyteskew=N settleafterload=DURATION nomerge nobalance.
 func TestPlanDataDriven(t *testing.T) {
 	datadriven.Walk(t, "testdata/plan", func(t *testing.T, path string) {
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
@@ -79,6 +80,8 @@ func parseConfig(args []datadriven.CmdArg) (Config, error) {
 			c.MaxMerges, err = strconv.Atoi(v)
 		case "minbyteskew":
 			c.MinByteSkew, err = strconv.ParseInt(v, 10, 64)
+		case "settleafterload":
+			c.SettleAfterLoad, err = time.ParseDuration(v)
 		case "nomerge":
 			c.NoMerge = true
 		case "nobalance":
@@ -245,6 +248,13 @@ func parseState(input string) (State, error) {
 			if strings.HasSuffix(s, "~") {
 				sv.SharesFiles = true
 				s = strings.TrimSuffix(s, "~")
+			}
+			if rest, ago, ok := strings.Cut(s, "@"); ok {
+				d, err := time.ParseDuration(ago)
+				if err != nil {
+					return st, fmt.Errorf("server %s: serving %q: %v", ps.srv.ID, s, err)
+				}
+				sv.LoadedAgo, s = d, rest
 			}
 			id, bytes, hasBytes := strings.Cut(s, ":")
 			sv.ID = TabletID(id)

@@ -57,6 +57,10 @@ type tab struct {
 	shadowed   bool // a split report says METADATA's view of it is stale
 	conflict   bool // overlaps another tablet of METADATA as read
 	acted      bool // has an action this round
+	// loadedOn is the server whose load of it the master confirmed
+	// loadedAgo ago (Served.LoadedAgo), nil if none it remembers.
+	loadedOn  *srv
+	loadedAgo time.Duration
 }
 
 // srv is a live server with its planned load.
@@ -166,6 +170,9 @@ func newPlanner(st State, cfg Config) *planner {
 			}
 			t.splitting = t.splitting || sv.Splitting
 			t.shares = t.shares || sv.SharesFiles
+			if sv.LoadedAgo > 0 {
+				t.loadedOn, t.loadedAgo = ss, sv.LoadedAgo
+			}
 		}
 	}
 	for _, m := range st.Merges {

@@ -63,6 +63,11 @@ type Served struct {
 	// split child not yet compacted), so Bytes undercounts it: it is
 	// never merged for being small.
 	SharesFiles bool
+	// LoadedAgo is how long ago the master saw this server's load of the
+	// tablet confirmed, set by the master when it remembers; 0 when it
+	// does not (loaded long ago, before this master, or created on the
+	// server by a split). Config.SettleAfterLoad reads it.
+	LoadedAgo time.Duration
 }
 
 // Server is a live tablet server: one holding its lock under servers/.
@@ -233,6 +238,14 @@ type Config struct {
 	// NoBalance holds balance moves back for this Plan: the master was
 	// elected moments ago (master.LoopOptions.BalanceAfter).
 	NoBalance bool
+	// SettleAfterLoad is how long balance leaves a tablet on the server
+	// whose load of it was confirmed (Served.LoadedAgo) before it may
+	// move it again; draining moves it all the same. Every move makes the
+	// tablet's clients look it up again: a tablet just recovered or moved
+	// that moves at once makes them do so twice (a fault campaign saw a
+	// recovered tablet moved 30 ms after its load, and its callers wait
+	// 1.2 s more). Older tablets move instead. Default 10s; negative: off.
+	SettleAfterLoad time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -262,6 +275,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMerges <= 0 {
 		c.MaxMerges = 2
+	}
+	if c.SettleAfterLoad == 0 {
+		c.SettleAfterLoad = 10 * time.Second
 	}
 	return c
 }
