@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tabuladb/tabula/storage/client"
+	"github.com/tabuladb/tabula/storage/gateways"
 )
 
 // Config is one campaign.
@@ -80,8 +82,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer c.Close()
 	logf("cluster %s up: consul %s, minio %s, %d masters, %d servers", c.Name, c.Consul.Addr, c.MinIO.Addr, len(c.Masters), len(c.Servers))
 
-	entry := c.Servers[0] // the official clients' gateway
-	conn, err := grpc.NewClient(entry.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	// The official clients enter through every tablet server's gateway,
+	// as storage/gateways spreads them: a server that dies or pauses
+	// leaves the rotation, and its tablets' rows wait only for their
+	// recovery elsewhere.
+	var seeds []string
+	for _, s := range c.Servers {
+		seeds = append(seeds, s.Addr)
+	}
+	conn, err := gateways.DialWith(seeds, gateways.Options{Logger: slog.New(slog.DiscardHandler)}, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(CountAttempts))
 	if err != nil {
 		return nil, err

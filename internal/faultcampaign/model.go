@@ -1,8 +1,8 @@
 // Package faultcampaign is Tabula's fault campaign: a real cluster on
 // loopback (its own Consul agent and MinIO server, two masters, three or
 // more tablet servers as processes), clients doing single-row operations
-// through the official Cloud Bigtable client (entering through one
-// server's gateway) and Tabula's storage/client on a few hot rows spread
+// through the official Cloud Bigtable client (entering through every
+// server's gateway, storage/gateways) and Tabula's storage/client on a few hot rows spread
 // over several tablets, while a nemesis kills, pauses and disturbs the
 // cluster. Each row's history is checked for linearizability with
 // porcupine against RowModel; the run reports operations, faults,

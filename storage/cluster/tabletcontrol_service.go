@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -222,5 +223,28 @@ func (l *locatorService) GetRoot(ctx context.Context, _ *clusterpb.GetRootReques
 	if e, err := l.kv.Get(ctx, coord.KeyMaster); err == nil && e.Session != "" {
 		resp.MasterAddr = string(e.Value)
 	}
+	return resp, nil
+}
+
+// ListGateways lists the address of every tablet server whose key in the
+// lock service is held by its session: the servers a client may enter
+// through. A released key (a server stopping, or one whose session the
+// master ended) is left out.
+func (l *locatorService) ListGateways(ctx context.Context, _ *clusterpb.ListGatewaysRequest) (*clusterpb.ListGatewaysResponse, error) {
+	entries, err := l.kv.List(ctx, coord.PrefixServers)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "listing the tablet servers: %v", err)
+	}
+	resp := &clusterpb.ListGatewaysResponse{}
+	for _, e := range entries {
+		if _, ok := coord.ServerID(e.Key); !ok || e.Session == "" {
+			continue
+		}
+		if addr := coord.ParseServerRecord(e.Value).Addr; addr != "" {
+			resp.Addrs = append(resp.Addrs, addr)
+		}
+	}
+	slices.Sort(resp.Addrs)
+	resp.Addrs = slices.Compact(resp.Addrs)
 	return resp, nil
 }

@@ -394,6 +394,7 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	clusterpb.RegisterLocatorServer(s.grpc, &locatorService{kv: cfg.Coord})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, hs)
+	go reportHealth(hs, s.sess.Valid, s.stopping, s.log)
 	go func() {
 		if err := s.grpc.Serve(s.lis); err != nil {
 			s.stop(fmt.Errorf("cluster: serving gRPC: %w", err))
@@ -411,6 +412,41 @@ func StartTabletServer(ctx context.Context, cfg ServerConfig) (_ *TabletServer, 
 	go s.followRoot()
 	s.log.Info("tablet server started", "addr", s.addr, "name", s.name)
 	return s, nil
+}
+
+// healthPoll is how often reportHealth looks at the lease.
+const healthPoll = 100 * time.Millisecond
+
+// reportHealth keeps the gRPC health service's overall status ("") in
+// step with the server's ability to serve: SERVING while its lease is
+// valid, NOT_SERVING while it is not (the lock service unreachable for a
+// whole lease: every call is refused until a renewal succeeds) and from
+// the moment it begins stopping. Clients that check health — those of
+// storage/gateways, round-robin over every tablet server — then send
+// their calls to the others meanwhile.
+// valid is the lease's Valid, stopping closes when the server begins
+// stopping.
+func reportHealth(hs *health.Server, valid func() bool, stopping <-chan struct{}, log *slog.Logger) {
+	t := time.NewTicker(healthPoll)
+	defer t.Stop()
+	serving := true
+	for {
+		select {
+		case <-stopping:
+			hs.Shutdown()
+			return
+		case <-t.C:
+		}
+		if ok := valid(); ok != serving {
+			serving = ok
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if ok {
+				st = healthpb.HealthCheckResponse_SERVING
+			}
+			hs.SetServingStatus("", st)
+			log.Info("health", "serving", ok)
+		}
+	}
 }
 
 // followRoot keeps the root's location in the server's location caches —

@@ -1004,6 +1004,87 @@ func (x *GetRootResponse) GetMasterAddr() string {
 	return ""
 }
 
+type ListGatewaysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGatewaysRequest) Reset() {
+	*x = ListGatewaysRequest{}
+	mi := &file_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGatewaysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGatewaysRequest) ProtoMessage() {}
+
+func (x *ListGatewaysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGatewaysRequest.ProtoReflect.Descriptor instead.
+func (*ListGatewaysRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+type ListGatewaysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// host:port of each live tablet server, sorted.
+	Addrs         []string `protobuf:"bytes,1,rep,name=addrs,proto3" json:"addrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGatewaysResponse) Reset() {
+	*x = ListGatewaysResponse{}
+	mi := &file_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGatewaysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGatewaysResponse) ProtoMessage() {}
+
+func (x *ListGatewaysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGatewaysResponse.ProtoReflect.Descriptor instead.
+func (*ListGatewaysResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListGatewaysResponse) GetAddrs() []string {
+	if x != nil {
+		return x.Addrs
+	}
+	return nil
+}
+
 type ReportSplitRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
@@ -1016,7 +1097,7 @@ type ReportSplitRequest struct {
 
 func (x *ReportSplitRequest) Reset() {
 	*x = ReportSplitRequest{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1109,7 @@ func (x *ReportSplitRequest) String() string {
 func (*ReportSplitRequest) ProtoMessage() {}
 
 func (x *ReportSplitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1122,7 @@ func (x *ReportSplitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSplitRequest.ProtoReflect.Descriptor instead.
 func (*ReportSplitRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReportSplitRequest) GetServerId() string {
@@ -1080,7 +1161,7 @@ type ReportSplitResponse struct {
 
 func (x *ReportSplitResponse) Reset() {
 	*x = ReportSplitResponse{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1173,7 @@ func (x *ReportSplitResponse) String() string {
 func (*ReportSplitResponse) ProtoMessage() {}
 
 func (x *ReportSplitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1186,7 @@ func (x *ReportSplitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportSplitResponse.ProtoReflect.Descriptor instead.
 func (*ReportSplitResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 var File_cluster_proto protoreflect.FileDescriptor
@@ -1174,7 +1255,10 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0fGetRootResponse\x12\x1b\n" +
 	"\troot_json\x18\x01 \x01(\fR\brootJson\x12\x1f\n" +
 	"\vmaster_addr\x18\x02 \x01(\tR\n" +
-	"masterAddr\"\x81\x01\n" +
+	"masterAddr\"\x15\n" +
+	"\x13ListGatewaysRequest\",\n" +
+	"\x14ListGatewaysResponse\x12\x14\n" +
+	"\x05addrs\x18\x01 \x03(\tR\x05addrs\"\x81\x01\n" +
 	"\x12ReportSplitRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x1b\n" +
@@ -1191,9 +1275,10 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0fListLogSegments\x12).tabula.cluster.v1.ListLogSegmentsRequest\x1a*.tabula.cluster.v1.ListLogSegmentsResponse\x12e\n" +
 	"\x0eSortLogSegment\x12(.tabula.cluster.v1.SortLogSegmentRequest\x1a).tabula.cluster.v1.SortLogSegmentResponse\x12Y\n" +
 	"\n" +
-	"FlushTable\x12$.tabula.cluster.v1.FlushTableRequest\x1a%.tabula.cluster.v1.FlushTableResponse2[\n" +
+	"FlushTable\x12$.tabula.cluster.v1.FlushTableRequest\x1a%.tabula.cluster.v1.FlushTableResponse2\xbc\x01\n" +
 	"\aLocator\x12P\n" +
-	"\aGetRoot\x12!.tabula.cluster.v1.GetRootRequest\x1a\".tabula.cluster.v1.GetRootResponse2m\n" +
+	"\aGetRoot\x12!.tabula.cluster.v1.GetRootRequest\x1a\".tabula.cluster.v1.GetRootResponse\x12_\n" +
+	"\fListGateways\x12&.tabula.cluster.v1.ListGatewaysRequest\x1a'.tabula.cluster.v1.ListGatewaysResponse2m\n" +
 	"\rServerReports\x12\\\n" +
 	"\vReportSplit\x12%.tabula.cluster.v1.ReportSplitRequest\x1a&.tabula.cluster.v1.ReportSplitResponseB6Z4github.com/tabuladb/tabula/storage/cluster/clusterpbb\x06proto3"
 
@@ -1209,7 +1294,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_cluster_proto_goTypes = []any{
 	(*FlushTableRequest)(nil),       // 0: tabula.cluster.v1.FlushTableRequest
 	(*FlushTableResponse)(nil),      // 1: tabula.cluster.v1.FlushTableResponse
@@ -1230,8 +1315,10 @@ var file_cluster_proto_goTypes = []any{
 	(*SortLogSegmentResponse)(nil),  // 16: tabula.cluster.v1.SortLogSegmentResponse
 	(*GetRootRequest)(nil),          // 17: tabula.cluster.v1.GetRootRequest
 	(*GetRootResponse)(nil),         // 18: tabula.cluster.v1.GetRootResponse
-	(*ReportSplitRequest)(nil),      // 19: tabula.cluster.v1.ReportSplitRequest
-	(*ReportSplitResponse)(nil),     // 20: tabula.cluster.v1.ReportSplitResponse
+	(*ListGatewaysRequest)(nil),     // 19: tabula.cluster.v1.ListGatewaysRequest
+	(*ListGatewaysResponse)(nil),    // 20: tabula.cluster.v1.ListGatewaysResponse
+	(*ReportSplitRequest)(nil),      // 21: tabula.cluster.v1.ReportSplitRequest
+	(*ReportSplitResponse)(nil),     // 22: tabula.cluster.v1.ReportSplitResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	7,  // 0: tabula.cluster.v1.ListTabletsResponse.tablets:type_name -> tabula.cluster.v1.ServedTablet
@@ -1244,19 +1331,21 @@ var file_cluster_proto_depIdxs = []int32{
 	15, // 7: tabula.cluster.v1.TabletControl.SortLogSegment:input_type -> tabula.cluster.v1.SortLogSegmentRequest
 	0,  // 8: tabula.cluster.v1.TabletControl.FlushTable:input_type -> tabula.cluster.v1.FlushTableRequest
 	17, // 9: tabula.cluster.v1.Locator.GetRoot:input_type -> tabula.cluster.v1.GetRootRequest
-	19, // 10: tabula.cluster.v1.ServerReports.ReportSplit:input_type -> tabula.cluster.v1.ReportSplitRequest
-	3,  // 11: tabula.cluster.v1.TabletControl.LoadTablet:output_type -> tabula.cluster.v1.LoadTabletResponse
-	5,  // 12: tabula.cluster.v1.TabletControl.UnloadTablet:output_type -> tabula.cluster.v1.UnloadTabletResponse
-	8,  // 13: tabula.cluster.v1.TabletControl.ListTablets:output_type -> tabula.cluster.v1.ListTabletsResponse
-	10, // 14: tabula.cluster.v1.TabletControl.UpdateSchema:output_type -> tabula.cluster.v1.UpdateSchemaResponse
-	12, // 15: tabula.cluster.v1.TabletControl.DropRowRange:output_type -> tabula.cluster.v1.DropRowRangeResponse
-	14, // 16: tabula.cluster.v1.TabletControl.ListLogSegments:output_type -> tabula.cluster.v1.ListLogSegmentsResponse
-	16, // 17: tabula.cluster.v1.TabletControl.SortLogSegment:output_type -> tabula.cluster.v1.SortLogSegmentResponse
-	1,  // 18: tabula.cluster.v1.TabletControl.FlushTable:output_type -> tabula.cluster.v1.FlushTableResponse
-	18, // 19: tabula.cluster.v1.Locator.GetRoot:output_type -> tabula.cluster.v1.GetRootResponse
-	20, // 20: tabula.cluster.v1.ServerReports.ReportSplit:output_type -> tabula.cluster.v1.ReportSplitResponse
-	11, // [11:21] is the sub-list for method output_type
-	1,  // [1:11] is the sub-list for method input_type
+	19, // 10: tabula.cluster.v1.Locator.ListGateways:input_type -> tabula.cluster.v1.ListGatewaysRequest
+	21, // 11: tabula.cluster.v1.ServerReports.ReportSplit:input_type -> tabula.cluster.v1.ReportSplitRequest
+	3,  // 12: tabula.cluster.v1.TabletControl.LoadTablet:output_type -> tabula.cluster.v1.LoadTabletResponse
+	5,  // 13: tabula.cluster.v1.TabletControl.UnloadTablet:output_type -> tabula.cluster.v1.UnloadTabletResponse
+	8,  // 14: tabula.cluster.v1.TabletControl.ListTablets:output_type -> tabula.cluster.v1.ListTabletsResponse
+	10, // 15: tabula.cluster.v1.TabletControl.UpdateSchema:output_type -> tabula.cluster.v1.UpdateSchemaResponse
+	12, // 16: tabula.cluster.v1.TabletControl.DropRowRange:output_type -> tabula.cluster.v1.DropRowRangeResponse
+	14, // 17: tabula.cluster.v1.TabletControl.ListLogSegments:output_type -> tabula.cluster.v1.ListLogSegmentsResponse
+	16, // 18: tabula.cluster.v1.TabletControl.SortLogSegment:output_type -> tabula.cluster.v1.SortLogSegmentResponse
+	1,  // 19: tabula.cluster.v1.TabletControl.FlushTable:output_type -> tabula.cluster.v1.FlushTableResponse
+	18, // 20: tabula.cluster.v1.Locator.GetRoot:output_type -> tabula.cluster.v1.GetRootResponse
+	20, // 21: tabula.cluster.v1.Locator.ListGateways:output_type -> tabula.cluster.v1.ListGatewaysResponse
+	22, // 22: tabula.cluster.v1.ServerReports.ReportSplit:output_type -> tabula.cluster.v1.ReportSplitResponse
+	12, // [12:23] is the sub-list for method output_type
+	1,  // [1:12] is the sub-list for method input_type
 	1,  // [1:1] is the sub-list for extension type_name
 	1,  // [1:1] is the sub-list for extension extendee
 	0,  // [0:1] is the sub-list for field type_name
@@ -1273,7 +1362,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -446,7 +446,8 @@ var TabletControl_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Locator_GetRoot_FullMethodName = "/tabula.cluster.v1.Locator/GetRoot"
+	Locator_GetRoot_FullMethodName      = "/tabula.cluster.v1.Locator/GetRoot"
+	Locator_ListGateways_FullMethodName = "/tabula.cluster.v1.Locator/ListGateways"
 )
 
 // LocatorClient is the client API for Locator service.
@@ -458,6 +459,11 @@ const (
 type LocatorClient interface {
 	// GetRoot returns where the root tablet is served and who is master.
 	GetRoot(ctx context.Context, in *GetRootRequest, opts ...grpc.CallOption) (*GetRootResponse, error)
+	// ListGateways returns the addresses of the live tablet servers (those
+	// holding their lock in the lock service). Each serves the whole data
+	// API, so a client may spread its calls over all of them
+	// (storage/gateways).
+	ListGateways(ctx context.Context, in *ListGatewaysRequest, opts ...grpc.CallOption) (*ListGatewaysResponse, error)
 }
 
 type locatorClient struct {
@@ -478,6 +484,16 @@ func (c *locatorClient) GetRoot(ctx context.Context, in *GetRootRequest, opts ..
 	return out, nil
 }
 
+func (c *locatorClient) ListGateways(ctx context.Context, in *ListGatewaysRequest, opts ...grpc.CallOption) (*ListGatewaysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListGatewaysResponse)
+	err := c.cc.Invoke(ctx, Locator_ListGateways_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LocatorServer is the server API for Locator service.
 // All implementations must embed UnimplementedLocatorServer
 // for forward compatibility.
@@ -487,6 +503,11 @@ func (c *locatorClient) GetRoot(ctx context.Context, in *GetRootRequest, opts ..
 type LocatorServer interface {
 	// GetRoot returns where the root tablet is served and who is master.
 	GetRoot(context.Context, *GetRootRequest) (*GetRootResponse, error)
+	// ListGateways returns the addresses of the live tablet servers (those
+	// holding their lock in the lock service). Each serves the whole data
+	// API, so a client may spread its calls over all of them
+	// (storage/gateways).
+	ListGateways(context.Context, *ListGatewaysRequest) (*ListGatewaysResponse, error)
 	mustEmbedUnimplementedLocatorServer()
 }
 
@@ -499,6 +520,9 @@ type UnimplementedLocatorServer struct{}
 
 func (UnimplementedLocatorServer) GetRoot(context.Context, *GetRootRequest) (*GetRootResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetRoot not implemented")
+}
+func (UnimplementedLocatorServer) ListGateways(context.Context, *ListGatewaysRequest) (*ListGatewaysResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListGateways not implemented")
 }
 func (UnimplementedLocatorServer) mustEmbedUnimplementedLocatorServer() {}
 func (UnimplementedLocatorServer) testEmbeddedByValue()                 {}
@@ -539,6 +563,24 @@ func _Locator_GetRoot_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Locator_ListGateways_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListGatewaysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LocatorServer).ListGateways(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Locator_ListGateways_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LocatorServer).ListGateways(ctx, req.(*ListGatewaysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Locator_ServiceDesc is the grpc.ServiceDesc for Locator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -549,6 +591,10 @@ var Locator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetRoot",
 			Handler:    _Locator_GetRoot_Handler,
+		},
+		{
+			MethodName: "ListGateways",
+			Handler:    _Locator_ListGateways_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
