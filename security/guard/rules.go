@@ -142,9 +142,11 @@ var rules = map[string]rule{
 	"/tabula.mapreduce.v1.Worker/Heartbeat":      {kind: ruleAuthenticated},
 	"/tabula.mapreduce.v1.Worker/ForgetJob":      {kind: ruleAuthenticated},
 
-	// --- the cluster's locator: where METADATA's root is (every client
-	// needs it; it holds no user data) ---
-	"/tabula.cluster.v1.Locator/GetRoot": {kind: ruleAuthenticated},
+	// --- the cluster's locator: where METADATA's root is, and which
+	// tablet servers a client may enter through (every client needs
+	// them; they hold no user data) ---
+	"/tabula.cluster.v1.Locator/GetRoot":      {kind: ruleAuthenticated},
+	"/tabula.cluster.v1.Locator/ListGateways": {kind: ruleAuthenticated},
 }
 
 // rule returns the rule of method.

@@ -9,16 +9,21 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/security/certs"
 	"github.com/tabuladb/tabula/security/tlsconfig"
 	"github.com/tabuladb/tabula/storage/blob/blobtest"
+	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/gateways"
 )
 
 // TestAuthWholeAPIThroughGateway runs TestAuthWholeAPI's table — every
@@ -48,12 +53,48 @@ func TestAuthWholeAPIThroughGateway(t *testing.T) {
 		e := startAuthCluster(t, true)
 		checkWholeAPI(t, e)
 		checkSessionCalls(t, e)
+		checkListGateways(t, e)
 	})
 	t.Run("tokens only", func(t *testing.T) {
 		e := startAuthCluster(t, false)
 		checkWholeAPI(t, e)
 		checkSessionCalls(t, e)
+		checkListGateways(t, e)
 	})
+}
+
+// checkListGateways: the Locator's list of tablet servers is for
+// authenticated callers (its rule is GetRoot's), and a connection of
+// storage/gateways made with a caller's credentials lists and uses both
+// servers.
+func checkListGateways(t *testing.T, e *authEnv) {
+	t.Helper()
+	ctx := context.Background()
+	want := slices.Sorted(slices.Values(e.servers))
+	if _, err := clusterpb.NewLocatorClient(e.conns["none"]).ListGateways(ctx, &clusterpb.ListGatewaysRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("ListGateways without credentials: %v, want UNAUTHENTICATED", err)
+	}
+	resp, err := clusterpb.NewLocatorClient(e.conns["root"]).ListGateways(ctx, &clusterpb.ListGatewaysRequest{})
+	if err != nil || !slices.Equal(resp.GetAddrs(), want) {
+		t.Fatalf("ListGateways as root: %v, %v; want %v", resp.GetAddrs(), err, want)
+	}
+	conn, err := gateways.Dial(e.servers[:1], append([]grpc.DialOption{e.transport}, e.creds["root"]...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Both servers answer calls made on it: each call names its peer.
+	seen := map[string]bool{}
+	for deadline := time.Now().Add(10 * time.Second); len(seen) < len(want); {
+		if time.Now().After(deadline) {
+			t.Fatalf("calls through gateways reached %v, want every server of %v", seen, want)
+		}
+		var p peer.Peer
+		if _, err := clusterpb.NewLocatorClient(conn).GetRoot(ctx, &clusterpb.GetRootRequest{}, grpc.Peer(&p)); err != nil {
+			t.Fatalf("GetRoot through gateways: %v", err)
+		}
+		seen[p.Addr.String()] = true
+	}
 }
 
 // startAuthCluster starts the cluster of TestAuthWholeAPIThroughGateway,
