@@ -291,8 +291,10 @@ func retry(ctx context.Context, f func() error) error {
 // lists the anomalies.
 func analyze(res *Result) {
 	rows := ByRow(res.Events)
+	libs := ByLibrary(res.Events)
 	for i := range res.Faults {
 		f := &res.Faults[i]
+		f.ClientStall, f.ClientStalled = clientStall(libs, f.Start, f.End)
 		for _, evs := range rows {
 			g := longestGap(evs, f.Start, f.End)
 			f.Unavailable = max(f.Unavailable, g)
@@ -337,6 +339,25 @@ func analyze(res *Result) {
 			res.Anomalies = append(res.Anomalies, fmt.Sprintf("row %s: half-applied: %s", f.Row, f.State))
 		}
 	}
+}
+
+// clientStall is the longest stretch of [from, to) in which no operation
+// of one client library succeeded (longestGap of its events), and the
+// library; the first by name on ties.
+func clientStall(libs map[string][]Event, from, to time.Duration) (time.Duration, string) {
+	names := make([]string, 0, len(libs))
+	for lib := range libs {
+		names = append(names, lib)
+	}
+	sort.Strings(names)
+	var stall time.Duration
+	var which string
+	for _, lib := range names {
+		if g := longestGap(libs[lib], from, to); g > stall {
+			stall, which = g, lib
+		}
+	}
+	return stall, which
 }
 
 // longestGap is the longest stretch of [from, to) in which no operation

@@ -210,6 +210,21 @@ func ByRow(events []Event) map[string][]Event {
 	return out
 }
 
+// ByLibrary groups events by the client library of their worker: the
+// worker name's part before its dash ("official-2" → "official"). The
+// final reads are left out.
+func ByLibrary(events []Event) map[string][]Event {
+	out := map[string][]Event{}
+	for _, e := range events {
+		if e.Worker == "final" {
+			continue
+		}
+		lib, _, _ := strings.Cut(e.Worker, "-")
+		out[lib] = append(out[lib], e)
+	}
+	return out
+}
+
 // CheckRows checks each row's history with porcupine, writing the
 // visualisation of an illegal one into dir.
 func CheckRows(events []Event, dir string, timeout time.Duration) []RowResult {

@@ -7,9 +7,10 @@
 // cluster. Each row's history is checked for linearizability with
 // porcupine against RowModel; the run reports operations, faults,
 // anomalies, acknowledged writes lost, and per fault kind the longest
-// unavailability (the longest time a hot row had no success) and the
-// longest wait (the longest a caller, retrying, waited for one), as text
-// and as an HTML page.
+// unavailability (the longest time a hot row had no success), the
+// longest wait (the longest a caller, retrying, waited for one) and the
+// longest client stall (the longest time every worker of one client
+// library went without a success), as text and as an HTML page.
 //
 // The campaign itself runs in the package's integration test
 // (TestCampaign; TABULA_LONG=1 for the long one).

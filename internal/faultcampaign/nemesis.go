@@ -73,6 +73,14 @@ type Fault struct {
 	// successful operation within [Start, End): the fault's reach (a
 	// server's tablets, or every row when METADATA or the gateway stalls).
 	RowsStalled int
+	// ClientStall is the longest time, within [Start, End), that every
+	// worker of one client library (ClientStalled: "official" or
+	// "tabula") went without a successful operation on any row. The
+	// per-row figures miss a library stalled whole — its rows kept going
+	// by the other's workers — as the official clients were behind a
+	// paused entry server (RELIABILITY item 46).
+	ClientStall   time.Duration
+	ClientStalled string
 }
 
 // addNote appends to the fault's note.

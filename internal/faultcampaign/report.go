@@ -17,9 +17,12 @@ type KindSummary struct {
 	Errors          int
 	WorstUnavail    time.Duration
 	WorstWait       time.Duration // the longest Fault.Waited
+	WorstStall      time.Duration // the longest Fault.ClientStall
+	StalledLibrary  string        // its Fault.ClientStalled
 	Skipped         string        // why the kind was not applied
 	WorstUnavailSec string
 	WorstWaitSec    string
+	WorstStallSec   string // with the library: "4.1 s (official)"
 }
 
 // Summary is a run's figures.
@@ -81,9 +84,16 @@ func (r *Result) Summarize() Summary {
 			}
 			ks.WorstUnavail = max(ks.WorstUnavail, f.Unavailable)
 			ks.WorstWait = max(ks.WorstWait, f.Waited)
+			if f.ClientStall > ks.WorstStall {
+				ks.WorstStall, ks.StalledLibrary = f.ClientStall, f.ClientStalled
+			}
 		}
 		ks.WorstUnavailSec = fmt.Sprintf("%.1f s", ks.WorstUnavail.Seconds())
 		ks.WorstWaitSec = fmt.Sprintf("%.1f s", ks.WorstWait.Seconds())
+		ks.WorstStallSec = fmt.Sprintf("%.1f s", ks.WorstStall.Seconds())
+		if ks.StalledLibrary != "" {
+			ks.WorstStallSec += " (" + ks.StalledLibrary + ")"
+		}
 		s.Kinds = append(s.Kinds, ks)
 	}
 	return s
@@ -91,7 +101,8 @@ func (r *Result) Summarize() Summary {
 
 // WriteText prints the run's figures: operations, faults, anomalies, lost
 // acknowledged writes, and per fault kind the longest unavailability
-// (Fault.Unavailable) and the longest wait of a caller (Fault.Waited).
+// (Fault.Unavailable), the longest wait of a caller (Fault.Waited) and the
+// longest stall of a client library (Fault.ClientStall).
 func (r *Result) WriteText(w io.Writer) {
 	s := r.Summarize()
 	fmt.Fprintf(w, "campaign: %.0f s, %d operations (%d ok, %d failed, %d unknown outcome)", r.Duration.Seconds(), s.Ops, s.OK, s.Failed, s.Unknown)
@@ -102,13 +113,13 @@ func (r *Result) WriteText(w io.Writer) {
 	sort.Strings(ops)
 	fmt.Fprintf(w, " [%s]; latency p50 %v p99 %v max %v\n", strings.Join(ops, ", "), s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond), s.Max.Round(time.Millisecond))
 	fmt.Fprintf(w, "faults: %d; anomalies: %d; acknowledged writes lost: %d\n", s.Faults, s.Anomalies, s.LostWrites)
-	fmt.Fprintf(w, "%-16s %6s %7s %-23s %s\n", "kind", "faults", "errors", "longest unavailability", "longest wait")
+	fmt.Fprintf(w, "%-16s %6s %7s %-23s %-13s %s\n", "kind", "faults", "errors", "longest unavailability", "longest wait", "longest client stall")
 	for _, k := range s.Kinds {
 		if k.Skipped != "" && k.Count == 0 {
 			fmt.Fprintf(w, "%-16s skipped: %s\n", k.Kind, k.Skipped)
 			continue
 		}
-		fmt.Fprintf(w, "%-16s %6d %7d %-23s %s\n", k.Kind, k.Count, k.Errors, k.WorstUnavailSec, k.WorstWaitSec)
+		fmt.Fprintf(w, "%-16s %6d %7d %-23s %-13s %s\n", k.Kind, k.Count, k.Errors, k.WorstUnavailSec, k.WorstWaitSec, k.WorstStallSec)
 	}
 	for _, f := range r.Finals {
 		fmt.Fprintf(w, "row %s: counter %d (acknowledged increments %d, unknown %d), %d appends in the final value\n",
@@ -142,7 +153,7 @@ type reportPage struct {
 
 type faultRow struct {
 	Fault
-	StartSec, HealedSec, UnavailSec, WaitedSec string
+	StartSec, HealedSec, UnavailSec, WaitedSec, StallSec string
 }
 
 type band struct {
@@ -188,7 +199,7 @@ func (r *Result) WriteHTML(w io.Writer) error {
 	for _, f := range r.Faults {
 		p.Faults = append(p.Faults, faultRow{Fault: f, StartSec: fmt.Sprintf("%.1f", f.Start.Seconds()),
 			HealedSec: fmt.Sprintf("%.1f", f.Healed.Seconds()), UnavailSec: fmt.Sprintf("%.1f", f.Unavailable.Seconds()),
-			WaitedSec: fmt.Sprintf("%.1f", f.Waited.Seconds())})
+			WaitedSec: fmt.Sprintf("%.1f", f.Waited.Seconds()), StallSec: fmt.Sprintf("%.1f", f.ClientStall.Seconds())})
 		p.Bands = append(p.Bands, band{X: x(f.Start), W: math.Max(2, x(f.Healed)-x(f.Start)), Kind: f.Kind,
 			Label: fmt.Sprintf("%s %s %.1f–%.1f s, unavailable %.1f s, longest wait %.1f s", f.Kind, f.Target, f.Start.Seconds(), f.Healed.Seconds(), f.Unavailable.Seconds(), f.Waited.Seconds()),
 			Color: kindColors[f.Kind]})
@@ -281,12 +292,12 @@ svg text{font-size:11px}
 {{end}}{{range .LatAxis}}<text x="2" y="{{.Pos}}">{{.Label}}</text>
 {{end}}</svg>
 <h2>Unavailability per fault kind</h2>
-<table id="kinds"><tr><th>kind</th><th>faults</th><th>errors</th><th>longest unavailability</th><th>longest wait</th><th>note</th></tr>
-{{range .Summary.Kinds}}<tr class="kind" data-kind="{{.Kind}}"><td>{{.Kind}}</td><td>{{.Count}}</td><td>{{.Errors}}</td><td>{{.WorstUnavailSec}}</td><td>{{.WorstWaitSec}}</td><td>{{if .Skipped}}skipped: {{.Skipped}}{{end}}</td></tr>
+<table id="kinds"><tr><th>kind</th><th>faults</th><th>errors</th><th>longest unavailability</th><th>longest wait</th><th>longest client stall</th><th>note</th></tr>
+{{range .Summary.Kinds}}<tr class="kind" data-kind="{{.Kind}}"><td>{{.Kind}}</td><td>{{.Count}}</td><td>{{.Errors}}</td><td>{{.WorstUnavailSec}}</td><td>{{.WorstWaitSec}}</td><td>{{.WorstStallSec}}</td><td>{{if .Skipped}}skipped: {{.Skipped}}{{end}}</td></tr>
 {{end}}</table>
 <h2>Faults</h2>
-<table id="faultlist"><tr><th>kind</th><th>target</th><th>injected</th><th>healed</th><th>unavailable</th><th>longest wait</th><th>rows stalled &gt; 2 s</th><th>note</th><th>error</th></tr>
-{{range .Faults}}<tr class="faultrow"><td>{{.Kind}}</td><td>{{.Target}}</td><td>{{.StartSec}} s</td><td>{{.HealedSec}} s</td><td>{{.UnavailSec}} s</td><td>{{.WaitedSec}} s</td><td>{{.RowsStalled}}</td><td>{{.Note}}</td><td>{{.Err}}</td></tr>
+<table id="faultlist"><tr><th>kind</th><th>target</th><th>injected</th><th>healed</th><th>unavailable</th><th>longest wait</th><th>longest client stall</th><th>rows stalled &gt; 2 s</th><th>note</th><th>error</th></tr>
+{{range .Faults}}<tr class="faultrow"><td>{{.Kind}}</td><td>{{.Target}}</td><td>{{.StartSec}} s</td><td>{{.HealedSec}} s</td><td>{{.UnavailSec}} s</td><td>{{.WaitedSec}} s</td><td>{{.StallSec}} s{{if .ClientStalled}} ({{.ClientStalled}}){{end}}</td><td>{{.RowsStalled}}</td><td>{{.Note}}</td><td>{{.Err}}</td></tr>
 {{end}}</table>
 <h2>Anomalies</h2>
 <ul id="anomalylist">{{range .Anomalies}}<li class="anomaly">{{.}}</li>{{else}}<li>none</li>{{end}}</ul>

@@ -113,6 +113,31 @@ func TestLongestGap(t *testing.T) {
 	}
 }
 
+// A library whose every worker stalls is found although the other
+// library keeps every row going.
+func TestClientStall(t *testing.T) {
+	s := time.Second
+	evs := []Event{
+		{Worker: "official-1", Row: "a0", Call: 900 * time.Millisecond, Return: 1 * s},
+		{Worker: "tabula-1", Row: "a0", Call: 2 * s, Return: 2 * s},
+		{Worker: "official-2", Row: "a1", Call: 2 * s, Return: 6 * s, Failed: true},
+		{Worker: "tabula-2", Row: "a1", Call: 3 * s, Return: 3 * s},
+		{Worker: "tabula-1", Row: "a0", Call: 5 * s, Return: 5 * s},
+		{Worker: "official-1", Row: "a0", Call: 8 * s, Return: 8 * s},
+		{Worker: "final", Row: "a0", Call: 9 * s, Return: 9 * s},
+	}
+	libs := ByLibrary(evs)
+	if len(libs) != 2 || len(libs["official"]) != 3 || len(libs["tabula"]) != 3 {
+		t.Fatalf("ByLibrary: %v", libs)
+	}
+	if stall, lib := clientStall(libs, 1500*time.Millisecond, 9*s); stall != 6500*time.Millisecond || lib != "official" {
+		t.Errorf("stall %v of %q, want 6.5s of official (1.5 s to 8 s)", stall, lib)
+	}
+	if stall, lib := clientStall(libs, 8*s, 8500*time.Millisecond); stall != 500*time.Millisecond || lib != "official" {
+		t.Errorf("every library idle: stall %v of %q, want 0.5s of the first by name", stall, lib)
+	}
+}
+
 func TestLongestWait(t *testing.T) {
 	s := time.Second
 	ms := time.Millisecond
