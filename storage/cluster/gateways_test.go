@@ -8,13 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/bigtable"
+	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/storage/cluster/clusterpb"
 	"github.com/tabuladb/tabula/storage/coord"
+	"github.com/tabuladb/tabula/storage/gateways"
 )
 
 // TestListGateways: any tablet server lists every tablet server whose key
@@ -97,4 +103,53 @@ func TestReportHealth(t *testing.T) {
 	close(stopping)
 	<-done
 	wait(healthpb.HealthCheckResponse_NOT_SERVING)
+}
+
+// TestGatewaysDialDev: the official client works through a connection of
+// storage/gateways seeded with a `tabula dev`: it writes and reads back a
+// row, and every call goes to the dev's own address (its Locator lists
+// itself, or it has none and the seed is used as given).
+func TestGatewaysDialDev(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := StartDev(ctx, DevConfig{Dir: t.TempDir(), Addr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	conn, err := gateways.Dial([]string{d.Addr()}, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	admin, err := bigtable.NewAdminClient(ctx, "p", "i", option.WithGRPCConn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	data, err := bigtable.NewClientWithConfig(ctx, "p", "i", bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}}, option.WithGRPCConn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer data.Close()
+	if err := admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", Families: map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()}}); err != nil {
+		t.Fatal(err)
+	}
+	tbl := data.Open("t")
+	m := bigtable.NewMutation()
+	m.Set("f", "q", bigtable.Now(), []byte("v"))
+	if err := tbl.Apply(ctx, "r", m); err != nil {
+		t.Fatal(err)
+	}
+	row, err := tbl.ReadRow(ctx, "r")
+	if err != nil || len(row["f"]) != 1 || string(row["f"][0].Value) != "v" {
+		t.Fatalf("ReadRow through gateways: %v, %v", row, err)
+	}
+	var p peer.Peer
+	if _, err := clusterpb.NewLocatorClient(conn).GetRoot(ctx, &clusterpb.GetRootRequest{}, grpc.Peer(&p)); err != nil && status.Code(err) != codes.Unimplemented {
+		t.Fatalf("GetRoot through gateways: %v", err)
+	}
+	if p.Addr == nil || p.Addr.String() != d.Addr() {
+		t.Fatalf("call went to %v, want the dev at %s", p.Addr, d.Addr())
+	}
 }
