@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/health" // client-side health checking, named in serviceConfig
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -352,7 +353,14 @@ func (l *grpcLister) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := l.conns[addr]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient("passthrough:///"+addr, l.opts...)
+	// Reconnect soon: with gRPC's default back-off (growing to two
+	// minutes) a server back after a long absence would fail its checks,
+	// and stay out of the rotation, long after it serves again.
+	opts := append([]grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+		MinConnectTimeout: ProbeTimeout,
+	})}, l.opts...)
+	cc, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
 		return nil, err
 	}

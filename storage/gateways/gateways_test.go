@@ -31,6 +31,7 @@ type fakeServer struct {
 	calls  atomic.Int64
 	health *health.Server
 	list   func() []string
+	stop   func() // stops serving, closing every connection
 }
 
 func (f *fakeServer) PingAndWarm(context.Context, *bigtablepb.PingAndWarmRequest) (*bigtablepb.PingAndWarmResponse, error) {
@@ -53,6 +54,7 @@ func startServer(t *testing.T, lis net.Listener, noLocator bool, list func() []s
 	}
 	f := &fakeServer{addr: lis.Addr().String(), health: health.NewServer(), list: list}
 	s := grpc.NewServer()
+	f.stop = s.Stop
 	bigtablepb.RegisterBigtableServer(s, f)
 	healthpb.RegisterHealthServer(s, f.health)
 	if !noLocator {
@@ -192,6 +194,39 @@ func TestDialLeavesSilentServer(t *testing.T) {
 		ok++
 	}
 	t.Logf("calls succeed again %v after the server went silent", time.Since(frozenAt).Round(10*time.Millisecond))
+}
+
+// A server that stops and comes back on its address (a supervisor's
+// restart) is back in the rotation within seconds, however long it was
+// away.
+func TestDialTakesBackRestartedServer(t *testing.T) {
+	fs := cluster(t, 2)
+	c := dial(t, fs[0].addr)
+	pingUntil(t, c, "calls on both servers", func() bool { return min(counts(fs)[0], counts(fs)[1]) > 0 })
+	addr, list := fs[1].addr, fs[1].list
+	fs[1].stop()
+	// Away long enough for gRPC's default reconnect back-off to grow
+	// past 3 s (attempts about 1, 2.6, 5.2, 9.3 and 16 s after the stop).
+	for range 12 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if _, err := c.PingAndWarm(ctx, &bigtablepb.PingAndWarmRequest{}); err != nil {
+			t.Errorf("a call failed with one server away: %v", err)
+		}
+		cancel()
+		time.Sleep(time.Second)
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := startServer(t, lis, false, list)
+	start := time.Now()
+	pingUntil(t, c, "calls on the restarted server", func() bool { return back.calls.Load() > 0 })
+	took := time.Since(start)
+	t.Logf("back in the rotation %v after its restart", took.Round(10*time.Millisecond))
+	if took > 3*time.Second {
+		t.Errorf("back in the rotation %v after its restart, want within 3 s", took)
+	}
 }
 
 // A target without ListGateways (`tabula dev`, the emulator) is used as
