@@ -94,8 +94,8 @@ type memory struct {
 	landed map[assign.TabletID]landing
 }
 
-// landing is a load the master saw confirmed: server reported the tablet
-// at the round of time at.
+// landing is a load the master saw confirmed: server first reported the
+// tablet in the round observed at time at.
 type landing struct {
 	server assign.ServerID
 	at     time.Time
@@ -364,7 +364,7 @@ func (m *memory) orphans(st assign.State, v roundView, answered map[assign.Serve
 }
 
 // settle updates m from a fresh observation: loads the target reports are
-// confirmed, loads the target answered but no longer reports (answered:
+// confirmed (and remembered in landed as of now), loads the target answered but no longer reports (answered:
 // the servers whose List answered this round, asked after the load's
 // answer was noted) are over, and — only from METADATA read whole (whole),
 // since rows not read are not rows dropped — records of tablets METADATA
