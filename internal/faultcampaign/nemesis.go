@@ -78,7 +78,10 @@ type Fault struct {
 	// "tabula") went without a successful operation on any row. The
 	// per-row figures miss a library stalled whole — its rows kept going
 	// by the other's workers — as the official clients were behind a
-	// paused entry server (RELIABILITY item 46).
+	// paused entry server (RELIABILITY item 46). A library stalls whole
+	// also when each of its few workers waits out its deadline on a row
+	// that is down: read it against the other library's figure and the
+	// rows' (Unavailable).
 	ClientStall   time.Duration
 	ClientStalled string
 }
