@@ -115,9 +115,20 @@ func TestReadAheadReusesBatches(t *testing.T) {
 			}
 		})
 	}
-	short, long := allocs(4*aheadRows), allocs(64*aheadRows)
-	if long-short > aheadBatches+2 {
-		t.Fatalf("reading 60 more batches of rows allocated %.1f more times (%.1f against %.1f): batches are not reused", long-short, long, short)
+	// Without reuse the long read allocates about 60 more batches. The
+	// counts are the process's (testing.AllocsPerRun): goroutines other
+	// tests of the package left behind (prism's, gRPC's) allocate beside
+	// the read — a CI run counted 7 more with reuse working — so the
+	// least of three tries is taken, against half of that.
+	var short, long, extra float64
+	for try := range 3 {
+		s, l := allocs(4*aheadRows), allocs(64*aheadRows)
+		if try == 0 || l-s < extra {
+			short, long, extra = s, l, l-s
+		}
+	}
+	if extra > 30 {
+		t.Fatalf("reading 60 more batches of rows allocated %.1f more times (%.1f against %.1f): batches are not reused", extra, long, short)
 	}
 }
 
