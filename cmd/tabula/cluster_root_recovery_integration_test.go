@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 
+	"github.com/tabuladb/tabula/storage/cluster/statuspage"
 	"github.com/tabuladb/tabula/storage/meta"
 )
 
@@ -67,7 +69,9 @@ func measureRootRecovery(t *testing.T, release string, writeFor time.Duration) r
 	entry := c.servers[0]
 	cl, admin := officialClients(t, ctx, entry.addr)
 	waitFor(t, 60*time.Second, "the table created", func() (bool, string) {
-		if err := admin.CreatePresplitTable(ctx, "rootrec", []string{"d", "h", "l", "p", "t"}); err != nil {
+		// Thirteen tablets over three servers: assignment gives the
+		// root's server some, though it holds METADATA's tablets too.
+		if err := admin.CreatePresplitTable(ctx, "rootrec", []string{"b", "d", "f", "h", "j", "l", "n", "p", "r", "t", "v", "x"}); err != nil {
 			return false, err.Error()
 		}
 		return true, ""
@@ -75,8 +79,40 @@ func measureRootRecovery(t *testing.T, release string, writeFor time.Duration) r
 	if err := admin.CreateColumnFamily(ctx, "rootrec", "f"); err != nil {
 		t.Fatal(err)
 	}
-	c.waitAllServed(60*time.Second, 2+6)
+	c.waitAllServed(60*time.Second, 2+13)
 	tbl := cl.Open("rootrec")
+
+	// The victim: the root's server. The writes go to the rows of its
+	// tablets of the table alone, so that its log is the stream the
+	// root's replay reads through.
+	var victim *roleProc
+	var victimID string
+	var letters []byte // first letters of the rows the victim holds
+	waitFor(t, 30*time.Second, "the root's server holding a tablet of the table", func() (bool, string) {
+		_, st := c.activeMaster()
+		victim, victimID, letters = nil, "", nil
+		for _, ss := range st.Servers {
+			if !slices.ContainsFunc(ss.Tablets, func(tb statuspage.Tablet) bool { return tb.ID == meta.RootTabletID }) {
+				continue
+			}
+			for _, s := range c.liveServers() {
+				if strings.HasPrefix(ss.ID, s.addr+"/") {
+					victim, victimID = s, ss.ID
+				}
+			}
+			for l := byte('a'); l <= 'z'; l++ {
+				if slices.ContainsFunc(ss.Tablets, func(tb statuspage.Tablet) bool {
+					return strings.HasSuffix(tb.Table, "rootrec") && string(tb.Start) <= string(l) && (len(tb.End) == 0 || string(l) < string(tb.End))
+				}) {
+					letters = append(letters, l)
+				}
+			}
+		}
+		if victim == nil {
+			return false, fmt.Sprintf("no live server holds the root: %+v", st.Servers)
+		}
+		return len(letters) > 0, fmt.Sprintf("the root's server %s holds no tablet of rootrec", victimID)
+	})
 
 	// Single-row writes from 16 goroutines — each group commit one log
 	// object, as in the fault campaign's trickle — until the kill, which
@@ -88,7 +124,7 @@ func measureRootRecovery(t *testing.T, release string, writeFor time.Duration) r
 	for g := range 16 {
 		wg.Go(func() {
 			for i := 0; !killing.Load(); i++ {
-				key := fmt.Sprintf("%c%02d-%06d", 'a'+(g*7+i)%26, g, i)
+				key := fmt.Sprintf("%c%02d-%06d", letters[(g*7+i)%len(letters)], g, i)
 				m := bigtable.NewMutation()
 				m.Set("f", "c", bigtable.Timestamp(1000), []byte(key))
 				if err := tbl.Apply(ctx, key, m); err != nil {
@@ -104,25 +140,12 @@ func measureRootRecovery(t *testing.T, release string, writeFor time.Duration) r
 		})
 	}
 	time.Sleep(writeFor)
-	// The victim is the root's server now (the balancer may have moved
-	// the root since the cluster started).
-	var victim *roleProc
-	var victimID string
+	// METADATA tablets do not move for balance: the root is where it was.
 	_, st := c.activeMaster()
-	for _, ss := range st.Servers {
-		for _, tb := range ss.Tablets {
-			if tb.ID != meta.RootTabletID {
-				continue
-			}
-			for _, s := range c.liveServers() {
-				if strings.HasPrefix(ss.ID, s.addr+"/") {
-					victim, victimID = s, ss.ID
-				}
-			}
-		}
-	}
-	if victim == nil {
-		t.Fatalf("no live server holds the root: %+v", st.Servers)
+	if !slices.ContainsFunc(st.Servers, func(ss statuspage.Server) bool {
+		return ss.ID == victimID && slices.ContainsFunc(ss.Tablets, func(tb statuspage.Tablet) bool { return tb.ID == meta.RootTabletID })
+	}) {
+		t.Fatalf("the root left %s during the writes: %+v", victimID, st.Servers)
 	}
 	killing.Store(true)
 	c.kill(victim)
