@@ -35,6 +35,13 @@ func devClients(t *testing.T, ctx context.Context, d *Dev) (*bigtable.AdminClien
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	return clientsOn(t, ctx, conn)
+}
+
+// clientsOn returns the official admin and data clients of instance p/i
+// over conn.
+func clientsOn(t *testing.T, ctx context.Context, conn *grpc.ClientConn) (*bigtable.AdminClient, *bigtable.Client) {
+	t.Helper()
 	admin, err := bigtable.NewAdminClient(ctx, "p", "i", option.WithGRPCConn(conn))
 	if err != nil {
 		t.Fatal(err)
